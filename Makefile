@@ -1,0 +1,30 @@
+# Zoomer AR: `make demo` sets up and analyses the bundled example; `make test` runs the suite.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.zoomer-setup-stamp
+
+.PHONY: setup demo test test-fast lint clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	# torch: the local CPU wheel, pinned so no resolver ever pulls a CUDA build.
+	$(BIN)/python -m pip install -q "torch==2.13.0"
+	$(BIN)/python -m pip install -q -e ".[dev,hta,ml]" "torch==2.13.0"
+	touch $(STAMP)
+
+demo: setup
+	$(BIN)/zoomer-ar analyze examples/traces/dataloader_bound --source examples/scenarios --out zoomer-out/demo --format text
+	@echo "Reports: zoomer-out/demo/report.html zoomer-out/demo/report.md zoomer-out/demo/findings.json"
+
+test: setup
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
+
+test-fast: setup
+	$(BIN)/python -m pytest -q -n 2 -m "not slow"
+
+clean:
+	rm -rf $(VENV) zoomer-out .pytest_cache

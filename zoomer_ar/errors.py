@@ -1,0 +1,26 @@
+"""Errors that the CLI turns into one-line messages and exit codes."""
+
+from __future__ import annotations
+
+
+class ZoomerError(Exception):
+    """Base class for errors with a user-facing one-line message."""
+
+    exit_code = 1
+
+
+class InputError(ZoomerError):
+    """The input cannot be used (not a trace, truncated, too big...). Exit code 2."""
+
+    exit_code = 2
+
+    def __init__(self, path: str | None, reason: str):
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{path}: {reason}" if path else reason)
+
+
+class RuleError(ZoomerError):
+    """A rule file under rules/ is invalid."""
+
+    exit_code = 1
