@@ -51,7 +51,7 @@ _register()
 def main(argv: list[str] | None = None) -> int:
     """Entry point: maps errors to one-line messages and exit codes (never a traceback for bad input)."""
     try:
-        cli.main(args=argv, prog_name="zoomer-ar", standalone_mode=False)
+        rv = cli.main(args=argv, prog_name="zoomer-ar", standalone_mode=False)
     except ZoomerError as exc:
         click.echo(f"zoomer-ar: error: {exc}", err=True)
         return exc.exit_code
@@ -65,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
     except Exception as exc:  # internal error: one line, exit 1; ZOOMER_DEBUG=1 shows the traceback
         import os
 
@@ -72,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         click.echo(f"zoomer-ar: internal error: {type(exc).__name__}: {exc}", err=True)
         return 1
-    return 0
+    return rv if isinstance(rv, int) else 0
 
 
 if __name__ == "__main__":
