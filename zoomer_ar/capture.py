@@ -1,0 +1,406 @@
+"""Capture helper: record a few steady-state training steps as a Kineto trace Zoomer AR can analyse.
+
+Use it around an existing training loop::
+
+    from zoomer_ar.capture import SteadyStateProfiler
+
+    with SteadyStateProfiler("traces/run1", skip_first=550, warmup=2, active=5) as prof:
+        for step, batch in enumerate(loader):
+            train_step(batch)
+            prof.step()              # one call per training step
+            if prof.done:            # everything recorded: stop early if you like
+                break
+
+or hand it a step function::
+
+    from zoomer_ar.capture import profile_steps
+
+    profile_steps(lambda i: train_step(next(it)), out_dir="traces/run1", skip_first=20, active=5)
+
+What is written to ``out_dir``:
+
+* ``rank-{rank}.pt.trace.json.gz``: the Kineto trace of the recorded (active) steps, one file per
+  rank. The rank comes from ``torch.distributed`` when it is initialised, else from the ``RANK``
+  environment variable, else 0. With ``repeat > 1`` later cycles go to
+  ``cycle-{k}/rank-{rank}.pt.trace.json.gz`` (k = 1, 2, ...), the first cycle stays at the top.
+* ``job.json``: metadata (job name, argv, torch version, hostname, schedule, recorded steps,
+  profiler options). Rank 0 writes ``job.json``; other ranks write ``job.rank-{rank}.json`` so
+  ranks of one job never race on a file.
+
+The traces keep the ``ProfilerStep#N`` annotations (they come from ``prof.step()``), python frames
+(``with_stack``), ``nn.Module`` frames (``with_modules``), input shapes (``record_shapes``) and, when
+asked, ``[memory]`` events (``profile_memory``).
+
+torch is imported inside the functions only: the engine imports this module without torch.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import platform
+import shutil
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "CAPTURE_SCHEMA",
+    "CaptureResult",
+    "SteadyStateProfiler",
+    "detect_rank",
+    "profile_steps",
+    "trace_file_name",
+]
+
+CAPTURE_SCHEMA = "zoomer-ar.capture/1"
+DEFAULT_SKIP_FIRST = 550  # what Zoomer uses on real jobs: well past compile/cache warm-up
+
+
+def trace_file_name(rank: int) -> str:
+    return f"rank-{rank}.pt.trace.json.gz"
+
+
+def _dist_info() -> tuple[int | None, int | None, str | None]:
+    """(rank, world_size, backend) from torch.distributed, or Nones when it is not initialised."""
+    try:
+        import torch.distributed as dist
+    except Exception:  # pragma: no cover - torch without distributed
+        return None, None, None
+    try:
+        if dist.is_available() and dist.is_initialized():
+            backend = None
+            try:
+                backend = str(dist.get_backend())
+            except Exception:  # pragma: no cover
+                pass
+            return dist.get_rank(), dist.get_world_size(), backend
+    except Exception:  # pragma: no cover
+        pass
+    return None, None, None
+
+
+def detect_rank(rank: int | None = None) -> tuple[int, str]:
+    """The rank to name the trace after, and where it came from ('argument', 'torch.distributed',
+    'env RANK' or 'default')."""
+    if rank is not None:
+        return int(rank), "argument"
+    dist_rank, _, _ = _dist_info()
+    if dist_rank is not None:
+        return int(dist_rank), "torch.distributed"
+    env = os.environ.get("RANK")
+    if env is not None and env.strip().lstrip("-").isdigit():
+        return int(env), "env RANK"
+    return 0, "default"
+
+
+def _gzip_file(src: str, dst: Path) -> None:
+    """Gzip src into dst atomically, with a fixed header (mtime 0) so equal traces give equal bytes."""
+    tmp = dst.with_name(dst.name + ".tmp")
+    with open(src, "rb") as fin, open(tmp, "wb") as raw:
+        with gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=9, mtime=0) as fout:
+            shutil.copyfileobj(fin, fout, 1 << 20)
+    os.replace(tmp, dst)
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _utc_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+@dataclass
+class CaptureResult:
+    """What a capture wrote."""
+
+    out_dir: Path
+    rank: int
+    traces: list[Path] = field(default_factory=list)
+    job_json: Path | None = None
+    steps_run: int = 0
+    steps_recorded: list[int] = field(default_factory=list)
+
+
+class SteadyStateProfiler:
+    """torch.profiler.profile with a schedule that records a few steps once training is steady.
+
+    Schedule (in calls to :meth:`step`): ``skip_first`` steps are ignored, then per cycle ``wait``
+    idle steps, ``warmup`` steps traced but discarded, ``active`` steps recorded; ``repeat`` cycles.
+    ``total_steps`` is how many steps the loop must run for everything to be recorded.
+    """
+
+    def __init__(
+        self,
+        out_dir: str | os.PathLike[str],
+        *,
+        skip_first: int = DEFAULT_SKIP_FIRST,
+        wait: int = 0,
+        warmup: int = 2,
+        active: int = 5,
+        repeat: int = 1,
+        rank: int | None = None,
+        job_name: str | None = None,
+        with_stack: bool = True,
+        record_shapes: bool = True,
+        profile_memory: bool = False,
+        with_modules: bool = True,
+        with_flops: bool = False,
+        metadata: dict[str, Any] | None = None,
+        enabled: bool = True,
+    ) -> None:
+        if active < 1:
+            raise ValueError("active must be >= 1")
+        if repeat < 1:
+            raise ValueError("repeat must be >= 1 (0 = unlimited is not supported: one file per cycle)")
+        for name, value in (("skip_first", skip_first), ("wait", wait), ("warmup", warmup)):
+            if value < 0:
+                raise ValueError(f"{name} must be >= 0")
+        self.out_dir = Path(out_dir)
+        self.skip_first = int(skip_first)
+        self.wait = int(wait)
+        self.warmup = int(warmup)
+        self.active = int(active)
+        self.repeat = int(repeat)
+        self.job_name = job_name or Path(sys.argv[0] or "python").stem or "job"
+        self.with_stack = with_stack
+        self.record_shapes = record_shapes
+        self.profile_memory = profile_memory
+        self.with_modules = with_modules
+        self.with_flops = with_flops
+        self.metadata = dict(metadata or {})
+        self.enabled = enabled
+        self._rank_arg = rank
+        self.rank = 0
+        self.rank_source = "default"
+        self.steps_run = 0
+        self.traces: list[Path] = []
+        self._cycles_written = 0
+        self._prof: Any = None
+        self._started_at: str | None = None
+        self._t0 = 0.0
+        self.result: CaptureResult | None = None
+
+    # -- schedule arithmetic -------------------------------------------------------------------
+    @property
+    def cycle_len(self) -> int:
+        return self.wait + self.warmup + self.active
+
+    @property
+    def total_steps(self) -> int:
+        """Calls to step() needed for every cycle to be recorded."""
+        return self.skip_first + self.cycle_len * self.repeat
+
+    def recorded_steps(self, cycle: int | None = None) -> list[int]:
+        """Step numbers (as in ``ProfilerStep#N``) recorded by one cycle, or by all cycles."""
+        cycles = range(self.repeat) if cycle is None else [cycle]
+        out: list[int] = []
+        for c in cycles:
+            first = self.skip_first + c * self.cycle_len + self.wait + self.warmup
+            out.extend(range(first, first + self.active))
+        return out
+
+    @property
+    def done(self) -> bool:
+        """True once every cycle has been recorded (the loop may stop)."""
+        return self.steps_run >= self.total_steps
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def start(self) -> SteadyStateProfiler:
+        import torch
+        from torch.profiler import ProfilerActivity, profile, schedule
+
+        self.rank, self.rank_source = detect_rank(self._rank_arg)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self._started_at = _utc_now()
+        self._t0 = time.perf_counter()
+        if not self.enabled:
+            return self
+        activities = [ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(ProfilerActivity.CUDA)
+        self._prof = profile(
+            activities=activities,
+            schedule=schedule(
+                skip_first=self.skip_first,
+                wait=self.wait,
+                warmup=self.warmup,
+                active=self.active,
+                repeat=self.repeat,
+            ),
+            on_trace_ready=self._on_trace_ready,
+            record_shapes=self.record_shapes,
+            profile_memory=self.profile_memory,
+            with_stack=self.with_stack,
+            with_modules=self.with_modules,
+            with_flops=self.with_flops,
+        )
+        self._prof.start()
+        return self
+
+    def step(self) -> None:
+        """Mark the end of one training step (calls ``prof.step()``)."""
+        self.steps_run += 1
+        if self._prof is not None:
+            self._prof.step()
+
+    def stop(self) -> CaptureResult:
+        if self._prof is not None:
+            prof, self._prof = self._prof, None
+            prof.stop()
+        return self._finish()
+
+    def __enter__(self) -> SteadyStateProfiler:
+        return self.start()
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is not None and self._prof is not None:
+            prof, self._prof = self._prof, None
+            try:
+                prof.stop()
+            except Exception:  # pragma: no cover - keep the user's exception
+                pass
+            return
+        self.stop()
+
+    # -- output --------------------------------------------------------------------------------
+    def _trace_path(self, cycle: int) -> Path:
+        folder = self.out_dir if cycle == 0 else self.out_dir / f"cycle-{cycle}"
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder / trace_file_name(self.rank)
+
+    def _on_trace_ready(self, prof: Any) -> None:
+        dst = self._trace_path(self._cycles_written)
+        fd, tmp = tempfile.mkstemp(suffix=".json", prefix="zoomer-trace-")
+        os.close(fd)
+        try:
+            prof.export_chrome_trace(tmp)
+            _gzip_file(tmp, dst)
+        finally:
+            try:
+                os.unlink(tmp)
+            except OSError:  # pragma: no cover
+                pass
+        self.traces.append(dst)
+        self._cycles_written += 1
+
+    def _finish(self) -> CaptureResult:
+        import torch
+
+        _, world_size, backend = _dist_info()
+        if world_size is None and os.environ.get("WORLD_SIZE", "").isdigit():
+            world_size = int(os.environ["WORLD_SIZE"])
+        recorded = [s for c in range(self._cycles_written) for s in self.recorded_steps(c)]
+        # A loop that stopped inside an active window still gets its partial cycle flushed.
+        recorded = [s for s in recorded if s < self.steps_run] or recorded
+        job = {
+            "schema": CAPTURE_SCHEMA,
+            "job_name": self.job_name,
+            "argv": list(sys.argv),
+            "cwd": os.getcwd(),
+            "hostname": socket.gethostname(),
+            "pid": os.getpid(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "torch_version": torch.__version__,
+            "cuda_available": bool(torch.cuda.is_available()),
+            "cuda_version": torch.version.cuda,
+            "num_threads": torch.get_num_threads(),
+            "rank": self.rank,
+            "rank_source": self.rank_source,
+            "world_size": world_size,
+            "backend": backend,
+            "started_at": self._started_at,
+            "finished_at": _utc_now(),
+            "wall_s": round(time.perf_counter() - self._t0, 3),
+            "schedule": {
+                "skip_first": self.skip_first,
+                "wait": self.wait,
+                "warmup": self.warmup,
+                "active": self.active,
+                "repeat": self.repeat,
+            },
+            "steps_run": self.steps_run,
+            "steps_recorded": recorded,
+            "complete": self._cycles_written >= self.repeat and self.steps_run >= self.total_steps,
+            "profiler": {
+                "enabled": self.enabled,
+                "with_stack": self.with_stack,
+                "record_shapes": self.record_shapes,
+                "profile_memory": self.profile_memory,
+                "with_modules": self.with_modules,
+                "with_flops": self.with_flops,
+            },
+            "traces": [str(p.relative_to(self.out_dir)) for p in self.traces],
+            "metadata": self.metadata,
+        }
+        name = "job.json" if self.rank == 0 else f"job.rank-{self.rank}.json"
+        job_path = self.out_dir / name
+        _write_json(job_path, job)
+        self.result = CaptureResult(
+            out_dir=self.out_dir,
+            rank=self.rank,
+            traces=list(self.traces),
+            job_json=job_path,
+            steps_run=self.steps_run,
+            steps_recorded=recorded,
+        )
+        return self.result
+
+
+def profile_steps(
+    step_fn: Callable[[int], Any],
+    *,
+    out_dir: str | os.PathLike[str],
+    steps: int | None = None,
+    skip_first: int = 0,
+    wait: int = 0,
+    warmup: int = 1,
+    active: int = 3,
+    repeat: int = 1,
+    rank: int | None = None,
+    job_name: str | None = None,
+    with_stack: bool = True,
+    record_shapes: bool = True,
+    profile_memory: bool = False,
+    with_modules: bool = True,
+    metadata: dict[str, Any] | None = None,
+) -> CaptureResult:
+    """Call ``step_fn(i)`` for ``steps`` steps (default: just enough to record everything) under a
+    :class:`SteadyStateProfiler`; returns what was written."""
+    prof = SteadyStateProfiler(
+        out_dir,
+        skip_first=skip_first,
+        wait=wait,
+        warmup=warmup,
+        active=active,
+        repeat=repeat,
+        rank=rank,
+        job_name=job_name,
+        with_stack=with_stack,
+        record_shapes=record_shapes,
+        profile_memory=profile_memory,
+        with_modules=with_modules,
+        metadata=metadata,
+    )
+    n = prof.total_steps if steps is None else int(steps)
+    if n < prof.total_steps:
+        raise ValueError(
+            f"steps={n} is too few for the schedule: it needs {prof.total_steps} "
+            f"(skip_first {skip_first} + (wait {wait} + warmup {warmup} + active {active}) x repeat {repeat})"
+        )
+    with prof:
+        for i in range(n):
+            step_fn(i)
+            prof.step()
+    assert prof.result is not None
+    return prof.result
