@@ -44,7 +44,7 @@ class RankInfo(BaseModel):
     sha256: str
     size_bytes: int
     n_events: int
-    schema: Literal["2021", "current", "cpu-only", "unknown"] = "unknown"
+    trace_schema: Literal["2021", "current", "cpu-only", "unknown"] = "unknown"
     devices: list[str] = Field(default_factory=list)
     accelerator: Literal["nvidia", "amd", "mtia", "none", "unknown"] = "unknown"
     world_size: int | None = None

@@ -1,0 +1,99 @@
+"""Reading trace bytes from disk: plain or gzip, with size limits and a progress callback.
+
+Everything that can go wrong with a file becomes an InputError with a one-line reason.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+
+from ..errors import InputError
+
+GZIP_MAGIC = b"\x1f\x8b"
+CHUNK = 8 << 20
+
+# In-memory analysis decodes the whole document at once; above this many (decompressed) bytes the
+# file is refused with a pointer to the streaming path rather than exhausting the machine.
+DEFAULT_MAX_BYTES = int(os.environ.get("ZOOMER_MAX_TRACE_BYTES", 6 << 30))
+
+Progress = Callable[[int, int], None]
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1024 or unit == "TB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} TB"
+
+
+def read_trace_bytes(path: Path, *, max_bytes: int = DEFAULT_MAX_BYTES, progress: Progress | None = None) -> bytes:
+    """Return the (decompressed) JSON bytes of a trace file."""
+    try:
+        st = path.stat()
+    except OSError as exc:
+        raise InputError(str(path), f"cannot read: {exc.strerror or exc}") from None
+    if not path.is_file():
+        raise InputError(str(path), "not a regular file")
+    size = st.st_size
+    if size == 0:
+        raise InputError(str(path), "empty file")
+    try:
+        fh = path.open("rb")
+    except OSError as exc:
+        raise InputError(str(path), f"cannot open: {exc.strerror or exc}") from None
+    with fh:
+        head = fh.read(2)
+        fh.seek(0)
+        if head == GZIP_MAGIC:
+            return _read_gzip(fh, path, size, max_bytes, progress)
+        if size > max_bytes:
+            raise InputError(
+                str(path),
+                f"trace is {_human(size)}, above the in-memory limit of {_human(max_bytes)} "
+                "(set ZOOMER_MAX_TRACE_BYTES, or cut it with `zoomer-ar trace slice`)",
+            )
+        if progress is None:
+            return fh.read()
+        buf = bytearray()
+        while chunk := fh.read(CHUNK):
+            buf += chunk
+            progress(len(buf), size)
+        return bytes(buf)
+
+
+def _read_gzip(fh, path: Path, size: int, max_bytes: int, progress: Progress | None) -> bytes:
+    out = bytearray()
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    pending = False  # the current gzip member has started but not ended
+    read = 0
+    try:
+        while chunk := fh.read(CHUNK):
+            read += len(chunk)
+            while chunk:
+                pending = True
+                out += d.decompress(chunk, max(1, max_bytes + 1 - len(out)))
+                if len(out) > max_bytes:
+                    raise InputError(
+                        str(path),
+                        f"decompressed trace exceeds the in-memory limit of {_human(max_bytes)} "
+                        "(set ZOOMER_MAX_TRACE_BYTES, or cut it with `zoomer-ar trace slice`)",
+                    )
+                if d.eof:  # end of one gzip member; concatenated members may follow
+                    chunk = d.unused_data
+                    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                    pending = False
+                else:
+                    chunk = d.unconsumed_tail
+            if progress is not None:
+                progress(read, size)
+    except zlib.error as exc:
+        raise InputError(str(path), f"corrupt gzip data ({exc})") from None
+    if pending:
+        raise InputError(str(path), "truncated gzip file (the compressed stream ends early)")
+    if not out:
+        raise InputError(str(path), "gzip file holds no data")
+    return bytes(out)
