@@ -1,0 +1,660 @@
+"""Fixer base class, the per-source analysis context and the edit machinery.
+
+A fixer looks at one parsed source (a :class:`Context`) and yields :class:`Edit` objects: the node
+it flags, a message and, when it knows a behaviour-preserving rewrite, a mapping from original
+nodes to their replacements. The machinery here turns edits into :class:`StaticMatch` findings
+(``detect``) or applies them (``fix``): non-overlapping edits are applied together, the result is
+re-parsed (libcst and :mod:`ast`) and an edit whose result does not parse is refused; rounds repeat
+until nothing is left to fix, so ``fix(fix(x)) == fix(x)``.
+
+Inline suppression: ``# zoomer: ignore`` or ``# zoomer: ignore[ID, ...]`` (ID: a pattern id or a
+fixer name) on the flagged line or on the first/last line of the enclosing statement;
+``# zoomer: ignore-file[ID, ...]`` anywhere in the file.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Iterable, Iterator, Mapping
+
+import libcst as cst
+from libcst.metadata import (
+    CodeRange,
+    MetadataWrapper,
+    ParentNodeProvider,
+    PositionProvider,
+    QualifiedNameProvider,
+)
+from pydantic import BaseModel, Field
+
+from ..errors import InputError, ZoomerError
+from ..models import PATTERN_IDS
+
+MAX_ROUNDS = 12
+
+Replacement = cst.CSTNode | cst.RemovalSentinel | cst.FlattenSentinel
+
+
+class FixerError(ZoomerError):
+    """A fixer file under fixers/ is invalid, or a fixer was given bad options."""
+
+    exit_code = 1
+
+
+class SourceParseError(InputError):
+    """A source file does not parse (libcst ParserSyntaxError); exit code 2 when fatal."""
+
+    def __init__(self, path: str | None, line: int, column: int, reason: str):
+        self.line = line
+        self.column = column
+        super().__init__(f"{path}:{line}:{column}" if path else f"{line}:{column}", f"cannot parse: {reason}")
+
+
+# --------------------------------------------------------------------------------------------
+# Results
+# --------------------------------------------------------------------------------------------
+
+
+class TextEdit(BaseModel):
+    """One replaced span of the original source (1-based lines and columns, end exclusive)."""
+
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+    text: str
+
+
+class StaticMatch(BaseModel):
+    """A statically visible occurrence of an anti-pattern.
+
+    ``line``/``column`` (1-based) to ``end_line``/``end_column`` (exclusive) is the flagged
+    expression or statement; ``statement_line`` the first line of the statement holding it.
+    ``fixable`` says whether the selected fixer will rewrite it in this run; ``replacement`` is
+    the new text of the flagged span (or of the statement) and ``edits`` every span the fix
+    changes (a fix may touch more than one place, e.g. a read after a loop).
+    """
+
+    path: str
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+    statement_line: int
+    pattern: str
+    message: str
+    fixer: str
+    fixable: bool = False
+    opt_in: bool = False
+    replacement: str | None = None
+    edits: list[TextEdit] = Field(default_factory=list)
+
+    def format(self) -> str:
+        tag = "fixable" if self.fixable else ("opt-in" if self.opt_in and self.edits else "report only")
+        return f"{self.path}:{self.line}:{self.column}: {self.pattern} {self.message} [{self.fixer}, {tag}]"
+
+
+@dataclass(frozen=True)
+class Example:
+    """A rule example: ``before`` must be flagged (message containing ``message_contains``) and
+    fixed to exactly ``after``; ``after=None`` means report only (the fix leaves it unchanged)."""
+
+    before: str
+    after: str | None = None
+    message_contains: str = ""
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class Edit:
+    """What a fixer yields: the flagged node, a message and (optionally) node replacements."""
+
+    node: cst.CSTNode
+    message: str
+    changes: dict[cst.CSTNode, Replacement] | None = None
+
+
+# --------------------------------------------------------------------------------------------
+# Parsing and the analysis context
+# --------------------------------------------------------------------------------------------
+
+_SUPPRESS_RE = re.compile(r"#\s*zoomer\s*:\s*ignore(?P<file>-file)?(?:\[(?P<ids>[^\]]*)\])?", re.IGNORECASE)
+ALL = "*"
+
+
+def parse_source(source: str, path: str | None = "<string>") -> cst.Module:
+    """Parse with libcst; a syntax error becomes a one-line :class:`SourceParseError`."""
+    try:
+        return cst.parse_module(source)
+    except cst.ParserSyntaxError as exc:
+        reason = str(exc.message).strip().splitlines()[0] if str(exc.message).strip() else "syntax error"
+        raise SourceParseError(path, exc.raw_line, exc.raw_column + 1, reason) from None
+    except RecursionError:
+        raise SourceParseError(path, 1, 1, "too deeply nested") from None
+    except Exception as exc:  # libcst may raise other errors for exotic input
+        raise SourceParseError(path, 1, 1, f"{type(exc).__name__}: {exc}".splitlines()[0]) from None
+
+
+class _Collector(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.order: dict[cst.CSTNode, int] = {}
+        self.by_type: dict[type, list[cst.CSTNode]] = defaultdict(list)
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        self.order[node] = len(self.order)
+        self.by_type[type(node)].append(node)
+        return True
+
+
+SCOPE_BOUNDARIES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
+LINE_STATEMENTS = (cst.SimpleStatementLine, cst.SimpleStatementSuite, cst.BaseCompoundStatement)
+
+
+class Context:
+    """One parsed source with the metadata fixers need (positions, parents, qualified names)."""
+
+    def __init__(
+        self,
+        source: str,
+        path: str = "<string>",
+        *,
+        fixing: Iterable[str] = (),
+        options: Mapping[str, Mapping[str, Any]] | None = None,
+        module: cst.Module | None = None,
+    ):
+        self.source = source
+        self.path = path
+        self.fixing = frozenset(fixing)
+        self.options = options or {}
+        if module is None:
+            module = parse_source(source, path)
+        self.wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+        self.module = self.wrapper.module
+        self._pos = self.wrapper.resolve(PositionProvider)
+        self._parents = self.wrapper.resolve(ParentNodeProvider)
+        self._qn: Mapping[cst.CSTNode, Any] | None = None
+        collector = _Collector()
+        self.module.visit(collector)
+        self._order = collector.order
+        self._by_type = collector.by_type
+        self._ast_ok: bool | None = None
+        self._line_suppress: dict[int, set[str]] = defaultdict(set)
+        self._file_suppress: set[str] = set()
+        for comment in self._by_type.get(cst.Comment, ()):
+            for m in _SUPPRESS_RE.finditer(comment.value):
+                ids = {i.strip().lower() for i in (m.group("ids") or "").split(",") if i.strip()} or {ALL}
+                if m.group("file"):
+                    self._file_suppress |= ids
+                else:
+                    self._line_suppress[self._pos[comment].start.line] |= ids
+
+    # -- traversal -------------------------------------------------------------------------
+
+    def nodes(self, *types: type) -> list[Any]:
+        """All nodes of the given types, in document order."""
+        if len(types) == 1:
+            return list(self._by_type.get(types[0], ()))
+        out: list[cst.CSTNode] = []
+        for t in types:
+            out.extend(self._by_type.get(t, ()))
+        out.sort(key=self._order.__getitem__)
+        return out
+
+    def order(self, node: cst.CSTNode) -> int:
+        return self._order[node]
+
+    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        return self._parents.get(node)
+
+    def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+        cur = self._parents.get(node)
+        while cur is not None:
+            yield cur
+            cur = self._parents.get(cur)
+
+    def pos(self, node: cst.CSTNode) -> CodeRange:
+        return self._pos[node]
+
+    def code(self, node: cst.CSTNode) -> str:
+        return self.module.code_for_node(node)
+
+    def contains(self, outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
+        return inner is outer or any(a is outer for a in self.ancestors(inner))
+
+    # -- statements and loops ------------------------------------------------------------------
+
+    def small_statement(self, node: cst.CSTNode) -> cst.BaseSmallStatement | None:
+        for n in (node, *self.ancestors(node)):
+            if isinstance(n, cst.BaseSmallStatement):
+                return n
+            if isinstance(n, (*LINE_STATEMENTS, cst.IndentedBlock, cst.Module)):
+                return None
+        return None
+
+    def line_statement(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        """The nearest SimpleStatementLine / SimpleStatementSuite / compound statement."""
+        for n in (node, *self.ancestors(node)):
+            if isinstance(n, LINE_STATEMENTS):
+                return n
+        return None
+
+    def statement(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        """The nearest statement that is an element of a block (SimpleStatementLine or compound)."""
+        for n in (node, *self.ancestors(node)):
+            if isinstance(n, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+                return n
+        return None
+
+    def block_of(self, stmt: cst.CSTNode) -> tuple[cst.CSTNode, int] | None:
+        """(block, index) where block is the Module or IndentedBlock whose body holds ``stmt``."""
+        parent = self.parent(stmt)
+        if isinstance(parent, (cst.Module, cst.IndentedBlock)):
+            for i, s in enumerate(parent.body):
+                if s is stmt:
+                    return parent, i
+        return None
+
+    def enclosing_scope(self, node: cst.CSTNode) -> cst.CSTNode:
+        """The innermost FunctionDef / ClassDef / Lambda around ``node``, else the Module."""
+        for a in self.ancestors(node):
+            if isinstance(a, SCOPE_BOUNDARIES):
+                return a
+        return self.module
+
+    def loops_around(self, node: cst.CSTNode) -> list[cst.For | cst.While]:
+        """Statement loops whose body (or while-test) runs ``node`` each iteration, innermost
+        first; stops at a function, class or lambda boundary."""
+        out: list[cst.For | cst.While] = []
+        child = node
+        for anc in self.ancestors(node):
+            if isinstance(anc, SCOPE_BOUNDARIES):
+                break
+            if isinstance(anc, cst.For) and child is anc.body:
+                out.append(anc)
+            elif isinstance(anc, cst.While) and (child is anc.body or child is anc.test):
+                out.append(anc)
+            child = anc
+        return out
+
+    def in_loop(self, node: cst.CSTNode) -> bool:
+        return bool(self.loops_around(node))
+
+    # -- names -----------------------------------------------------------------------------------
+
+    def qualnames(self, node: cst.CSTNode) -> set[str]:
+        """Qualified names of a Name/Attribute (or a Call's callee) through the imports; for
+        names that nothing binds, the dotted source text (``torch.optim.Adam``)."""
+        if isinstance(node, cst.Call):
+            node = node.func
+        if self._qn is None:
+            self._qn = self.wrapper.resolve(QualifiedNameProvider)
+        names: set[str] = set()
+        value = self._qn.get(node)
+        if value is not None:
+            value = value() if callable(value) else value
+            names = {q.name for q in value}
+        if not names:
+            from .helpers import dotted
+
+            d = dotted(node)
+            if d:
+                names = {d}
+        return names
+
+    def is_bound(self, node: cst.CSTNode) -> bool:
+        """Whether the (root of a) Name/Attribute is bound by an import or an assignment."""
+        if isinstance(node, cst.Call):
+            node = node.func
+        if self._qn is None:
+            self._qn = self.wrapper.resolve(QualifiedNameProvider)
+        value = self._qn.get(node)
+        if value is None:
+            return False
+        value = value() if callable(value) else value
+        return bool(value)
+
+    def matches(self, node: cst.CSTNode, full: Iterable[str], bare: Iterable[str] = ()) -> bool:
+        """Whether ``node`` (a callee or a Call) refers to one of ``full`` (fully qualified names);
+        ``bare`` lists spellings accepted only when nothing binds them (snippets, star imports)."""
+        target = node.func if isinstance(node, cst.Call) else node
+        full = set(full)
+        if self.is_bound(target):
+            return bool(self.qualnames(target) & full)
+        from .helpers import dotted
+
+        d = dotted(target)
+        return d is not None and (d in full or d in set(bare))
+
+    def torch_alias(self) -> str | None:
+        """The name a top-level ``import torch [as X]`` binds, if any."""
+        for stmt in self.module.body:
+            if not isinstance(stmt, cst.SimpleStatementLine):
+                continue
+            for small in stmt.body:
+                if isinstance(small, cst.Import):
+                    for alias in small.names:
+                        if self.code(alias.name) == "torch":
+                            if alias.asname is None:
+                                return "torch"
+                            asname = alias.asname.name
+                            if isinstance(asname, cst.Name):
+                                return asname.value
+        return None
+
+    # -- suppression -----------------------------------------------------------------------------
+
+    def suppression_lines(self, node: cst.CSTNode) -> set[int]:
+        lines = {self._pos[node].start.line}
+        stmt = self.line_statement(node)
+        if stmt is not None:
+            rng = self._pos[stmt]
+            lines.add(rng.start.line)
+            if isinstance(stmt, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+                lines.add(rng.end.line)
+        return lines
+
+    def is_suppressed(self, node: cst.CSTNode, *ids: str) -> bool:
+        wanted = {ALL, *(i.lower() for i in ids)}
+        if self._file_suppress & wanted:
+            return True
+        return any(self._line_suppress.get(line, set()) & wanted for line in self.suppression_lines(node))
+
+    # -- spans -----------------------------------------------------------------------------------
+
+    def span(self, node: cst.CSTNode) -> tuple[tuple[int, int], tuple[int, int]]:
+        """((line, col), (line, col)) of a node; statements include their leading comment lines."""
+        rng = self._pos[node]
+        start = (rng.start.line, rng.start.column)
+        leading = getattr(node, "leading_lines", None)
+        if leading and isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            start = (rng.start.line - len(leading), 0)
+        return start, (rng.end.line, rng.end.column)
+
+    def ast_ok(self) -> bool:
+        if self._ast_ok is None:
+            try:
+                ast.parse(self.source)
+                self._ast_ok = True
+            except (SyntaxError, ValueError):
+                self._ast_ok = False
+        return self._ast_ok
+
+    def indent_at(self, node: cst.CSTNode) -> str:
+        """The exact whitespace before ``node`` on its first line."""
+        rng = self._pos[node]
+        line = self.lines()[rng.start.line - 1] if rng.start.line - 1 < len(self.lines()) else ""
+        return line[: rng.start.column]
+
+    def lines(self) -> list[str]:
+        if not hasattr(self, "_lines"):
+            self._lines = self.source.splitlines(keepends=True)
+        return self._lines
+
+    def text_edit(self, node: cst.CSTNode, new: Replacement) -> tuple[tuple[int, int], tuple[int, int], str]:
+        """The replaced span ((line, col) to (line, col), 1-based lines, 0-based columns, end
+        exclusive) and its new text, as the module's code generation writes it."""
+        rng = self._pos[node]
+        if not isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            if isinstance(new, cst.RemovalSentinel):
+                text = ""
+            elif isinstance(new, cst.FlattenSentinel):
+                text = "".join(self.module.code_for_node(n) for n in new.nodes)
+            else:
+                text = self.module.code_for_node(new)
+            return (rng.start.line, rng.start.column), (rng.end.line, rng.end.column), text
+        leading = list(node.leading_lines)
+        end = (rng.end.line + 1, 0)
+        if isinstance(new, cst.RemovalSentinel):
+            return (rng.start.line - len(leading), 0), end, ""
+        nodes = list(new.nodes) if isinstance(new, cst.FlattenSentinel) else [new]
+        first = nodes[0]
+        same_leading = len(first.leading_lines) == len(leading) and all(
+            a.deep_equals(b) for a, b in zip(first.leading_lines, leading)
+        )
+        if same_leading:
+            nodes[0] = first.with_changes(leading_lines=[])
+            start = (rng.start.line, 0)
+        else:
+            start = (rng.start.line - len(leading), 0)
+        from libcst._nodes.internal import CodegenState
+
+        state = CodegenState(default_indent=self.module.default_indent, default_newline=self.module.default_newline)
+        indent = self.indent_at(node)
+        if indent:
+            state.increase_indent(indent)
+        for n in nodes:
+            n._codegen(state)
+        return start, end, "".join(state.tokens)
+
+
+# --------------------------------------------------------------------------------------------
+# The Fixer base class
+# --------------------------------------------------------------------------------------------
+
+_NAME_RE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
+
+
+class Fixer:
+    """Base class of a fixer (one per file under ``fixers/``).
+
+    Subclasses set the class attributes and implement :meth:`check`, yielding :class:`Edit`
+    objects built with :meth:`report` (flag only) or :meth:`replace` (flag and rewrite).
+    """
+
+    #: anti-pattern id, one of zoomer_ar.models.PATTERN_IDS
+    pattern: ClassVar[str] = ""
+    #: fixer name (kebab-case, unique)
+    name: ClassVar[str] = ""
+    #: one line
+    summary: ClassVar[str] = ""
+    #: markdown: what it does / why it is slow / the fix (ruff style)
+    explanation: ClassVar[str] = ""
+    #: opt-in fixers report by default and rewrite only when selected explicitly
+    opt_in: ClassVar[bool] = False
+    #: option name -> (default, help)
+    OPTIONS: ClassVar[dict[str, tuple[Any, str]]] = {}
+    VALID: ClassVar[list[str]] = []
+    INVALID: ClassVar[list[Example]] = []
+    #: set by the registry: the file the fixer was loaded from
+    source_file: ClassVar[str] = ""
+
+    def __init__(self, **options: Any):
+        unknown = sorted(set(options) - set(self.OPTIONS))
+        if unknown:
+            raise FixerError(f"fixer {self.name}: unknown option(s): {', '.join(unknown)}")
+        self.options: dict[str, Any] = {k: default for k, (default, _help) in self.OPTIONS.items()}
+        for key, value in options.items():
+            default = self.OPTIONS[key][0]
+            self.options[key] = _coerce(self.name, key, value, default)
+
+    # -- to implement ------------------------------------------------------------------------------
+
+    def check(self, ctx: Context) -> Iterable[Edit]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # -- helpers for subclasses ----------------------------------------------------------------------
+
+    @staticmethod
+    def report(node: cst.CSTNode, message: str) -> Edit:
+        return Edit(node, message, None)
+
+    @staticmethod
+    def replace(node: cst.CSTNode, message: str, changes: Mapping[cst.CSTNode, Replacement]) -> Edit:
+        return Edit(node, message, dict(changes))
+
+    # -- public ---------------------------------------------------------------------------------------
+
+    def detect(self, source: str, path: str = "<string>", *, fixing: Iterable[str] | None = None) -> list[StaticMatch]:
+        """Findings in ``source`` (raises SourceParseError if it does not parse)."""
+        ctx = Context(source, path, fixing=self._fixing(fixing))
+        return collect_matches([self], ctx)
+
+    def fix(self, source: str, path: str = "<string>", *, fixing: Iterable[str] | None = None) -> str:
+        """``source`` with every fixable, unsuppressed finding rewritten."""
+        return apply_fixer(self, source, path, fixing=self._fixing(fixing))
+
+    def _fixing(self, fixing: Iterable[str] | None) -> frozenset[str]:
+        return frozenset(fixing) if fixing is not None else frozenset({self.name})
+
+    def __repr__(self) -> str:
+        return f"<fixer {self.name} ({self.pattern})>"
+
+
+def _coerce(fixer: str, key: str, value: Any, default: Any) -> Any:
+    if default is None or value is None:
+        return value
+    try:
+        if isinstance(default, bool):
+            if isinstance(value, str):
+                low = value.strip().lower()
+                if low in ("1", "true", "yes", "on"):
+                    return True
+                if low in ("0", "false", "no", "off"):
+                    return False
+                raise ValueError(value)
+            return bool(value)
+        if isinstance(default, int):
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError(value)
+            return int(value)
+        if isinstance(default, float):
+            return float(value)
+        return type(default)(value)
+    except (TypeError, ValueError):
+        raise FixerError(f"fixer {fixer}: option {key}: expected {type(default).__name__}, got {value!r}") from None
+
+
+# --------------------------------------------------------------------------------------------
+# Detection and application
+# --------------------------------------------------------------------------------------------
+
+
+def _to_match(ctx: Context, fixer: Fixer, edit: Edit) -> StaticMatch:
+    rng = ctx.pos(edit.node)
+    stmt = ctx.line_statement(edit.node)
+    stmt_line = ctx.pos(stmt).start.line if stmt is not None else rng.start.line
+    edits: list[TextEdit] = []
+    replacement = None
+    for node, new in (edit.changes or {}).items():
+        (sl, sc), (el, ec), text = ctx.text_edit(node, new)
+        edits.append(TextEdit(line=sl, column=sc + 1, end_line=el, end_column=ec + 1, text=text))
+        if node is edit.node or replacement is None:
+            replacement = text
+    edits.sort(key=lambda e: (e.line, e.column))
+    fixable = bool(edits) and fixer.name in ctx.fixing
+    message = edit.message
+    if edits and not fixable and fixer.opt_in:
+        message += f" (opt-in fix: select {fixer.name} explicitly)"
+    return StaticMatch(
+        path=ctx.path,
+        line=rng.start.line,
+        column=rng.start.column + 1,
+        end_line=rng.end.line,
+        end_column=rng.end.column + 1,
+        statement_line=stmt_line,
+        pattern=fixer.pattern,
+        message=message,
+        fixer=fixer.name,
+        fixable=fixable,
+        opt_in=fixer.opt_in,
+        replacement=replacement,
+        edits=edits,
+    )
+
+
+def collect_matches(fixers: Iterable[Fixer], ctx: Context) -> list[StaticMatch]:
+    out: list[StaticMatch] = []
+    seen: set[tuple[int, int, str]] = set()
+    for fixer in fixers:
+        for edit in fixer.check(ctx):
+            if ctx.is_suppressed(edit.node, fixer.pattern, fixer.name):
+                continue
+            match = _to_match(ctx, fixer, edit)
+            key = (match.line, match.column, fixer.name)
+            if key in seen:
+                continue
+            seen.add(key)
+            out.append(match)
+    out.sort(key=lambda m: (m.line, m.column, m.pattern, m.fixer))
+    return out
+
+
+def _overlaps(a: tuple[tuple[int, int], tuple[int, int]], b: tuple[tuple[int, int], tuple[int, int]]) -> bool:
+    return a[0] < b[1] and b[0] < a[1]
+
+
+class _Apply(cst.CSTTransformer):
+    def __init__(self, changes: Mapping[cst.CSTNode, Replacement]):
+        super().__init__()
+        self.changes = changes
+
+    def on_leave(self, original_node, updated_node):  # type: ignore[override]
+        new = self.changes.get(original_node)
+        return updated_node if new is None else new
+
+
+def _valid(ctx: Context, code: str) -> bool:
+    try:
+        cst.parse_module(code)
+    except Exception:
+        return False
+    if ctx.ast_ok():
+        try:
+            ast.parse(code)
+        except (SyntaxError, ValueError):
+            return False
+    return True
+
+
+def _apply(ctx: Context, edits: list[Edit]) -> str | None:
+    changes: dict[cst.CSTNode, Replacement] = {}
+    for e in edits:
+        changes.update(e.changes or {})
+    try:
+        code = ctx.module.visit(_Apply(changes)).code
+    except Exception:
+        return None
+    return code if _valid(ctx, code) else None
+
+
+def apply_edits(ctx: Context, edits: list[Edit]) -> str | None:
+    """Apply non-overlapping edits; refuse any whose result does not parse. None: nothing applied."""
+    chosen: list[Edit] = []
+    taken: list[tuple[tuple[int, int], tuple[int, int]]] = []
+    for e in sorted(edits, key=lambda e: min(ctx.order(n) for n in e.changes or {e.node: None})):
+        spans = [ctx.span(n) for n in (e.changes or {})]
+        if any(_overlaps(s, t) for s in spans for t in taken):
+            continue
+        chosen.append(e)
+        taken.extend(spans)
+    if not chosen:
+        return None
+    code = _apply(ctx, chosen)
+    if code is not None:
+        return code
+    accepted: list[Edit] = []
+    for e in chosen:  # refuse the edits that break parsing, keep the others
+        if _apply(ctx, [*accepted, e]) is not None:
+            accepted.append(e)
+    return _apply(ctx, accepted) if accepted else None
+
+
+def apply_fixer(fixer: Fixer, source: str, path: str = "<string>", *, fixing: Iterable[str] = ()) -> str:
+    """Rewrite ``source`` with one fixer until nothing fixable is left (bounded rounds)."""
+    fixing = frozenset(fixing) | {fixer.name}
+    current = source
+    module: cst.Module | None = None
+    for _ in range(MAX_ROUNDS):
+        ctx = Context(current, path, fixing=fixing, module=module)
+        edits = [e for e in fixer.check(ctx) if e.changes and not ctx.is_suppressed(e.node, fixer.pattern, fixer.name)]
+        if not edits:
+            break
+        new = apply_edits(ctx, edits)
+        if new is None or new == current:
+            break
+        current = new
+        module = None
+    return current
