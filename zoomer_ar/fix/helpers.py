@@ -279,14 +279,15 @@ def remove_statement(ctx: Context, small: cst.BaseSmallStatement) -> dict[cst.CS
     goes; a whole line goes and hands its comments (leading lines, trailing comment) to the next
     statement; the only statement of a block becomes ``pass`` (with its comments)."""
     line = ctx.parent(small)
-    if isinstance(line, cst.SimpleStatementSuite):
-        if len(line.body) > 1:
-            return {small: cst.RemovalSentinel.REMOVE}
-        return {small: cst.Pass()}
-    if not isinstance(line, cst.SimpleStatementLine):
+    if not isinstance(line, (cst.SimpleStatementSuite, cst.SimpleStatementLine)):
         return {}
     if len(line.body) > 1:
+        if line.body[-1] is small:  # `a; b` -> `a`, not `a; `
+            prev = line.body[-2]
+            return {small: cst.RemovalSentinel.REMOVE, prev: prev.with_changes(semicolon=cst.MaybeSentinel.DEFAULT)}
         return {small: cst.RemovalSentinel.REMOVE}
+    if isinstance(line, cst.SimpleStatementSuite):
+        return {small: cst.Pass()}
     where = ctx.block_of(line)
     if where is None:
         return {}

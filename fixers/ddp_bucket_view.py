@@ -1,0 +1,93 @@
+"""ddp-bucket-view (opt-in): DistributedDataParallel copying gradients into its buckets."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import libcst as cst
+
+from zoomer_ar.fix import helpers as h
+from zoomer_ar.fix.base import Context, Edit, Example, Fixer
+
+DDP_NAMES = {"torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel"}
+DDP_BARE = {"DDP", "DistributedDataParallel", "nn.parallel.DistributedDataParallel", "torch.nn.parallel.DistributedDataParallel"}
+
+
+class DdpBucketView(Fixer):
+    pattern = "exposed-communication"
+    name = "ddp-bucket-view"
+    opt_in = True
+    summary = "DistributedDataParallel without gradient_as_bucket_view: let gradients alias the all-reduce buckets (opt-in)"
+    explanation = """\
+## What it does
+Adds `gradient_as_bucket_view=True` (and `bucket_cap_mb=<N>` when the option is given, e.g.
+sized from the trace's all-reduce evidence) to `DistributedDataParallel(...)` / `DDP(...)`
+calls that do not set it. An explicit `gradient_as_bucket_view=False` is reported, not changed.
+**Opt-in**: reported by default, rewritten only when selected explicitly
+(`--select ddp-bucket-view` or `--select exposed-communication`).
+
+## Why is this bad?
+By default DDP copies every gradient into its flat communication buckets before each
+all-reduce and back afterwards: extra device copies on the critical path and a second copy of
+all gradients in memory. With bucket views the gradients *are* the buckets. Bucket size
+controls how early communication can start overlapping the backward pass (`exposed-
+communication` in the trace: NCCL kernels not hidden behind compute).
+
+## Caveats
+Gradients become views into the buckets: code that calls `p.grad.detach_()` or replaces
+`p.grad` tensors in place of the views is affected (`zero_grad(set_to_none=True)` is fine).
+That is why the fix is opt-in.
+
+## Example
+```python
+model = DDP(model, device_ids=[local_rank])
+```
+Use instead:
+```python
+model = DDP(model, device_ids=[local_rank], gradient_as_bucket_view=True)
+```
+"""
+    OPTIONS = {"bucket_cap_mb": (None, "also set bucket_cap_mb (MB) when the call does not")}
+
+    VALID = [
+        "from torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(model, gradient_as_bucket_view=True)\n",
+        "model = DDP(model, device_ids=[rank])  # zoomer: ignore[exposed-communication]\n",
+        "from mylib import DDP\nmodel = DDP(model)\n",
+    ]
+    INVALID = [
+        Example(
+            "from torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(model, device_ids=[local_rank])\n",
+            "from torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(model, device_ids=[local_rank], gradient_as_bucket_view=True)\n",
+            message_contains="gradient_as_bucket_view",
+        ),
+        Example(
+            "import torch\nmodel = torch.nn.parallel.DistributedDataParallel(\n    model,\n    device_ids=[rank],\n)\n",
+            "import torch\nmodel = torch.nn.parallel.DistributedDataParallel(\n    model,\n    device_ids=[rank],\n    gradient_as_bucket_view=True,\n    bucket_cap_mb=100,\n)\n",
+            message_contains="copies",
+            options={"bucket_cap_mb": 100},
+        ),
+        Example(
+            "model = DDP(model, gradient_as_bucket_view=False)\n",
+            None,
+            message_contains="gradient_as_bucket_view=False",
+        ),
+    ]
+
+    def check(self, ctx: Context) -> Iterable[Edit]:
+        cap = self.options["bucket_cap_mb"]
+        for call in ctx.nodes(cst.Call):
+            if not ctx.matches(call, DDP_NAMES, DDP_BARE):
+                continue
+            view = h.kwarg(call, "gradient_as_bucket_view")
+            if view is not None:
+                if h.is_literal(view.value, False):
+                    yield self.report(call, "DDP with gradient_as_bucket_view=False copies every gradient into the all-reduce buckets and back")
+                continue
+            message = "DDP copies every gradient into its all-reduce buckets and back; set gradient_as_bucket_view=True"
+            if h.has_star(call):
+                yield self.report(call, message + " (the call takes **kwargs: set it there)")
+                continue
+            add = [("gradient_as_bucket_view", "True")]
+            if cap is not None and h.kwarg(call, "bucket_cap_mb") is None and len(h.positionals(call)) < 6:
+                add.append(("bucket_cap_mb", repr(cap)))
+            yield self.replace(call, message, {call: h.add_kwargs(call, add)})

@@ -1,0 +1,153 @@
+"""matmul-precision: a CUDA training script that keeps float32 matmuls in full FP32."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import libcst as cst
+
+from zoomer_ar.fix import helpers as h
+from zoomer_ar.fix.base import Context, Edit, Example, Fixer
+
+SETTERS = {"torch.set_float32_matmul_precision"}
+
+
+def _cuda_evidence(ctx: Context) -> cst.CSTNode | None:
+    for n in ctx.nodes(cst.Call, cst.SimpleString):
+        if isinstance(n, cst.Call):
+            if h.is_method_call(n, "cuda"):
+                return n
+        else:
+            s = h.string_value(n)
+            if s is not None and (s == "cuda" or s.startswith("cuda:")):
+                return n
+    return None
+
+
+def _training(ctx: Context) -> bool:
+    for call in ctx.nodes(cst.Call):
+        if h.is_method_call(call, "backward"):
+            return True
+        if any(q.startswith("torch.optim.") for q in ctx.qualnames(call)):
+            return True
+    return False
+
+
+def _configured(ctx: Context) -> bool:
+    for attr in ctx.nodes(cst.Attribute):
+        if attr.attr.value == "allow_tf32" and isinstance(attr.value, cst.Attribute) and attr.value.attr.value == "matmul":
+            return True
+        if attr.attr.value == "set_float32_matmul_precision":
+            return True
+    for name in ctx.nodes(cst.Name):
+        if name.value == "set_float32_matmul_precision":
+            return True
+    return False
+
+
+def _import_block_end(module: cst.Module) -> cst.SimpleStatementLine | None:
+    """The last statement of the leading run of import statements (after a docstring)."""
+    last = None
+    for i, stmt in enumerate(module.body):
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            break
+        if all(isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body):
+            last = stmt
+            continue
+        if i == 0 and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr) and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString)):
+            continue  # module docstring
+        break
+    return last
+
+
+class MatmulPrecision(Fixer):
+    pattern = "fp32-matmul"
+    name = "matmul-precision"
+    summary = "CUDA training script without a float32 matmul precision setting: enable TF32 with set_float32_matmul_precision('high')"
+    explanation = """\
+## What it does
+For a training script (it calls `.backward()` or uses `torch.optim`) that uses CUDA (`.cuda()`,
+`"cuda"`, `torch.device("cuda")`) and never sets `torch.backends.cuda.matmul.allow_tf32` or
+calls `torch.set_float32_matmul_precision(...)`, inserts
+`torch.set_float32_matmul_precision("high")` once, after the leading imports. It needs a
+top-level `import torch` (any alias) before that point; otherwise it reports only.
+
+## Why is this bad?
+float32 matrix multiplies and convolutions then run on the plain FP32 pipeline of Ampere and
+newer GPUs, several times slower than TF32 tensor cores (`fp32-matmul` in the trace: large
+`sgemm`/`cutlass_80_simt` kernels instead of `tf32`/`s1688gemm` ones). TF32 keeps float32's
+range with a 10-bit mantissa, which is accurate enough for training almost every model.
+
+## Caveats
+Numerics change slightly (TF32 rounding inside matmuls). For code that needs full FP32
+matmuls (e.g. some scientific workloads), suppress with `# zoomer: ignore-file[fp32-matmul]`.
+Mixed-precision (autocast) regions are unaffected.
+
+## Example
+```python
+import torch
+
+model = Net().cuda()
+```
+Use instead:
+```python
+import torch
+torch.set_float32_matmul_precision("high")
+
+model = Net().cuda()
+```
+"""
+
+    VALID = [
+        'import torch\ntorch.backends.cuda.matmul.allow_tf32 = True\nmodel = Net().cuda()\nloss.backward()\n',
+        'import torch\ntorch.set_float32_matmul_precision("medium")\nmodel = Net().cuda()\nloss.backward()\n',
+        # not a training script
+        'import torch\nmodel = Net().cuda()\nout = model(x)\n',
+        # no CUDA
+        'import torch\nmodel = Net()\nloss.backward()\n',
+        '# zoomer: ignore-file[fp32-matmul]\nimport torch\nmodel = Net().cuda()\nloss.backward()\n',
+    ]
+    INVALID = [
+        Example(
+            '"""Train."""\nimport torch\nimport torch.nn as nn  # layers\n\nmodel = Net().to("cuda")\nloss.backward()\n',
+            '"""Train."""\nimport torch\nimport torch.nn as nn  # layers\ntorch.set_float32_matmul_precision("high")\n\nmodel = Net().to("cuda")\nloss.backward()\n',
+            message_contains="TF32",
+        ),
+        Example(
+            'import torch as th\nopt = th.optim.SGD(model.parameters())\nx = x.cuda()\n',
+            'import torch as th\nth.set_float32_matmul_precision("high")\nopt = th.optim.SGD(model.parameters())\nx = x.cuda()\n',
+            message_contains="float32",
+        ),
+        Example(
+            'from torch import nn\nmodel = nn.Linear(2, 2).cuda()\nloss.backward()\n',
+            None,
+            message_contains="import torch",
+        ),
+    ]
+
+    def check(self, ctx: Context) -> Iterable[Edit]:
+        evidence = _cuda_evidence(ctx)
+        if evidence is None or not _training(ctx) or _configured(ctx):
+            return
+        line = ctx.pos(evidence).start.line
+        anchor = _import_block_end(ctx.module)
+        alias = ctx.torch_alias()
+        message = f"CUDA training script (CUDA at line {line}) never enables TF32: float32 matmuls run on the slow full-FP32 path"
+        if anchor is None or alias is None or not _imports_torch_before(ctx, anchor, alias):
+            yield self.report(anchor or evidence, message + "; add `import torch` and torch.set_float32_matmul_precision(\"high\")")
+            return
+        new = h.simple_stmt(f'{alias}.set_float32_matmul_precision("high")\n')
+        yield self.replace(anchor, message + f'; call {alias}.set_float32_matmul_precision("high")', h.insert_after(anchor, [new]))
+
+
+def _imports_torch_before(ctx: Context, anchor: cst.SimpleStatementLine, alias: str) -> bool:
+    for stmt in ctx.module.body:
+        for small in getattr(stmt, "body", ()):
+            if isinstance(small, cst.Import):
+                for a in small.names:
+                    bound = a.asname.name.value if a.asname is not None and isinstance(a.asname.name, cst.Name) else None
+                    if ctx.code(a.name) == "torch" and (bound or "torch") == alias:
+                        return True
+        if stmt is anchor:
+            return False
+    return False
