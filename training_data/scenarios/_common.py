@@ -1,0 +1,58 @@
+"""Shared command line and profiler set-up for the scenario programs (not a scenario itself).
+
+Every scenario takes the same options:
+
+    --out DIR          where rank-0.pt.trace.json.gz and job.json go (required)
+    --steps N          steps to record (the profiler's `active` steps; default 5)
+    --skip N           steps run before profiling starts (default 3; Zoomer uses ~550 on real jobs)
+    --warmup N         profiler warm-up steps, traced but discarded (default 1)
+    --severity LEVEL   low | mid | high: how strongly the anti-pattern is planted (default mid)
+    --seed N           random seed (default 0)
+
+The loop runs `--skip + --warmup + --steps` training steps in all, so a scenario takes well under a
+second of training on a 2-core CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+try:
+    from zoomer_ar.capture import SteadyStateProfiler
+except ImportError:  # run from a checkout without `pip install -e .`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from zoomer_ar.capture import SteadyStateProfiler
+
+SEVERITIES = ("low", "mid", "high")
+
+
+def parse_args(description: str | None = None, argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(description or "").strip().splitlines()[0] if description else None)
+    parser.add_argument("--out", required=True, help="output folder for the trace and job.json")
+    parser.add_argument("--steps", type=int, default=5, help="steps to record (default 5)")
+    parser.add_argument("--skip", type=int, default=3, help="steps before profiling starts (default 3)")
+    parser.add_argument("--warmup", type=int, default=1, help="profiler warm-up steps (default 1)")
+    parser.add_argument("--severity", choices=SEVERITIES, default="mid", help="strength of the planted pattern")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    if args.steps < 1:
+        parser.error("--steps must be >= 1")
+    return args
+
+
+def profiler(args: argparse.Namespace, name: str, *, profile_memory: bool = False, **metadata: object) -> SteadyStateProfiler:
+    """The steady-state profiler every scenario records with."""
+    return SteadyStateProfiler(
+        args.out,
+        skip_first=args.skip,
+        warmup=args.warmup,
+        active=args.steps,
+        job_name=name,
+        with_stack=True,
+        record_shapes=True,
+        with_modules=True,
+        profile_memory=profile_memory,
+        metadata={"scenario": name, "severity": args.severity, "seed": args.seed, **metadata},
+    )
