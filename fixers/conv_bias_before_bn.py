@@ -1,0 +1,285 @@
+"""conv-bias-before-bn: a convolution bias that the following BatchNorm cancels."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import libcst as cst
+
+from zoomer_ar.fix import helpers as h
+from zoomer_ar.fix.base import Context, Edit, Example, Fixer
+
+CONV = {f"torch.nn.{m}Conv{d}d": d for d in (1, 2, 3) for m in ("", "modules.conv.")}
+CONV_BARE = {f"{p}Conv{d}d": d for d in (1, 2, 3) for p in ("nn.", "torch.nn.")}
+BN = {f"torch.nn.{m}BatchNorm{d}d": d for d in (1, 2, 3) for m in ("", "modules.batchnorm.")}
+BN |= {"torch.nn.SyncBatchNorm": 0, "torch.nn.modules.batchnorm.SyncBatchNorm": 0}
+BN_BARE = {f"{p}BatchNorm{d}d": d for d in (1, 2, 3) for p in ("nn.", "torch.nn.")} | {"nn.SyncBatchNorm": 0, "torch.nn.SyncBatchNorm": 0}
+SEQUENTIAL = {"torch.nn.Sequential", "torch.nn.modules.container.Sequential"}
+
+
+def _kind(ctx: Context, node: cst.CSTNode | None, full: dict[str, int], bare: dict[str, int]) -> int | None:
+    if not isinstance(node, cst.Call):
+        return None
+    target = node.func
+    if ctx.is_bound(target):
+        for q in ctx.qualnames(target):
+            if q in full:
+                return full[q]
+        return None
+    return bare.get(h.dotted(target) or "")
+
+
+def _compatible(conv: int | None, bn: int | None) -> bool:
+    return conv is not None and bn is not None and (bn == 0 or bn == conv)
+
+
+def _self_attr(node: cst.CSTNode | None) -> str | None:
+    if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self":
+        return node.attr.value
+    return None
+
+
+class ConvBiasBeforeBn(Fixer):
+    pattern = "conv-bias-before-bn"
+    name = "conv-bias-before-bn"
+    summary = "nn.ConvNd with a bias followed by BatchNorm: the bias is cancelled, use bias=False"
+    explanation = """\
+## What it does
+Sets `bias=False` on `nn.Conv1d/2d/3d(...)` (bias left at its default `True` or `True`
+explicitly) whose output goes straight into a `BatchNorm` of the same dimension
+(or `SyncBatchNorm`):
+
+* adjacent arguments of one `nn.Sequential(...)`, or
+* `self.convX = nn.Conv2d(...)` and `self.bnX = nn.BatchNorm2d(...)` assigned in `__init__`
+  when every call of `self.convX` in the class feeds `self.bnX` directly: `self.bnX(self.convX(x))`
+  or `x = self.convX(x)` immediately followed by `x = self.bnX(x)`.
+
+If the file reads a `.bias` attribute without an `is not None` guard (e.g. an init loop doing
+`nn.init.zeros_(m.bias)`), the finding is reported, not fixed.
+
+## Why is this bad?
+BatchNorm subtracts the per-channel mean, so a per-channel bias added just before it has no
+effect on the output: it costs an extra elementwise kernel (or epilogue) in the forward pass,
+its gradient in the backward pass and a parameter in the optimizer.
+
+## Caveats
+Checkpoints saved with the bias have a `convX.bias` key that a strict `load_state_dict` will
+reject; load with `strict=False` or drop the key.
+
+## Example
+```python
+block = nn.Sequential(nn.Conv2d(64, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU())
+```
+Use instead:
+```python
+block = nn.Sequential(nn.Conv2d(64, 64, 3, padding=1, bias=False), nn.BatchNorm2d(64), nn.ReLU())
+```
+"""
+
+    VALID = [
+        "import torch.nn as nn\nblock = nn.Sequential(nn.Conv2d(3, 8, 3, bias=False), nn.BatchNorm2d(8))\n",
+        "import torch.nn as nn\nblock = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.BatchNorm2d(8))\n",
+        "import torch.nn as nn\nblock = nn.Sequential(nn.Conv1d(3, 8, 3), nn.BatchNorm2d(8))\n",
+        "import torch.nn as nn\n"
+        "class B(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.conv = nn.Conv2d(3, 8, 3)\n"
+        "        self.bn = nn.BatchNorm2d(8)\n"
+        "    def forward(self, x):\n"
+        "        return self.bn(self.conv(x)) + self.conv(x)\n",
+        "import torch.nn as nn\nblock = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8))  # zoomer: ignore\n",
+    ]
+    INVALID = [
+        Example(
+            "import torch.nn as nn\nblock = nn.Sequential(nn.Conv2d(64, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU())\n",
+            "import torch.nn as nn\nblock = nn.Sequential(nn.Conv2d(64, 64, 3, padding=1, bias=False), nn.BatchNorm2d(64), nn.ReLU())\n",
+            message_contains="BatchNorm2d",
+        ),
+        Example(
+            "from torch import nn\n"
+            "\n"
+            "class Block(nn.Module):\n"
+            "    def __init__(self, c):\n"
+            "        super().__init__()\n"
+            "        self.conv1 = nn.Conv2d(c, c, 3, bias=True)\n"
+            "        self.bn1 = nn.BatchNorm2d(c)\n"
+            "        self.conv2 = nn.Conv2d(c, c, 1)\n"
+            "        self.bn2 = nn.SyncBatchNorm(c)\n"
+            "        nn.init.kaiming_normal_(self.conv1.weight)\n"
+            "\n"
+            "    def forward(self, x):\n"
+            "        y = self.bn1(self.conv1(x))\n"
+            "        y = self.conv2(y)\n"
+            "        y = self.bn2(y)\n"
+            "        return y\n",
+            "from torch import nn\n"
+            "\n"
+            "class Block(nn.Module):\n"
+            "    def __init__(self, c):\n"
+            "        super().__init__()\n"
+            "        self.conv1 = nn.Conv2d(c, c, 3, bias=False)\n"
+            "        self.bn1 = nn.BatchNorm2d(c)\n"
+            "        self.conv2 = nn.Conv2d(c, c, 1, bias=False)\n"
+            "        self.bn2 = nn.SyncBatchNorm(c)\n"
+            "        nn.init.kaiming_normal_(self.conv1.weight)\n"
+            "\n"
+            "    def forward(self, x):\n"
+            "        y = self.bn1(self.conv1(x))\n"
+            "        y = self.conv2(y)\n"
+            "        y = self.bn2(y)\n"
+            "        return y\n",
+            message_contains="cancel",
+        ),
+        Example(
+            "import torch.nn as nn\n"
+            "block = nn.Sequential(nn.Conv3d(1, 4, 3), nn.BatchNorm3d(4))\n"
+            "for m in block.modules():\n"
+            "    if isinstance(m, nn.Conv3d):\n"
+            "        nn.init.zeros_(m.bias)\n",
+            None,
+            message_contains=".bias",
+        ),
+        Example(
+            "import torch.nn as nn\nblock = nn.Sequential(nn.Conv2d(3, 8, 3, 1, 0, 1, 1, True), nn.BatchNorm2d(8))\n",
+            None,
+            message_contains="positional",
+        ),
+    ]
+
+    def check(self, ctx: Context) -> Iterable[Edit]:
+        candidates: list[tuple[cst.Call, str, str | None]] = []
+        for call in ctx.nodes(cst.Call):
+            if not ctx.matches(call, SEQUENTIAL, {"nn.Sequential", "torch.nn.Sequential"}) or h.has_star(call):
+                continue
+            args = h.positionals(call)
+            for a, b in zip(args, args[1:]):
+                cd = _kind(ctx, a.value, CONV, CONV_BARE)
+                bd = _kind(ctx, b.value, BN, BN_BARE)
+                if _compatible(cd, bd):
+                    candidates.append((a.value, ctx.code(b.value.func), None))  # type: ignore[union-attr]
+        for cls in ctx.nodes(cst.ClassDef):
+            candidates.extend(self._class_candidates(ctx, cls))
+        if not candidates:
+            return
+        unsafe = self._unguarded_bias(ctx, {a for _, _, a in candidates if a})
+        for conv, bn, _attr in candidates:
+            bias = h.kwarg(conv, "bias")
+            pos = h.positionals(conv)
+            if bias is not None and h.is_literal(bias.value, False) or len(pos) >= 8 and h.is_literal(pos[7].value, False):
+                continue
+            kind = h.dotted(conv.func) or "Conv"
+            message = f"{kind.split('.')[-1]} bias is cancelled by the {bn.split('.')[-1]} that follows (it subtracts the mean); use bias=False"
+            if h.has_star(conv) or len(pos) >= 8:
+                yield self.report(conv, message + " (bias is passed positionally or through *args)")
+            elif bias is not None and not h.is_literal(bias.value, True):
+                yield self.report(conv, message + " (bias is not a literal)")
+            elif unsafe is not None:
+                yield self.report(conv, message + f" (line {unsafe} reads .bias without an `is not None` check)")
+            else:
+                new = h.set_kwarg(conv, "bias", "False")
+                yield self.replace(conv, message, {conv: new})
+
+    def _class_candidates(self, ctx: Context, cls: cst.ClassDef) -> list[tuple[cst.Call, str, str | None]]:
+        init = next(
+            (s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"), None
+        ) if isinstance(cls.body, cst.IndentedBlock) else None
+        if init is None:
+            return []
+        convs: dict[str, tuple[cst.Call, int]] = {}
+        bns: dict[str, int] = {}
+        assigned: dict[str, int] = {}
+        targets: set[int] = set()
+        for node in h.walk(init):
+            if isinstance(node, cst.Assign) and len(node.targets) == 1:
+                attr = _self_attr(node.targets[0].target)
+                if attr is None:
+                    continue
+                assigned[attr] = assigned.get(attr, 0) + 1
+                targets.add(id(node.targets[0].target))
+                cd = _kind(ctx, node.value, CONV, CONV_BARE)
+                bd = _kind(ctx, node.value, BN, BN_BARE)
+                if cd is not None:
+                    convs[attr] = (node.value, cd)  # type: ignore[assignment]
+                if bd is not None:
+                    bns[attr] = bd
+        convs = {k: v for k, v in convs.items() if assigned[k] == 1}
+        if not convs or not bns:
+            return []
+        feeds: dict[str, set[str]] = {k: set() for k in convs}
+        bad: set[str] = set()
+        for node in h.walk(cls):
+            attr = _self_attr(node)
+            if attr not in convs or id(node) in targets:
+                continue
+            parent = ctx.parent(node)
+            if isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value == "weight":
+                continue
+            if not (isinstance(parent, cst.Call) and parent.func is node):
+                bad.add(attr)
+                continue
+            bn = self._feeding_bn(ctx, parent, bns)
+            if bn is None:
+                bad.add(attr)
+            else:
+                feeds[attr].add(bn)
+        out = []
+        for attr, (call, cd) in convs.items():
+            if attr in bad or not feeds[attr]:
+                continue
+            if all(_compatible(cd, bns[b]) for b in feeds[attr]):
+                out.append((call, f"self.{sorted(feeds[attr])[0]}", attr))
+        return out
+
+    @staticmethod
+    def _feeding_bn(ctx: Context, call: cst.Call, bns: dict[str, int]) -> str | None:
+        """The BN attribute that consumes the output of ``call`` directly, if any."""
+        arg = ctx.parent(call)
+        outer = ctx.parent(arg) if isinstance(arg, cst.Arg) else None
+        if isinstance(outer, cst.Call) and len(outer.args) == 1 and not arg.star and arg.keyword is None:  # type: ignore[union-attr]
+            bn = _self_attr(outer.func)
+            return bn if bn in bns else None
+        assign = ctx.parent(call)
+        if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name)):
+            return None
+        var = assign.targets[0].target.value
+        line = ctx.parent(assign)
+        where = ctx.block_of(line) if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 else None
+        if where is None:
+            return None
+        block, i = where
+        if i + 1 >= len(block.body):
+            return None
+        nxt = block.body[i + 1]
+        if not (isinstance(nxt, cst.SimpleStatementLine) and len(nxt.body) == 1 and isinstance(nxt.body[0], (cst.Assign, cst.Return, cst.Expr))):
+            return None
+        value = nxt.body[0].value
+        if isinstance(value, cst.Call) and len(value.args) == 1 and isinstance(value.args[0].value, cst.Name) and value.args[0].value.value == var:
+            bn = _self_attr(value.func)
+            return bn if bn in bns else None
+        return None
+
+    @staticmethod
+    def _unguarded_bias(ctx: Context, conv_attrs: set[str]) -> int | None:
+        """Line of a `.bias` read that could hit a conv whose bias becomes None, if any."""
+        for attr in ctx.nodes(cst.Attribute):
+            if attr.attr.value != "bias":
+                continue
+            owner = _self_attr(attr.value)
+            if owner is not None and owner not in conv_attrs:
+                continue
+            parent = ctx.parent(attr)
+            if isinstance(parent, cst.Comparison) and all(isinstance(c.operator, (cst.Is, cst.IsNot)) for c in parent.comparisons):
+                continue
+            code = ctx.code(attr)
+            guarded = False
+            for anc in ctx.ancestors(attr):
+                if isinstance(anc, (cst.If, cst.IfExp)) and f"{code} is not None" in ctx.code(anc.test).replace("  ", " "):
+                    guarded = True
+                    break
+                if isinstance(anc, cst.BooleanOperation) and f"{code} is not None" in ctx.code(anc.left):
+                    guarded = True
+                    break
+            if not guarded:
+                return ctx.pos(attr).start.line
+        return None
