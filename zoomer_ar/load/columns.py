@@ -117,6 +117,15 @@ def _float_column(values: tuple) -> np.ndarray:
         return np.fromiter(map(_float_or_nan, values), dtype=np.float64, count=len(values))
 
 
+def _device_column(args: list) -> np.ndarray:
+    device = _int_column([a.device for a in args])
+    missing = device == INT_NONE
+    if missing.any():
+        device_id = _int_column([a.device_id for a in args])
+        device = np.where(missing, device_id, device)
+    return device
+
+
 def _codes(values: tuple) -> tuple[list[Any], np.ndarray]:
     """Categorical coding in first-seen order, at C speed (dict.fromkeys + map)."""
     uniques = list(dict.fromkeys(values))
@@ -160,7 +169,7 @@ def _build_columns(events: list[RawEvent], rank: int, path: str) -> RankTrace:
         ph=ph_col, cat=cat_col.astype(np.int16), name=name_col, pid=pid_col, tid=tid_col,
         correlation=_int_column([a.correlation for a in args]),
         stream=_int_column([a.stream for a in args]),
-        device=_int_column([a.device for a in args]),
+        device=_device_column(args),
         external_id=ext_col, nbytes=bytes_col,
         total_allocated=_float_column([a.total_allocated for a in args]),
         pid_values=pids, tid_values=tids,

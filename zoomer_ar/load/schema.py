@@ -22,6 +22,7 @@ class RawArgs(msgspec.Struct, gc=False):
     correlation: Scalar | None = -1
     stream: Number | str | None = -1
     device: Number | str | None = -1
+    device_id: Scalar | None = msgspec.field(default=-1, name="Device Id")  # [memory] events
     external_id: Scalar | None = msgspec.field(default=-1, name="External id")
     external_id_2021: Scalar | None = msgspec.field(default=-1, name="external id")
     nbytes: Scalar | None = msgspec.field(default=NAN, name="bytes")

@@ -1,0 +1,55 @@
+"""The analysis pipeline: load -> features -> detect, producing the typed `Analysis`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from . import __version__
+from .detect import classify, run_rules
+from .detect.rules import Rule
+from .features import FEATURE_SCHEMA_VERSION, JobFeatures, extract
+from .load import Job, load_job
+from .load.reader import Progress
+from .models import Analysis, Finding
+
+
+def build_analysis(job: Job, jf: JobFeatures, findings: list[Finding]) -> Analysis:
+    features = jf.vector.model_dump()
+    notes = []
+    if not jf.vector.has_accelerator:
+        notes.append("No GPU or accelerator activity in this trace: GPU-side rules were not applied.")
+    elif not jf.vector.has_gpu:
+        notes.append(f"Accelerator {jf.vector.accelerator}: no CUDA/HIP kernels, GPU rules were not applied.")
+    for s in job.info.skipped:
+        notes.append(f"Skipped {s.path}: {s.reason}")
+    for tr in job.ranks:
+        if tr.time_unit_note:
+            notes.append(f"{Path(tr.path).name}: {tr.time_unit_note}")
+    return Analysis(
+        tool_version=__version__,
+        feature_schema_version=FEATURE_SCHEMA_VERSION,
+        job=job.info,
+        features=features | {"per_rank": jf.per_rank},
+        bottleneck=classify(jf.vector),
+        findings=findings,
+        timeline=jf.timeline,
+        notes=notes,
+    )
+
+
+def analyze_job(job: Job, rules: list[Rule] | None = None) -> Analysis:
+    jf = extract(job)
+    findings = run_rules(jf, rules)
+    return build_analysis(job, jf, findings)
+
+
+def analyze_path(
+    path: str | Path,
+    *,
+    name: str | None = None,
+    rules: list[Rule] | None = None,
+    progress_factory: Callable[[Path], Progress | None] | None = None,
+) -> Analysis:
+    job = load_job(path, name=name, progress_factory=progress_factory)
+    return analyze_job(job, rules)

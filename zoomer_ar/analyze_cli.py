@@ -1,0 +1,81 @@
+"""`zoomer-ar analyze`: trace (file or rank folder) -> terminal summary + findings.json, report.md, report.html."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from .analyze import analyze_path
+from .render import render_html, render_markdown, render_text, write_outputs
+from .render.report import findings_json
+
+PROGRESS_MIN_BYTES = 32 << 20
+
+
+def _progress_factory(enabled: bool):
+    if not enabled:
+        return None
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+
+    def factory(path: Path):
+        try:
+            size = path.stat().st_size
+        except OSError:
+            return None
+        if size < PROGRESS_MIN_BYTES:
+            return None
+        progress = Progress(
+            TextColumn("[bold]reading[/] {task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+            TimeRemainingColumn(), transient=True,
+        )
+        progress.start()
+        task = progress.add_task(path.name, total=size)
+
+        def update(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total)
+            if done >= total:
+                progress.stop()
+
+        return update
+
+    return factory
+
+
+@click.command()
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
+              help="Folder for findings.json, report.md and report.html (default: zoomer-out/<job>).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "md", "html"]), default="text", show_default=True,
+              help="What to print on stdout.")
+@click.option("--name", default=None, help="Job name (default: the file or folder name).")
+@click.option("--source", "source_dir", type=click.Path(path_type=Path), default=None,
+              help="The training code: map findings to source lines.")
+@click.option("--no-files", is_flag=True, help="Print only; write no report files.")
+@click.option("--progress/--no-progress", default=None, help="Progress bar on long loads (default: when stderr is a terminal).")
+def analyze(path: Path, out_dir: Path | None, fmt: str, name: str | None, source_dir: Path | None, no_files: bool,
+            progress: bool | None) -> None:
+    """Analyse a Kineto trace (a .json/.json.gz file, or a folder of per-rank files as one job)."""
+    show = sys.stderr.isatty() if progress is None else progress
+    analysis = analyze_path(path, name=name, progress_factory=_progress_factory(show))
+    if source_dir is not None:
+        from .sourcemap import map_sources
+
+        analysis = map_sources(analysis, source_dir)
+    if not no_files:
+        target = out_dir or Path("zoomer-out") / analysis.job.name
+        written = write_outputs(analysis, target)
+    if fmt == "json":
+        click.echo(findings_json(analysis), nl=False)
+    elif fmt == "md":
+        click.echo(render_markdown(analysis), nl=False)
+    elif fmt == "html":
+        click.echo(render_html(analysis), nl=False)
+    else:
+        click.echo(render_text(analysis), nl=False)
+        if not no_files:
+            click.echo(f"\nwrote {', '.join(str(p) for p in written.values())}")
+
+
+commands = [analyze]

@@ -1,0 +1,34 @@
+"""Bottleneck type of a job (input-, host-, compute-, memory- or communication-bound) with its shares."""
+
+from __future__ import annotations
+
+from ..features import FeatureVector
+from ..models import Bottleneck
+
+
+def classify(fv: FeatureVector) -> Bottleneck:
+    step = fv.step_ms or 0.0
+    if step <= 0:
+        return Bottleneck(type="unknown", shares={}, summary="no measurable time in this trace")
+    if fv.has_gpu:
+        input_ms = fv.idle_data_ms_per_step or 0.0
+        host_ms = (fv.idle_host_ms_per_step or 0.0) + (fv.idle_sync_ms_per_step or 0.0)
+        comm_ms = fv.exposed_comm_ms_per_step
+        memory_ms = fv.memcpy_htod_ms_per_step + fv.memcpy_dtoh_ms_per_step + fv.memcpy_dtod_ms_per_step + fv.memset_ms_per_step
+        compute_ms = max(0.0, (fv.kernel_ms_per_step or 0.0) - fv.comm_ms_per_step)
+        basis = "GPU time per step"
+    else:
+        input_ms = fv.dataloader_ms_per_step
+        host_ms = 0.0
+        comm_ms = 0.0
+        memory_ms = fv.cpu_copy_ms_per_step
+        compute_ms = max(0.0, step - input_ms - memory_ms)
+        basis = "host time per step (no GPU in this trace)"
+    parts = {"input": input_ms, "host": host_ms, "communication": comm_ms, "memory": memory_ms, "compute": compute_ms}
+    total = sum(parts.values()) or 1.0
+    shares = {k: round(100.0 * v / total, 2) for k, v in parts.items()}
+    kind = max(parts, key=lambda k: parts[k])
+    label = {"input": "input-bound", "host": "host-bound", "communication": "communication-bound",
+             "memory": "memory-bound", "compute": "compute-bound"}[kind]
+    summary = f"{label}: {shares[kind]:.0f}% of {basis} ({parts[kind]:.2f} ms of {step:.2f} ms per step)"
+    return Bottleneck(type=label, shares=shares, summary=summary)  # type: ignore[arg-type]

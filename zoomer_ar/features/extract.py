@@ -1,0 +1,220 @@
+"""Feature extraction for a whole job: per-rank features, cross-rank features, evidence."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..load import Job
+from ..models import EvidenceEvent, TimelineBin
+from .names import supports_tf32
+from .rank import RankFeatures, rank_features
+from .schema import FEATURE_SCHEMA_VERSION, FeatureVector
+
+
+@dataclass
+class JobFeatures:
+    """The features stage's output: the feature vector plus the evidence behind it."""
+
+    vector: FeatureVector
+    evidence: dict[str, list[EvidenceEvent]] = field(default_factory=dict)
+    per_rank: list[dict[str, Any]] = field(default_factory=list)
+    timeline: list[TimelineBin] = field(default_factory=list)
+    schema_version: str = FEATURE_SCHEMA_VERSION
+
+
+def _mean(values: list[float | None]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return float(np.mean(vals)) if vals else None
+
+
+def _sum(values: list[Any]) -> float:
+    return float(sum(v for v in values if v is not None))
+
+
+def _per_step(rfs: list[RankFeatures], key: str) -> float:
+    """Mean over ranks of (rank total / rank steps)."""
+    vals = [rf.v.get(key, 0.0) / rf.v["n_steps"] for rf in rfs if rf.v.get(key) is not None]
+    return float(np.mean(vals)) if vals else 0.0
+
+
+def _per_step_opt(rfs: list[RankFeatures], key: str) -> float | None:
+    vals = [rf.v[key] / rf.v["n_steps"] for rf in rfs if rf.v.get(key) is not None]
+    return float(np.mean(vals)) if vals else None
+
+
+def _cross_rank(rfs: list[RankFeatures], out: dict[str, Any]) -> dict[str, list[EvidenceEvent]]:
+    evidence: dict[str, list[EvidenceEvent]] = {}
+    if len(rfs) < 2:
+        return evidence
+    steps = np.array([rf.v["step_ms"] for rf in rfs])
+    compute = np.array([rf.v.get("compute_ms_total", 0.0) / rf.v["n_steps"] for rf in rfs])
+    ranks = [rf.rank for rf in rfs]
+    if np.median(steps) > 0:
+        out["rank_step_ms_max_over_median"] = float(steps.max() / np.median(steps))
+    if compute.max() > 0:
+        med = float(np.median(compute))
+        out["rank_compute_ms_max_over_median"] = float(compute.max() / med) if med > 0 else None
+        out["rank_compute_cv"] = float(compute.std() / compute.mean()) if compute.mean() > 0 else None
+        out["compute_imbalance_ms_per_step"] = float(compute.max() - med)
+        heavy = int(np.argmax(compute))
+        evidence["imbalance"] = [
+            EvidenceEvent(
+                name=f"rank {ranks[j]} compute {compute[j]:.3f} ms/step",
+                rank=ranks[j], ts_ms=0.0, dur_ms=round(float(compute[j]), 4), category="rank",
+                detail="most compute" if j == heavy else "",
+            )
+            for j in np.argsort(-compute)[:5]
+        ]
+        out["slowest_rank"] = ranks[heavy]
+    # straggler: match the k-th collective of each type across ranks; the shortest one arrived last
+    by_type: dict[str, list[list[tuple[float, float]]]] = {}
+    for rf in rfs:
+        per: dict[str, list[tuple[float, float]]] = {}
+        for ctype, ts, dur in rf.collectives:
+            per.setdefault(ctype, []).append((ts, dur))
+        for ctype in set(per) | set(by_type):
+            by_type.setdefault(ctype, [[] for _ in range(len(rfs))])
+        for ctype, lst in per.items():
+            by_type[ctype][rfs.index(rf)] = lst
+    caused = np.zeros(len(rfs))  # wait the others spent because this rank was last
+    last_count = np.zeros(len(rfs))
+    matched = 0
+    worst: list[tuple[float, str, int, int]] = []
+    for ctype, lists in by_type.items():
+        n = min(len(x) for x in lists)
+        for k in range(n):
+            durs = np.array([lists[r][k][1] for r in range(len(rfs))])
+            last = int(np.argmin(durs))
+            wait = durs - durs[last]
+            caused[last] += wait.sum() / max(len(rfs) - 1, 1)
+            last_count[last] += 1
+            matched += 1
+            worst.append((float(wait.max()), ctype, k, last))
+    if matched:
+        s = int(np.argmax(caused))
+        out["slowest_rank"] = ranks[s]
+        n_steps = np.mean([rf.v["n_steps"] for rf in rfs])
+        out["straggler_wait_ms_per_step"] = float(caused[s] / 1000.0 / n_steps)
+        out["straggler_last_share"] = float(last_count[s] / matched)
+        worst.sort(reverse=True)
+        evidence["straggler"] = [
+            EvidenceEvent(
+                name=f"{ctype} #{k}: others waited up to {w / 1000.0:.3f} ms for rank {ranks[last]}",
+                rank=ranks[last], ts_ms=0.0, dur_ms=round(w / 1000.0, 4), category="collective",
+                detail=f"rank {ranks[last]} had the shortest {ctype}: it arrived last",
+            )
+            for w, ctype, k, last in worst[:5]
+        ]
+    return evidence
+
+
+def _finite(values: dict[str, Any]) -> dict[str, Any]:
+    """NaN/inf are not measurements: report them as not measurable (None), or 0 where a number is required."""
+    out = {}
+    for k, v in values.items():
+        if isinstance(v, float) and not np.isfinite(v):
+            field = FeatureVector.model_fields.get(k)
+            v = None if field is not None and field.default is None else 0.0
+        out[k] = v
+    return out
+
+
+def extract(job: Job, devices: list[str] | None = None) -> JobFeatures:
+    rfs = [rank_features(tr) for tr in job.ranks]
+    first = rfs[0]
+    devs = sorted({d for r in job.info.ranks for d in r.devices} | set(devices or []))
+    accel = next((r.accelerator for r in job.info.ranks if r.accelerator not in ("none", "unknown")), "none")
+    out: dict[str, Any] = {
+        "world_size": job.info.world_size,
+        "n_ranks": len(rfs),
+        "has_gpu": any(rf.v.get("has_gpu") for rf in rfs),
+        "has_accelerator": any(rf.v.get("has_accelerator") for rf in rfs),
+        "accelerator": accel,
+        "tf32_capable": bool(devs) and all(supports_tf32(d) for d in devs),
+        "has_python_stacks": any(rf.v.get("has_python_stacks") for rf in rfs),
+        "profiler_steps": max(rf.v["profiler_steps"] for rf in rfs),
+        "wall_ms": max(rf.v["wall_ms"] for rf in rfs),
+        "step_ms": float(np.mean([rf.v["step_ms"] for rf in rfs])),
+        "step_ms_p50": _mean([rf.v.get("step_ms_p50") for rf in rfs]),
+        "step_ms_p95": _mean([rf.v.get("step_ms_p95") for rf in rfs]),
+        "step_ms_cv": _mean([rf.v.get("step_ms_cv") for rf in rfs]),
+        "gpu_busy_pct": _mean([rf.v.get("gpu_busy_pct") for rf in rfs]),
+        "gpu_busy_pct_steady": _mean([rf.v.get("gpu_busy_pct_steady") for rf in rfs]),
+        "gpu_span_ms": max([rf.v["gpu_span_ms"] for rf in rfs if "gpu_span_ms" in rf.v], default=None),
+        "kernel_count": int(_sum([rf.v.get("kernel_count", 0) for rf in rfs])),
+        "kernel_dur_p50_us": _mean([rf.v.get("kernel_dur_p50_us") for rf in rfs]),
+        "kernel_dur_p90_us": _mean([rf.v.get("kernel_dur_p90_us") for rf in rfs]),
+        "short_kernel_share": _mean([rf.v.get("short_kernel_share") for rf in rfs]),
+        "launch_count": int(_sum([rf.v.get("launch_count", 0) for rf in rfs])),
+        "launch_dur_p50_us": _mean([rf.v.get("launch_dur_p50_us") for rf in rfs]),
+        "kernel_to_launch_ratio": _mean([rf.v.get("kernel_to_launch_ratio") for rf in rfs]),
+        "idle_short_gap_share": _mean([rf.v.get("idle_short_gap_share") for rf in rfs]),
+        "host_idle_share": _mean([rf.v.get("host_idle_share") for rf in rfs]),
+        "comm_overlap_pct": _mean([rf.v.get("comm_overlap_pct") for rf in rfs]),
+        "slowest_rank": first.rank if len(rfs) == 1 else None,
+        "dataloader_workers": (
+            any(rf.v.get("dataloader_workers") for rf in rfs)
+            if any(rf.v.get("dataloader_workers") is not None for rf in rfs) else None
+        ),
+        "memory_growth_bytes_per_step": max(
+            [rf.v["memory_growth_bytes_per_step"] for rf in rfs if rf.v.get("memory_growth_bytes_per_step") is not None],
+            default=None,
+        ),
+        "memory_growth_pct": max([rf.v["memory_growth_pct"] for rf in rfs if rf.v.get("memory_growth_pct") is not None], default=None),
+        "memory_growth_monotonic": (
+            all(rf.v["memory_growth_monotonic"] for rf in rfs if rf.v.get("memory_growth_monotonic") is not None)
+            if any(rf.v.get("memory_growth_monotonic") is not None for rf in rfs) else None
+        ),
+        "memory_peak_bytes": max([rf.v["memory_peak_bytes"] for rf in rfs if rf.v.get("memory_peak_bytes") is not None], default=None),
+        "fp32_gemm_share": _mean([rf.v.get("fp32_gemm_share") for rf in rfs]),
+        "misaligned_gemm_share": _mean([rf.v.get("misaligned_gemm_share") for rf in rfs]),
+    }
+    for key in ("memcpy_htod_count", "memcpy_dtoh_count", "memcpy_dtod_count", "memcpy_pageable_count", "memset_count",
+                "sync_calls", "item_calls", "optimizer_steps", "optimizer_single_tensor_frames",
+                "optimizer_foreach_ops", "optimizer_per_param_ops", "zero_grad_calls", "zero_grad_fill_ops",
+                "allocator_calls", "comm_kernel_count", "memory_events", "misaligned_gemm_ops", "conv_bias_bn_pairs"):
+        out[key] = int(_sum([rf.v.get(key, 0) for rf in rfs]))
+    has_gpu = out["has_gpu"]
+    out["memcpy_dtod_pct_of_gpu_span"] = _mean([rf.v.get("memcpy_dtod_pct_of_gpu_span") for rf in rfs]) or 0.0
+    per_step_keys = {
+        "gpu_idle_ms_per_step": "gpu_idle_ms_total", "idle_host_ms_per_step": "idle_host_ms_total",
+        "idle_sync_ms_per_step": "idle_sync_ms_total", "idle_data_ms_per_step": "idle_data_ms_total",
+        "idle_other_ms_per_step": "idle_other_ms_total", "kernel_ms_per_step": "kernel_ms_total",
+        "launch_ms_per_step": "launch_ms_total",
+    }
+    for out_key, key in per_step_keys.items():
+        out[out_key] = _per_step_opt(rfs, key) if has_gpu else None
+    kps = [rf.v["kernel_count"] / rf.v["n_steps"] for rf in rfs if "kernel_count" in rf.v]
+    out["kernels_per_step"] = float(np.mean(kps)) if kps and has_gpu else None
+    for out_key, key in {
+        "memcpy_htod_ms_per_step": "memcpy_htod_ms_total", "memcpy_dtoh_ms_per_step": "memcpy_dtoh_ms_total",
+        "memcpy_dtod_ms_per_step": "memcpy_dtod_ms_total", "memcpy_pageable_ms_per_step": "memcpy_pageable_ms_total",
+        "memset_ms_per_step": "memset_ms_total", "sync_blocked_ms_per_step": "sync_blocked_ms_total",
+        "dataloader_ms_per_step": "dataloader_ms_total", "optimizer_ms_per_step": "optimizer_ms_total",
+        "zero_grad_fill_ms_per_step": "zero_grad_fill_ms_total", "comm_ms_per_step": "comm_ms_total",
+        "exposed_comm_ms_per_step": "exposed_comm_ms_total", "gemm_ms_per_step": "gemm_ms_total",
+        "fp32_gemm_ms_per_step": "fp32_gemm_ms_total", "misaligned_gemm_ms_per_step": "misaligned_gemm_ms_total",
+        "conv_bias_ms_per_step": "conv_bias_ms_total", "cpu_copy_ms_per_step": "cpu_copy_ms_total",
+        "cpu_copy_ops_per_step": "cpu_copy_ops", "factory_then_move_per_step": "factory_then_move",
+        "sync_calls_per_step": "sync_calls", "item_calls_per_step": "item_calls",
+    }.items():
+        out[out_key] = _per_step(rfs, key)
+    out["allocator_calls_per_step"] = float(np.mean([rf.v.get("allocator_calls_per_step", 0.0) for rf in rfs]))
+    out["allocator_ms_per_step"] = float(np.mean([rf.v.get("allocator_ms_per_step", 0.0) for rf in rfs]))
+    out["dataloader_pct"] = 100.0 * out["dataloader_ms_per_step"] / out["step_ms"] if out["step_ms"] > 0 else 0.0
+    evidence = _cross_rank(rfs, out)
+    for rf in rfs:
+        for key, evs in rf.evidence.items():
+            evidence.setdefault(key, []).extend(evs)
+    for key, evs in evidence.items():
+        evs.sort(key=lambda e: -e.dur_ms)
+        evidence[key] = evs[:8]
+    vector = FeatureVector(**_finite(out))
+    per_rank = [
+        {k: (round(v, 6) if isinstance(v, float) else v) for k, v in rf.v.items() if not k.startswith("_")} | {"rank": rf.rank}
+        for rf in rfs
+    ]
+    return JobFeatures(vector=vector, evidence=evidence, per_rank=per_rank, timeline=first.timeline)

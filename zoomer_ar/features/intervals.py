@@ -1,0 +1,61 @@
+"""Vectorised interval arithmetic on (start, end) arrays (microseconds)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Merge overlapping intervals; returns sorted disjoint (starts, ends)."""
+    if starts.size == 0:
+        return np.empty(0), np.empty(0)
+    order = np.argsort(starts, kind="stable")
+    s = starts[order]
+    e = ends[order]
+    running_end = np.maximum.accumulate(e)
+    # a new block starts where the interval begins after everything before it has ended
+    new_block = np.empty(s.size, dtype=bool)
+    new_block[0] = True
+    new_block[1:] = s[1:] > running_end[:-1]
+    block_id = np.cumsum(new_block) - 1
+    out_s = s[new_block]
+    out_e = np.zeros(out_s.size)
+    np.maximum.at(out_e, block_id, running_end)
+    out_e = np.maximum(out_e, out_s)
+    return out_s, out_e
+
+
+def total(starts: np.ndarray, ends: np.ndarray) -> float:
+    """Length of the union of the intervals."""
+    s, e = union(starts, ends)
+    return float((e - s).sum())
+
+
+def intersection_total(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> float:
+    """Total length of the intersection of two disjoint sorted interval sets (outputs of `union`)."""
+    return float(overlap_with(a[0], a[1], b).sum())
+
+
+def overlap_with(
+    starts: np.ndarray, ends: np.ndarray, cover: tuple[np.ndarray, np.ndarray]
+) -> np.ndarray:
+    """Per interval [starts[i], ends[i]]: how much of it is covered by the disjoint sorted set `cover`."""
+    c_s, c_e = cover
+    if c_s.size == 0 or starts.size == 0:
+        return np.zeros(starts.size)
+    cum = np.concatenate([[0.0], np.cumsum(c_e - c_s)])
+
+    def covered_until(t: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(c_s, t, side="right")
+        km1 = np.maximum(k - 1, 0)
+        partial = np.minimum(np.clip(t - c_s[km1], 0, None), c_e[km1] - c_s[km1])
+        return np.where(k > 0, cum[km1] + partial, 0.0)
+
+    return covered_until(ends) - covered_until(starts)
+
+
+def gaps(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Gaps between consecutive disjoint sorted intervals."""
+    if s.size < 2:
+        return np.empty(0), np.empty(0)
+    return e[:-1], s[1:]

@@ -1,0 +1,602 @@
+"""Per-rank feature extraction: everything that can be measured inside one rank's trace."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..load.columns import INT_NONE, PH_COMPLETE, PH_INSTANT, RankTrace
+from ..models import EvidenceEvent, TimelineBin
+from . import intervals as iv
+from . import names as N
+from .frames import FrameIndex
+
+TOL_US = 50.0  # tolerance when relating host calls to GPU idle edges
+EVIDENCE_PER_KIND = 5
+
+
+@dataclass
+class RankFeatures:
+    rank: int
+    v: dict[str, Any] = field(default_factory=dict)
+    evidence: dict[str, list[EvidenceEvent]] = field(default_factory=dict)
+    collectives: list[tuple[str, float, float]] = field(default_factory=list)  # (type, ts, dur) in order
+    timeline: list[TimelineBin] = field(default_factory=list)
+
+
+def _pct(values: np.ndarray, q: float) -> float | None:
+    return float(np.percentile(values, q)) if values.size else None
+
+
+class _Ctx:
+    """Shared per-rank state: masks, step windows, frame index, evidence builder."""
+
+    def __init__(self, trace: RankTrace):
+        self.t = trace
+        self.x = trace.ph == PH_COMPLETE
+        self.end = trace.ts + trace.dur
+        self.frames = FrameIndex(trace)
+        host = trace.mask_cat(*N.HOST_CATS) & self.x
+        gpu = trace.mask_cat(*N.GPU_CATS) & self.x
+        allx = self.x & ~trace.mask_cat("Trace")
+        self.t0 = float(trace.ts[allx].min()) if allx.any() else 0.0
+        self.t1 = float(self.end[allx].max()) if allx.any() else 0.0
+        self.host = host
+        self.gpu = gpu
+        self.gpu_cats = set(trace.cat_code(*N.GPU_CATS))
+        self.launch_lookup: tuple[np.ndarray, np.ndarray] | None = None
+        self.ext_time: tuple[np.ndarray, np.ndarray] | None = None
+
+    def launcher(self, i: int) -> int | None:
+        """The host runtime call that launched GPU event i (by correlation id)."""
+        if self.launch_lookup is None or self.t.correlation[i] == INT_NONE:
+            return None
+        corr, idx = self.launch_lookup
+        pos = int(np.searchsorted(corr, self.t.correlation[i]))
+        if pos < corr.size and corr[pos] == self.t.correlation[i]:
+            return int(idx[pos])
+        return None
+
+    def name_mask(self, pred, base: np.ndarray | None = None) -> np.ndarray:
+        m = self.t.mask_names(pred)
+        return m & (self.x if base is None else base)
+
+    def ev(self, i: int, detail: str = "", frames: bool = True) -> EvidenceEvent:
+        t = self.t
+        stream = int(t.stream[i]) if t.stream[i] != INT_NONE else None
+        return EvidenceEvent(
+            name=t.name_of(i)[:300],
+            rank=t.rank,
+            ts_ms=round((float(t.ts[i]) - self.t0) / 1000.0, 4),
+            dur_ms=round(float(t.dur[i]) / 1000.0, 4),
+            stream=stream,
+            category=t.cat_of(i),
+            detail=detail,
+            frames=self._frames(i) if frames else [],
+        )
+
+    def _frames(self, i: int):
+        if int(self.t.cat[i]) in self.gpu_cats:
+            j = self.launcher(i)
+            return self.frames.frames_for(j) if j is not None else []
+        return self.frames.frames_for(i)
+
+    def worst(self, idx: np.ndarray, key: np.ndarray | None = None, k: int = EVIDENCE_PER_KIND, detail=None):
+        if idx.size == 0:
+            return []
+        key = self.t.dur[idx] if key is None else key
+        top = idx[np.argsort(-key, kind="stable")[:k]]
+        return [self.ev(int(i), detail(int(i)) if detail else "") for i in top]
+
+
+def _steps(c: _Ctx, rf: RankFeatures) -> tuple[np.ndarray, np.ndarray]:
+    t = c.t
+    cpu_side = ~t.mask_cat("gpu_user_annotation")
+    m = c.name_mask(N.is_profiler_step) & cpu_side
+    idx = np.flatnonzero(m)
+    idx = idx[np.argsort(t.ts[idx], kind="stable")]
+    starts, ends = t.ts[idx], c.end[idx]
+    durs = t.dur[idx] / 1000.0
+    rf.v["profiler_steps"] = int(idx.size)
+    rf.v["wall_ms"] = (c.t1 - c.t0) / 1000.0
+    if idx.size:
+        rf.v["step_ms"] = float(durs.mean())
+        rf.v["step_ms_p50"] = float(np.median(durs))
+        rf.v["step_ms_p95"] = float(np.percentile(durs, 95))
+        rf.v["step_ms_cv"] = float(durs.std() / durs.mean()) if durs.mean() > 0 else None
+    else:
+        rf.v["step_ms"] = rf.v["wall_ms"]
+    rf.v["n_steps"] = max(1, int(idx.size))
+    return starts, ends
+
+
+def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarray) -> None:
+    t = c.t
+    v = rf.v
+    n_steps = v["n_steps"]
+    gpu_idx = np.flatnonzero(c.gpu)
+    accel_idx = np.flatnonzero(t.mask_cat(*N.ACCEL_ONLY_CATS) & c.x)
+    v["has_gpu"] = bool(gpu_idx.size)
+    v["has_accelerator"] = bool(gpu_idx.size or accel_idx.size)
+    if not gpu_idx.size:
+        return
+    gs, ge = t.ts[gpu_idx], c.end[gpu_idx]
+    us, ue = iv.union(gs, ge)
+    span = float(ue.max() - us.min())
+    busy = float((ue - us).sum())
+    v["gpu_span_ms"] = span / 1000.0
+    v["gpu_busy_pct"] = 100.0 * busy / span if span > 0 else 100.0
+    v["_gpu_union"] = (us, ue)
+    # steady-state per-step busy: GPU-side step annotations if present, else CPU step windows
+    gpu_steps = np.flatnonzero(c.name_mask(N.is_profiler_step) & t.mask_cat("gpu_user_annotation"))
+    if gpu_steps.size >= 2:
+        order = np.argsort(t.ts[gpu_steps])
+        ws, we = t.ts[gpu_steps][order], c.end[gpu_steps][order]
+    elif step_starts.size >= 2:
+        ws = step_starts
+        we = np.append(step_starts[1:], max(step_ends[-1], float(ue.max())))
+    else:
+        ws = we = np.empty(0)
+    if ws.size:
+        per = iv.overlap_with(ws, we, (us, ue)) / np.maximum(we - ws, 1e-9) * 100.0
+        per = per[1:] if per.size >= 3 else per
+        v["gpu_busy_pct_steady"] = float(np.median(per))
+    # timeline bins for the report
+    bins = 120
+    edges = np.linspace(float(us.min()), float(ue.max()), bins + 1)
+    cov = iv.overlap_with(edges[:-1], edges[1:], (us, ue)) / np.maximum(np.diff(edges), 1e-9) * 100.0
+    rf.timeline = [
+        TimelineBin(t_ms=round((float(a) - c.t0) / 1000.0, 3), busy_pct=round(float(b), 2))
+        for a, b in zip(edges[:-1], cov)
+    ]
+
+    # --- kernels / launches
+    kern = np.flatnonzero(t.mask_cat(*N.KERNEL_CATS) & c.x)
+    kd = t.dur[kern]
+    v["kernel_count"] = int(kern.size)
+    v["kernel_ms_total"] = float(kd.sum()) / 1000.0
+    v["kernel_dur_p50_us"] = _pct(kd, 50)
+    v["kernel_dur_p90_us"] = _pct(kd, 90)
+    v["short_kernel_share"] = float((kd < 10.0).mean()) if kd.size else None
+    runtime = t.mask_cat(*N.RUNTIME_CATS) & c.x
+    launch = np.flatnonzero(c.name_mask(N.is_launch, runtime))
+    v["launch_count"] = int(launch.size)
+    v["launch_dur_p50_us"] = _pct(t.dur[launch], 50)
+    v["launch_ms_total"] = float(t.dur[launch].sum()) / 1000.0
+    if v["kernel_dur_p50_us"] is not None and v["launch_dur_p50_us"]:
+        v["kernel_to_launch_ratio"] = v["kernel_dur_p50_us"] / v["launch_dur_p50_us"]
+
+    # --- idle gaps and their causes
+    g0, g1 = iv.gaps(us, ue)
+    glen = g1 - g0
+    idle_total = float(glen.sum())
+    v["gpu_idle_ms_total"] = idle_total / 1000.0
+    v["idle_short_gap_share"] = float(glen[glen < 50.0].sum() / idle_total) if idle_total > 0 else None
+    data_part = np.zeros(glen.size)
+    dl = np.flatnonzero(c.name_mask(N.is_dataloader_next))
+    if dl.size and glen.size:
+        data_part = np.minimum(iv.overlap_with(g0, g1, iv.union(t.ts[dl], c.end[dl])), glen)
+    rest = glen - data_part
+    # next GPU op after each gap and the host call that launched it
+    order = np.argsort(gs, kind="stable")
+    sorted_starts = gs[order]
+    nxt = gpu_idx[order][np.clip(np.searchsorted(sorted_starts, g1 - 1e-6), 0, order.size - 1)] if glen.size else np.empty(0, int)
+    rt_idx = np.flatnonzero(runtime)
+    rt_corr = t.correlation[rt_idx]
+    ok = rt_corr != INT_NONE
+    rt_idx, rt_corr = rt_idx[ok], rt_corr[ok]
+    corr_order = np.argsort(rt_corr, kind="stable")
+    rt_corr_sorted = rt_corr[corr_order]
+    launch_end = np.full(glen.size, np.nan)
+    if glen.size and rt_corr_sorted.size:
+        want = t.correlation[nxt]
+        pos = np.clip(np.searchsorted(rt_corr_sorted, want), 0, rt_corr_sorted.size - 1)
+        hit = (rt_corr_sorted[pos] == want) & (want != INT_NONE)
+        launch_end = np.where(hit, c.end[rt_idx[corr_order[pos]]], np.nan)
+    c.launch_lookup = (rt_corr_sorted, rt_idx[corr_order])
+    # syncs: host calls that block until the GPU drains
+    sync_mask = c.name_mask(lambda n: n in N.SYNC_APIS, runtime)
+    item_mask = c.name_mask(lambda n: n in N.ITEM_OPS, t.mask_cat(*N.CPU_OP_CATS))
+    sync_like = np.flatnonzero(sync_mask | item_mask)
+    sync_caused = np.zeros(glen.size, dtype=bool)
+    if sync_like.size and glen.size:
+        se_order = np.argsort(c.end[sync_like])
+        s_end = c.end[sync_like][se_order]
+        s_start = t.ts[sync_like][se_order]
+        k = np.clip(np.searchsorted(s_end, g0 - TOL_US), 0, s_end.size - 1)
+        sync_caused = (s_end[k] >= g0 - TOL_US) & (s_end[k] <= g1) & (s_start[k] < g0)
+    host_bound = np.nan_to_num(launch_end, nan=-np.inf) > g0 + 1.0
+    sync_part = np.where(sync_caused, rest, 0.0)
+    host_part = np.where(~sync_caused & host_bound, rest, 0.0)
+    other_part = rest - sync_part - host_part
+    v["idle_data_ms_total"] = float(data_part.sum()) / 1000.0
+    v["idle_sync_ms_total"] = float(sync_part.sum()) / 1000.0
+    v["idle_host_ms_total"] = float(host_part.sum()) / 1000.0
+    v["idle_other_ms_total"] = float(other_part.sum()) / 1000.0
+    v["host_idle_share"] = float(host_part.sum() / idle_total) if idle_total > 0 else None
+    if glen.size:
+        top = np.argsort(-glen)[:EVIDENCE_PER_KIND]
+        cause = np.where(data_part >= rest, "data", np.where(sync_caused, "sync", np.where(host_bound, "host", "other")))
+        rf.evidence["idle_gaps"] = [
+            EvidenceEvent(
+                name=f"GPU idle before {t.name_of(int(nxt[j]))[:120]}",
+                rank=t.rank,
+                ts_ms=round((float(g0[j]) - c.t0) / 1000.0, 4),
+                dur_ms=round(float(glen[j]) / 1000.0, 4),
+                category="idle",
+                detail=f"cause: {cause[j]}",
+            )
+            for j in top
+        ]
+        sync_gaps = np.flatnonzero(sync_caused)
+        if sync_gaps.size:
+            rf.evidence["sync_gaps"] = [
+                EvidenceEvent(
+                    name="GPU idle after a host synchronisation",
+                    rank=t.rank,
+                    ts_ms=round((float(g0[j]) - c.t0) / 1000.0, 4),
+                    dur_ms=round(float(glen[j]) / 1000.0, 4),
+                    category="idle",
+                    detail="the queue drained while the host waited, then refilled",
+                )
+                for j in sync_gaps[np.argsort(-glen[sync_gaps])][:EVIDENCE_PER_KIND]
+            ]
+    short = kern[kd < 10.0]
+    if short.size:
+        rf.evidence["short_kernels"] = [c.ev(int(i), "shorter than 10 us", frames=False) for i in short[:EVIDENCE_PER_KIND]]
+
+    # --- memcpy / memset
+    mc = np.flatnonzero(t.mask_cat(*N.MEMCPY_CATS) & c.x)
+    kinds = {code: N.memcpy_kind(t.names[code]) for code in np.unique(t.name[mc]).tolist()}
+    pageable = {code for code in kinds if N.is_pageable(t.names[code])}
+    kind_arr = np.array([kinds[int(x)] for x in t.name[mc]], dtype=object) if mc.size else np.empty(0, object)
+    for kind in ("htod", "dtoh", "dtod"):
+        sel = mc[kind_arr == kind] if mc.size else mc
+        v[f"memcpy_{kind}_count"] = int(sel.size)
+        v[f"memcpy_{kind}_ms_total"] = float(t.dur[sel].sum()) / 1000.0
+    v["memcpy_dtod_pct_of_gpu_span"] = 100.0 * v["memcpy_dtod_ms_total"] * 1000.0 / span if span > 0 else 0.0
+    pg = mc[np.isin(t.name[mc], np.array(sorted(pageable), dtype=np.int32))] if pageable else mc[:0]
+    v["memcpy_pageable_count"] = int(pg.size)
+    v["memcpy_pageable_ms_total"] = float(t.dur[pg].sum()) / 1000.0
+    ms = np.flatnonzero(t.mask_cat(*N.MEMSET_CATS) & c.x)
+    v["memset_count"] = int(ms.size)
+    v["memset_ms_total"] = float(t.dur[ms].sum()) / 1000.0
+    if mc.size:
+        dtod = mc[kind_arr == "dtod"]
+        rf.evidence["dtod"] = c.worst(dtod, detail=lambda i: f"{t.nbytes[i]:.0f} bytes" if t.nbytes[i] == t.nbytes[i] else "")
+        rf.evidence["pageable"] = c.worst(pg, detail=lambda i: f"{t.nbytes[i]:.0f} bytes" if t.nbytes[i] == t.nbytes[i] else "")
+
+    # --- communication
+    comm_codes = t.name_codes(N.is_comm_kernel)
+    is_comm = np.isin(t.name[kern], comm_codes) if comm_codes.size else np.zeros(kern.size, bool)
+    comm = kern[is_comm]
+    compute = kern[~is_comm]
+    v["comm_kernel_count"] = int(comm.size)
+    comp_u = iv.union(t.ts[compute], c.end[compute])
+    v["compute_ms_total"] = float((comp_u[1] - comp_u[0]).sum()) / 1000.0
+    if comm.size:
+        comm_u = iv.union(t.ts[comm], c.end[comm])
+        comm_total = float((comm_u[1] - comm_u[0]).sum())
+        overlap = iv.intersection_total(comm_u, comp_u)
+        v["comm_ms_total"] = comm_total / 1000.0
+        v["comm_overlap_pct"] = 100.0 * overlap / comm_total if comm_total > 0 else None
+        v["exposed_comm_ms_total"] = (comm_total - overlap) / 1000.0
+        exposed_each = t.dur[comm] - iv.overlap_with(t.ts[comm], c.end[comm], comp_u)
+        rf.evidence["comm"] = c.worst(comm, key=exposed_each, detail=lambda i: "collective not overlapped by compute")
+        order = np.argsort(t.ts[comm], kind="stable")
+        rf.collectives = [
+            (N.collective_type(t.name_of(int(i))), float(t.ts[i]), float(t.dur[i])) for i in comm[order]
+        ]
+    else:
+        v["comm_ms_total"] = 0.0
+        v["exposed_comm_ms_total"] = 0.0
+
+    # --- GEMM kernels (precision)
+    gemm_codes = t.name_codes(N.is_gemm_kernel)
+    gemm = kern[np.isin(t.name[kern], gemm_codes)] if gemm_codes.size else kern[:0]
+    gemm = gemm[~np.isin(t.name[gemm], comm_codes)] if comm_codes.size else gemm
+    v["gemm_ms_total"] = float(t.dur[gemm].sum()) / 1000.0
+    fp32_codes = t.name_codes(N.is_fp32_gemm_kernel)
+    fp32 = gemm[np.isin(t.name[gemm], fp32_codes)] if fp32_codes.size else gemm[:0]
+    v["fp32_gemm_ms_total"] = float(t.dur[fp32].sum()) / 1000.0
+    v["_gemm_source"] = "kernels"
+    if gemm.size:
+        v["fp32_gemm_share"] = float(t.dur[fp32].sum() / max(t.dur[gemm].sum(), 1e-9))
+        rf.evidence["fp32_gemm"] = c.worst(fp32, detail=lambda i: "FP32 GEMM kernel (no TF32/half precision)")
+
+    # --- allocator calls in steady-state steps
+    alloc = np.flatnonzero(c.name_mask(lambda n: n in N.ALLOCATOR_APIS, runtime))
+    if step_starts.size >= 2:
+        steady_start = step_starts[1]
+        in_steady = (t.ts[alloc] >= steady_start) & (t.ts[alloc] <= step_ends[-1])
+        alloc = alloc[in_steady]
+        steady_steps = step_starts.size - 1
+    else:
+        steady_steps = 1
+    v["allocator_calls"] = int(alloc.size)
+    v["allocator_calls_per_step"] = alloc.size / steady_steps
+    v["allocator_ms_per_step"] = float(t.dur[alloc].sum()) / 1000.0 / steady_steps
+    rf.evidence["allocator"] = c.worst(alloc)
+
+
+def _host(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarray) -> None:
+    t = c.t
+    v = rf.v
+    cpu_ops = t.mask_cat(*N.CPU_OP_CATS) & c.x
+    runtime = t.mask_cat(*N.RUNTIME_CATS) & c.x
+    # syncs
+    sync = np.flatnonzero(c.name_mask(lambda n: n in N.SYNC_APIS, runtime))
+    v["sync_calls"] = int(sync.size)
+    v["sync_blocked_ms_total"] = float(t.dur[sync].sum()) / 1000.0
+    item = np.flatnonzero(c.name_mask(lambda n: n in N.ITEM_OPS, cpu_ops))
+    if item.size == 0:
+        item = np.flatnonzero(c.name_mask(lambda n: n in N.ITEM_FALLBACK_OPS, cpu_ops))
+    v["item_calls"] = int(item.size)
+    item_outer = np.flatnonzero(c.name_mask(lambda n: n in N.ITEM_FALLBACK_OPS, cpu_ops))
+    rf.evidence["sync"] = c.worst(np.concatenate([sync, item_outer if item_outer.size else item]))
+    # dataloader
+    dl = np.flatnonzero(c.name_mask(N.is_dataloader_next))
+    v["dataloader_ms_total"] = float(t.dur[dl].sum()) / 1000.0
+    v["dataloader_calls"] = int(dl.size)
+    if dl.size:
+        v["dataloader_workers"] = any("MultiProcessing" in t.name_of(int(i)) for i in dl[:50])
+    rf.evidence["dataloader"] = c.worst(dl)
+    # optimizer
+    opt = np.flatnonzero(c.name_mask(N.is_optimizer_step))
+    opt = opt[~t.mask_cat("gpu_user_annotation")[opt]]
+    v["optimizer_steps"] = int(opt.size)
+    v["optimizer_ms_total"] = float(t.dur[opt].sum()) / 1000.0
+    inside = _inside(c, opt, cpu_ops)
+    names_inside = [t.names[k] for k in t.name[inside]]
+    foreach = sum(1 for n in names_inside if n.startswith(("aten::_foreach_", "aten::_fused_")))
+    v["optimizer_foreach_ops"] = foreach
+    v["optimizer_per_param_ops"] = sum(
+        1 for n in names_inside if n.startswith("aten::") and not n.startswith(("aten::_foreach_", "aten::_fused_"))
+    )
+    v["optimizer_single_tensor_frames"] = c.frames.names_matching("_single_tensor_")
+    rf.evidence["optimizer"] = c.worst(opt)
+    # zero_grad fills
+    zg = np.flatnonzero(c.name_mask(N.is_zero_grad))
+    zg = zg[~t.mask_cat("gpu_user_annotation")[zg]]
+    v["zero_grad_calls"] = int(zg.size)
+    fills = _inside(c, zg, cpu_ops & t.mask_names(lambda n: n == "aten::zero_"))
+    v["zero_grad_fill_ops"] = int(fills.size)
+    v["zero_grad_fill_ms_total"] = (float(t.dur[fills].sum()) + _gpu_time_of(c, fills)) / 1000.0
+    rf.evidence["zero_grad"] = c.worst(zg) if fills.size else []
+    # host-side copies (outside optimizer and dataloader)
+    copies = np.flatnonzero(cpu_ops & t.mask_names(lambda n: n in N.COPY_OPS))
+    excluded = np.concatenate([opt, dl, zg])
+    if excluded.size and copies.size:
+        cov = iv.union(t.ts[excluded], c.end[excluded])
+        inside_excl = iv.overlap_with(t.ts[copies], c.end[copies], cov) >= t.dur[copies] * 0.999
+        copies = copies[~inside_excl]
+    copies = _outermost(c, copies)
+    v["cpu_copy_ops"] = int(copies.size)
+    v["cpu_copy_ms_total"] = float(t.dur[copies].sum()) / 1000.0
+    # factory op then a move/cast (torch.zeros(n).to(dev))
+    v["factory_then_move"], ftm = _factory_then_move(c, cpu_ops)
+    rf.evidence["copies"] = c.worst(np.concatenate([ftm, copies]).astype(np.int64))
+
+
+def _inside(c: _Ctx, outer: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+    """Indices of candidate events that lie inside any of the `outer` events on the same thread."""
+    t = c.t
+    cand = np.flatnonzero(candidates)
+    if outer.size == 0 or cand.size == 0:
+        return np.empty(0, dtype=np.int64)
+    keep = np.zeros(cand.size, dtype=bool)
+    for tid in np.unique(t.tid[outer]):
+        o = outer[t.tid[outer] == tid]
+        u = iv.union(t.ts[o], c.end[o])
+        sel = t.tid[cand] == tid
+        if sel.any():
+            cs = cand[sel]
+            keep[sel] = iv.overlap_with(t.ts[cs], c.end[cs], u) >= t.dur[cs] * 0.999
+    return cand[keep]
+
+
+def _outermost(c: _Ctx, idx: np.ndarray) -> np.ndarray:
+    """Drop events nested inside another event of the same set on the same thread."""
+    t = c.t
+    if idx.size < 2:
+        return idx
+    keep = np.ones(idx.size, dtype=bool)
+    for tid in np.unique(t.tid[idx]):
+        sel = np.flatnonzero(t.tid[idx] == tid)
+        order = sel[np.argsort(t.ts[idx[sel]], kind="stable")]
+        running_end = -np.inf
+        for j in order:
+            i = idx[j]
+            if c.end[i] <= running_end + 1e-9:
+                keep[j] = False
+            else:
+                running_end = max(running_end, c.end[i])
+    return idx[keep]
+
+
+def _gpu_time_by_op(c: _Ctx, ops: np.ndarray) -> np.ndarray:
+    """Per host op: GPU kernel/memset time it launched (matched by External id), microseconds."""
+    t = c.t
+    if c.ext_time is None:
+        kern = np.flatnonzero(t.mask_cat(*N.KERNEL_CATS, *N.MEMSET_CATS) & c.x)
+        ext = t.external_id[kern]
+        ok = ext != INT_NONE
+        keys, inv = np.unique(ext[ok], return_inverse=True)
+        c.ext_time = (keys, np.bincount(inv, weights=t.dur[kern][ok], minlength=keys.size))
+    keys, times = c.ext_time
+    if ops.size == 0 or keys.size == 0:
+        return np.zeros(ops.size)
+    want = t.external_id[ops]
+    pos = np.clip(np.searchsorted(keys, want), 0, keys.size - 1)
+    return np.where((keys[pos] == want) & (want != INT_NONE), times[pos], 0.0)
+
+
+def _gpu_time_of(c: _Ctx, ops: np.ndarray) -> float:
+    return float(_gpu_time_by_op(c, ops).sum())
+
+
+def _factory_then_move(c: _Ctx, cpu_ops: np.ndarray) -> tuple[int, np.ndarray]:
+    t = c.t
+    to_copy = np.flatnonzero(cpu_ops & t.mask_names(lambda n: n == "aten::_to_copy"))
+    factory = np.flatnonzero(cpu_ops & t.mask_names(lambda n: n in N.FACTORY_OPS))
+    if to_copy.size == 0 or factory.size == 0:
+        return 0, np.empty(0, dtype=np.int64)
+    hits = []
+    for tid in np.unique(t.tid[to_copy]):
+        f = factory[t.tid[factory] == tid]
+        if f.size == 0:
+            continue
+        f_end = c.end[f]
+        order = np.argsort(f_end)
+        f_end_sorted = f_end[order]
+        for i in to_copy[t.tid[to_copy] == tid]:
+            k = np.searchsorted(f_end_sorted, t.ts[i], side="right") - 1
+            if k >= 0 and t.ts[i] - f_end_sorted[k] < 100.0:
+                hits.append(int(i))
+    return len(hits), np.asarray(hits, dtype=np.int64)
+
+
+def _operators(c: _Ctx, rf: RankFeatures) -> None:
+    """Shape/dtype-level features from cpu ops with record_shapes (GEMM precision/alignment, conv+bn)."""
+    t = c.t
+    v = rf.v
+    cpu_ops = t.mask_cat(*N.CPU_OP_CATS) & c.x
+    gemm_ops = np.flatnonzero(cpu_ops & t.mask_names(lambda n: n in N.GEMM_OPS))
+    has_gpu = v.get("has_gpu", False)
+    # op time: GPU kernel time when on a GPU, else host op time
+    op_times = _gpu_time_by_op(c, gemm_ops) if has_gpu else t.dur[gemm_ops]
+    times = dict(zip(gemm_ops.tolist(), op_times.tolist()))
+    misaligned, mis_time, gemm_time, fp32_time, fp32_ops = [], 0.0, 0.0, 0.0, []
+    for i in gemm_ops.tolist():
+        dims = t.input_dims.get(i)
+        types = t.input_type.get(i) or []
+        kn = _gemm_kn(t.name_of(i), dims)
+        dtype = next((x for x in types if isinstance(x, str) and x), "")
+        el = 2 if ("Half" in dtype or "BFloat16" in dtype) else 8 if dtype == "double" else 4 if dtype else 0
+        dur = times[i]
+        gemm_time += dur
+        if dtype == "float":
+            fp32_time += dur
+            fp32_ops.append(i)
+        if kn and el:
+            req = 16 // el
+            if any(x % req for x in kn if x > 0):
+                misaligned.append(i)
+                mis_time += dur
+    v["misaligned_gemm_ops"] = len(misaligned)
+    if gemm_ops.size and gemm_time > 0:
+        v["misaligned_gemm_share"] = mis_time / gemm_time
+        v["misaligned_gemm_ms_total"] = mis_time / 1000.0
+        rf.evidence["misaligned_gemm"] = c.worst(
+            np.asarray(misaligned, dtype=np.int64), detail=lambda i: f"shapes {t.input_dims.get(i)}"
+        )
+        if not has_gpu:  # CPU trace: precision from op dtypes
+            v["gemm_ms_total"] = gemm_time / 1000.0
+            v["fp32_gemm_ms_total"] = fp32_time / 1000.0
+            v["fp32_gemm_share"] = fp32_time / gemm_time
+            v["_gemm_source"] = "host ops"
+            rf.evidence["fp32_gemm"] = c.worst(
+                np.asarray(fp32_ops, dtype=np.int64), detail=lambda i: f"fp32 inputs, shapes {t.input_dims.get(i)}"
+            )
+    # conv (with bias) directly followed by batch norm
+    convs = np.flatnonzero(cpu_ops & t.mask_names(lambda n: n in N.CONV_OPS))
+    pairs: list[int] = []
+    bias_time = 0.0
+    if convs.size:
+        layer = np.flatnonzero(cpu_ops & t.mask_names(lambda n: n in N.LAYER_OPS))
+        for tid in np.unique(t.tid[convs]):
+            lay = layer[t.tid[layer] == tid]
+            lay = lay[np.argsort(t.ts[lay], kind="stable")]
+            lay_ts = t.ts[lay]
+            for i in convs[t.tid[convs] == tid]:
+                dims = t.input_dims.get(int(i))
+                if not (isinstance(dims, list) and len(dims) > 2 and dims[2]):
+                    continue
+                k = np.searchsorted(lay_ts, c.end[i] - 1e-6)
+                # skip ops nested inside the convolution
+                while k < lay.size and lay_ts[k] < c.end[i]:
+                    k += 1
+                if k < lay.size and t.name_of(int(lay[k])) in N.BN_OPS:
+                    pairs.append(int(i))
+        if pairs:
+            adds = np.flatnonzero(cpu_ops & t.mask_names(lambda n: n in ("aten::add_", "aten::add")))
+            bias_adds = _inside(c, np.asarray(pairs), np.isin(np.arange(len(t)), adds))
+            bias_time = (_gpu_time_of(c, bias_adds) if has_gpu else float(t.dur[bias_adds].sum()))
+    v["conv_bias_bn_pairs"] = len(pairs)
+    v["conv_bias_ms_total"] = bias_time / 1000.0
+    rf.evidence["conv_bias"] = c.worst(np.asarray(pairs, dtype=np.int64), detail=lambda i: "convolution with bias feeding batch norm")
+
+
+def _gemm_kn(name: str, dims) -> tuple[int, ...] | None:
+    """(K, N) of a GEMM op from its Input Dims, or None when shapes are missing."""
+    if not isinstance(dims, list):
+        return None
+    try:
+        if name == "aten::mm" and len(dims) >= 2 and len(dims[0]) == 2 and len(dims[1]) == 2:
+            return int(dims[0][1]), int(dims[1][1])
+        if name == "aten::addmm" and len(dims) >= 3 and len(dims[1]) == 2 and len(dims[2]) == 2:
+            return int(dims[1][1]), int(dims[2][1])
+        if name == "aten::bmm" and len(dims) >= 2 and len(dims[0]) == 3 and len(dims[1]) == 3:
+            return int(dims[0][2]), int(dims[1][2])
+        if name == "aten::baddbmm" and len(dims) >= 3 and len(dims[1]) == 3 and len(dims[2]) == 3:
+            return int(dims[1][2]), int(dims[2][2])
+    except (TypeError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _memory(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarray) -> None:
+    t = c.t
+    v = rf.v
+    mem = np.flatnonzero((t.ph == PH_INSTANT) & t.mask_names(lambda n: n == "[memory]"))
+    v["memory_events"] = int(mem.size)
+    tot = t.total_allocated[mem]
+    ok = ~np.isnan(tot)
+    mem, tot = mem[ok], tot[ok]
+    if mem.size == 0:
+        return
+    v["memory_peak_bytes"] = float(tot.max())
+    if step_ends.size < 3:
+        return
+    best = None
+    for dev in np.unique(t.device[mem]):
+        sel = t.device[mem] == dev
+        m_ts, m_tot = t.ts[mem][sel], tot[sel]
+        order = np.argsort(m_ts, kind="stable")
+        m_ts, m_tot = m_ts[order], m_tot[order]
+        k = np.searchsorted(m_ts, step_ends, side="right") - 1
+        valid = k >= 0
+        if valid.sum() < 3:
+            continue
+        level = m_tot[k[valid]]
+        slope = float(np.polyfit(np.arange(level.size), level, 1)[0])
+        growth = 100.0 * (level[-1] - level[0]) / max(level[0], 1.0)
+        mono = bool(np.all(np.diff(level) >= -1024))
+        if best is None or slope > best[0]:
+            best = (slope, growth, mono, int(dev))
+    if best:
+        v["memory_growth_bytes_per_step"], v["memory_growth_pct"], v["memory_growth_monotonic"], dev = best
+        rf.evidence["memory"] = [
+            EvidenceEvent(
+                name=f"allocated memory at step ends (device {dev})",
+                rank=t.rank,
+                ts_ms=round((float(step_ends[0]) - c.t0) / 1000.0, 4),
+                dur_ms=round(float(step_ends[-1] - step_ends[0]) / 1000.0, 4),
+                category="[memory]",
+                detail=f"grows {best[0] / 2**20:.2f} MiB per step ({best[1]:.1f}% over the window)",
+            )
+        ]
+
+
+def rank_features(trace: RankTrace) -> RankFeatures:
+    c = _Ctx(trace)
+    rf = RankFeatures(rank=trace.rank)
+    rf.v["has_python_stacks"] = c.frames.available
+    step_starts, step_ends = _steps(c, rf)
+    _gpu(c, rf, step_starts, step_ends)
+    _host(c, rf, step_starts, step_ends)
+    _operators(c, rf)
+    _memory(c, rf, step_starts, step_ends)
+    return rf

@@ -1,0 +1,87 @@
+"""Report rendering: findings.json, report.md and report.html (self-contained), terminal summary."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+
+from ..models import Analysis
+from ..paths import REPORTS_DIR
+
+
+def _env() -> Environment:
+    env = Environment(
+        loader=FileSystemLoader(str(REPORTS_DIR)),
+        autoescape=select_autoescape(enabled_extensions=("html", "j2.html"), default_for_string=False),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters["ms"] = lambda v: "-" if v is None else f"{v:,.2f} ms"
+    env.filters["pct"] = lambda v: "-" if v is None else f"{v:.1f}%"
+    env.filters["num"] = _num
+    return env
+
+
+def _num(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        if abs(v) >= 1e6:
+            return f"{v:,.0f}"
+        return f"{v:,.3f}".rstrip("0").rstrip(".") if v != int(v) else f"{v:,.0f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
+def _context(analysis: Analysis) -> dict:
+    return {"a": analysis, "findings": analysis.findings, "job": analysis.job, "f": analysis.features}
+
+
+def render_markdown(analysis: Analysis) -> str:
+    return _env().get_template("report.md.j2").render(**_context(analysis))
+
+
+def render_html(analysis: Analysis) -> str:
+    return _env().get_template("report.html.j2").render(**_context(analysis))
+
+
+def render_text(analysis: Analysis) -> str:
+    return _env().get_template("summary.txt.j2").render(**_context(analysis))
+
+
+def atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=str(path.parent), prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def findings_json(analysis: Analysis) -> str:
+    return json.dumps(analysis.model_dump(mode="json"), indent=2, allow_nan=False, default=str) + "\n"
+
+
+def write_outputs(analysis: Analysis, out_dir: Path) -> dict[str, Path]:
+    out = {
+        "findings.json": out_dir / "findings.json",
+        "report.md": out_dir / "report.md",
+        "report.html": out_dir / "report.html",
+    }
+    atomic_write(out["findings.json"], findings_json(analysis))
+    atomic_write(out["report.md"], render_markdown(analysis))
+    atomic_write(out["report.html"], render_html(analysis))
+    return out
