@@ -1,0 +1,126 @@
+"""factory-on-device: tensors created on the CPU and then copied to the GPU."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import libcst as cst
+
+from zoomer_ar.fix import helpers as h
+from zoomer_ar.fix.base import Context, Edit, Example, Fixer
+
+FACTORIES = (
+    "zeros", "ones", "empty", "full", "rand", "randn", "randint", "arange", "linspace", "logspace",
+    "eye", "tensor", "as_tensor", "zeros_like", "ones_like", "empty_like", "full_like",
+)
+RANDOM = {"rand", "randn", "randint"}
+BLOCKING_KWARGS = {"device", "out", "requires_grad", "pin_memory", "generator"}
+
+
+class FactoryOnDevice(Fixer):
+    pattern = "extra-copy"
+    name = "factory-on-device"
+    summary = "torch.zeros/ones/empty/full/rand/arange/tensor(...).to(device) or .cuda(): create the tensor on the device"
+    explanation = """\
+## What it does
+Rewrites a tensor factory whose result is immediately moved to an accelerator,
+`torch.zeros(n).to(device)` / `.to("cuda")` / `.cuda()`, into a factory call with
+`device=...`: `torch.zeros(n, device=device)`. Factories: `zeros`, `ones`, `empty`, `full`,
+`rand`, `randn`, `randint`, `arange`, `linspace`, `logspace`, `eye`, `tensor`, `as_tensor` and
+the `*_like` variants. Only device arguments that are statically recognisable (`"cuda"`,
+`device`, `args.device`, `x.device`, `torch.device("cuda")`, `local_rank`) are rewritten, so
+`.to(torch.float16)` is never touched.
+
+## Why is this bad?
+The tensor is allocated and filled on the CPU, then copied host-to-device through pageable
+memory (`extra-copy` / `pageable-memcpy` in the trace: `Memcpy HtoD (Pageable -> Device)`
+followed by a stall). Created on the device it costs one small fill kernel and no copy.
+
+## Caveats
+For `rand`/`randn`/`randint` the numbers come from the device's generator instead of the CPU
+one: same distribution, different values for a given seed (set the option
+`random=false` to only report those). Factories that already have `device=`, `out=`,
+`requires_grad=` (the result would become a leaf), `pin_memory=` or `generator=` are left alone.
+
+## Example
+```python
+mask = torch.ones(batch, seq).to(device)
+```
+Use instead:
+```python
+mask = torch.ones(batch, seq, device=device)
+```
+"""
+    OPTIONS = {"random": (True, "also rewrite rand/randn/randint (values change for a fixed seed)")}
+
+    VALID = [
+        "import torch\nx = torch.zeros(4, device=device)\n",
+        "import torch\nx = torch.zeros(4).to(torch.float16)\n",
+        "import torch\nx = torch.zeros(4).to(dtype)\n",
+        "import torch\nx = torch.zeros(4).to('cpu')\n",
+        "import torch\nx = torch.zeros(4, requires_grad=True).cuda()\n",
+        "import torch\nx = torch.zeros(4).to(device)  # zoomer: ignore[extra-copy]\n",
+        "import torch\nx = torch.zeros(4).to(other)\n",
+    ]
+    INVALID = [
+        Example(
+            "import torch\nmask = torch.ones(batch, seq).to(device)\n",
+            "import torch\nmask = torch.ones(batch, seq, device=device)\n",
+            message_contains="torch.ones",
+        ),
+        Example(
+            "import torch\nidx = torch.arange(0, n, dtype=torch.long).cuda()\n",
+            'import torch\nidx = torch.arange(0, n, dtype=torch.long, device="cuda")\n',
+            message_contains="copied",
+        ),
+        Example(
+            "import torch\nt = torch.tensor([1.0, 2.0]).to(x.device)\nz = torch.zeros(\n    3,\n    4,\n).to(device='cuda:0')\n",
+            "import torch\nt = torch.tensor([1.0, 2.0], device=x.device)\nz = torch.zeros(\n    3,\n    4,\n    device='cuda:0',\n)\n",
+            message_contains="device=",
+        ),
+        Example(
+            "import torch\nnoise = torch.randn(8).to(device)\n",
+            None,
+            message_contains="randn",
+            options={"random": False},
+        ),
+        Example("import torch\nx = torch.zeros(*shape, **kw).to(device)\n", None, message_contains="**"),
+    ]
+
+    def check(self, ctx: Context) -> Iterable[Edit]:
+        for call in ctx.nodes(cst.Call):
+            m = h.method(call)
+            if m is None or m[1] not in ("to", "cuda") or not isinstance(m[0], cst.Call):
+                continue
+            inner = m[0]
+            factory = next((f for f in FACTORIES if ctx.matches(inner, {f"torch.{f}"}, {f"torch.{f}"})), None)
+            if factory is None:
+                continue
+            device = self._device(ctx, call, m[1])
+            if device is None:
+                continue
+            message = f"torch.{factory}(...) is created on the CPU and copied to the device; create it there with device={device}"
+            if h.has_star(inner) and any(a.star == "**" for a in inner.args):
+                yield self.report(call, message + " (the factory takes **kwargs)")
+                continue
+            if any(h.kwarg(inner, k) is not None for k in BLOCKING_KWARGS):
+                continue
+            if factory in RANDOM and not self.options["random"]:
+                yield self.report(call, message + " (random values would change for a fixed seed)")
+                continue
+            new = h.add_kwargs(inner, [("device", device)])
+            yield self.replace(call, message, {call: new.with_changes(lpar=call.lpar, rpar=call.rpar)})
+
+    @staticmethod
+    def _device(ctx: Context, call: cst.Call, kind: str) -> str | None:
+        """The device expression (source) of ``.to(dev)`` / ``.to(device=dev)`` / ``.cuda()``."""
+        if kind == "cuda":
+            return '"cuda"' if not call.args else None
+        if len(call.args) != 1 or call.args[0].star:
+            return None
+        arg = call.args[0]
+        if arg.keyword is not None and arg.keyword.value != "device":
+            return None
+        if not h.is_device_expr(ctx, arg.value):
+            return None
+        return ctx.code(arg.value)
