@@ -42,12 +42,16 @@ def rank_from_name(path: Path) -> int | None:
     return None
 
 
-def _describe_non_trace(data: bytes) -> str:
+def _describe_non_trace(data: bytes) -> str | None:
     """A one-line reason why a JSON document is not a Kineto trace (only called on the error path)."""
     try:
         doc = msgspec.json.decode(data)
     except msgspec.DecodeError as exc:
         return f"not valid JSON ({exc})"
+    if isinstance(doc, dict) and isinstance(doc.get("traceEvents"), list):
+        return None  # a trace whose events have wrong field types
+    if isinstance(doc, list) and all(isinstance(e, dict) for e in doc[:100]) and doc:
+        return None
     if isinstance(doc, dict):
         if "nodes" in doc and "traceEvents" not in doc:
             return "not a Kineto trace: this is a PyTorch execution trace (has 'nodes', no 'traceEvents')"
@@ -66,7 +70,7 @@ def decode_trace(data: bytes, path: str) -> RawTrace:
         doc = TRACE_DECODER.decode(data)
     except msgspec.ValidationError as exc:
         reason = _describe_non_trace(data)
-        if reason.startswith("not a Kineto trace") or reason.startswith("not valid JSON"):
+        if reason is not None:
             raise InputError(path, reason) from None
         raise InputError(path, f"malformed trace: {exc}") from None
     except msgspec.DecodeError as exc:

@@ -1,0 +1,136 @@
+"""Bad input: one-line error naming the file, exit 2, never a traceback; rank folders skip bad files."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from zoomer_ar.cli import main
+from zoomer_ar.errors import InputError
+from zoomer_ar.load import load_job
+
+MINI = {
+    "schemaVersion": 1,
+    "distributedInfo": {"rank": 3, "world_size": 4},
+    "traceEvents": [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 10, "dur": 5,
+         "args": {"correlation": 7}},
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 20, "dur": 30,
+         "args": {"correlation": 7, "stream": 7, "device": 0}},
+    ],
+}
+
+
+def write(path: Path, payload: bytes) -> Path:
+    path.write_bytes(payload)
+    return path
+
+
+def run_cli(args: list[str], capsys) -> tuple[int, str]:
+    rc = main(args)
+    return rc, capsys.readouterr().err
+
+
+CASES = {
+    "empty.json": (b"", "empty file"),
+    "truncated.json.gz": (gzip.compress(json.dumps(MINI).encode())[:-20], "truncated gzip"),
+    "notjson.json": (b"this is not json", "not valid JSON"),
+    "list.json": (b"[[1, 2], [3, 4]]", "not a Kineto trace"),
+    "other.json": (json.dumps({"hello": 1}).encode(), "not a Kineto trace"),
+    "wrongtype.json": (
+        json.dumps({"traceEvents": [{"ph": "X", "name": "a", "ts": "soon", "dur": 1}]}).encode(), "malformed trace"
+    ),
+    "truncatedjson.json": (json.dumps(MINI).encode()[:-15], "JSON"),
+    "noevents.json": (json.dumps({"traceEvents": []}).encode(), "no events"),
+    "garbage.gz": (b"\x1f\x8b" + b"\x00" * 40, "gzip"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_bad_file_exit_2_one_line(name, tmp_path, capsys):
+    payload, needle = CASES[name]
+    p = write(tmp_path / name, payload)
+    rc, err = run_cli(["analyze", str(p), "--no-files", "--no-progress"], capsys)
+    assert rc == 2
+    assert err.count("\n") == 1, err
+    assert needle in err and name in err
+    assert "Traceback" not in err
+
+
+def test_missing_path(tmp_path, capsys):
+    rc, err = run_cli(["analyze", str(tmp_path / "nope.json"), "--no-files"], capsys)
+    assert rc == 2 and "no such file" in err
+
+
+def test_size_limit_refuses_large_and_bomb(tmp_path, monkeypatch):
+    big = tmp_path / "big.json"
+    big.write_bytes(json.dumps(MINI).encode() + b" " * 5000)
+    bomb = tmp_path / "bomb.json.gz"
+    bomb.write_bytes(gzip.compress(json.dumps(MINI).encode() + b" " * 5_000_000))
+    with pytest.raises(InputError, match="in-memory limit"):
+        load_job(big, max_bytes=2000)
+    with pytest.raises(InputError, match="in-memory limit"):
+        load_job(bomb, max_bytes=100_000)
+
+
+def test_rank_folder_skips_bad_files(tmp_path, capsys):
+    d = tmp_path / "ranks"
+    d.mkdir()
+    for r in range(3):
+        doc = json.loads(json.dumps(MINI))
+        doc["distributedInfo"]["rank"] = r
+        (d / f"rank-{r}.json").write_text(json.dumps(doc))
+    (d / "rank-3.json.gz").write_bytes(gzip.compress(b"{}")[:-5])
+    job = load_job(d)
+    assert [r.rank for r in job.ranks] == [0, 1, 2]
+    assert len(job.info.skipped) == 1 and "truncated" in job.info.skipped[0].reason
+    rc = main(["analyze", str(d), "--out", str(tmp_path / "o"), "--no-progress"])
+    assert rc == 0
+    doc = json.loads((tmp_path / "o" / "findings.json").read_text())
+    assert any("rank-3.json.gz" in n for n in doc["notes"])
+
+
+def test_rank_detection_order(tmp_path):
+    doc = json.loads(json.dumps(MINI))
+    del doc["distributedInfo"]
+    (tmp_path / "worker5.json").write_text(json.dumps(doc))
+    job = load_job(tmp_path / "worker5.json")
+    assert job.ranks[0].rank == 5 and job.info.ranks[0].rank_source == "file name"
+    (tmp_path / "plain.json").write_text(json.dumps(doc))
+    job = load_job(tmp_path / "plain.json")
+    assert job.ranks[0].rank == 0 and job.info.ranks[0].rank_source == "default"
+    (tmp_path / "d.json").write_text(json.dumps(MINI))
+    assert load_job(tmp_path / "d.json").ranks[0].rank == 3
+
+
+def test_nanosecond_timestamps_are_converted(tmp_path):
+    doc = json.loads(json.dumps(MINI))
+    for e in doc["traceEvents"]:
+        e["ts"] = e["ts"] * 1000 + 1_700_000_000_000_000_000
+        e["dur"] = e["dur"] * 1000
+    p = tmp_path / "ns.json"
+    p.write_text(json.dumps(doc))
+    job = load_job(p)
+    assert job.ranks[0].dur.max() == pytest.approx(100.0)
+
+
+def test_chrome_array_format_and_string_ids(tmp_path):
+    events = [dict(e, pid="Spans", tid="") for e in MINI["traceEvents"]]
+    p = tmp_path / "arr.json"
+    p.write_text(json.dumps(events))
+    job = load_job(p)
+    assert len(job.ranks[0]) == 3
+
+
+def test_cli_subprocess_has_no_traceback(tmp_path):
+    p = write(tmp_path / "t.json.gz", gzip.compress(b'{"traceEvents": [')[:-3])
+    proc = subprocess.run([sys.executable, "-m", "zoomer_ar.cli", "analyze", str(p), "--no-files"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and proc.stderr.strip().startswith("zoomer-ar: error:")
