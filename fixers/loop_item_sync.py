@@ -1,0 +1,357 @@
+"""loop-item-sync: host reads of device tensors (.item(), .cpu(), float(loss), print) in a loop."""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+import libcst as cst
+
+from zoomer_ar.fix import helpers as h
+from zoomer_ar.fix.base import Context, Edit, Example, Fixer
+
+SYNC_METHODS = {"item", "cpu", "numpy", "tolist"}
+LOG_CALL = re.compile(r"^(print|(\w+\.)*(logger|logging|log|LOGGER|_logger|logs?)\.(info|debug|warning|warn|error|log)|wandb\.log|(\w+\.)*(add_scalar|add_scalars|set_postfix|set_description|log_metrics))$")
+
+
+def _is_loss_name(expr: cst.CSTNode | None) -> bool:
+    name = h.last_name(expr)
+    return name is not None and "loss" in name.lower()
+
+
+def _tensorish(expr: cst.CSTNode) -> bool:
+    """Statically a tensor for sure enough to call .detach() on it: a loss name/attribute, a
+    loss/criterion call or a torch/F call, or arithmetic with one of those."""
+    if isinstance(expr, (cst.Name, cst.Attribute)):
+        return _is_loss_name(expr)
+    if isinstance(expr, cst.Call):
+        d = h.dotted(expr.func) or ""
+        last = d.split(".")[-1].lower()
+        return "loss" in last or "criterion" in last or d.startswith(("F.", "torch.", "nn.functional."))
+    if isinstance(expr, cst.BinaryOperation):
+        return _tensorish(expr.left) or _tensorish(expr.right)
+    return False
+
+
+def _is_modulo_guard(test: cst.CSTNode) -> bool:
+    return any(isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Modulo) for n in h.walk(test))
+
+
+class LoopItemSync(Fixer):
+    pattern = "sync-point"
+    name = "loop-item-sync"
+    summary = "loss.item() / .cpu() / .numpy() / float(loss) / print(loss) every iteration: accumulate on device, log every N steps"
+    explanation = """\
+## What it does
+Flags host reads of device tensors inside `for`/`while` loop bodies: `.item()`, `.cpu()`,
+`.numpy()`, `.tolist()`, `.to("cpu")`, and `float(...)`/`int(...)`/`print(...)` of a loss
+variable. Only the innermost loop counts (a read once per epoch, after the step loop, is fine) and
+reads under an `if step % N == 0:`-style guard are not flagged. Two forms are
+rewritten, conservatively:
+
+* `total += loss.item()` (also `total += loss.item() * n`) becomes `total += loss.detach()`
+  when `total` is initialised to a number literal in the block holding the loop, is not used
+  elsewhere in the loop, and is only read after it; those reads become `float(total)`.
+* a `print(...)`/`logger.info(...)`/`writer.add_scalar(...)`/`wandb.log(...)` statement directly
+  in a loop with an index (`for i, b in enumerate(...)`, `for step in range(...)`) is wrapped in
+  `if i % 100 == 0:` (option `log_every`).
+
+Everything else is reported, not changed.
+
+## Why is this bad?
+Reading a tensor's value on the host waits for every kernel queued before it: the CPU stops
+launching work, the GPU drains and idles until the next kernels arrive (`sync-point` in the
+trace: `aten::item`/`aten::_local_scalar_dense` followed by `cudaStreamSynchronize` or
+`Memcpy DtoH` every step). Summing on the device and reading once after the loop, or every N
+steps, keeps the CPU ahead of the GPU.
+
+## Caveats
+The accumulated value is summed in the loss's dtype on the device (usually float32) instead of
+in Python floats (float64). Logging every N steps logs less often; that is the point.
+
+## Example
+```python
+running = 0.0
+for x, y in loader:
+    loss = step(x, y)
+    running += loss.item()
+print(running / len(loader))
+```
+Use instead:
+```python
+running = 0.0
+for x, y in loader:
+    loss = step(x, y)
+    running += loss.detach()
+print(float(running) / len(loader))
+```
+"""
+    OPTIONS = {"log_every": (100, "log every N steps when guarding per-step logging")}
+
+    VALID = [
+        "total = loss.item()\n",
+        "for i, (x, y) in enumerate(loader):\n    loss = step(x, y)\n    if i % 50 == 0:\n        print(loss.item())\n",
+        "for x in loader:\n    loss = step(x)\n    print(loss.item())  # zoomer: ignore[sync-point]\n",
+        "for x in loader:\n    def log():\n        return loss.item()\n",
+        "for x in loader:\n    d = results.items()\n",
+        "for batch in loader:\n    out = model(batch)\n",
+    ]
+    INVALID = [
+        Example(
+            "running = 0.0\n"
+            "for x, y in loader:\n"
+            "    loss = step(x, y)\n"
+            "    running += loss.item()\n"
+            "print(running / len(loader))\n",
+            "running = 0.0\n"
+            "for x, y in loader:\n"
+            "    loss = step(x, y)\n"
+            "    running += loss.detach()\n"
+            "print(float(running) / len(loader))\n",
+            message_contains="accumulate on the device",
+        ),
+        Example(
+            "def train(model, loader, epochs):\n"
+            "    for epoch in range(epochs):\n"
+            "        total_loss = 0\n"
+            "        for batch in loader:\n"
+            "            total_loss += criterion(model(batch), batch).item() * len(batch)  # sum\n"
+            "        log.info(f'epoch {epoch}: {total_loss:.4f}')\n",
+            "def train(model, loader, epochs):\n"
+            "    for epoch in range(epochs):\n"
+            "        total_loss = 0\n"
+            "        for batch in loader:\n"
+            "            total_loss += criterion(model(batch), batch).detach() * len(batch)  # sum\n"
+            "        log.info(f'epoch {epoch}: {float(total_loss):.4f}')\n",
+            message_contains=".item()",
+        ),
+        Example(
+            "for i, (x, y) in enumerate(loader):\n"
+            "    loss = step(x, y)\n"
+            "    # progress\n"
+            "    print(f'step {i} loss {loss.item():.3f}')  # noisy\n",
+            "for i, (x, y) in enumerate(loader):\n"
+            "    loss = step(x, y)\n"
+            "    # progress\n"
+            "    if i % 100 == 0:\n"
+            "        print(f'step {i} loss {loss.item():.3f}')  # noisy\n",
+            message_contains="every step",
+        ),
+        Example(
+            "for step in range(num_steps):\n    loss = train_step()\n    writer.add_scalar('loss', loss, step)\n    logger.info('loss %s', float(loss))\n",
+            "for step in range(num_steps):\n    loss = train_step()\n    writer.add_scalar('loss', loss, step)\n    if step % 10 == 0:\n        logger.info('loss %s', float(loss))\n",
+            message_contains="float(loss)",
+            options={"log_every": 10},
+        ),
+        # read inside the loop: cannot accumulate on device safely
+        Example(
+            "total = 0.0\nfor x in loader:\n    total += loss_fn(x).item()\n    if total > 10:\n        break\n",
+            None,
+            message_contains=".item()",
+        ),
+        Example("preds = []\nwhile running:\n    preds.append(model(x).argmax(1).cpu().numpy())\n", None, message_contains=".cpu()"),
+        Example("for x in loader:\n    print(loss.item())\n", None, message_contains="no step index"),
+        # accumulator read before the loop in the same block (stale across epochs): report only
+        Example(
+            "for epoch in range(3):\n    print(total)\n    total = 0.0\n    for x in loader:\n        total += loss.item()\n",
+            None,
+            message_contains=".item()",
+        ),
+    ]
+
+    def check(self, ctx: Context) -> Iterable[Edit]:
+        seen_stmts: set[int] = set()
+        for node in ctx.nodes(cst.Call):
+            site = self._site(ctx, node)
+            if site is None:
+                continue
+            loops = ctx.loops_around(node)
+            if not loops or self._guarded(ctx, node, loops[0]) or self._has_inner_loop(loops[0]):
+                continue  # not in a loop, logged every N steps, or once per outer (epoch) iteration
+            text = ctx.code(node)
+            text = text if len(text) <= 40 else text[:37] + "..."
+            base = f"`{text}` inside the loop waits for the GPU and copies to the host every iteration"
+            if site == "item":
+                changes = self._accumulate(ctx, node, loops[0])
+                if changes:
+                    yield self.replace(node, base + "; accumulate on the device with .detach() and read it once after the loop", changes)
+                    continue
+            guard = self._guard_logging(ctx, node, loops[0])
+            if guard is not None:
+                changes, stmt = guard
+                yield self.replace(node, base + f"; it is logged every step: log every {self.options['log_every']} steps", changes)
+                continue
+            if guard is None and self._log_stmt(ctx, node) is not None and self._index(loops[0]) is None:
+                yield self.report(node, base + " (logged every step; no step index to log every N steps)")
+                continue
+            yield self.report(node, base)
+
+    # -- sites -----------------------------------------------------------------------------------
+
+    def _site(self, ctx: Context, call: cst.Call) -> str | None:
+        m = h.method(call)
+        if m is not None:
+            receiver, name = m
+            if name == "item" and not call.args:
+                return "item"
+            if name in ("cpu", "numpy", "tolist"):
+                if name != "cpu" and any(h.is_method_call(n, ("cpu", "item")) for n in h.walk(receiver)):
+                    return None  # reported at the .cpu()
+                return name
+            if name == "to" and len(call.args) == 1 and h.string_value(call.args[0].value) == "cpu":
+                return "cpu"
+            return None
+        if isinstance(call.func, cst.Name) and call.func.value in ("float", "int", "print") and ctx.qualnames(call.func) == {f"builtins.{call.func.value}"}:
+            if any(_is_loss_name(a.value) for a in call.args if not a.star):
+                return call.func.value
+        return None
+
+    @staticmethod
+    def _has_inner_loop(loop: cst.CSTNode) -> bool:
+        body = getattr(loop, "body", None)
+        return body is not None and any(isinstance(n, (cst.For, cst.While)) for n in h.walk(body, into_scopes=False) if n is not loop)
+
+    @staticmethod
+    def _guarded(ctx: Context, node: cst.CSTNode, loop: cst.CSTNode) -> bool:
+        child = node
+        for anc in ctx.ancestors(node):
+            if anc is loop:
+                return False
+            if isinstance(anc, cst.If) and child is not anc.test and _is_modulo_guard(anc.test):
+                return True
+            if isinstance(anc, cst.IfExp) and child is not anc.test and _is_modulo_guard(anc.test):
+                return True
+            child = anc
+        return False
+
+    # -- accumulate on the device ------------------------------------------------------------------
+
+    def _accumulate(self, ctx: Context, item: cst.Call, loop: cst.For | cst.While) -> dict | None:
+        value = item
+        parent = ctx.parent(item)
+        if isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, (cst.Multiply, cst.Divide)):
+            other = parent.right if parent.left is item else parent.left
+            if any(h.is_method_call(n, SYNC_METHODS) for n in h.walk(other)):
+                return None
+            value, parent = parent, ctx.parent(parent)
+        if not (isinstance(parent, cst.AugAssign) and parent.value is value and isinstance(parent.operator, cst.AddAssign)):
+            return None
+        aug = parent
+        if not isinstance(aug.target, cst.Name) or not _tensorish(item.func.value):  # type: ignore[union-attr]
+            return None
+        total = aug.target.value
+        where = ctx.block_of(loop)
+        if where is None:
+            return None
+        block, k = where
+        scope = ctx.enclosing_scope(loop)
+        init = False
+        reads: list[cst.Name] = []
+        for name in h.walk(scope):
+            if not isinstance(name, cst.Name) or name.value != total or name is aug.target:
+                continue
+            if ctx.enclosing_scope(name) is not scope:
+                return None
+            stmt_index = self._index_in(ctx, block, name)
+            if stmt_index is None:
+                return None
+            if stmt_index < k:
+                stmt = block.body[stmt_index]
+                if not (
+                    isinstance(stmt, cst.SimpleStatementLine)
+                    and len(stmt.body) == 1
+                    and isinstance(stmt.body[0], cst.Assign)
+                    and len(stmt.body[0].targets) == 1
+                    and stmt.body[0].targets[0].target is name
+                    and type(h.literal(stmt.body[0].value)) in (int, float)
+                ):
+                    return None
+                init = True
+            elif stmt_index == k:
+                return None  # used elsewhere in the loop
+            else:
+                p = ctx.parent(name)
+                if isinstance(p, (cst.AssignTarget, cst.AugAssign, cst.For, cst.CompFor, cst.Del, cst.NameItem, cst.AsName, cst.Param)):
+                    return None
+                if isinstance(p, cst.FormattedStringExpression) and p.equal is not None:
+                    return None
+                if isinstance(p, (cst.Tuple, cst.List, cst.Element, cst.StarredElement)) and self._is_store(ctx, name):
+                    return None
+                reads.append(name)
+        if not init:
+            return None
+        changes: dict = {item: item.with_changes(func=item.func.with_changes(attr=cst.Name("detach")))}  # type: ignore[union-attr]
+        for r in reads:
+            p = ctx.parent(r)
+            arg_of = ctx.parent(p) if isinstance(p, cst.Arg) else None
+            if isinstance(arg_of, cst.Call) and h.dotted(arg_of.func) == "float" and len(arg_of.args) == 1:
+                continue
+            changes[r] = cst.Call(func=cst.Name("float"), args=[cst.Arg(r.with_changes(lpar=[], rpar=[]))], lpar=r.lpar, rpar=r.rpar)
+        return changes
+
+    @staticmethod
+    def _index_in(ctx: Context, block: cst.CSTNode, node: cst.CSTNode) -> int | None:
+        """Index of the statement of ``block`` that contains ``node``, else None."""
+        for anc in (node, *ctx.ancestors(node)):
+            parent = ctx.parent(anc)
+            if parent is block:
+                for i, s in enumerate(block.body):  # type: ignore[attr-defined]
+                    if s is anc:
+                        return i
+                return None
+        return None
+
+    @staticmethod
+    def _is_store(ctx: Context, node: cst.CSTNode) -> bool:
+        for anc in ctx.ancestors(node):
+            if isinstance(anc, (cst.AssignTarget, cst.For, cst.CompFor, cst.With, cst.WithItem)):
+                return True
+            if isinstance(anc, cst.BaseSmallStatement):
+                return False
+        return False
+
+    # -- log every N steps ---------------------------------------------------------------------
+
+    @staticmethod
+    def _log_stmt(ctx: Context, node: cst.CSTNode) -> cst.SimpleStatementLine | None:
+        """The `print(...)`/logging statement holding ``node``, if that is all the statement is."""
+        stmt = ctx.statement(node)
+        if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr)):
+            return None
+        call = stmt.body[0].value
+        if not isinstance(call, cst.Call) or not LOG_CALL.match(h.dotted(call.func) or ""):
+            return None
+        if isinstance(call.func, cst.Name) and ctx.qualnames(call.func) != {"builtins.print"}:
+            return None
+        return stmt
+
+    @staticmethod
+    def _index(loop: cst.CSTNode) -> str | None:
+        if not isinstance(loop, cst.For):
+            return None
+        target, it = loop.target, loop.iter
+        name = None
+        if isinstance(it, cst.Call) and h.dotted(it.func) == "enumerate" and isinstance(target, (cst.Tuple, cst.List)) and target.elements:
+            first = target.elements[0].value
+            name = first.value if isinstance(first, cst.Name) else None
+        elif isinstance(it, cst.Call) and h.dotted(it.func) == "range" and isinstance(target, cst.Name):
+            name = target.value
+        return None if name in (None, "_") else name
+
+    def _guard_logging(self, ctx: Context, node: cst.CSTNode, loop: cst.For | cst.While) -> tuple[dict, cst.CSTNode] | None:
+        stmt = self._log_stmt(ctx, node)
+        if stmt is None or ctx.parent(stmt) is not getattr(loop, "body", None):
+            return None
+        index = self._index(loop)
+        if index is None:
+            return None
+        for n in h.walk(loop.body, into_scopes=False):  # the index must not be rebound in the body
+            if isinstance(n, (cst.AssignTarget, cst.AugAssign)) and index in h.target_names(getattr(n, "target", n)):
+                return None
+        every = max(1, int(self.options["log_every"]))
+        guarded = cst.If(
+            test=cst.parse_expression(f"{index} % {every} == 0"),
+            body=cst.IndentedBlock(body=[stmt.with_changes(leading_lines=[])]),
+            leading_lines=stmt.leading_lines,
+        )
+        return {stmt: guarded}, stmt
