@@ -17,7 +17,7 @@ class DdpBucketView(Fixer):
     pattern = "exposed-communication"
     name = "ddp-bucket-view"
     opt_in = True
-    summary = "DistributedDataParallel without gradient_as_bucket_view: let gradients alias the all-reduce buckets (opt-in)"
+    summary = "DistributedDataParallel without gradient_as_bucket_view: let gradients alias the all-reduce buckets"
     explanation = """\
 ## What it does
 Adds `gradient_as_bucket_view=True` (and `bucket_cap_mb=<N>` when the option is given, e.g.

@@ -50,7 +50,7 @@ class TorchCompile(Fixer):
     pattern = "launch-bound"
     name = "torch-compile"
     opt_in = True
-    summary = "model built from an nn.Module and run eagerly: compile it with torch.compile (opt-in)"
+    summary = "model built from an nn.Module and run eagerly: compile it with torch.compile"
     explanation = """\
 ## What it does
 After `model = Net(...)` (optionally `.to(device)`/`.cuda()`), where `Net` is an `nn.Module`

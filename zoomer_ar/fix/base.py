@@ -126,16 +126,35 @@ ALL = "*"
 
 
 def parse_source(source: str, path: str | None = "<string>") -> cst.Module:
-    """Parse with libcst; a syntax error becomes a one-line :class:`SourceParseError`."""
+    """Parse with libcst; a syntax error becomes a one-line :class:`SourceParseError` (position
+    and message from Python's own parser when it agrees the source is invalid)."""
     try:
         return cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
-        reason = str(exc.message).strip().splitlines()[0] if str(exc.message).strip() else "syntax error"
-        raise SourceParseError(path, exc.raw_line, exc.raw_column + 1, reason) from None
+        line, col, reason = _syntax_error(source, exc)
+        raise SourceParseError(path, line, col, reason) from None
     except RecursionError:
         raise SourceParseError(path, 1, 1, "too deeply nested") from None
     except Exception as exc:  # libcst may raise other errors for exotic input
         raise SourceParseError(path, 1, 1, f"{type(exc).__name__}: {exc}".splitlines()[0]) from None
+
+
+def _syntax_error(source: str, exc: cst.ParserSyntaxError) -> tuple[int, int, str]:
+    try:
+        ast.parse(source)
+    except SyntaxError as err:
+        return err.lineno or 1, err.offset or 1, (err.msg or "invalid syntax").splitlines()[0]
+    except (ValueError, RecursionError, MemoryError) as err:
+        return 1, 1, str(err).splitlines()[0] if str(err) else type(err).__name__
+    message = str(exc.message).strip().splitlines()[0] if str(exc.message).strip() else "syntax error"
+    m = re.match(r"parser error: error at (\d+):(\d+): (.*)", message)
+    if m:
+        line, col, message = int(m.group(1)), int(m.group(2)) + 1, m.group(3)
+    else:
+        line, col = exc.editor_line, exc.editor_column
+    if len(message) > 100:
+        message = message[:97] + "..."
+    return line, col, f"{message} (unsupported by libcst)"
 
 
 class _Collector(cst.CSTVisitor):

@@ -1,0 +1,121 @@
+"""``zoomer-ar fix DIR``: list static findings, print a patch (--diff) or apply it (--apply)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import InputError
+from . import engine
+from .registry import load_registry
+
+
+def _parse_options(values: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for raw in values:
+        key, eq, value = raw.partition("=")
+        target, dot, name = key.strip().partition(".")
+        if not eq or not dot or not target or not name:
+            raise InputError(None, f"--option {raw!r}: expected FIXER_OR_PATTERN.KEY=VALUE, e.g. dataloader-bound.num_workers=8")
+        try:
+            parsed: Any = json.loads(value)
+        except ValueError:
+            parsed = value
+        out.setdefault(target.strip().lower(), {})[name.strip()] = parsed
+    return out
+
+
+def _echo_bytes(data: bytes) -> None:
+    stream = click.get_binary_stream("stdout")
+    sys.stdout.flush()
+    stream.write(data)
+    stream.flush()
+
+
+def _list_fixers(fmt: str) -> None:
+    reg = load_registry()
+    if fmt == "json":
+        from .api import fixers
+
+        click.echo(json.dumps(fixers(reg), indent=2))
+        return
+    for f in reg.fixers:
+        tag = " (opt-in)" if f.opt_in else ""
+        click.echo(f"{f.name:24} {f.pattern:24} {f.summary}{tag}")
+
+
+@click.command("fix")
+@click.argument("path", required=False, type=click.Path(path_type=Path))
+@click.option("--select", help="Comma-separated fixer names or pattern ids to run (default: all). Opt-in fixers rewrite only when selected here.")
+@click.option("--ignore", help="Comma-separated fixer names or pattern ids to skip.")
+@click.option("--diff", "show_diff", is_flag=True, help="Print a unified diff (git apply / patch -p1) instead of the findings.")
+@click.option("--apply", "do_apply", is_flag=True, help="Rewrite the files in place.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--option", "-o", "opts", multiple=True, metavar="ID.KEY=VALUE", help="Fixer option, e.g. dataloader-bound.num_workers=8 (repeatable).")
+@click.option("--list", "list_fixers", is_flag=True, help="List the fixers and exit.")
+def fix(path: Path | None, select: str | None, ignore: str | None, show_diff: bool, do_apply: bool, fmt: str, opts: tuple[str, ...], list_fixers: bool) -> int:
+    """Find performance anti-patterns in the Python files under PATH (a folder or a file) and
+    fix them with codemods.
+
+    Without --diff/--apply the findings are listed (path:line:col pattern message). Inline
+    `# zoomer: ignore[ID]` comments suppress a finding. Files that do not parse are reported
+    and skipped. Exit status 0 (with or without findings), 2 for a missing PATH or bad options.
+    """
+    if list_fixers:
+        _list_fixers(fmt)
+        return 0
+    if path is None:
+        raise InputError(None, "missing PATH: the folder (or file) to analyse")
+    if show_diff and do_apply:
+        raise InputError(None, "--diff and --apply are exclusive")
+    options = _parse_options(opts)
+    result = engine.run(path, select=select, ignore=ignore, options=options, fix=show_diff or do_apply)
+    written = engine.apply(result) if do_apply else []
+
+    def shown(p: str) -> str:
+        base = path if path.is_dir() else path.parent
+        return str(base / p) if str(base) not in ("", ".") else p
+
+    if fmt == "json":
+        doc: dict[str, Any] = {
+            "root": str(path),
+            "fixers": result.selection.names,
+            "fixing": sorted(result.selection.fixing),
+            "files": len(result.files),
+            "findings": [m.model_dump() for m in result.findings],
+            "errors": result.errors,
+        }
+        if show_diff:
+            doc["diff"] = result.diff()
+        if do_apply:
+            doc["changed"] = [f.path for f in written]
+        click.echo(json.dumps(doc, indent=2))
+    else:
+        for f in result.files:
+            if f.error:
+                click.echo(f"zoomer-ar: skipped {f.error_line(shown(f.path))}", err=True)
+        if show_diff:
+            _echo_bytes(result.diff_bytes())
+        elif do_apply:
+            for f in written:
+                n = sum(1 for m in f.findings if m.fixable)
+                click.echo(f"fixed {shown(f.path)} ({n} finding{'s' * (n != 1)})")
+        else:
+            for m in result.findings:
+                click.echo(m.model_copy(update={"path": shown(m.path)}).format())
+        n = len(result.findings)
+        fixable = sum(1 for m in result.findings if m.fixable)
+        summary = f"{n} finding{'s' * (n != 1)} ({fixable} fixable) in {len(result.files)} file{'s' * (len(result.files) != 1)}"
+        if result.errors:
+            summary += f"; {len(result.errors)} skipped"
+        if do_apply:
+            summary += f"; {len(written)} file{'s' * (len(written) != 1)} rewritten"
+        click.echo(summary, err=True)
+    return 0
+
+
+commands = [fix]
