@@ -1,0 +1,211 @@
+"""Record the scenario programs into trace folders, one sub-folder per program.
+
+    python training_data/scenarios/record.py                      # all, into examples/traces/
+    python training_data/scenarios/record.py --out /tmp/traces --only sync_point,sync_point_clean
+    python training_data/scenarios/record.py --list
+
+Each program in MANIFEST.yaml runs as its own subprocess (the project's .venv python when there is
+one, else this interpreter) and writes `<out>/<name>/rank-0.pt.trace.json.gz` and
+`<out>/<name>/job.json`. Programs run one after another so their timings do not disturb each
+other. A recording whose step times are uneven (slowest step more than --max-jitter times the
+median: the machine was busy with something else) is recorded again, up to --retries times, and
+the steadiest attempt is kept. Exit status: 0 when every program recorded a trace, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+MANIFEST = HERE / "MANIFEST.yaml"
+DEFAULT_OUT = REPO / "examples" / "traces"
+TRACE_NAME = "rank-0.pt.trace.json.gz"
+
+
+def load_manifest(path: Path = MANIFEST) -> dict:
+    import yaml
+
+    with open(path, encoding="utf-8") as fh:
+        return yaml.safe_load(fh)
+
+
+def default_python() -> str:
+    venv = REPO / ".venv" / "bin" / "python"
+    return str(venv) if venv.exists() else sys.executable
+
+
+def select(scenarios: dict, only: list[str] | None) -> list[str]:
+    names = list(scenarios)
+    if not only:
+        return names
+    wanted: list[str] = []
+    for item in only:
+        wanted.extend(n.strip() for n in item.split(",") if n.strip())
+    unknown = [n for n in wanted if n not in scenarios]
+    if unknown:
+        raise SystemExit(f"record.py: unknown scenario(s): {', '.join(unknown)}; known: {', '.join(names)}")
+    return [n for n in names if n in wanted]
+
+
+def step_durations(trace: Path) -> list[float]:
+    """Durations (ms) of the ProfilerStep#N annotations in a trace, in order."""
+    with gzip.open(trace, "rt", encoding="utf-8") as fh:
+        events = json.load(fh)["traceEvents"]
+    steps = sorted(
+        (e for e in events if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")),
+        key=lambda e: e["ts"],
+    )
+    return [e["dur"] / 1000.0 for e in steps]
+
+
+def jitter(durations: list[float]) -> float:
+    """Slowest step over the median step (1.0 = perfectly even)."""
+    if not durations:
+        return float("inf")
+    ordered = sorted(durations)
+    median = ordered[len(ordered) // 2]
+    return ordered[-1] / median if median > 0 else float("inf")
+
+
+def record_one(
+    name: str,
+    entry: dict,
+    out_root: Path,
+    *,
+    python: str,
+    steps: int | None,
+    skip: int | None,
+    warmup: int | None,
+    severity: str | None,
+    timeout: float,
+) -> dict:
+    out_dir = out_root / name
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    out_dir.mkdir(parents=True)
+    cmd = [python, entry["file"], "--out", str(out_dir)]
+    for flag, value in (("--steps", steps), ("--skip", skip), ("--warmup", warmup), ("--severity", severity)):
+        if value is not None:
+            cmd += [flag, str(value)]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, cwd=HERE, env=env, capture_output=True, text=True, timeout=timeout)
+        rc, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
+    except subprocess.TimeoutExpired as exc:
+        rc, stdout, stderr = 124, exc.stdout or "", (exc.stderr or "") + f"\ntimed out after {timeout}s"
+        if isinstance(stdout, bytes):
+            stdout = stdout.decode(errors="replace")
+        if isinstance(stderr, bytes):
+            stderr = stderr.decode(errors="replace")
+    wall = time.perf_counter() - t0
+    trace = out_dir / TRACE_NAME
+    ok = rc == 0 and trace.exists() and (out_dir / "job.json").exists()
+    durations = step_durations(trace) if ok else []
+    result = {
+        "name": name,
+        "ok": ok,
+        "rc": rc,
+        "wall_s": round(wall, 2),
+        "trace": str(trace),
+        "size_bytes": trace.stat().st_size if trace.exists() else 0,
+        "pattern": entry.get("pattern"),
+        "step_ms": [round(d, 2) for d in durations],
+        "jitter": round(jitter(durations), 2) if ok else None,
+    }
+    if not ok:
+        tail = "\n".join((stdout + "\n" + stderr).strip().splitlines()[-15:])
+        result["log_tail"] = tail
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Record the scenario programs into trace folders.")
+    parser.add_argument("--out", default=str(DEFAULT_OUT), help=f"output folder (default {DEFAULT_OUT})")
+    parser.add_argument("--only", action="append", help="comma-separated scenario names (repeatable)")
+    parser.add_argument("--steps", type=int, help="steps to record (default: each program's, 5)")
+    parser.add_argument("--skip", type=int, help="steps before profiling (default: each program's, 3)")
+    parser.add_argument("--warmup", type=int, help="profiler warm-up steps (default: each program's, 1)")
+    parser.add_argument("--severity", choices=("low", "mid", "high"), help="default: each program's, mid")
+    parser.add_argument("--python", default=default_python(), help="interpreter to run the programs with")
+    parser.add_argument("--timeout", type=float, default=180.0, help="seconds per program (default 180)")
+    parser.add_argument("--retries", type=int, default=2, help="re-recordings of an uneven trace (default 2)")
+    parser.add_argument("--max-jitter", type=float, default=2.0,
+                        help="slowest/median step time above which a trace counts as uneven (default 2.0)")
+    parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    args = parser.parse_args(argv)
+
+    manifest = load_manifest()
+    scenarios = manifest["scenarios"]
+    if args.list:
+        for name, entry in scenarios.items():
+            extra = f"twin of {entry['twin_of']}" if entry.get("twin_of") else entry.get("pattern", "")
+            print(f"{name:32s} {entry['file']:36s} {extra}")
+        return 0
+
+    names = select(scenarios, args.only)
+    out_root = Path(args.out).resolve()
+    out_root.mkdir(parents=True, exist_ok=True)
+    results = []
+    t0 = time.perf_counter()
+    if hasattr(os, "getloadavg") and os.getloadavg()[0] > 0.75 * (os.cpu_count() or 1):
+        print(f"warning: load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs: timings will be noisy",
+              file=sys.stderr)
+    for name in names:
+        best = None
+        for attempt in range(1 + max(0, args.retries)):
+            res = record_one(
+                name,
+                scenarios[name],
+                out_root / ".attempt" if attempt else out_root,
+                python=args.python,
+                steps=args.steps,
+                skip=args.skip,
+                warmup=args.warmup,
+                severity=args.severity,
+                timeout=args.timeout,
+            )
+            if attempt and res["ok"] and (best is None or not best["ok"] or res["jitter"] < best["jitter"]):
+                # keep the steadier attempt in place
+                shutil.rmtree(out_root / name, ignore_errors=True)
+                shutil.move(str(out_root / ".attempt" / name), str(out_root / name))
+                res["trace"] = str(out_root / name / TRACE_NAME)
+                res["attempts"] = attempt + 1
+                best = res
+            elif best is None:
+                best = res
+            if not best["ok"] or best["jitter"] <= args.max_jitter:
+                break
+        shutil.rmtree(out_root / ".attempt", ignore_errors=True)
+        res = best
+        results.append(res)
+        status = "ok  " if res["ok"] else "FAIL"
+        uneven = "" if not res["ok"] or res["jitter"] <= args.max_jitter else "  (uneven)"
+        steps_ms = " ".join(f"{d:.1f}" for d in res["step_ms"])
+        print(f"{status} {name:32s} {res['size_bytes'] / 1024:8.1f} KiB {res['wall_s']:6.1f} s  "
+              f"steps ms: {steps_ms}{uneven}", flush=True)
+        if not res["ok"]:
+            print("     " + res.get("log_tail", "").replace("\n", "\n     "), file=sys.stderr)
+    total = sum(r["size_bytes"] for r in results)
+    failed = [r["name"] for r in results if not r["ok"]]
+    print(f"{len(results) - len(failed)}/{len(results)} recorded into {out_root}: "
+          f"{total / 1024:.1f} KiB, {time.perf_counter() - t0:.1f} s")
+    if failed:
+        print("failed: " + ", ".join(failed), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
