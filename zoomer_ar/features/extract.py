@@ -10,6 +10,7 @@ import numpy as np
 from ..load import Job
 from ..models import EvidenceEvent, TimelineBin
 from .names import supports_tf32
+from .phases import job_phases  # phases group (cost attribution)
 from .rank import RankFeatures, rank_features
 from .schema import FEATURE_SCHEMA_VERSION, FeatureVector
 
@@ -205,6 +206,7 @@ def extract(job: Job, devices: list[str] | None = None) -> JobFeatures:
     out["allocator_calls_per_step"] = float(np.mean([rf.v.get("allocator_calls_per_step", 0.0) for rf in rfs]))
     out["allocator_ms_per_step"] = float(np.mean([rf.v.get("allocator_ms_per_step", 0.0) for rf in rfs]))
     out["dataloader_pct"] = 100.0 * out["dataloader_ms_per_step"] / out["step_ms"] if out["step_ms"] > 0 else 0.0
+    out.update(job_phases(job.ranks))  # phases group (cost attribution)
     evidence = _cross_rank(rfs, out)
     for rf in rfs:
         for key, evs in rf.evidence.items():

@@ -162,3 +162,27 @@ class FeatureVector(BaseModel):
     misaligned_gemm_ms_per_step: float = F("Misaligned GEMM time per step.", "ms", "operators", 0.0)
     conv_bias_bn_pairs: int = F("Convolutions with a bias directly followed by batch norm.", "ops", "operators", 0)
     conv_bias_ms_per_step: float = F("Time spent adding those biases (host ops, or kernels on GPU).", "ms", "operators", 0.0)
+
+    # --- phases (zoomer_ar/features/phases.py; cost attribution, docs/store.md) -----------------------
+    phase_basis: str | None = F(
+        "What the phase split is measured on: gpu (device events by launching phase) or host (host ops only).", "", "phases"
+    )
+    phase_dataloader_pct: float | None = F(
+        "Wall time in the DataLoader: GPU work launched inside __next__ plus GPU idle while the host is in it (mean over ranks).",
+        "%", "phases",
+    )
+    phase_forward_pct: float | None = F(
+        "Wall time running GPU work launched by host ops outside backward, optimizer and dataloader.", "%", "phases"
+    )
+    phase_backward_pct: float | None = F(
+        "Wall time running GPU work launched from autograd::engine::evaluate_function ops or the backward thread.", "%", "phases"
+    )
+    phase_optimizer_pct: float | None = F(
+        "Wall time running GPU work launched inside Optimizer.step# (and Optimizer.zero_grad#).", "%", "phases"
+    )
+    phase_communication_pct: float | None = F("Wall time running collective kernels (nccl*/rccl*).", "%", "phases")
+    phase_idle_pct: float | None = F("Wall time with the GPU idle and the host not in the DataLoader.", "%", "phases")
+    trace_start_unix_s: float | None = F(
+        "Trace start: baseTimeNanoseconds, else the first timestamp when it is epoch microseconds (min over ranks).",
+        "s", "phases",
+    )

@@ -1,0 +1,221 @@
+"""Phase split of a job's time, for profiling-based cost attribution (docs/store.md, "Phases").
+
+Every instant of each rank's profiled wall window (first to last CPU or GPU event, the window
+behind `wall_ms`) is given to one of six phases, so the phase shares of a rank add up to 100%:
+
+- **dataloader**: GPU work launched from inside `enumerate(DataLoader)#...__next__`, and GPU idle
+  time while the host is inside such a call (the GPU is waiting for input).
+- **forward**: GPU work launched by host ops outside backward, optimizer and dataloader (the
+  forward pass and whatever else the step does: loss, metrics, host-to-device copies).
+- **backward**: GPU work launched from inside `autograd::engine::evaluate_function: ...` ops
+  (2021 schema: the autograd nodes, `...Backward`/`...Backward0`), or from the autograd engine's
+  backward thread (a thread other than the ProfilerStep thread that runs such ops).
+- **optimizer**: GPU work launched from inside `Optimizer.step#...` (and `Optimizer.zero_grad#...`).
+- **communication**: collective kernels (`nccl*`/`rccl*`), whoever launched them.
+- **idle**: the GPU runs nothing and the host is not inside the DataLoader.
+
+GPU work is attributed through its launching runtime call (correlation id); work whose launch is
+not in the trace counts as forward. Where kernels of several phases overlap (streams running
+concurrently, communication overlapped by compute), the overlapped time is split equally
+between the phases running. A rank without GPU events (CPU-only, or an accelerator without
+kernel events) is split the same way on its host ops ("host" basis): optimizer, dataloader and
+backward annotations as above, every other host op as forward, the rest as idle.
+
+The job's shares are the mean over ranks (each rank is one device).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+
+from ..load.columns import INT_NONE, PH_COMPLETE, RankTrace
+from . import intervals as iv
+from . import names as N
+
+PHASES: tuple[str, ...] = ("dataloader", "forward", "backward", "optimizer", "communication", "idle")
+# Plausible wall-clock range for trace start times: 2000-01-01 .. 2100-01-01 (seconds since epoch).
+_EPOCH_MIN_S = 946_684_800.0
+_EPOCH_MAX_S = 4_102_444_800.0
+_BACKWARD_NODE_RE = re.compile(r"Backward\d*$")
+
+
+def is_backward_op(name: str) -> bool:
+    """An autograd backward op: `autograd::engine::evaluate_function: XBackward0`, or (2021 schema) the node itself."""
+    return name.startswith("autograd::engine::evaluate_function") or bool(_BACKWARD_NODE_RE.search(name))
+
+
+def _plausible_epoch_s(v: float | None) -> bool:
+    return v is not None and np.isfinite(v) and _EPOCH_MIN_S <= v <= _EPOCH_MAX_S
+
+
+def trace_start_unix_s(trace: RankTrace) -> float | None:
+    """Wall-clock start of a rank's trace: baseTimeNanoseconds, else the first timestamp when it is epoch microseconds."""
+    base = trace.metadata.get("baseTimeNanoseconds") if trace.metadata else None
+    if isinstance(base, (int, float)) and _plausible_epoch_s(base / 1e9):
+        return float(base) / 1e9
+    x = trace.ph == PH_COMPLETE
+    if not x.any():
+        return None
+    first = float(trace.ts[x].min()) / 1e6
+    return first if _plausible_epoch_s(first) else None
+
+
+def _point_in(points: np.ndarray, u: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Per point: inside the disjoint sorted interval set u (start inclusive, end exclusive)."""
+    s, e = u
+    if s.size == 0 or points.size == 0:
+        return np.zeros(points.size, dtype=bool)
+    k = np.searchsorted(s, points, side="right") - 1
+    kk = np.maximum(k, 0)
+    return (k >= 0) & (points < e[kk])
+
+
+def _per_tid_union(trace: RankTrace, idx: np.ndarray, end: np.ndarray) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    out = {}
+    for tid in np.unique(trace.tid[idx]).tolist():
+        sel = idx[trace.tid[idx] == tid]
+        out[int(tid)] = iv.union(trace.ts[sel], end[sel])
+    return out
+
+
+def _inside_per_tid(trace: RankTrace, points_idx: np.ndarray, unions: dict[int, tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """Per host event in points_idx: its start lies inside one of `unions` on its own thread."""
+    hit = np.zeros(points_idx.size, dtype=bool)
+    if not unions or points_idx.size == 0:
+        return hit
+    tids = trace.tid[points_idx]
+    for tid, u in unions.items():
+        sel = tids == tid
+        if sel.any():
+            hit[sel] = _point_in(trace.ts[points_idx[sel]], u)
+    return hit
+
+
+def _split(t0: float, t1: float, phase_unions: dict[str, tuple[np.ndarray, np.ndarray]],
+           waiting_for_data: tuple[np.ndarray, np.ndarray]) -> dict[str, float]:
+    """Give every instant of [t0, t1] to the active phases (equal split), idle instants to dataloader or idle."""
+    out = {p: 0.0 for p in PHASES}
+    if t1 <= t0:
+        return out
+    bounds = [np.array([t0, t1])]
+    for s, e in list(phase_unions.values()) + [waiting_for_data]:
+        bounds.append(s)
+        bounds.append(e)
+    b = np.unique(np.clip(np.concatenate(bounds), t0, t1))
+    if b.size < 2:
+        return out
+    seg_s, seg_e = b[:-1], b[1:]
+    length = seg_e - seg_s
+    mid = (seg_s + seg_e) / 2.0
+    active = {p: _point_in(mid, u) for p, u in phase_unions.items()}
+    n = np.zeros(mid.size)
+    for a in active.values():
+        n += a
+    busy = n > 0
+    share = np.where(busy, length / np.maximum(n, 1.0), 0.0)
+    for p, a in active.items():
+        out[p] += float(share[a].sum())
+    idle = ~busy
+    data = idle & _point_in(mid, waiting_for_data)
+    out["dataloader"] += float(length[data].sum())
+    out["idle"] += float(length[idle & ~data].sum())
+    return out
+
+
+def rank_phases(trace: RankTrace) -> dict[str, Any]:
+    """Phase time of one rank, microseconds: {"basis": "gpu"|"host"|None, "wall_us": .., "<phase>_us": ..}."""
+    t = trace
+    x = t.ph == PH_COMPLETE
+    end = t.ts + t.dur
+    allx = x & ~t.mask_cat("Trace")
+    out: dict[str, Any] = {"basis": None, "wall_us": 0.0, **{f"{p}_us": 0.0 for p in PHASES}}
+    if not allx.any():
+        return out
+    t0, t1 = float(t.ts[allx].min()), float(end[allx].max())
+    out["wall_us"] = t1 - t0
+    host_ops = (t.mask_cat(*N.CPU_OP_CATS, "user_annotation") & x) & ~t.mask_cat("gpu_user_annotation")
+    opt = np.flatnonzero(host_ops & t.mask_names(lambda n: N.is_optimizer_step(n) or N.is_zero_grad(n)))
+    dl = np.flatnonzero(x & t.mask_names(N.is_dataloader_next) & ~t.mask_cat("gpu_user_annotation"))
+    bw = np.flatnonzero(host_ops & t.mask_names(is_backward_op))
+    steps = np.flatnonzero(host_ops & t.mask_names(N.is_profiler_step))
+    step_tids = set(np.unique(t.tid[steps]).tolist())
+    # the autograd engine's thread: runs backward ops and is not the thread that runs the steps
+    bw_threads = set(np.unique(t.tid[bw]).tolist()) - step_tids if step_tids else set()
+    dl_union = iv.union(t.ts[dl], end[dl])
+    device = np.flatnonzero((t.mask_cat(*N.GPU_CATS, *N.ACCEL_ONLY_CATS)) & x)
+    if device.size:
+        out["basis"] = "gpu"
+        phase_of = np.full(device.size, "forward", dtype=object)
+        # launcher of each device event, by correlation id
+        runtime = np.flatnonzero(t.mask_cat(*N.RUNTIME_CATS) & x)
+        rt_corr = t.correlation[runtime]
+        ok = rt_corr != INT_NONE
+        runtime, rt_corr = runtime[ok], rt_corr[ok]
+        order = np.argsort(rt_corr, kind="stable")
+        runtime, rt_corr = runtime[order], rt_corr[order]
+        want = t.correlation[device]
+        launcher = np.full(device.size, -1, dtype=np.int64)
+        if rt_corr.size:
+            pos = np.clip(np.searchsorted(rt_corr, want), 0, rt_corr.size - 1)
+            hit = (rt_corr[pos] == want) & (want != INT_NONE)
+            launcher = np.where(hit, runtime[pos], -1)
+        has = launcher >= 0
+        li = launcher[has]
+        sub = np.full(li.size, "forward", dtype=object)
+        in_bw = _inside_per_tid(t, li, _per_tid_union(t, bw, end)) | np.isin(t.tid[li], list(bw_threads))
+        sub[in_bw] = "backward"
+        sub[_inside_per_tid(t, li, _per_tid_union(t, dl, end))] = "dataloader"
+        sub[_inside_per_tid(t, li, _per_tid_union(t, opt, end))] = "optimizer"
+        phase_of[has] = sub
+        comm_codes = t.name_codes(N.is_comm_kernel)
+        if comm_codes.size:
+            phase_of[np.isin(t.name[device], comm_codes) & t.mask_cat(*N.KERNEL_CATS)[device]] = "communication"
+        unions = {}
+        for p in PHASES:
+            sel = device[phase_of == p]
+            if sel.size:
+                unions[p] = iv.union(t.ts[sel], end[sel])
+        split = _split(t0, t1, unions, dl_union)
+    else:
+        host = np.flatnonzero(host_ops & ~t.mask_names(N.is_profiler_step))
+        if not host.size:
+            return out
+        out["basis"] = "host"
+        unions = {
+            "optimizer": iv.union(t.ts[opt], end[opt]),
+            "dataloader": dl_union,
+            "backward": iv.union(t.ts[bw], end[bw]),
+        }
+        special = np.concatenate([opt, dl, bw])
+        covered = iv.union(t.ts[special], end[special])
+        inside = iv.overlap_with(t.ts[host], end[host], covered) >= t.dur[host] * 0.999
+        other = host[~inside]
+        if bw_threads:
+            other = other[~np.isin(t.tid[other], list(bw_threads))]
+            extra = host[np.isin(t.tid[host], list(bw_threads))]
+            unions["backward"] = iv.union(np.concatenate([t.ts[bw], t.ts[extra]]), np.concatenate([end[bw], end[extra]]))
+        unions["forward"] = iv.union(t.ts[other], end[other])
+        unions = {p: u for p, u in unions.items() if u[0].size}
+        split = _split(t0, t1, unions, (np.empty(0), np.empty(0)))
+    for p in PHASES:
+        out[f"{p}_us"] = split[p]
+    return out
+
+
+def job_phases(ranks: list[RankTrace]) -> dict[str, Any]:
+    """The `phases` group of the FeatureVector: per-phase shares (mean over ranks) and the trace start time."""
+    per = [rank_phases(tr) for tr in ranks]
+    starts = [s for s in (trace_start_unix_s(tr) for tr in ranks) if s is not None]
+    out: dict[str, Any] = {"trace_start_unix_s": min(starts) if starts else None}
+    measured = [r for r in per if r["basis"] and r["wall_us"] > 0]
+    bases = {r["basis"] for r in measured}
+    out["phase_basis"] = ("gpu" if "gpu" in bases else "host") if bases else None
+    for p in PHASES:
+        if measured:
+            out[f"phase_{p}_pct"] = float(np.mean([100.0 * r[f"{p}_us"] / r["wall_us"] for r in measured]))
+        else:
+            out[f"phase_{p}_pct"] = None
+    return out
