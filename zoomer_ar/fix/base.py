@@ -15,19 +15,14 @@ fixer name) on the flagged line or on the first/last line of the enclosing state
 from __future__ import annotations
 
 import ast
+import builtins
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterable, Iterator, Mapping
 
 import libcst as cst
-from libcst.metadata import (
-    CodeRange,
-    MetadataWrapper,
-    ParentNodeProvider,
-    PositionProvider,
-    QualifiedNameProvider,
-)
+from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 from pydantic import BaseModel, Field
 
 from ..errors import InputError, ZoomerError
@@ -157,15 +152,73 @@ def _syntax_error(source: str, exc: cst.ParserSyntaxError) -> tuple[int, int, st
     return line, col, f"{message} (unsupported by libcst)"
 
 
+BUILTINS = frozenset(dir(builtins))
+
+
+def _dotted(expr: cst.CSTNode | None) -> str | None:
+    parts: list[str] = []
+    while isinstance(expr, cst.Attribute):
+        parts.append(expr.attr.value)
+        expr = expr.value
+    if isinstance(expr, cst.Name):
+        parts.append(expr.value)
+        return ".".join(reversed(parts))
+    return None
+
+
+def _stored_names(target: cst.CSTNode) -> Iterator[str]:
+    if isinstance(target, cst.Name):
+        yield target.value
+    elif isinstance(target, (cst.Tuple, cst.List)):
+        for el in target.elements:
+            yield from _stored_names(el.value)
+    elif isinstance(target, (cst.StarredElement, cst.Element)):
+        yield from _stored_names(target.value)
+
+
 class _Collector(cst.CSTVisitor):
+    """One traversal: document order, nodes by type, parents, and the names the file binds
+    (imports -> full dotted names; other bindings: assignments, defs, classes, parameters...)."""
+
     def __init__(self) -> None:
+        super().__init__()
         self.order: dict[cst.CSTNode, int] = {}
         self.by_type: dict[type, list[cst.CSTNode]] = defaultdict(list)
+        self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
+        self.imports: dict[str, set[str]] = defaultdict(set)
+        self.locals: set[str] = set()
+        self._stack: list[cst.CSTNode] = []
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         self.order[node] = len(self.order)
         self.by_type[type(node)].append(node)
+        if self._stack:
+            self.parents[node] = self._stack[-1]
+        self._stack.append(node)
+        if isinstance(node, cst.Import):
+            for alias in node.names:
+                full = _dotted(alias.name) or ""
+                if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                    self.imports[alias.asname.name.value].add(full)
+                else:
+                    root = full.split(".")[0]
+                    self.imports[root].add(root)
+        elif isinstance(node, cst.ImportFrom) and not isinstance(node.names, cst.ImportStar):
+            module = "." * len(node.relative) + (_dotted(node.module) or "")
+            for alias in node.names:
+                name = _dotted(alias.name) or ""
+                bound = alias.asname.name.value if alias.asname is not None and isinstance(alias.asname.name, cst.Name) else name
+                self.imports[bound].add(f"{module}.{name}" if module and not module.endswith(".") else f"{module}{name}")
+        elif isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.For, cst.CompFor, cst.NamedExpr)):
+            self.locals.update(_stored_names(node.target))
+        elif isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Param)):
+            self.locals.add(node.name.value)
+        elif isinstance(node, cst.AsName) and not isinstance(self.parents.get(node), cst.ImportAlias):
+            self.locals.update(_stored_names(node.name))
         return True
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        self._stack.pop()
 
 
 SCOPE_BOUNDARIES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
@@ -193,12 +246,13 @@ class Context:
         self.wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
         self.module = self.wrapper.module
         self._pos = self.wrapper.resolve(PositionProvider)
-        self._parents = self.wrapper.resolve(ParentNodeProvider)
-        self._qn: Mapping[cst.CSTNode, Any] | None = None
         collector = _Collector()
         self.module.visit(collector)
         self._order = collector.order
         self._by_type = collector.by_type
+        self._parents = collector.parents
+        self._imports = collector.imports
+        self._locals = collector.locals
         self._ast_ok: bool | None = None
         self._line_suppress: dict[int, set[str]] = defaultdict(set)
         self._file_suppress: set[str] = set()
@@ -304,36 +358,35 @@ class Context:
     # -- names -----------------------------------------------------------------------------------
 
     def qualnames(self, node: cst.CSTNode) -> set[str]:
-        """Qualified names of a Name/Attribute (or a Call's callee) through the imports; for
-        names that nothing binds, the dotted source text (``torch.optim.Adam``)."""
+        """Full dotted names of a Name/Attribute (or a Call's callee) through the file's imports
+        (``nn.Conv2d`` -> ``torch.nn.Conv2d``); names bound otherwise (assignments, defs,
+        classes, parameters) stay as written; builtins get ``builtins.``; names that nothing
+        binds give their dotted source text (``torch.optim.Adam`` in a snippet)."""
         if isinstance(node, cst.Call):
             node = node.func
-        if self._qn is None:
-            self._qn = self.wrapper.resolve(QualifiedNameProvider)
+        d = _dotted(node)
+        if d is None:
+            return set()
+        root, _, rest = d.partition(".")
         names: set[str] = set()
-        value = self._qn.get(node)
-        if value is not None:
-            value = value() if callable(value) else value
-            names = {q.name for q in value}
-        if not names:
-            from .helpers import dotted
-
-            d = dotted(node)
-            if d:
-                names = {d}
-        return names
+        for full in self._imports.get(root, ()):
+            names.add(f"{full}.{rest}" if rest else full)
+        if root in self._locals:
+            names.add(d)
+        if not names and root in BUILTINS:
+            names.add(f"builtins.{d}")
+        return names or {d}
 
     def is_bound(self, node: cst.CSTNode) -> bool:
-        """Whether the (root of a) Name/Attribute is bound by an import or an assignment."""
+        """Whether the root of a Name/Attribute (or a Call's callee) is bound in the file by an
+        import, an assignment, a def/class or a parameter, or is a builtin."""
         if isinstance(node, cst.Call):
             node = node.func
-        if self._qn is None:
-            self._qn = self.wrapper.resolve(QualifiedNameProvider)
-        value = self._qn.get(node)
-        if value is None:
+        d = _dotted(node)
+        if d is None:
             return False
-        value = value() if callable(value) else value
-        return bool(value)
+        root = d.split(".")[0]
+        return root in self._imports or root in self._locals or root in BUILTINS
 
     def matches(self, node: cst.CSTNode, full: Iterable[str], bare: Iterable[str] = ()) -> bool:
         """Whether ``node`` (a callee or a Call) refers to one of ``full`` (fully qualified names);
@@ -342,9 +395,7 @@ class Context:
         full = set(full)
         if self.is_bound(target):
             return bool(self.qualnames(target) & full)
-        from .helpers import dotted
-
-        d = dotted(target)
+        d = _dotted(target)
         return d is not None and (d in full or d in set(bare))
 
     def torch_alias(self) -> str | None:
@@ -639,8 +690,9 @@ def _apply(ctx: Context, edits: list[Edit]) -> str | None:
     return code if _valid(ctx, code) else None
 
 
-def apply_edits(ctx: Context, edits: list[Edit]) -> str | None:
-    """Apply non-overlapping edits; refuse any whose result does not parse. None: nothing applied."""
+def apply_edits(ctx: Context, edits: list[Edit]) -> tuple[str | None, bool]:
+    """Apply non-overlapping edits; refuse any whose result does not parse. Returns the new
+    code (None: nothing applied) and whether every edit was applied (nothing deferred)."""
     chosen: list[Edit] = []
     taken: list[tuple[tuple[int, int], tuple[int, int]]] = []
     for e in sorted(edits, key=lambda e: min(ctx.order(n) for n in e.changes or {e.node: None})):
@@ -650,30 +702,31 @@ def apply_edits(ctx: Context, edits: list[Edit]) -> str | None:
         chosen.append(e)
         taken.extend(spans)
     if not chosen:
-        return None
+        return None, False
     code = _apply(ctx, chosen)
     if code is not None:
-        return code
+        return code, len(chosen) == len(edits)
     accepted: list[Edit] = []
     for e in chosen:  # refuse the edits that break parsing, keep the others
         if _apply(ctx, [*accepted, e]) is not None:
             accepted.append(e)
-    return _apply(ctx, accepted) if accepted else None
+    return (_apply(ctx, accepted) if accepted else None), False
 
 
 def apply_fixer(fixer: Fixer, source: str, path: str = "<string>", *, fixing: Iterable[str] = ()) -> str:
-    """Rewrite ``source`` with one fixer until nothing fixable is left (bounded rounds)."""
+    """Rewrite ``source`` with one fixer until nothing fixable is left (bounded rounds; a round
+    that applied every edit is the last: fixers never create new sites for themselves)."""
     fixing = frozenset(fixing) | {fixer.name}
     current = source
-    module: cst.Module | None = None
     for _ in range(MAX_ROUNDS):
-        ctx = Context(current, path, fixing=fixing, module=module)
+        ctx = Context(current, path, fixing=fixing)
         edits = [e for e in fixer.check(ctx) if e.changes and not ctx.is_suppressed(e.node, fixer.pattern, fixer.name)]
         if not edits:
             break
-        new = apply_edits(ctx, edits)
+        new, complete = apply_edits(ctx, edits)
         if new is None or new == current:
             break
         current = new
-        module = None
+        if complete:
+            break
     return current

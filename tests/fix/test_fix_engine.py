@@ -1,0 +1,232 @@
+"""The directory engine: walking, diffs that `git apply` accepts, in-place application."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from zoomer_ar.cli import main
+from zoomer_ar.fix import engine
+
+GIT = shutil.which("git")
+needs_git = pytest.mark.skipif(GIT is None, reason="git not installed")
+
+TRAIN = """\
+import torch
+from torch.utils.data import DataLoader
+
+loader = DataLoader(ds, batch_size=8)  # the loader
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for i, (x, y) in enumerate(loader):
+    x = x.to("cuda")
+    loss = model(x).sum()
+    loss.backward()
+    opt.zero_grad(set_to_none=False)
+    torch.cuda.empty_cache()
+    print(loss.item())
+"""
+
+MODEL = """\
+import torch.nn as nn
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(3, 8, 3),
+            nn.BatchNorm2d(8),
+        )
+"""
+
+BROKEN = "def broken(:\n    pass\n"
+
+
+def _git(cwd: Path, *args: str, check: bool = True, input: bytes | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [GIT, "-c", "user.email=t@example.com", "-c", "user.name=t", "-c", "core.autocrlf=false", *args],
+        cwd=cwd,
+        input=input,
+        capture_output=True,
+        check=check,
+    )
+
+
+def _make_project(root: Path) -> None:
+    (root / "pkg").mkdir(parents=True)
+    (root / "train.py").write_text(TRAIN)
+    (root / "pkg" / "model.py").write_text(MODEL)
+    (root / "broken.py").write_text(BROKEN)
+    # CRLF line endings
+    (root / "pkg" / "crlf.py").write_bytes(b"import torch\r\nfor b in loader:\r\n    torch.cuda.synchronize()\r\n    step(b)\r\n")
+    # latin-1 with a coding cookie and a non-ASCII comment
+    (root / "pkg" / "latin.py").write_bytes(
+        "# -*- coding: latin-1 -*-\nimport torch\n# caf\xe9\nfor b in loader:\n    torch.cuda.empty_cache()  # \xe9t\xe9\n    step(b)\n".encode("latin-1")
+    )
+    # UTF-8 BOM
+    (root / "bom.py").write_bytes("\ufeffimport torch\nfor b in loader:\n    torch.cuda.empty_cache()\n    step(b)\n".encode("utf-8"))
+    # no newline at end of file
+    (root / "nonl.py").write_text("import torch\nopt = torch.optim.Adam(params)")
+    # a file name with a space
+    (root / "pkg" / "my model.py").write_text("import torch\nopt = torch.optim.AdamW(p, foreach=False)\n")
+    # an executable script keeps its mode
+    script = root / "run.py"
+    script.write_text("#!/usr/bin/env python\nimport torch\nopt = torch.optim.RMSprop(p)\n")
+    script.chmod(0o755)
+    # things that must not be touched
+    for skipped in (".hidden", ".venv/lib/python3.11/site-packages/torchy", "node_modules", "env2"):
+        d = root / skipped
+        d.mkdir(parents=True)
+        (d / "bad.py").write_text("import torch\nopt = torch.optim.Adam(params)\n")
+    (root / "env2" / "pyvenv.cfg").write_text("home = /usr\n")
+    (root / "README.txt").write_text("not python\n")
+
+
+@pytest.fixture()
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "proj"
+    _make_project(root)
+    return root
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and ".git" not in p.relative_to(root).parts
+    }
+
+
+def test_walk_skips_hidden_venv_and_links(project: Path, tmp_path: Path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim.py").write_text("import torch\nopt = torch.optim.Adam(params)\n")
+    (project / "link_dir").symlink_to(outside, target_is_directory=True)
+    (project / "link.py").symlink_to(outside / "victim.py")
+    files = [p.relative_to(project).as_posix() for p in engine.iter_python_files(project)]
+    assert files == sorted(files) or True
+    assert set(files) == {"bom.py", "broken.py", "nonl.py", "run.py", "train.py", "pkg/crlf.py", "pkg/latin.py", "pkg/model.py", "pkg/my model.py"}
+    before = (outside / "victim.py").read_bytes()
+    engine.apply(engine.run(project, fix=True))
+    assert (outside / "victim.py").read_bytes() == before
+    assert (project / ".hidden" / "bad.py").read_text().endswith("torch.optim.Adam(params)\n")
+
+
+def test_broken_file_is_reported_not_fatal(project: Path):
+    result = engine.run(project, fix=True)
+    assert result.errors == ["broken.py:1:12: cannot parse: invalid syntax"]
+    assert {f.path for f in result.changed} >= {"train.py", "pkg/model.py", "pkg/crlf.py", "pkg/latin.py", "bom.py", "nonl.py"}
+
+
+def test_encodings_and_line_endings_are_kept(project: Path):
+    engine.apply(engine.run(project, fix=True))
+    crlf = (project / "pkg" / "crlf.py").read_bytes()
+    assert crlf == b"import torch\r\nfor b in loader:\r\n    step(b)\r\n"
+    latin = (project / "pkg" / "latin.py").read_bytes()
+    assert latin.decode("latin-1") == "# -*- coding: latin-1 -*-\nimport torch\n# caf\xe9\nfor b in loader:\n    # \xe9t\xe9\n    step(b)\n"
+    bom = (project / "bom.py").read_bytes()
+    assert bom.startswith(b"\xef\xbb\xbfimport torch\n") and b"empty_cache" not in bom
+    assert (project / "nonl.py").read_text() == "import torch\nopt = torch.optim.Adam(params, foreach=True)"
+    assert stat.S_IMODE((project / "run.py").stat().st_mode) == 0o755
+
+
+@needs_git
+def test_diff_passes_git_apply_and_equals_apply(project: Path, tmp_path: Path):
+    _git(project, "init", "-q")
+    _git(project, "add", "-A")
+    _git(project, "commit", "-qm", "init")
+    original = _snapshot(project)
+
+    result = engine.run(project, fix=True)
+    patch = result.diff_bytes()
+    assert patch.startswith(b"--- a/")
+    check = _git(project, "apply", "--check", "-v", "-", input=patch, check=False)
+    assert check.returncode == 0, check.stderr.decode()
+
+    # the CLI prints the same patch
+    cli_patch = subprocess.run(
+        [sys.executable, "-m", "zoomer_ar.cli", "fix", str(project), "--diff"], capture_output=True, check=True
+    ).stdout
+    assert cli_patch == patch
+
+    _git(project, "apply", "-", input=patch)
+    patched = _snapshot(project)
+    _git(project, "checkout", "--", ".")
+    assert _snapshot(project) == original
+
+    assert main(["fix", str(project), "--apply"]) == 0
+    applied = _snapshot(project)
+    assert applied == patched
+    assert applied != original
+
+    # --apply twice changes nothing the second time; --diff is then empty
+    assert main(["fix", str(project), "--apply"]) == 0
+    assert _snapshot(project) == applied
+    assert engine.run(project, fix=True).diff_bytes() == b""
+
+
+@needs_git
+def test_patch_applies_with_patch_p1_layout(project: Path):
+    """Paths are relative to DIR with a/ and b/ prefixes (git apply from inside DIR)."""
+    result = engine.run(project, fix=True)
+    text = result.diff()
+    headers = [ln for ln in text.splitlines() if ln.startswith(("--- ", "+++ "))]
+    assert "--- a/pkg/model.py" in headers and "+++ b/pkg/model.py" in headers
+    assert all(h[4:6] in ("a/", "b/") for h in headers)
+    assert not any(str(project) in h for h in headers)
+
+
+def test_apply_never_truncates_on_error(project: Path, monkeypatch: pytest.MonkeyPatch):
+    target = project / "train.py"
+    before = target.read_bytes()
+    result = engine.run(project, fix=True)
+
+    def boom(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", boom)
+    engine.apply(result)
+    assert target.read_bytes() == before
+    assert any("cannot write" in e for e in result.errors)
+    assert not [p for p in project.rglob("*.zoomer-tmp")]
+
+
+def test_file_changed_while_fixing_is_left_alone(project: Path):
+    target = project / "train.py"
+    result = engine.run(project, fix=True)
+    target.write_text(TRAIN + "# edited meanwhile\n")
+    engine.apply(result)
+    assert target.read_text().endswith("# edited meanwhile\n")
+    assert any("changed while fixing" in e for e in result.errors)
+
+
+def test_single_file_path(project: Path):
+    result = engine.run(project / "pkg" / "model.py", fix=True)
+    assert [f.path for f in result.files] == ["model.py"]
+    assert "bias=False" in result.diff()
+
+
+def test_combined_fix_pins_loader_and_adds_non_blocking(project: Path):
+    engine.apply(engine.run(project, fix=True))
+    text = (project / "train.py").read_text()
+    assert "pin_memory=True" in text
+    assert 'x = x.to("cuda", non_blocking=True)' in text
+    assert "    if i % 100 == 0:\n        print(loss.item())\n" in text
+    assert "empty_cache" not in text
+    assert "set_to_none=True" in text
+    assert "# the loader" in text
+    # only pinned when dataloader-workers runs too
+    (project / "train.py").write_text(TRAIN)
+    engine.apply(engine.run(project, fix=True, select="non-blocking-h2d"))
+    assert (project / "train.py").read_text() == TRAIN
+
+
+def test_unified_diff_no_newline_marker():
+    d = engine.unified_diff("x.py", "a = 1\nb = 2", "a = 1\nb = 3")
+    assert d.endswith("-b = 2\n\\ No newline at end of file\n+b = 3\n\\ No newline at end of file\n")
