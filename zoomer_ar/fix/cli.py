@@ -30,10 +30,15 @@ def _parse_options(values: tuple[str, ...]) -> dict[str, dict[str, Any]]:
 
 
 def _echo_bytes(data: bytes) -> None:
-    stream = click.get_binary_stream("stdout")
-    sys.stdout.flush()
-    stream.write(data)
-    stream.flush()
+    out = sys.stdout
+    out.flush()
+    buffer = getattr(out, "buffer", None)
+    if buffer is None:
+        out.write(data.decode("utf-8", "replace"))
+        out.flush()
+        return
+    buffer.write(data)
+    buffer.flush()
 
 
 def _list_fixers(fmt: str) -> None:

@@ -130,9 +130,14 @@ class Registry:
         """Fixer instances; ``options`` maps a fixer name or a pattern id to that fixer's options."""
         options = options or {}
         known = set(self.names) | set(PATTERN_IDS)
-        for key in options:
+        for key, values in options.items():
             if key not in known:
                 raise InputError(None, f"options for unknown fixer or pattern id: {key!r}")
+            if key not in self.names:
+                accepted = {k for f in self.by_pattern(key) for k in f.OPTIONS}
+                unknown = sorted(set(values) - accepted)
+                if unknown:
+                    raise InputError(None, f"no {key} fixer takes option(s) {', '.join(unknown)}")
         out = []
         for cls in classes:
             merged: dict[str, Any] = {}

@@ -1,0 +1,184 @@
+"""`zoomer-ar fix`: exit codes, one-line errors, --select/--ignore, suppression, formats."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from zoomer_ar.cli import main
+
+SOURCE = """\
+import torch
+from torch.utils.data import DataLoader
+
+loader = DataLoader(ds, batch_size=8)
+opt = torch.optim.Adam(model.parameters())
+for x in loader:
+    torch.cuda.empty_cache()
+"""
+
+
+@pytest.fixture()
+def proj(tmp_path: Path) -> Path:
+    root = tmp_path / "p"
+    root.mkdir()
+    (root / "train.py").write_text(SOURCE)
+    return root
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    rc = main(["fix", *args])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_lists_findings(proj, capsys):
+    rc, out, err = run(capsys, str(proj))
+    assert rc == 0
+    lines = out.splitlines()
+    assert len(lines) == 3
+    assert lines[0].startswith(f"{proj / 'train.py'}:4:10: dataloader-bound ")
+    assert "[dataloader-workers, fixable]" in lines[0]
+    assert any(" single-tensor-optimizer " in ln for ln in lines)
+    assert any(" allocator-churn " in ln for ln in lines)
+    assert err.strip() == "3 findings (3 fixable) in 1 file"
+    assert (proj / "train.py").read_text() == SOURCE  # listing never writes
+
+
+def test_missing_dir_exit_2_one_line(tmp_path, capsys):
+    rc, out, err = run(capsys, str(tmp_path / "nope"))
+    assert rc == 2
+    assert out == ""
+    assert err.count("\n") == 1 and err.startswith("zoomer-ar: error: ") and "no such file or directory" in err
+
+
+def test_missing_argument_and_exclusive_modes(proj, capsys):
+    assert run(capsys, "--diff", "--apply", str(proj))[0] == 2
+    rc, _, err = run(capsys)
+    assert rc == 2 and "missing PATH" in err
+
+
+@pytest.mark.parametrize("args", [["--select", "nope"], ["--ignore", "nope"], ["-o", "bad"], ["-o", "dataloader-bound.nope=1"], ["-o", "dataloader-bound.num_workers=many"]])
+def test_bad_ids_and_options_exit_2(proj, capsys, args):
+    rc, out, err = run(capsys, str(proj), *args)
+    assert rc == 2, err
+    assert err.startswith("zoomer-ar: error: ") and err.count("\n") == 1
+
+
+def test_select_and_ignore(proj, capsys):
+    rc, out, _ = run(capsys, str(proj), "--select", "dataloader-bound,allocator-churn")
+    assert rc == 0 and {ln.split()[1] for ln in out.splitlines()} == {"dataloader-bound", "allocator-churn"}
+    rc, out, _ = run(capsys, str(proj), "--select", "optimizer-foreach")
+    assert [ln.split()[1] for ln in out.splitlines()] == ["single-tensor-optimizer"]
+    rc, out, _ = run(capsys, str(proj), "--ignore", "dataloader-bound, loop-empty-cache")
+    assert [ln.split()[1] for ln in out.splitlines()] == ["single-tensor-optimizer"]
+
+
+def test_diff_and_apply(proj, capsys):
+    rc, out, err = run(capsys, str(proj), "--diff", "--select", "single-tensor-optimizer")
+    assert rc == 0
+    assert out.startswith("--- a/train.py\n+++ b/train.py\n")
+    assert "+opt = torch.optim.Adam(model.parameters(), foreach=True)\n" in out
+    assert (proj / "train.py").read_text() == SOURCE
+    rc, out, err = run(capsys, str(proj), "--apply")
+    assert rc == 0 and out.startswith("fixed ")
+    text = (proj / "train.py").read_text()
+    assert "foreach=True" in text and "num_workers=4" in text and "empty_cache" not in text
+    rc, out, err = run(capsys, str(proj), "--apply")
+    assert rc == 0 and out == "" and "0 files rewritten" in err
+
+
+def test_options(proj, capsys):
+    rc, out, _ = run(capsys, str(proj), "--diff", "-o", "dataloader-bound.num_workers=12", "-o", "optimizer-foreach.fused=true")
+    assert rc == 0
+    assert "num_workers=12" in out and "fused=True" in out
+
+
+def test_suppression_comments(tmp_path, capsys):
+    root = tmp_path / "s"
+    root.mkdir()
+    (root / "a.py").write_text(
+        "import torch\n"
+        "opt = torch.optim.Adam(p)  # zoomer: ignore[single-tensor-optimizer]\n"
+        "opt2 = torch.optim.SGD(p)  # zoomer: ignore[optimizer-foreach]\n"
+        "opt3 = torch.optim.SGD(p)  # zoomer: ignore\n"
+        "opt4 = torch.optim.SGD(p)  # zoomer: ignore[dataloader-bound]\n"
+        "opt5 = torch.optim.SGD(  # zoomer: ignore\n"
+        "    p,\n"
+        ")\n"
+        "s = '# zoomer: ignore'; opt6 = torch.optim.SGD(p)\n"
+    )
+    rc, out, _ = run(capsys, str(root))
+    lines = out.splitlines()
+    assert [int(ln.split(":")[1]) for ln in lines] == [5, 9]
+    rc, out, _ = run(capsys, str(root), "--apply")
+    text = (root / "a.py").read_text()
+    assert text.count("foreach=True") == 2
+    assert "opt = torch.optim.Adam(p)  # zoomer" in text
+
+
+def test_file_level_suppression(tmp_path, capsys):
+    root = tmp_path / "f"
+    root.mkdir()
+    (root / "a.py").write_text("# zoomer: ignore-file[allocator-churn]\nimport torch\nfor x in y:\n    torch.cuda.empty_cache()\n")
+    assert run(capsys, str(root))[1] == ""
+
+
+def test_opt_in_fixers_report_then_fix_when_selected(tmp_path, capsys):
+    root = tmp_path / "o"
+    root.mkdir()
+    src = "import torch\nfrom torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(model, device_ids=[0])\n"
+    (root / "a.py").write_text(src)
+    rc, out, _ = run(capsys, str(root))
+    assert "exposed-communication" in out and "opt-in" in out and "fixable" not in out
+    rc, out, _ = run(capsys, str(root), "--apply")
+    assert (root / "a.py").read_text() == src
+    rc, out, _ = run(capsys, str(root), "--apply", "--select", "all")
+    assert (root / "a.py").read_text() == src
+    rc, out, _ = run(capsys, str(root), "--apply", "--select", "exposed-communication", "-o", "ddp-bucket-view.bucket_cap_mb=50")
+    assert (root / "a.py").read_text().endswith("DDP(model, device_ids=[0], gradient_as_bucket_view=True, bucket_cap_mb=50)\n")
+
+
+def test_unparsable_file_one_line_exit_0(tmp_path, capsys):
+    root = tmp_path / "b"
+    root.mkdir()
+    (root / "bad.py").write_text("def f(:\n    pass\n")
+    (root / "bad2.py").write_bytes(b"# -*- coding: utf-8 -*-\nx = '\xff\xfe'\n")
+    (root / "ok.py").write_text("import torch\nopt = torch.optim.SGD(p)\n")
+    rc, out, err = run(capsys, str(root))
+    assert rc == 0
+    assert out.count("\n") == 1
+    errs = [ln for ln in err.splitlines() if ln.startswith("zoomer-ar: skipped")]
+    assert errs == [
+        f"zoomer-ar: skipped {root / 'bad.py'}:1:7: cannot parse: invalid syntax",
+        f"zoomer-ar: skipped {root / 'bad2.py'}: cannot decode: cannot decode as utf-8: 'utf-8' codec can't decode byte 0xff in position 29: invalid start byte",
+    ]
+
+
+def test_json_format(proj, capsys):
+    rc, out, err = run(capsys, str(proj), "--format", "json", "--diff")
+    doc = json.loads(out)
+    assert rc == 0 and err == ""
+    assert doc["files"] == 1 and len(doc["findings"]) == 3 and doc["errors"] == []
+    f = doc["findings"][0]
+    assert {"path", "line", "column", "end_line", "end_column", "pattern", "message", "fixer", "fixable", "replacement", "edits"} <= set(f)
+    assert f["path"] == "train.py" and f["line"] == 4
+    assert doc["diff"].startswith("--- a/train.py")
+    assert "torch-compile" in doc["fixers"] and "torch-compile" not in doc["fixing"]
+
+
+def test_list_fixers(capsys):
+    rc = main(["fix", "--list", "--format", "json"])
+    fixers = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    assert {f["name"] for f in fixers if f["opt_in"]} == {"torch-compile", "ddp-bucket-view"}
+
+
+def test_entry_point_never_prints_a_traceback(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "zoomer_ar.cli", "fix", str(tmp_path / "missing")], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
