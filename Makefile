@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: setup
-	$(BIN)/zoomer-ar analyze examples/traces/dataloader_bound --source examples/scenarios --out zoomer-out/demo --format text
+	$(BIN)/zoomer-ar analyze examples/traces/dataloader_bound --source training_data/scenarios --out zoomer-out/demo
 	@echo "Reports: zoomer-out/demo/report.html zoomer-out/demo/report.md zoomer-out/demo/findings.json"
 
 test: setup

@@ -44,7 +44,7 @@ BN_OPS = frozenset({"aten::batch_norm"})
 LAYER_OPS = frozenset(
     {"aten::convolution", "aten::batch_norm", "aten::linear", "aten::relu", "aten::relu_", "aten::max_pool2d",
      "aten::avg_pool2d", "aten::adaptive_avg_pool2d", "aten::layer_norm", "aten::gelu", "aten::silu",
-     "aten::dropout", "aten::add", "aten::add_", "aten::group_norm", "aten::instance_norm", "aten::sigmoid",
+     "aten::dropout", "aten::add", "aten::group_norm", "aten::instance_norm", "aten::sigmoid",
      "aten::tanh", "aten::hardtanh", "aten::leaky_relu", "aten::matmul", "aten::addmm", "aten::mm"}
 )
 
