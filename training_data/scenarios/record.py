@@ -8,8 +8,9 @@ Each program in MANIFEST.yaml runs as its own subprocess (the project's .venv py
 one, else this interpreter) and writes `<out>/<name>/rank-0.pt.trace.json.gz` and
 `<out>/<name>/job.json`. Programs run one after another so their timings do not disturb each
 other. A recording whose step times are uneven (slowest step more than --max-jitter times the
-median: the machine was busy with something else) is recorded again, up to --retries times, and
-the steadiest attempt is kept. Exit status: 0 when every program recorded a trace, 1 otherwise.
+fastest: the machine was busy with something else) is recorded again, up to --retries times, and
+the steadiest attempt is kept; before each recording it waits (up to --quiet-wait seconds) for
+other processes to leave the CPUs idle. Exit status: 0 when every program recorded a trace, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -68,12 +69,39 @@ def step_durations(trace: Path) -> list[float]:
 
 
 def jitter(durations: list[float]) -> float:
-    """Slowest step over the median step (1.0 = perfectly even)."""
-    if not durations:
+    """Slowest step over the fastest step (1.0 = perfectly even)."""
+    if not durations or min(durations) <= 0:
         return float("inf")
-    ordered = sorted(durations)
-    median = ordered[len(ordered) // 2]
-    return ordered[-1] / median if median > 0 else float("inf")
+    return max(durations) / min(durations)
+
+
+def cpu_busy(interval: float = 0.5) -> float | None:
+    """Fraction of all CPUs busy over `interval` seconds (Linux /proc/stat), None elsewhere."""
+    def sample() -> tuple[int, int]:
+        with open("/proc/stat", encoding="ascii") as fh:
+            fields = [int(v) for v in fh.readline().split()[1:]]
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+        return idle, sum(fields)
+
+    try:
+        idle0, total0 = sample()
+        time.sleep(interval)
+        idle1, total1 = sample()
+    except (OSError, ValueError, IndexError):
+        return None
+    total = total1 - total0
+    return 1.0 - (idle1 - idle0) / total if total > 0 else None
+
+
+def wait_until_quiet(max_wait: float, threshold: float = 0.25) -> float | None:
+    """Wait (up to max_wait seconds) until other processes leave the CPUs mostly idle; returns
+    the last busy fraction seen."""
+    deadline = time.monotonic() + max_wait
+    busy = cpu_busy()
+    while busy is not None and busy > threshold and time.monotonic() < deadline:
+        time.sleep(1.0)
+        busy = cpu_busy()
+    return busy
 
 
 def record_one(
@@ -140,9 +168,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--severity", choices=("low", "mid", "high"), help="default: each program's, mid")
     parser.add_argument("--python", default=default_python(), help="interpreter to run the programs with")
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds per program (default 180)")
-    parser.add_argument("--retries", type=int, default=2, help="re-recordings of an uneven trace (default 2)")
-    parser.add_argument("--max-jitter", type=float, default=2.0,
-                        help="slowest/median step time above which a trace counts as uneven (default 2.0)")
+    parser.add_argument("--retries", type=int, default=3, help="re-recordings of an uneven trace (default 3)")
+    parser.add_argument("--max-jitter", type=float, default=1.6,
+                        help="slowest/fastest step time above which a trace counts as uneven (default 1.6)")
+    parser.add_argument("--quiet-wait", type=float, default=30.0,
+                        help="seconds to wait, before each recording, for other processes to leave the "
+                             "CPUs idle (default 30; 0 = do not wait)")
     parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
     args = parser.parse_args(argv)
 
@@ -165,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         best = None
         for attempt in range(1 + max(0, args.retries)):
+            if args.quiet_wait > 0:
+                wait_until_quiet(args.quiet_wait)
             res = record_one(
                 name,
                 scenarios[name],
