@@ -10,6 +10,7 @@ import click
 from .analyze import analyze_path
 from .render import render_html, render_markdown, render_text, write_outputs
 from .render.report import findings_json
+from .store.options import apply_store_options, record_options  # --record and cost attribution (zoomer_ar/store)
 
 PROGRESS_MIN_BYTES = 32 << 20
 
@@ -54,8 +55,9 @@ def _progress_factory(enabled: bool):
               help="The training code: map findings to source lines.")
 @click.option("--no-files", is_flag=True, help="Print only; write no report files.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar on long loads (default: when stderr is a terminal).")
+@record_options
 def analyze(path: Path, out_dir: Path | None, fmt: str, name: str | None, source_dir: Path | None, no_files: bool,
-            progress: bool | None) -> None:
+            progress: bool | None, **store_opts) -> None:
     """Analyse a Kineto trace (a .json/.json.gz file, or a folder of per-rank files as one job)."""
     show = sys.stderr.isatty() if progress is None else progress
     analysis = analyze_path(path, name=name, progress_factory=_progress_factory(show))
@@ -63,6 +65,7 @@ def analyze(path: Path, out_dir: Path | None, fmt: str, name: str | None, source
         from .sourcemap import map_sources
 
         analysis = map_sources(analysis, source_dir)
+    analysis = apply_store_options(analysis, store_opts)  # cost attribution; stores it with --record
     if not no_files:
         target = out_dir or Path("zoomer-out") / analysis.job.name
         written = write_outputs(analysis, target)

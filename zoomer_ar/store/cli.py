@@ -1,0 +1,100 @@
+"""`zoomer-ar digest`, `zoomer-ar history`, `zoomer-ar record` and `zoomer-ar db` (the store's commands)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..errors import InputError
+from .options import _week, describe, job_options, record_options_from
+
+DB_OPTION = click.option("--db", default=None, metavar="URL",
+                         help="Store: SQLAlchemy URL or SQLite file (default: $ZOOMER_DB, else the user data folder).")
+
+
+def _write_or_echo(text: str, out: Path | None) -> None:
+    if out is None:
+        click.echo(text, nl=False)
+        return
+    from ..render.report import atomic_write
+
+    atomic_write(out, text)
+    click.echo(f"wrote {out}", err=True)
+
+
+@click.command()
+@click.option("--week", default=None, callback=_week, metavar="YYYY-Www",
+              help="ISO week, e.g. 2026-W48 (default: the latest week with recorded runs).")
+@click.option("--team", default=None, help="Only this team's jobs.")
+@click.option("--format", "fmt", type=click.Choice(["md", "html", "json"]), default="md", show_default=True)
+@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), default=None, help="Write to this file.")
+@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Rows per table.")
+@DB_OPTION
+def digest(week: str | None, team: str | None, fmt: str, out: Path | None, top: int, db: str | None) -> None:
+    """The week's top anti-patterns by wasted GPU-hours and dollars, trends, costliest jobs and owners, resolved patterns."""
+    from ..render.digest import render_digest
+    from .digest import build_digest
+
+    d = build_digest(db, week=week, team=team, top=top)
+    _write_or_echo(render_digest(d, fmt, top=top), out)
+
+
+@click.command()
+@click.argument("job")
+@click.option("--format", "fmt", type=click.Choice(["text", "md", "json"]), default="text", show_default=True)
+@click.option("--limit", type=click.IntRange(min=1), default=52, show_default=True, help="Most recent runs shown.")
+@DB_OPTION
+def history(job: str, fmt: str, limit: int, db: str | None) -> None:
+    """One job's recorded runs and findings over time."""
+    from ..render.digest import render_history
+    from .history import job_history
+
+    click.echo(render_history(job_history(job, db, limit=limit), fmt), nl=False)
+
+
+@click.command()
+@click.argument("findings", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False))
+@job_options
+def record(findings: tuple[Path, ...], **store_opts) -> None:
+    """Store findings.json files written by `zoomer-ar analyze` (same options as `analyze --record`)."""
+    from ..models import Analysis
+    from .record import record_analysis
+
+    for path in findings:
+        try:
+            analysis = Analysis.model_validate_json(path.read_bytes())
+        except OSError as exc:
+            raise InputError(str(path), exc.strerror or str(exc)) from None
+        except ValueError as exc:
+            raise InputError(str(path), f"not a findings.json ({str(exc).splitlines()[0]})") from None
+        result = record_analysis(analysis, record_options_from(store_opts), db=store_opts.get("db"))
+        click.echo(describe(result))
+
+
+@click.group()
+def db() -> None:
+    """The store's database: migrations and location."""
+
+
+@db.command("upgrade")
+@DB_OPTION
+def db_upgrade(db: str | None) -> None:
+    """Apply the Alembic migrations (recording does this on first use)."""
+    from .db import current_revision, get_engine, head_revision, redact, upgrade
+
+    engine = get_engine(db)
+    upgrade(engine)
+    click.echo(f"{redact(str(engine.url))}: at revision {current_revision(engine)} (head {head_revision()})")
+
+
+@db.command("url")
+@DB_OPTION
+def db_url(db: str | None) -> None:
+    """Print the store URL in use (password hidden)."""
+    from .db import redact, resolve_url
+
+    click.echo(redact(resolve_url(db)))
+
+
+commands = [digest, history, record, db]

@@ -1,0 +1,237 @@
+"""Connecting to the store: URL resolution, engines tuned for concurrent recorders, retries, migrations.
+
+- Embedded default: SQLite at `<user data folder>/zoomer-ar/zoomer.db` (Linux: $XDG_DATA_HOME or
+  ~/.local/share; macOS: ~/Library/Application Support; Windows: %LOCALAPPDATA%).
+- `--db` or `ZOOMER_DB`: a SQLAlchemy URL (`postgresql://user@host/db`, `sqlite:///path`) or a file path.
+
+SQLite runs in WAL mode with a busy timeout; writers take the write lock up front
+(`BEGIN IMMEDIATE`) so two recorders never deadlock on a read-to-write upgrade, and transient
+"database is locked" errors are retried. PostgreSQL writers rely on unique constraints with
+`ON CONFLICT` and retry serialization failures and deadlocks.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TypeVar
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.orm import Session
+
+from ..errors import ZoomerError
+
+T = TypeVar("T")
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+SQLITE_BUSY_TIMEOUT_S = 60.0
+PG_MIGRATION_LOCK = 7_264_913_001  # pg_advisory_xact_lock key: one migrator at a time
+_TRANSIENT_PG_CODES = {"40001", "40P01", "55P03", "57P03", "08006", "08001", "53300"}
+
+_engines: dict[str, Engine] = {}
+_migrated: set[str] = set()
+_lock = threading.Lock()
+
+
+class StoreError(ZoomerError):
+    """The store cannot be reached or used."""
+
+    exit_code = 1
+
+
+def user_data_dir() -> Path:
+    if sys.platform == "win32":
+        base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
+    elif sys.platform == "darwin":
+        base = Path.home() / "Library" / "Application Support"
+    else:
+        base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return base / "zoomer-ar"
+
+
+def default_url() -> str:
+    return "sqlite:///" + str(user_data_dir() / "zoomer.db")
+
+
+def resolve_url(db: str | None = None) -> str:
+    """`--db`, else ZOOMER_DB, else the embedded SQLite file; plain paths become SQLite URLs."""
+    raw = db or os.environ.get("ZOOMER_DB") or default_url()
+    if "://" not in raw:
+        return "sqlite:///" + str(Path(raw).expanduser().resolve())
+    if raw.startswith("postgres://"):
+        raw = "postgresql://" + raw[len("postgres://"):]
+    if raw.startswith("postgresql://"):
+        raw = "postgresql+psycopg://" + raw[len("postgresql://"):]
+    return raw
+
+
+def redact(url: str) -> str:
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - only for messages
+        return url
+
+
+def _sqlite_setup(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn, _record):  # noqa: ANN001
+        dbapi_conn.isolation_level = None  # we emit BEGIN ourselves (see _on_begin)
+        cur = dbapi_conn.cursor()
+        cur.execute(f"PRAGMA busy_timeout = {int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
+        for attempt in range(50):
+            try:
+                cur.execute("PRAGMA journal_mode = WAL")
+                break
+            except Exception:  # noqa: BLE001 - another process is switching the file to WAL
+                time.sleep(0.05 * (attempt + 1))
+        cur.execute("PRAGMA synchronous = NORMAL")
+        cur.execute("PRAGMA foreign_keys = ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn):  # noqa: ANN001
+        if conn.get_execution_options().get("zoomer_write"):
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        else:
+            conn.exec_driver_sql("BEGIN")
+
+
+def get_engine(db: str | None = None) -> Engine:
+    """One engine per URL per process."""
+    url = resolve_url(db)
+    with _lock:
+        engine = _engines.get(url)
+        if engine is not None:
+            return engine
+        u = make_url(url)
+        if u.get_backend_name() == "sqlite":
+            if u.database and u.database != ":memory:":
+                Path(u.database).parent.mkdir(parents=True, exist_ok=True)
+            engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
+            _sqlite_setup(engine)
+        else:
+            try:
+                engine = create_engine(url, pool_pre_ping=True)
+            except ModuleNotFoundError as exc:  # driver missing
+                raise StoreError(f"cannot open {redact(url)}: {exc} (install psycopg[binary])") from None
+        _engines[url] = engine
+        return engine
+
+
+def dispose_engine(db: str | None = None) -> None:
+    url = resolve_url(db)
+    with _lock:
+        engine = _engines.pop(url, None)
+        _migrated.discard(url)
+    if engine is not None:
+        engine.dispose()
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Worth retrying: SQLite busy/locked, PostgreSQL serialization failure/deadlock/lock timeout, lost connection."""
+    if isinstance(exc, IntegrityError):
+        return True  # a concurrent writer inserted the same key: the retry finds it
+    if not isinstance(exc, DBAPIError):
+        return False
+    if exc.connection_invalidated:
+        return True
+    orig = exc.orig
+    code = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    if code in _TRANSIENT_PG_CODES:
+        return True
+    msg = str(orig).lower()
+    return isinstance(exc, OperationalError) and ("locked" in msg or "busy" in msg)
+
+
+def with_retry(fn: Callable[[], T], *, attempts: int = 30, base_delay: float = 0.02) -> T:
+    """Run a whole transaction function again on transient errors (exponential backoff with jitter)."""
+    for attempt in range(attempts):
+        try:
+            return fn()
+        except (DBAPIError, IntegrityError) as exc:
+            if attempt == attempts - 1 or not is_transient(exc):
+                raise
+            time.sleep(min(1.0, base_delay * 2**attempt) * random.uniform(0.5, 1.5))
+    raise AssertionError("unreachable")
+
+
+@contextmanager
+def write_session(engine: Engine) -> Iterator[Session]:
+    """A session whose transaction holds the write lock from its start (SQLite), committed on success."""
+    with Session(engine.execution_options(zoomer_write=True), expire_on_commit=False) as session:
+        with session.begin():
+            yield session
+
+
+@contextmanager
+def read_session(engine: Engine) -> Iterator[Session]:
+    with Session(engine, expire_on_commit=False) as session:
+        yield session
+
+
+def alembic_config(engine: Engine):
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.set_main_option("sqlalchemy.url", engine.url.render_as_string(hide_password=False).replace("%", "%%"))
+    return cfg
+
+
+def head_revision() -> str:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    return ScriptDirectory.from_config(cfg).get_current_head()
+
+
+def current_revision(engine: Engine) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    """Run the Alembic migrations; concurrent callers are serialised (SQLite write lock, PostgreSQL advisory lock)."""
+    from alembic import command
+
+    cfg = alembic_config(engine)
+
+    def _run() -> None:
+        with engine.execution_options(zoomer_write=True).begin() as conn:
+            if conn.dialect.name == "postgresql":
+                conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({PG_MIGRATION_LOCK})")
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, revision)
+
+    with_retry(_run)
+
+
+def ensure_schema(engine: Engine) -> None:
+    """Bring the database to the latest migration (once per process and URL)."""
+    key = str(engine.url)
+    if key in _migrated:
+        return
+    try:
+        if current_revision(engine) != head_revision():
+            upgrade(engine)
+    except OperationalError as exc:
+        raise StoreError(f"cannot open the store {redact(key)}: {exc.orig}") from None
+    _migrated.add(key)
+
+
+def open_store(db: str | None = None) -> Engine:
+    """The engine for `db` (see resolve_url), migrated to the latest schema."""
+    engine = get_engine(db)
+    ensure_schema(engine)
+    return engine

@@ -1,0 +1,1 @@
+"""Alembic migrations of the store (run by zoomer_ar.store.db.upgrade, or `zoomer-ar db upgrade`)."""

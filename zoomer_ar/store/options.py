@@ -1,0 +1,104 @@
+"""`analyze` options for recording and cost attribution (`--record`, `--job`, `--gpu-hours`, ...).
+
+Kept free of SQLAlchemy imports: `analyze` without `--record` never loads the database packages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from ..models import Analysis
+from . import weeks as W
+from .cost import cost_attribution
+
+RECORD_ONLY = ("job", "team", "owner", "gpu_type", "week", "recorded_at", "db")
+
+
+def _week(_ctx, _param, value):  # noqa: ANN001
+    if value is None:
+        return None
+    try:
+        return W.parse_week(value)
+    except W.WeekError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _time(_ctx, _param, value):  # noqa: ANN001
+    if value is None:
+        return None
+    try:
+        return W.parse_time(value)
+    except W.WeekError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def job_options(f: Callable) -> Callable:
+    """Job, GPU, price and week options shared by `analyze --record` and `record`."""
+    opts = [
+        click.option("--job", default=None, help="Job name in the store (default: --name, else the trace's name)."),
+        click.option("--team", default=None, help="Team the job belongs to."),
+        click.option("--owner", default=None, help="Owner of the job (person or alias)."),
+        click.option("--gpu-type", default=None, help="GPU model (default: from the trace's device properties)."),
+        click.option("--gpus", type=click.IntRange(min=0), default=None,
+                     help="GPUs the job runs on (default: the job's stored count, else the trace's world size)."),
+        click.option("--gpu-hours", type=click.FloatRange(min=0), default=None,
+                     help="The job's GPU-hours this run stands for, e.g. its week (default: profiled wall time x GPUs)."),
+        click.option("--gpu-hour-cost", type=click.FloatRange(min=0), default=None, metavar="USD",
+                     help="Price of one GPU-hour in dollars (default: the job's stored price)."),
+        click.option("--week", default=None, callback=_week, metavar="YYYY-Www",
+                     help="ISO week to record under, e.g. 2026-W48 (default: the trace's start time, else now)."),
+        click.option("--recorded-at", default=None, callback=_time, metavar="ISO-TIME",
+                     help="When the job ran (sets the week when --week is not given)."),
+        click.option("--db", default=None, metavar="URL",
+                     help="Store: SQLAlchemy URL or SQLite file (default: $ZOOMER_DB, else the user data folder)."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def record_options(f: Callable) -> Callable:
+    """All store options of `analyze`: --record plus job_options."""
+    f = job_options(f)
+    return click.option("--record", is_flag=True, help="Store the analysis (see `zoomer-ar digest`, `zoomer-ar history`).")(f)
+
+
+def record_options_from(store_opts: dict[str, Any]):
+    from .record import RecordOptions
+
+    return RecordOptions(
+        job=store_opts.get("job"), team=store_opts.get("team"), owner=store_opts.get("owner"),
+        gpu_type=store_opts.get("gpu_type"), gpus=store_opts.get("gpus"), gpu_hours=store_opts.get("gpu_hours"),
+        gpu_hour_cost=store_opts.get("gpu_hour_cost"), week=store_opts.get("week"),
+        recorded_at=store_opts.get("recorded_at"),
+    )
+
+
+def describe(result) -> str:  # noqa: ANN001 - RecordResult
+    verb = {"recorded": "recorded", "exists": "already recorded", "refreshed": "re-recorded (newer version)"}[result.status]
+    price = f", ${result.gpu_hour_cost:,.2f}/GPU-h" if result.gpu_hour_cost is not None else ""
+    return (f"{verb}: job {result.job}, week {result.week}, {result.gpus} GPU{'s' if result.gpus != 1 else ''}, "
+            f"{result.gpu_hours:.6g} GPU-hours{price} (analysis #{result.analysis_id})")
+
+
+def apply_store_options(analysis: Analysis, store_opts: dict[str, Any], *, default_job: str | None = None) -> Analysis:
+    """Attach the cost attribution to `analysis.features["cost_attribution"]`; with --record, store it first."""
+    if not store_opts.get("record"):
+        given = [k for k in RECORD_ONLY if store_opts.get(k) is not None]
+        if given:
+            raise click.UsageError(f"--{given[0].replace('_', '-')} needs --record")
+        cost = cost_attribution(analysis.features, analysis.findings, gpus=store_opts.get("gpus"),
+                                gpu_hours=store_opts.get("gpu_hours"), gpu_hour_cost=store_opts.get("gpu_hour_cost"))
+    else:
+        from .record import record_analysis
+
+        opts = record_options_from(store_opts)
+        opts.job = opts.job or default_job
+        result = record_analysis(analysis, opts, db=store_opts.get("db"))
+        click.echo(describe(result), err=True)
+        cost = result.cost
+    analysis.features["cost_attribution"] = cost
+    return analysis

@@ -1,0 +1,326 @@
+"""Recording analyses: idempotent by trace content, safe with many recorders at once.
+
+One transaction per recording: upsert the job (by name), upsert the trace (by content hash),
+insert the analysis (one per trace: unique trace_id) and its findings. Re-recording the same
+content returns the existing analysis untouched, unless the tool, feature-schema, findings-schema
+or model version differs: then the analysis is refreshed in place (same id, week and job).
+Concurrent recorders: SQLite serialises writers (BEGIN IMMEDIATE, busy timeout, retries);
+PostgreSQL uses INSERT ... ON CONFLICT on the unique keys, and whole-transaction retries.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine, Integer, String, delete, func, literal, select, update
+from sqlalchemy.orm import Session
+
+from ..features.phases import PHASES
+from ..features.schema import FeatureVector
+from ..models import Analysis
+from . import weeks as W
+from .cost import cost_attribution, default_gpus, profiled_gpu_hours
+from .db import open_store, with_retry, write_session
+from .orm import Analysis as AnalysisRow
+from .orm import Finding as FindingRow
+from .orm import Job, Model, Trace, Verdict
+
+
+@dataclass
+class RecordOptions:
+    """What `analyze --record` / `zoomer-ar record` add to an analysis. None = keep/derive."""
+
+    job: str | None = None
+    team: str | None = None
+    owner: str | None = None
+    gpu_type: str | None = None
+    gpus: int | None = None
+    gpu_hours: float | None = None
+    gpu_hour_cost: float | None = None
+    week: str | None = None
+    recorded_at: datetime | None = None
+    model_version: str | None = None
+
+
+@dataclass
+class RecordResult:
+    analysis_id: int
+    job_id: int
+    trace_id: int
+    job: str
+    week: str
+    recorded_at: datetime
+    status: str  # "recorded" | "exists" | "refreshed"
+    gpus: int
+    gpu_hours: float
+    gpu_hour_cost: float | None
+    cost: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def created(self) -> bool:
+        return self.status == "recorded"
+
+
+def content_hash(analysis: Analysis) -> str:
+    """The file's sha256 for one rank; sha256 of the sorted rank hashes for a rank set."""
+    hashes = sorted(r.sha256 for r in analysis.job.ranks)
+    if len(hashes) == 1:
+        return hashes[0]
+    return hashlib.sha256("\n".join(hashes).encode()).hexdigest()
+
+
+def _clean(v: Any) -> Any:
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, dict):
+        return {k: _clean(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_clean(x) for x in v]
+    return v
+
+
+def stored_features(analysis: Analysis) -> dict[str, Any]:
+    """The FeatureVector fields (no per-rank detail, no cost section)."""
+    return _clean({k: analysis.features.get(k) for k in FeatureVector.model_fields if k in analysis.features})
+
+
+def resolve_when(analysis: Analysis, week: str | None, recorded_at: datetime | None) -> tuple[str, datetime]:
+    """The recorded week and time: --week, else --recorded-at, else the trace's start time, else now.
+
+    The time is --recorded-at, else the trace start, else now; moved to Monday 00:00 UTC of --week
+    when it falls outside it.
+    """
+    start = analysis.features.get("trace_start_unix_s")
+    trace_time = datetime.fromtimestamp(start, tz=W.UTC) if isinstance(start, (int, float)) else None
+    when = recorded_at or trace_time or W.now()
+    if week is None:
+        return W.week_of(when), when
+    week = W.parse_week(week)
+    if not W.in_week(when, week):
+        when = W.week_start(week)
+    return week, when
+
+
+def _insert(session: Session):
+    if session.get_bind().dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    return insert
+
+
+def _for_update(session: Session, stmt):
+    return stmt.with_for_update() if session.get_bind().dialect.name == "postgresql" else stmt
+
+
+def _upsert_job(session: Session, name: str, opts: RecordOptions, derived_type: str | None, derived_gpus: int):
+    insert = _insert(session)
+    ins = insert(Job).values(
+        name=name, team=opts.team, owner=opts.owner, gpu_type=opts.gpu_type or derived_type,
+        gpu_count=opts.gpus if opts.gpus is not None else derived_gpus, gpu_hour_cost=opts.gpu_hour_cost,
+    )
+    ex = ins.excluded
+    stmt = ins.on_conflict_do_update(
+        index_elements=[Job.name],
+        set_={
+            "team": func.coalesce(ex.team, Job.team),
+            "owner": func.coalesce(ex.owner, Job.owner),
+            "gpu_type": func.coalesce(literal(opts.gpu_type, String), Job.gpu_type, ex.gpu_type),
+            "gpu_count": func.coalesce(literal(opts.gpus, Integer), Job.gpu_count, ex.gpu_count),
+            "gpu_hour_cost": func.coalesce(ex.gpu_hour_cost, Job.gpu_hour_cost),
+            "updated_at": func.now(),
+        },
+    ).returning(Job.id, Job.gpu_count, Job.gpu_hour_cost)
+    return session.execute(stmt).one()
+
+
+def _upsert_trace(session: Session, analysis: Analysis, chash: str, started: datetime | None) -> int:
+    insert = _insert(session)
+    ranks = analysis.job.ranks
+    stmt = insert(Trace).values(
+        content_hash=chash, size_bytes=sum(r.size_bytes for r in ranks), n_ranks=len(ranks),
+        world_size=analysis.job.world_size, rank_hashes=sorted(r.sha256 for r in ranks), path=analysis.job.path,
+        started_at=started,
+    ).on_conflict_do_nothing(index_elements=[Trace.content_hash])
+    session.execute(stmt)
+    return session.execute(select(Trace.id).where(Trace.content_hash == chash)).scalar_one()
+
+
+def _model_id(session: Session, version: str | None, feature_schema: str) -> int | None:
+    if not version:
+        return None
+    insert = _insert(session)
+    session.execute(
+        insert(Model).values(name="zoomer-ar", version=version, feature_schema_version=feature_schema, metrics={})
+        .on_conflict_do_nothing(index_elements=[Model.name, Model.version])
+    )
+    return session.execute(select(Model.id).where(Model.name == "zoomer-ar", Model.version == version)).scalar_one()
+
+
+def _analysis_values(analysis: Analysis, *, feats: dict[str, Any], gpus: int, gpu_hours: float, source: str,
+                     price: float | None, model_version: str | None, model_id: int | None) -> dict[str, Any]:
+    values = {
+        "tool_version": analysis.tool_version,
+        "findings_schema_version": analysis.schema_version,
+        "feature_schema_version": analysis.feature_schema_version,
+        "model_version": model_version,
+        "model_id": model_id,
+        "gpu_count": gpus,
+        "gpu_hours": gpu_hours,
+        "gpu_hours_source": source,
+        "gpu_hour_cost": price,
+        "wall_ms": float(feats.get("wall_ms") or 0.0),
+        "step_ms": float(feats.get("step_ms") or 0.0),
+        "profiler_steps": int(feats.get("profiler_steps") or 0),
+        "bottleneck": analysis.bottleneck.type,
+        "phase_basis": feats.get("phase_basis"),
+        "features": feats,
+        "notes": list(analysis.notes),
+    }
+    for p in PHASES:
+        values[f"phase_{p}_pct"] = feats.get(f"phase_{p}_pct")
+    return values
+
+
+def _finding_rows(analysis: Analysis, analysis_id: int, job_id: int, week: str, gpu_hours: float) -> list[dict]:
+    rows = []
+    for i, f in enumerate(analysis.findings):
+        rows.append({
+            "analysis_id": analysis_id, "job_id": job_id, "week": week, "ordinal": i, "pattern": f.pattern,
+            "title": f.title, "severity": f.severity, "confidence": f.confidence,
+            "ms_per_step": f.impact.ms_per_step, "pct_of_step": f.impact.pct_of_step,
+            "gpu_hours_per_1000_steps": f.impact.gpu_hours_per_1000_steps,
+            "wasted_gpu_hours": f.impact.pct_of_step / 100.0 * gpu_hours,
+            "detected_by": "+".join(f.detected_by), "figures": _clean(dict(f.evidence.figures)),
+        })
+    return rows
+
+
+def _existing(session: Session, chash: str):
+    return session.execute(
+        select(AnalysisRow, Job.name).join(Trace, Trace.id == AnalysisRow.trace_id).join(Job, Job.id == AnalysisRow.job_id)
+        .where(Trace.content_hash == chash)
+    ).first()
+
+
+def _same_versions(row: AnalysisRow, analysis: Analysis, model_version: str | None) -> bool:
+    return (row.tool_version, row.feature_schema_version, row.findings_schema_version, row.model_version) == (
+        analysis.tool_version, analysis.feature_schema_version, analysis.schema_version, model_version)
+
+
+def _result(row: AnalysisRow, job_name: str, status: str, analysis: Analysis) -> RecordResult:
+    cost = cost_attribution(analysis.features, analysis.findings, gpus=row.gpu_count, gpu_hours=row.gpu_hours,
+                            gpu_hour_cost=row.gpu_hour_cost)
+    cost["gpu_hours_source"] = row.gpu_hours_source
+    if row.gpu_hours_source != "option":
+        cost["gpu_hours_basis"] = f"profiled wall time x {row.gpu_count} GPU{'s' if row.gpu_count != 1 else ''}"
+    return RecordResult(
+        analysis_id=row.id, job_id=row.job_id, trace_id=row.trace_id, job=job_name, week=row.week,
+        recorded_at=W.utc(row.recorded_at), status=status, gpus=row.gpu_count, gpu_hours=row.gpu_hours,
+        gpu_hour_cost=row.gpu_hour_cost, cost=cost,
+    )
+
+
+def record_analysis(analysis: Analysis, opts: RecordOptions | None = None, *, db: str | Engine | None = None) -> RecordResult:
+    """Store an analysis (see the module docstring). `db`: an engine, a URL/path, or None for the default store."""
+    opts = opts or RecordOptions()
+    engine = db if isinstance(db, Engine) else open_store(db)
+    chash = content_hash(analysis)
+    week, when = resolve_when(analysis, opts.week, opts.recorded_at)
+    feats = stored_features(analysis)
+    name = opts.job or analysis.job.name
+    devices = [d for r in analysis.job.ranks for d in r.devices]
+    derived_type = devices[0] if devices else None
+    derived_gpus = default_gpus(analysis.features)
+    model_version = opts.model_version or getattr(analysis, "model_version", None)
+    start = analysis.features.get("trace_start_unix_s")
+    started = datetime.fromtimestamp(start, tz=W.UTC) if isinstance(start, (int, float)) else None
+
+    # fast path: this content is already recorded with the same versions (no write, no lock)
+    with Session(engine) as s:
+        hit = _existing(s, chash)
+        if hit is not None and _same_versions(hit[0], analysis, model_version):
+            return _result(hit[0], hit[1], "exists", analysis)
+
+    def tx() -> RecordResult:
+        with write_session(engine) as s:
+            job_id, job_gpus, job_price = _upsert_job(s, name, opts, derived_type, derived_gpus)
+            trace_id = _upsert_trace(s, analysis, chash, started)
+            gpus = opts.gpus if opts.gpus is not None else int(job_gpus if job_gpus is not None else derived_gpus)
+            price = opts.gpu_hour_cost if opts.gpu_hour_cost is not None else job_price
+            source = "option" if opts.gpu_hours is not None else "profiled"
+            hours = float(opts.gpu_hours) if opts.gpu_hours is not None else profiled_gpu_hours(analysis.features, gpus)
+            model_id = _model_id(s, model_version, analysis.feature_schema_version)
+            values = _analysis_values(analysis, feats=feats, gpus=gpus, gpu_hours=hours, source=source, price=price,
+                                      model_version=model_version, model_id=model_id)
+            row = s.execute(_for_update(s, select(AnalysisRow).where(AnalysisRow.trace_id == trace_id))).scalar_one_or_none()
+            status = "recorded"
+            if row is None:
+                insert = _insert(s)
+                new_id = s.execute(
+                    insert(AnalysisRow).values(trace_id=trace_id, job_id=job_id, week=week, recorded_at=when, **values)
+                    .on_conflict_do_nothing(index_elements=[AnalysisRow.trace_id]).returning(AnalysisRow.id)
+                ).scalar_one_or_none()
+                if new_id is None:  # a concurrent recorder won: theirs stands
+                    row = s.execute(select(AnalysisRow).where(AnalysisRow.trace_id == trace_id)).scalar_one()
+                    status = "exists"
+                else:
+                    rows = _finding_rows(analysis, new_id, job_id, week, hours)
+                    if rows:
+                        s.execute(FindingRow.__table__.insert(), rows)
+                    row = s.get(AnalysisRow, new_id)
+            else:
+                status = "exists"
+            if status == "exists" and not _same_versions(row, analysis, model_version):
+                # newer tool/schema/model: refresh in place, keeping the job, week and GPU-hours it was recorded with
+                keep = {"gpu_count": row.gpu_count, "gpu_hours": row.gpu_hours, "gpu_hours_source": row.gpu_hours_source,
+                        "gpu_hour_cost": row.gpu_hour_cost}
+                values.update(keep)
+                s.execute(update(AnalysisRow).where(AnalysisRow.id == row.id).values(**values))
+                s.execute(delete(FindingRow).where(FindingRow.analysis_id == row.id))
+                rows = _finding_rows(analysis, row.id, row.job_id, row.week, row.gpu_hours)
+                if rows:
+                    s.execute(FindingRow.__table__.insert(), rows)
+                s.expire(row)
+                row = s.get(AnalysisRow, row.id)
+                status = "refreshed"
+            job_name = s.execute(select(Job.name).where(Job.id == row.job_id)).scalar_one()
+            return _result(row, job_name, status, analysis)
+
+    return with_retry(tx)
+
+
+def add_verdict(content_hash_: str, pattern: str, label: str, *, author: str = "", source: str = "human",
+                note: str | None = None, db: str | Engine | None = None) -> int:
+    """Label a (trace, pattern) positive or negative; one verdict per author (the latest wins)."""
+    if label not in ("positive", "negative"):
+        raise ValueError("label must be positive or negative")
+    engine = db if isinstance(db, Engine) else open_store(db)
+
+    def tx() -> int:
+        with write_session(engine) as s:
+            trace_id = s.execute(select(Trace.id).where(Trace.content_hash == content_hash_)).scalar_one_or_none()
+            if trace_id is None:
+                from .db import StoreError
+
+                raise StoreError(f"no recorded trace with content hash {content_hash_}")
+            finding_id = s.execute(
+                select(FindingRow.id).join(AnalysisRow, AnalysisRow.id == FindingRow.analysis_id)
+                .where(AnalysisRow.trace_id == trace_id, FindingRow.pattern == pattern).limit(1)
+            ).scalar_one_or_none()
+            insert = _insert(s)
+            ins = insert(Verdict).values(trace_id=trace_id, finding_id=finding_id, pattern=pattern, label=label,
+                                         author=author, source=source, note=note)
+            s.execute(ins.on_conflict_do_update(
+                index_elements=[Verdict.trace_id, Verdict.pattern, Verdict.author],
+                set_={"label": ins.excluded.label, "note": ins.excluded.note, "source": ins.excluded.source,
+                      "finding_id": ins.excluded.finding_id},
+            ))
+            return s.execute(select(Verdict.id).where(Verdict.trace_id == trace_id, Verdict.pattern == pattern,
+                                                      Verdict.author == author)).scalar_one()
+
+    return with_retry(tx)
