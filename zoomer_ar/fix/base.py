@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import ast
 import builtins
+import dataclasses
 import re
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterable, Iterator, Mapping
 
@@ -134,6 +135,39 @@ def parse_source(source: str, path: str | None = "<string>") -> cst.Module:
         raise SourceParseError(path, 1, 1, f"{type(exc).__name__}: {exc}".splitlines()[0]) from None
 
 
+class _Parsed:
+    """A parsed source with its traversal and (lazily) positions; immutable once built, so
+    Contexts over the same text share it (detect then fix parse once)."""
+
+    def __init__(self, module: cst.Module):
+        self.module = module
+        self.wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+        self.collector = _Collector(module)
+        self._positions: Mapping[cst.CSTNode, CodeRange] | None = None
+        self.ast_ok: bool | None = None
+
+    def positions(self) -> Mapping[cst.CSTNode, CodeRange]:
+        if self._positions is None:
+            self._positions = self.wrapper.resolve(PositionProvider)
+        return self._positions
+
+
+_CACHE: "OrderedDict[str, _Parsed]" = OrderedDict()
+_CACHE_SIZE = 64
+
+
+def _parsed(source: str, path: str | None) -> _Parsed:
+    hit = _CACHE.get(source)
+    if hit is not None:
+        _CACHE.move_to_end(source)
+        return hit
+    parsed = _Parsed(parse_source(source, path))
+    _CACHE[source] = parsed
+    if len(_CACHE) > _CACHE_SIZE:
+        _CACHE.popitem(last=False)
+    return parsed
+
+
 def _syntax_error(source: str, exc: cst.ParserSyntaxError) -> tuple[int, int, str]:
     try:
         ast.parse(source)
@@ -176,25 +210,47 @@ def _stored_names(target: cst.CSTNode) -> Iterator[str]:
         yield from _stored_names(target.value)
 
 
-class _Collector(cst.CSTVisitor):
-    """One traversal: document order, nodes by type, parents, and the names the file binds
-    (imports -> full dotted names; other bindings: assignments, defs, classes, parameters...)."""
+_FIELDS: dict[type, tuple[str, ...]] = {}
 
-    def __init__(self) -> None:
-        super().__init__()
+
+def iter_children(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """Direct children of a node, read from its dataclass fields (much cheaper than libcst's
+    ``.children``, which rebuilds the node). Field order, close to source order."""
+    names = _FIELDS.get(type(node))
+    if names is None:
+        names = _FIELDS[type(node)] = tuple(f.name for f in dataclasses.fields(node))
+    for name in names:
+        value = getattr(node, name)
+        if isinstance(value, cst.CSTNode):
+            yield value
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                if isinstance(item, cst.CSTNode):
+                    yield item
+
+
+class _Collector:
+    """One traversal: order, nodes by type, parents, and the names the file binds (imports ->
+    full dotted names; other bindings: assignments, defs, classes, parameters...)."""
+
+    def __init__(self, module: cst.Module) -> None:
         self.order: dict[cst.CSTNode, int] = {}
         self.by_type: dict[type, list[cst.CSTNode]] = defaultdict(list)
         self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
         self.imports: dict[str, set[str]] = defaultdict(set)
         self.locals: set[str] = set()
-        self._stack: list[cst.CSTNode] = []
+        stack: list[cst.CSTNode] = [module]
+        while stack:
+            node = stack.pop()
+            self.order[node] = len(self.order)
+            self.by_type[type(node)].append(node)
+            self._bindings(node)
+            children = list(iter_children(node))
+            for child in children:
+                self.parents[child] = node
+            stack.extend(reversed(children))
 
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        self.order[node] = len(self.order)
-        self.by_type[type(node)].append(node)
-        if self._stack:
-            self.parents[node] = self._stack[-1]
-        self._stack.append(node)
+    def _bindings(self, node: cst.CSTNode) -> None:
         if isinstance(node, cst.Import):
             for alias in node.names:
                 full = _dotted(alias.name) or ""
@@ -213,12 +269,10 @@ class _Collector(cst.CSTVisitor):
             self.locals.update(_stored_names(node.target))
         elif isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Param)):
             self.locals.add(node.name.value)
-        elif isinstance(node, cst.AsName) and not isinstance(self.parents.get(node), cst.ImportAlias):
-            self.locals.update(_stored_names(node.name))
-        return True
-
-    def on_leave(self, original_node: cst.CSTNode) -> None:
-        self._stack.pop()
+        elif isinstance(node, (cst.WithItem, cst.ExceptHandler, cst.ExceptStarHandler)):
+            asname = node.asname if isinstance(node, cst.WithItem) else node.name
+            if asname is not None:
+                self.locals.update(_stored_names(asname.name))
 
 
 SCOPE_BOUNDARIES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
@@ -241,28 +295,36 @@ class Context:
         self.path = path
         self.fixing = frozenset(fixing)
         self.options = options or {}
-        if module is None:
-            module = parse_source(source, path)
-        self.wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-        self.module = self.wrapper.module
-        self._pos = self.wrapper.resolve(PositionProvider)
-        collector = _Collector()
-        self.module.visit(collector)
+        parsed = _parsed(source, path) if module is None else _Parsed(module)
+        self._parsed = parsed
+        self.wrapper = parsed.wrapper
+        self.module = parsed.module
+        collector = parsed.collector
         self._order = collector.order
         self._by_type = collector.by_type
         self._parents = collector.parents
         self._imports = collector.imports
         self._locals = collector.locals
-        self._ast_ok: bool | None = None
-        self._line_suppress: dict[int, set[str]] = defaultdict(set)
+        self._line_suppress: dict[int, set[str]] | None = None
         self._file_suppress: set[str] = set()
-        for comment in self._by_type.get(cst.Comment, ()):
-            for m in _SUPPRESS_RE.finditer(comment.value):
-                ids = {i.strip().lower() for i in (m.group("ids") or "").split(",") if i.strip()} or {ALL}
-                if m.group("file"):
-                    self._file_suppress |= ids
-                else:
-                    self._line_suppress[self._pos[comment].start.line] |= ids
+
+    @property
+    def _pos(self) -> Mapping[cst.CSTNode, CodeRange]:
+        """Positions, computed on first use (a code-generation pass: the costliest metadata)."""
+        return self._parsed.positions()
+
+    def _suppressions(self) -> dict[int, set[str]]:
+        if self._line_suppress is None:
+            self._line_suppress = defaultdict(set)
+            if "zoomer" in self.source.lower():
+                for comment in self._by_type.get(cst.Comment, ()):
+                    for m in _SUPPRESS_RE.finditer(comment.value):
+                        ids = {i.strip().lower() for i in (m.group("ids") or "").split(",") if i.strip()} or {ALL}
+                        if m.group("file"):
+                            self._file_suppress |= ids
+                        else:
+                            self._line_suppress[self._pos[comment].start.line] |= ids
+        return self._line_suppress
 
     # -- traversal -------------------------------------------------------------------------
 
@@ -427,10 +489,13 @@ class Context:
         return lines
 
     def is_suppressed(self, node: cst.CSTNode, *ids: str) -> bool:
+        lines = self._suppressions()
+        if not lines and not self._file_suppress:
+            return False
         wanted = {ALL, *(i.lower() for i in ids)}
         if self._file_suppress & wanted:
             return True
-        return any(self._line_suppress.get(line, set()) & wanted for line in self.suppression_lines(node))
+        return any(lines.get(line, set()) & wanted for line in self.suppression_lines(node))
 
     # -- spans -----------------------------------------------------------------------------------
 
@@ -444,13 +509,13 @@ class Context:
         return start, (rng.end.line, rng.end.column)
 
     def ast_ok(self) -> bool:
-        if self._ast_ok is None:
+        if self._parsed.ast_ok is None:
             try:
                 ast.parse(self.source)
-                self._ast_ok = True
-            except (SyntaxError, ValueError):
-                self._ast_ok = False
-        return self._ast_ok
+                self._parsed.ast_ok = True
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                self._parsed.ast_ok = False
+        return self._parsed.ast_ok
 
     def indent_at(self, node: cst.CSTNode) -> str:
         """The exact whitespace before ``node`` on its first line."""
@@ -668,7 +733,7 @@ class _Apply(cst.CSTTransformer):
 
 def _valid(ctx: Context, code: str) -> bool:
     try:
-        cst.parse_module(code)
+        _parsed(code, None)  # cached: the next round's Context reuses it
     except Exception:
         return False
     if ctx.ast_ok():

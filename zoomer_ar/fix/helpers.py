@@ -7,7 +7,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import libcst as cst
 
-from .base import Context, Replacement
+from .base import Context, Replacement, iter_children
 
 MISSING: Any = object()
 
@@ -238,7 +238,7 @@ def walk(node: cst.CSTNode, *, into_scopes: bool = True) -> Iterator[cst.CSTNode
         yield cur
         if cur is not node and not into_scopes and isinstance(cur, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
             continue
-        stack.extend(reversed(cur.children))
+        stack.extend(reversed(list(iter_children(cur))))
 
 
 def find(node: cst.CSTNode, pred: Callable[[cst.CSTNode], bool], *, into_scopes: bool = True) -> list[cst.CSTNode]:
