@@ -25,6 +25,7 @@ HEADER = [
 ]
 
 SIMPLE = [
+    "loader = DataLoader(ds, batch_size=4, num_workers=2, pin_memory=True)",
     "loader = DataLoader(ds, batch_size=4)",
     "loader = DataLoader(\n    ds,\n    batch_size=4,  # bs\n)",
     "train_loader = DataLoader(ds, num_workers=0, pin_memory=True)",
@@ -105,11 +106,11 @@ def _indent(snippet: str, prefix: str) -> list[str]:
 
 @st.composite
 def items(draw, depth: int, in_loop: bool):
-    kinds = ["simple", "simple", "loop", "blank", "comment"]
+    kinds = ["simple", "simple", "blank", "comment"]
     if in_loop:
-        kinds += ["body", "body", "body"]
+        kinds += ["body"] * 6
     if depth < 2:
-        kinds += ["loop", "def"]
+        kinds += ["loop", "loop", "loop", "def"]
     kind = draw(st.sampled_from(kinds))
     if kind == "simple":
         stmt = draw(st.sampled_from(SIMPLE))
@@ -124,7 +125,7 @@ def items(draw, depth: int, in_loop: bool):
         return ("stmt", draw(st.sampled_from(COMMENTS)))
     if kind == "loop":
         header = draw(st.sampled_from(LOOP_HEADERS))
-        body = draw(st.lists(items(depth + 1, True), min_size=1, max_size=4))
+        body = draw(st.lists(items(depth + 1, True), min_size=1, max_size=5))
         return ("block", header, body)
     body = draw(st.lists(items(depth + 1, False), min_size=1, max_size=4))
     return ("block", draw(st.sampled_from(["def train(model, loader):", "def step(self, x):", "if __name__ == '__main__':"])), body)
@@ -152,6 +153,8 @@ def programs(draw):
         lines.append('"""A training script."""')
     lines += draw(st.lists(st.sampled_from(HEADER), min_size=0, max_size=5, unique=True))
     if draw(st.booleans()):
+        lines.append(draw(st.sampled_from(SIMPLE[:5])))
+    if draw(st.booleans()):
         lines += ["", "class Net(nn.Module):", unit + "def __init__(self):", unit * 2 + "super().__init__()",
                   unit * 2 + "self.conv = nn.Conv2d(3, 8, 3)", unit * 2 + "self.bn = nn.BatchNorm2d(8)",
                   unit + "def forward(self, x):", unit * 2 + "return self.bn(self.conv(x))", ""]
@@ -178,7 +181,7 @@ def _parses(code: str) -> bool:
 
 
 SETTINGS = settings(
-    max_examples=35,
+    max_examples=60,
     deadline=None,
     database=None,
     derandomize=True,
@@ -203,7 +206,7 @@ def test_every_fixer_output_parses_is_idempotent_and_local(fix_helpers, source):
             assert not any(m.fixable for m in matches) or all(m.edits for m in matches), (fixer.name, source)
 
 
-@SETTINGS
+@settings(SETTINGS, max_examples=30)
 @given(programs())
 def test_all_fixers_together(source):
     assume(_parses(source))
