@@ -28,8 +28,9 @@ def apply_text_edits(source: str, edits) -> str:
 def changed_lines_within(before: str, after: str, matches) -> list[str]:
     """Problems: changed regions of ``before`` that no fixable match's edits cover."""
     spans = [(e.line, e.end_line) for m in matches if m.fixable for e in m.edits]
-    a = before.splitlines(keepends=True)
-    b = after.splitlines(keepends=True)
+    # compare line contents: whether the file ends with a newline is the file's, not a line's
+    a = [ln.rstrip("\r\n") for ln in before.splitlines(keepends=True)]
+    b = [ln.rstrip("\r\n") for ln in after.splitlines(keepends=True)]
     problems = []
     for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
         if tag == "equal":

@@ -10,8 +10,6 @@ from typing import Any
 import click
 
 from ..errors import InputError
-from . import engine
-from .registry import load_registry
 
 
 def _parse_options(values: tuple[str, ...]) -> dict[str, dict[str, Any]]:
@@ -42,6 +40,8 @@ def _echo_bytes(data: bytes) -> None:
 
 
 def _list_fixers(fmt: str) -> None:
+    from .registry import load_registry
+
     reg = load_registry()
     if fmt == "json":
         from .api import fixers
@@ -70,6 +70,8 @@ def fix(path: Path | None, select: str | None, ignore: str | None, show_diff: bo
     `# zoomer: ignore[ID]` comments suppress a finding. Files that do not parse are reported
     and skipped. Exit status 0 (with or without findings), 2 for a missing PATH or bad options.
     """
+    from . import engine  # libcst loads here, not when the CLI starts
+
     if list_fixers:
         _list_fixers(fmt)
         return 0
