@@ -8,6 +8,11 @@ Every scenario takes the same options:
     --warmup N         profiler warm-up steps, traced but discarded (default 1)
     --severity LEVEL   low | mid | high: how strongly the anti-pattern is planted (default mid)
     --seed N           random seed (default 0)
+    --threads N        torch intra-op threads (default 1)
+
+One intra-op thread by default: these models are small, and on a shared 2-core machine a second
+OpenMP thread makes every op wait whenever another process holds the other core, which turns a
+10 ms step into hundreds of ms. Pass --threads 2 (or more) on a quiet, bigger machine.
 
 The loop runs `--skip + --warmup + --steps` training steps in all, so a scenario takes well under a
 second of training on a 2-core CPU.
@@ -36,9 +41,15 @@ def parse_args(description: str | None = None, argv: list[str] | None = None) ->
     parser.add_argument("--warmup", type=int, default=1, help="profiler warm-up steps (default 1)")
     parser.add_argument("--severity", choices=SEVERITIES, default="mid", help="strength of the planted pattern")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
     args = parser.parse_args(argv)
     if args.steps < 1:
         parser.error("--steps must be >= 1")
+    if args.threads < 1:
+        parser.error("--threads must be >= 1")
+    import torch
+
+    torch.set_num_threads(args.threads)
     return args
 
 
@@ -54,5 +65,5 @@ def profiler(args: argparse.Namespace, name: str, *, profile_memory: bool = Fals
         record_shapes=True,
         with_modules=True,
         profile_memory=profile_memory,
-        metadata={"scenario": name, "severity": args.severity, "seed": args.seed, **metadata},
+        metadata={"scenario": name, "severity": args.severity, "seed": args.seed, "threads": args.threads, **metadata},
     )

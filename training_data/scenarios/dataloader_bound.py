@@ -61,7 +61,6 @@ def train_step(model, opt, x, y):
 def main():
     args = parse_args(__doc__)
     torch.manual_seed(args.seed)
-    torch.set_num_threads(1)  # 2-core box: one core trains, the other is left for input work
     device = torch.device("cpu")
     model = build_model().to(device)
     opt = torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.9, foreach=True)

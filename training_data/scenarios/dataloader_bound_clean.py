@@ -4,7 +4,8 @@
 worker processes while the main process trains, so `__next__`
 (`enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__`) mostly just picks up a ready
 batch. `pin_memory=False` because there is no GPU to copy to (use True when training on a GPU).
-Both programs train with one intra-op thread, so on a 2-core machine one core is left for the workers.
+Both programs train with one intra-op thread (the --threads default), so on a 2-core machine one
+core is left for the workers.
 --severity sets the blur kernel size as in dataloader_bound.py (low 3, mid 5, high 11); at
 high the input work outgrows what two workers can hide on two cores.
 """
@@ -62,7 +63,6 @@ def train_step(model, opt, x, y):
 def main():
     args = parse_args(__doc__)
     torch.manual_seed(args.seed)
-    torch.set_num_threads(1)  # 2-core box: one core trains, the other is left for input work
     device = torch.device("cpu")
     model = build_model().to(device)
     opt = torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.9, foreach=True)
