@@ -100,7 +100,8 @@ def test_steady_state_profiler_context_and_env_rank(tiny, tmp_path, monkeypatch)
     assert _steps(events) == ["ProfilerStep#3", "ProfilerStep#4"]
     assert any(e.get("name") == "[memory]" and "Total Allocated" in e.get("args", {}) for e in events)
     assert not (tmp_path / "job.json").exists()
-    job = json.loads((tmp_path / "job.rank-3.json").read_text())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.ranks", "rank-3.pt.trace.json.gz"]
+    job = json.loads((tmp_path / "job.ranks" / "rank-3.json").read_text())
     assert job["rank"] == 3 and job["rank_source"] == "env RANK" and job["profiler"]["profile_memory"] is True
 
 

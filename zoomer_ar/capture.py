@@ -24,8 +24,9 @@ What is written to ``out_dir``:
   environment variable, else 0. With ``repeat > 1`` later cycles go to
   ``cycle-{k}/rank-{rank}.pt.trace.json.gz`` (k = 1, 2, ...), the first cycle stays at the top.
 * ``job.json``: metadata (job name, argv, torch version, hostname, schedule, recorded steps,
-  profiler options). Rank 0 writes ``job.json``; other ranks write ``job.rank-{rank}.json`` so
-  ranks of one job never race on a file.
+  profiler options). Rank 0 writes ``job.json``; other ranks write ``job.ranks/rank-{rank}.json``
+  (a sub-folder, so a loader that reads every ``*.json`` in the folder as a trace never sees them)
+  and ranks of one job never race on a file.
 
 The traces keep the ``ProfilerStep#N`` annotations (they come from ``prof.step()``), python frames
 (``with_stack``), ``nn.Module`` frames (``with_modules``), input shapes (``record_shapes``) and, when
@@ -343,8 +344,11 @@ class SteadyStateProfiler:
             "traces": [str(p.relative_to(self.out_dir)) for p in self.traces],
             "metadata": self.metadata,
         }
-        name = "job.json" if self.rank == 0 else f"job.rank-{self.rank}.json"
-        job_path = self.out_dir / name
+        if self.rank == 0:
+            job_path = self.out_dir / "job.json"
+        else:
+            (self.out_dir / "job.ranks").mkdir(parents=True, exist_ok=True)
+            job_path = self.out_dir / "job.ranks" / f"rank-{self.rank}.json"
         _write_json(job_path, job)
         self.result = CaptureResult(
             out_dir=self.out_dir,
