@@ -578,6 +578,10 @@ def _memory(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.nd
             best = (slope, growth, mono, int(dev))
     if best:
         v["memory_growth_bytes_per_step"], v["memory_growth_pct"], v["memory_growth_monotonic"], dev = best
+        # where the memory is allocated: the Python frames around the largest allocation of the last step
+        last = (t.ts[mem] >= step_starts[-1]) & (t.ts[mem] <= step_ends[-1]) & (t.device[mem] == dev)
+        allocs = mem[last & (t.nbytes[mem] > 0)]
+        frames = c.frames.frames_for(int(allocs[np.argmax(t.nbytes[allocs])])) if allocs.size else []
         rf.evidence["memory"] = [
             EvidenceEvent(
                 name=f"allocated memory at step ends (device {dev})",
@@ -586,6 +590,7 @@ def _memory(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.nd
                 dur_ms=round(float(step_ends[-1] - step_ends[0]) / 1000.0, 4),
                 category="[memory]",
                 detail=f"grows {best[0] / 2**20:.2f} MiB per step ({best[1]:.1f}% over the window)",
+                frames=frames,
             )
         ]
 
