@@ -6,6 +6,7 @@ import gc
 
 from dataclasses import dataclass, field
 from itertools import repeat
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -189,3 +190,154 @@ def _build_columns(events: list[RawEvent], rank: int, path: str) -> RankTrace:
             elif name[i] == "process_name":
                 trace.process_names[int(pid_col[i])] = str(a.name)
     return trace
+
+
+# ------------------------------------------------------------------------------------------------
+# Incremental building (streaming load): the same columns, built from consecutive slices of the
+# events so that each slice's structs are still in cache when read, and freed right after.
+# ------------------------------------------------------------------------------------------------
+
+_EVENT_GETTERS = {f: attrgetter(f) for f in ("ph", "name", "cat", "ts", "dur", "pid", "tid", "args")}
+_ARG_GETTERS = {
+    f: attrgetter(f)
+    for f in (
+        "correlation", "stream", "device", "device_id", "external_id", "external_id_2021", "nbytes", "mem_bytes",
+        "total_allocated", "input_dims", "input_type", "call_stack", "collective_name", "in_msg_nelems", "python_id",
+        "name",
+    )
+}
+# Integer columns convert at C speed unless a value is a string, float NaN, null or out of range;
+# build_columns decides that for the whole trace at once. Slices that disagree are reported by
+# ColumnBuilder.finish() so that the caller can redo the trace with build_columns.
+_INT_FIELDS = ("correlation", "stream", "device", "device_id", "external_id", "external_id_2021")
+_FLOAT_FIELDS = ("nbytes", "mem_bytes", "total_allocated")
+
+
+def _int_column_mode(values: list) -> tuple[np.ndarray, bool]:
+    try:
+        return np.array(values, dtype=np.int64), True
+    except (TypeError, ValueError, OverflowError):
+        return np.fromiter(map(_int_or_none, values), dtype=np.int64, count=len(values)), False
+
+
+def _code_into(index: dict, values: list) -> np.ndarray:
+    """Categorical codes shared across slices, in first-seen order (as `_codes` over the whole)."""
+    setdefault = index.setdefault
+    for v in dict.fromkeys(values):
+        setdefault(v, len(index))
+    return np.fromiter(map(index.__getitem__, values), dtype=np.int32, count=len(values))
+
+
+def _sparse(values: list, offset: int) -> dict[int, Any]:
+    if values.count(None) == len(values):
+        return {}
+    return {offset + i: v for i, v in enumerate(values) if v is not None}
+
+
+class ColumnBuilder:
+    """Builds the RankTrace that `build_columns` would build, one slice of events at a time."""
+
+    def __init__(self, rank: int, path: str) -> None:
+        self.rank, self.path = rank, path
+        self.n = 0
+        self._index: dict[str, dict] = {"name": {}, "cat": {}, "pid": {}, "tid": {}}
+        self._parts: dict[str, list[np.ndarray]] = {
+            k: [] for k in ("ts", "dur", "ph", "cat", "name", "pid", "tid", "nbytes", "total_allocated")
+            + _INT_FIELDS
+        }
+        self._modes: dict[str, set[bool]] = {k: set() for k in _INT_FIELDS}
+        self._device_missing = False
+        self.input_dims: dict[int, Any] = {}
+        self.input_type: dict[int, Any] = {}
+        self.call_stack: dict[int, str] = {}
+        self.collective: dict[int, str] = {}
+        self.msg_nelems: dict[int, float] = {}
+        self.python_id: dict[int, int] = {}
+        self.thread_names: dict[int, str] = {}
+        self.process_names: dict[int, str] = {}
+        self._strings: dict[str, str] = {}  # call stacks repeat: keep one copy of each
+
+    def add(self, events: list[RawEvent]) -> None:
+        n = len(events)
+        if not n:
+            return
+        off = self.n
+        parts, index = self._parts, self._index
+        g = _EVENT_GETTERS
+        name = list(map(g["name"], events))
+        ph = list(map(g["ph"], events))
+        parts["name"].append(_code_into(index["name"], name))
+        parts["cat"].append(_code_into(index["cat"], list(map(g["cat"], events))))
+        parts["pid"].append(pid_col := _code_into(index["pid"], list(map(g["pid"], events))))
+        parts["tid"].append(tid_col := _code_into(index["tid"], list(map(g["tid"], events))))
+        parts["ph"].append(np.fromiter(map(PH_CODES.get, ph, repeat(0, n)), dtype=np.uint8, count=n))
+        parts["ts"].append(_float_column(list(map(g["ts"], events))))
+        parts["dur"].append(_float_column(list(map(g["dur"], events))))
+        args = list(map(g["args"], events))
+        a = _ARG_GETTERS
+        for f in _INT_FIELDS:
+            col, fast = _int_column_mode(list(map(a[f], args)))
+            parts[f].append(col)
+            self._modes[f].add(fast)
+        dev = parts["device"][-1]
+        if not self._device_missing and (dev == INT_NONE).any():
+            self._device_missing = True
+        nbytes = _float_column(list(map(a["nbytes"], args)))
+        missing = np.isnan(nbytes)
+        if missing.any():
+            nbytes = np.where(missing, _float_column(list(map(a["mem_bytes"], args))), nbytes)
+        parts["nbytes"].append(nbytes)
+        parts["total_allocated"].append(_float_column(list(map(a["total_allocated"], args))))
+        self.input_dims.update(_sparse(list(map(a["input_dims"], args)), off))
+        self.input_type.update(_sparse(list(map(a["input_type"], args)), off))
+        stacks = _sparse(list(map(a["call_stack"], args)), off)
+        if stacks:
+            keep = self._strings.setdefault
+            self.call_stack.update({i: keep(s, s) for i, s in stacks.items()})
+        self.collective.update(_sparse(list(map(a["collective_name"], args)), off))
+        for i, v in _sparse(list(map(a["in_msg_nelems"], args)), off).items():
+            self.msg_nelems[i] = _float_or_nan(v)
+        for i, v in _sparse(list(map(a["python_id"], args)), off).items():
+            self.python_id[i] = _int_or_none(v)
+        for i, v in _sparse(list(map(a["name"], args)), 0).items():
+            if ph[i] == "M":
+                if name[i] == "thread_name":
+                    self.thread_names[int(tid_col[i])] = str(v)
+                elif name[i] == "process_name":
+                    self.process_names[int(pid_col[i])] = str(v)
+        self.n += n
+
+    def finish(self) -> RankTrace | None:
+        """The RankTrace; None when slices converted an integer column differently (mixed value
+        types across the trace): then only build_columns over all events gives the same result."""
+        modes = self._modes
+        for f in ("correlation", "stream", "device", "external_id"):
+            if len(modes[f]) > 1:
+                return None
+        cat = lambda k: np.concatenate(self._parts.pop(k)) if self._parts[k] else np.empty(0)  # noqa: E731
+        ext = cat("external_id")
+        ext21 = self._parts.pop("external_id_2021")
+        if (ext == INT_NONE).all():
+            if len(modes["external_id_2021"]) > 1:
+                return None
+            ext = np.concatenate(ext21)
+        del ext21
+        device = cat("device")
+        device_id = self._parts.pop("device_id")
+        if self._device_missing:
+            if len(modes["device_id"]) > 1:
+                return None
+            device = np.where(device == INT_NONE, np.concatenate(device_id), device)
+        del device_id
+        idx = self._index
+        trace = RankTrace(
+            rank=self.rank, path=self.path, names=list(idx["name"]), cats=list(idx["cat"]),
+            ts=cat("ts"), dur=cat("dur"), ph=cat("ph"), cat=cat("cat").astype(np.int16), name=cat("name"),
+            pid=cat("pid"), tid=cat("tid"), correlation=cat("correlation"), stream=cat("stream"), device=device,
+            external_id=ext, nbytes=cat("nbytes"), total_allocated=cat("total_allocated"),
+            pid_values=list(idx["pid"]), tid_values=list(idx["tid"]),
+        )
+        trace.input_dims, trace.input_type, trace.call_stack = self.input_dims, self.input_type, self.call_stack
+        trace.collective, trace.msg_nelems, trace.python_id = self.collective, self.msg_nelems, self.python_id
+        trace.thread_names, trace.process_names = self.thread_names, self.process_names
+        return trace

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import hashlib
+import queue
 import re
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,9 +16,9 @@ import numpy as np
 
 from ..errors import InputError
 from ..models import JobInfo, RankInfo, SkippedFile
-from .columns import PH_COMPLETE, PH_INSTANT, RankTrace, build_columns
-from .reader import DEFAULT_MAX_BYTES, Progress, read_trace_bytes
-from .schema import TRACE_DECODER, RawTrace
+from .columns import PH_COMPLETE, PH_INSTANT, ColumnBuilder, RankTrace, build_columns
+from .reader import DEFAULT_MAX_BYTES, Progress, iter_trace_chunks, read_trace_bytes
+from .schema import EVENTS_DECODER, TOP_DECODER, TRACE_DECODER, RawEvent, RawTrace
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".gz")
 _RANK_PATTERNS = (
@@ -112,13 +115,19 @@ def _schema(trace: RankTrace) -> str:
 def load_trace(
     path: Path, *, rank_hint: int | None = None, max_bytes: int = DEFAULT_MAX_BYTES, progress: Progress | None = None
 ) -> tuple[RankTrace, RankInfo]:
-    data = read_trace_bytes(path, max_bytes=max_bytes, progress=progress)
-    sha = hashlib.sha256(data).hexdigest()
-    doc = decode_trace(data, str(path))
-    del data
-    events = doc.traceEvents
-    if not events:
-        raise InputError(str(path), "trace has no events ('traceEvents' is empty)")
+    streamed = stream_trace(path, max_bytes=max_bytes, progress=progress)
+    if streamed is not None:
+        sha, doc, trace = streamed
+    else:  # the reference path: whole document at once (also the one that explains bad input)
+        data = read_trace_bytes(path, max_bytes=max_bytes, progress=progress)
+        sha = hashlib.sha256(data).hexdigest()
+        doc = decode_trace(data, str(path))
+        del data
+        events = doc.traceEvents
+        if not events:
+            raise InputError(str(path), "trace has no events ('traceEvents' is empty)")
+        trace = build_columns(events, 0, str(path))
+        del events, doc.traceEvents
     dist = doc.distributedInfo or {}
     rank_source = "default"
     rank = 0
@@ -128,8 +137,7 @@ def load_trace(
         rank, rank_source = rank_hint, "file name"
     elif (r := rank_from_name(path)) is not None:
         rank, rank_source = r, "file name"
-    trace = build_columns(events, rank, str(path))
-    del events, doc.traceEvents
+    trace.rank = rank
     useful = (trace.ph == PH_COMPLETE) | (trace.ph == PH_INSTANT)
     if not useful.any():
         raise InputError(str(path), "not a Kineto trace: no complete ('X') or instant events")
@@ -227,3 +235,226 @@ def load_job(
         world_size=world,
     )
     return Job(info=info, ranks=ranks)
+
+
+# ------------------------------------------------------------------------------------------------
+# Streaming load: decompress, hash and decode slice by slice.
+#
+# A reader thread reads, decompresses and hashes the file (zlib and hashlib release the GIL)
+# while this thread cuts the `traceEvents` array into slices of whole events, decodes each slice
+# with msgspec and appends it to the columns. Only one slice of JSON and of decoded events is in
+# memory at a time, and each slice is still in cache while its columns are built. Every cut is
+# checked by the decoder itself: a cut inside a string leaves the slice unterminated and fails
+# to decode, so the slices decode exactly as the whole array would. Anything unusual (a bare
+# array, duplicate keys, bad JSON, a value that converts differently by slice) returns None and
+# load_trace redoes the file with the whole-document path, which also gives the error messages.
+# ------------------------------------------------------------------------------------------------
+
+STREAM_SLICE = 1 << 20  # JSON bytes decoded at once
+_KEY = b'"traceEvents"'
+_END = re.compile(rb"\}[ \t\r\n]*\]")
+_WS = b" \t\r\n"
+_OPEN, _CLOSE, _COMMA, _LBRACE = 0x5B, 0x5D, 0x2C, 0x7B
+_TOP_FIELDS = ("distributedInfo", "deviceProperties", "schemaVersion", "baseTimeNanoseconds", "displayTimeUnit")
+
+
+class _Abort(Exception):
+    pass
+
+
+def _produce(path: Path, max_bytes: int, out: queue.Queue, stop: threading.Event) -> None:
+    h = hashlib.sha256()
+    item: tuple = (None, None)
+    try:
+        for data, read in iter_trace_chunks(path, max_bytes=max_bytes):
+            h.update(data)
+            while not stop.is_set():
+                try:
+                    out.put((data, read), timeout=0.05)
+                    break
+                except queue.Full:
+                    continue
+            if stop.is_set():
+                return
+        item = (None, h.hexdigest())
+    except BaseException as exc:  # noqa: BLE001 - handed to the consumer, which falls back
+        item = (exc, None)
+    while not stop.is_set():
+        try:
+            out.put(item, timeout=0.05)
+            return
+        except queue.Full:
+            continue
+
+
+def _skip_ws(buf: bytearray, j: int) -> int:
+    n = len(buf)
+    while j < n and buf[j] in _WS:
+        j += 1
+    return j
+
+
+def _cut(buf: bytearray, end: int) -> tuple[int, int]:
+    """Last `}` , `{` event boundary in buf[1:end], as (index of the `}`, index of the `,`)."""
+    p = end
+    while True:
+        p = buf.rfind(b"}", 1, p)
+        if p < 0:
+            return -1, -1
+        c = _skip_ws(buf, p + 1)
+        if c < len(buf) and buf[c] == _COMMA:
+            j = _skip_ws(buf, c + 1)
+            if j < len(buf) and buf[j] == _LBRACE:
+                return p, c
+
+
+def _decode_slice(buf: bytearray, end: int) -> list[RawEvent]:
+    """Decode buf[0:end+1] as a JSON array; buf[0] is overwritten with `[`, buf[end] is `]`."""
+    buf[0] = _OPEN
+    with memoryview(buf) as mv:
+        return EVENTS_DECODER.decode(mv[: end + 1])
+
+
+class _Consumer:
+    def __init__(self, path: Path, chunks: queue.Queue, progress: Progress | None) -> None:
+        self.path = path
+        self.chunks = chunks
+        self.progress = progress
+        self.size = path.stat().st_size
+        self.builder = ColumnBuilder(0, str(path))
+        self.sha: str | None = None
+
+    def _next(self) -> bytes | None:
+        data, extra = self.chunks.get()
+        if data is None:
+            self.sha = extra
+            return None
+        if isinstance(data, BaseException):
+            raise _Abort from data
+        if self.progress is not None:
+            self.progress(extra, self.size)
+        return data
+
+    def run(self) -> tuple[str, RawTrace, RankTrace]:
+        buf = bytearray()
+        # --- head: everything before the events array
+        k = -1
+        while True:
+            data = self._next()
+            if data is None:
+                raise _Abort  # no "traceEvents" key (or a bare array): whole-document path
+            buf += data
+            first = _skip_ws(buf, 0)
+            if first < len(buf) and buf[first] != _LBRACE:
+                raise _Abort
+            if k < 0:
+                k = buf.find(_KEY, max(0, len(buf) - len(data) - len(_KEY)))
+                if k < 0:
+                    if len(buf) > (64 << 20):
+                        raise _Abort
+                    continue
+            j = _skip_ws(buf, k + len(_KEY))
+            if j >= len(buf):
+                continue
+            if buf[j] != 0x3A:  # ':'
+                raise _Abort
+            j = _skip_ws(buf, j + 1)
+            if j >= len(buf):
+                continue
+            if buf[j] != _OPEN:
+                raise _Abort
+            try:
+                head = TOP_DECODER.decode(bytes(buf[:k]) + b'"traceEvents":[]}')
+            except msgspec.MsgspecError:
+                raise _Abort from None
+            del buf[:j]  # buf[0] is the array's `[`
+            break
+        # --- events, slice by slice
+        add = self.builder.add
+        while True:
+            data = self._next()
+            if data is None:
+                break
+            buf += data
+            if len(buf) < STREAM_SLICE:
+                continue
+            p, c = _cut(buf, len(buf))
+            attempts = 0
+            while p > 0:
+                saved = buf[p + 1]
+                buf[p + 1] = _CLOSE
+                try:
+                    events = _decode_slice(buf, p + 1)
+                except msgspec.ValidationError:
+                    raise _Abort from None
+                except msgspec.DecodeError:  # the cut fell inside a string: try an earlier one
+                    buf[p + 1] = saved
+                    attempts += 1
+                    if attempts > 3:
+                        raise _Abort from None
+                    p, c = _cut(buf, p)
+                    continue
+                buf[p + 1] = saved
+                add(events)
+                del events
+                del buf[:c]  # buf[0] is the `,` before the next event
+                break
+            if len(buf) > (256 << 20):
+                raise _Abort
+        # --- the end: last events, `]`, the keys after the array, `}`. The array's `]` follows the
+        # last event's `}`; the first such pair after which the rest decodes as the remaining keys.
+        for m in _END.finditer(buf, 1):
+            q = m.end() - 1
+            tail = bytes(buf[q + 1 :])
+            try:
+                tail_doc = TOP_DECODER.decode(b'{"traceEvents":[]' + tail)
+            except msgspec.MsgspecError:
+                continue
+            if _KEY in tail:
+                raise _Abort
+            try:
+                events = _decode_slice(buf, q)
+            except msgspec.MsgspecError:
+                raise _Abort from None
+            add(events)
+            del events
+            break
+        else:
+            raise _Abort
+        del buf
+        for f in _TOP_FIELDS:
+            a, b = getattr(head, f), getattr(tail_doc, f)
+            if a is not None and b is not None:
+                raise _Abort  # the key twice: let the whole-document decoder decide
+            if b is not None:
+                setattr(head, f, b)
+        if self.builder.n == 0 or self.sha is None:
+            raise _Abort
+        trace = self.builder.finish()
+        if trace is None:
+            raise _Abort
+        return self.sha, head, trace
+
+
+def stream_trace(
+    path: Path, *, max_bytes: int = DEFAULT_MAX_BYTES, progress: Progress | None = None
+) -> tuple[str, RawTrace, RankTrace] | None:
+    """(sha256 of the JSON, top-level keys, columns), or None where the whole-document path must decide."""
+    if not isinstance(path, Path) or not path.is_file():
+        return None
+    chunks: queue.Queue = queue.Queue(maxsize=4)
+    stop = threading.Event()
+    reader = threading.Thread(target=_produce, args=(path, max_bytes, chunks, stop), daemon=True,
+                              name="zoomer-trace-reader")
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # millions of short-lived objects: generational GC passes would dominate
+    reader.start()
+    try:
+        return _Consumer(path, chunks, progress).run()
+    except (_Abort, OSError, ValueError, TypeError, OverflowError, MemoryError):
+        return None
+    finally:
+        stop.set()
+        reader.join()
+        if gc_was_enabled:
+            gc.enable()

@@ -97,3 +97,63 @@ def _read_gzip(fh, path: Path, size: int, max_bytes: int, progress: Progress | N
     if not out:
         raise InputError(str(path), "gzip file holds no data")
     return bytes(out)
+
+
+STREAM_CHUNK = 1 << 20  # decompressed bytes per chunk when streaming
+
+
+class StreamAbort(Exception):
+    """The streaming reader gave up; the caller redoes the file with read_trace_bytes, which
+    raises the InputError that explains why (or succeeds, for inputs streaming does not handle)."""
+
+
+def iter_trace_chunks(path: Path, *, max_bytes: int = DEFAULT_MAX_BYTES, chunk: int = STREAM_CHUNK):
+    """Yield (decompressed bytes, file bytes read so far) for a plain or gzip trace, chunk by chunk.
+
+    Same limits as read_trace_bytes; any problem raises StreamAbort without detail.
+    """
+    try:
+        size = path.stat().st_size
+        fh = path.open("rb")
+    except OSError:
+        raise StreamAbort from None
+    with fh:
+        head = fh.read(2)
+        fh.seek(0)
+        if head != GZIP_MAGIC:
+            if not path.is_file() or size == 0 or size > max_bytes:
+                raise StreamAbort
+            read = 0
+            while data := fh.read(chunk):
+                read += len(data)
+                yield data, read
+            return
+        total = 0
+        read = 0
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        pending = False
+        try:
+            while raw := fh.read(chunk // 4):
+                read += len(raw)
+                while True:
+                    pending = True
+                    out = d.decompress(raw, chunk)
+                    total += len(out)
+                    if total > max_bytes:
+                        raise StreamAbort
+                    if out:
+                        yield out, read
+                    if d.eof:  # end of one gzip member; concatenated members may follow
+                        raw = d.unused_data
+                        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                        pending = False
+                        if not raw:
+                            break
+                        continue
+                    raw = d.unconsumed_tail
+                    if not raw and len(out) < chunk:  # input used up and no output held back
+                        break
+        except zlib.error:
+            raise StreamAbort from None
+        if pending or total == 0:
+            raise StreamAbort

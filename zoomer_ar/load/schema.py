@@ -16,8 +16,12 @@ Scalar = int | float | str
 NAN = float("nan")
 
 
-class RawArgs(msgspec.Struct, gc=False):
-    """Defaults are sentinels (-1, NaN) so that columns convert to numpy without per-value checks."""
+class RawArgs(msgspec.Struct, gc=False, frozen=True):
+    """Defaults are sentinels (-1, NaN) so that columns convert to numpy without per-value checks.
+
+    Frozen so that events without `args` (flows, most instant events) all share one default
+    instance instead of allocating one each.
+    """
 
     correlation: Scalar | None = -1
     stream: Number | str | None = -1
@@ -40,6 +44,9 @@ class RawArgs(msgspec.Struct, gc=False):
     name: Any = None  # process_name / thread_name metadata
 
 
+NO_ARGS = RawArgs()
+
+
 class RawEvent(msgspec.Struct, gc=False):
     ph: str = ""
     name: str = ""
@@ -48,7 +55,7 @@ class RawEvent(msgspec.Struct, gc=False):
     dur: Number = 0
     pid: int | str = 0
     tid: int | str = 0
-    args: RawArgs = msgspec.field(default_factory=RawArgs)
+    args: RawArgs = NO_ARGS
 
 
 class RawTrace(msgspec.Struct, gc=False):
@@ -61,3 +68,6 @@ class RawTrace(msgspec.Struct, gc=False):
 
 
 TRACE_DECODER = msgspec.json.Decoder(RawTrace | list[RawEvent])
+# Streaming load (job.py): the events array is decoded in slices, the other top-level keys apart.
+EVENTS_DECODER = msgspec.json.Decoder(list[RawEvent])
+TOP_DECODER = msgspec.json.Decoder(RawTrace)
