@@ -113,8 +113,8 @@ optimizer.zero_grad(set_to_none=True)
             message_contains="p.grad",
         ),
         Example(
-            "for p in self.net.parameters():\n    if p.grad is not None:\n        p.grad.zero_()\n",
-            "self.net.zero_grad(set_to_none=True)\n",
+            "for p in self.net.parameters():  # all of them\n    if p.grad is not None:\n        p.grad.zero_()  # reset\n",
+            "# all of them\n# reset\nself.net.zero_grad(set_to_none=True)\n",
             message_contains="zero-fills",
         ),
         Example(
@@ -168,10 +168,17 @@ optimizer.zero_grad(set_to_none=True)
                 and owner[1] == "parameters"
                 and not it.args  # type: ignore[union-attr]
                 and _module_like(ctx, owner[0])
-                and not any(e.comment is not None for e in loop.body.footer)
             )
             if not simple:
                 yield self.report(loop, message)
                 continue
-            new = h.simple_stmt(f"{ctx.code(owner[0])}.zero_grad(set_to_none=True)\n").with_changes(leading_lines=loop.leading_lines)
+            # comments inside the loop (header, body) move above the new statement
+            inner = [
+                c for c in h.walk(loop) if isinstance(c, cst.Comment) and not any(c is e.comment for e in loop.leading_lines)
+            ]
+            inner.sort(key=lambda c: (ctx.pos(c).start.line, ctx.pos(c).start.column))
+            kept = [cst.EmptyLine(indent=True, whitespace=cst.SimpleWhitespace(""), comment=c) for c in inner]
+            new = h.simple_stmt(f"{ctx.code(owner[0])}.zero_grad(set_to_none=True)\n").with_changes(
+                leading_lines=[*loop.leading_lines, *kept]
+            )
             yield self.replace(loop, message, {loop: new})

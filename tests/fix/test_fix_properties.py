@@ -4,12 +4,14 @@ formatting) -> every fixer's output parses, is idempotent and only changes lines
 from __future__ import annotations
 
 import ast
+from collections import Counter
 
 import libcst as cst
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from zoomer_ar.fix import api
+from zoomer_ar.fix.helpers import walk
 from zoomer_ar.fix.registry import load_registry
 
 FIXERS = [cls() for cls in load_registry().fixers]
@@ -171,6 +173,10 @@ def _changed_outside(before: str, after: str, matches, fix_helpers) -> list[str]
     return fix_helpers.changed_lines_within(before, after, matches)
 
 
+def _comments(code: str) -> Counter:
+    return Counter(n.value for n in walk(cst.parse_module(code)) if isinstance(n, cst.Comment))
+
+
 def _parses(code: str) -> bool:
     try:
         cst.parse_module(code)
@@ -198,6 +204,7 @@ def test_every_fixer_output_parses_is_idempotent_and_local(fix_helpers, source):
         fixed = fixer.fix(source)
         assert _parses(fixed), (fixer.name, source, fixed)
         assert fixer.fix(fixed) == fixed, (fixer.name, source, fixed)
+        assert _comments(fixed) == _comments(source), (fixer.name, source, fixed)
         if fixed != source:
             assert any(m.fixable for m in matches), (fixer.name, source)
             problems = _changed_outside(source, fixed, matches, fix_helpers)
@@ -212,5 +219,6 @@ def test_all_fixers_together(source):
     assume(_parses(source))
     fixed = api.fix_source(source, select="all")
     assert _parses(fixed)
+    assert _comments(fixed) == _comments(source)
     assert api.fix_source(fixed, select="all") == fixed
     assert not any(m.fixable for m in api.static_findings(fixed, select="all"))
