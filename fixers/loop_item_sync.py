@@ -143,6 +143,29 @@ print(float(running) / len(loader))
             message_contains="float(loss)",
             options={"log_every": 10},
         ),
+        Example(
+            "def evaluate(model, loader):\n"
+            "    total = 0.0\n"
+            "    for batch in loader:\n"
+            "        outputs = model(**batch)\n"
+            "        total += outputs.loss.item()\n"
+            "    return total / len(loader)\n",
+            "def evaluate(model, loader):\n"
+            "    total = 0.0\n"
+            "    for batch in loader:\n"
+            "        outputs = model(**batch)\n"
+            "        total += outputs.loss.detach()\n"
+            "    return float(total) / len(loader)\n",
+            message_contains="accumulate",
+        ),
+        # the accumulator escapes into a closure: report only
+        Example(
+            "def run(loader):\n    total = 0\n    for b in loader:\n        total += loss_fn(b).item()\n    return lambda: total\n",
+            None,
+            message_contains=".item()",
+        ),
+        # not recognisably a tensor (could be a NumPy scalar): report only
+        Example("hits = 0\nfor b in loader:\n    hits += acc.item()\nprint(hits)\n", None, message_contains="acc.item()"),
         # read inside the loop: cannot accumulate on device safely
         Example(
             "total = 0.0\nfor x in loader:\n    total += loss_fn(x).item()\n    if total > 10:\n        break\n",

@@ -18,6 +18,7 @@ import ast
 import builtins
 import dataclasses
 import re
+import threading
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterable, Iterator, Mapping
@@ -154,17 +155,22 @@ class _Parsed:
 
 _CACHE: "OrderedDict[str, _Parsed]" = OrderedDict()
 _CACHE_SIZE = 64
+_CACHE_MAX_CHARS = 1_000_000
+_CACHE_LOCK = threading.Lock()
 
 
 def _parsed(source: str, path: str | None) -> _Parsed:
-    hit = _CACHE.get(source)
-    if hit is not None:
-        _CACHE.move_to_end(source)
-        return hit
+    with _CACHE_LOCK:
+        hit = _CACHE.get(source)
+        if hit is not None:
+            _CACHE.move_to_end(source)
+            return hit
     parsed = _Parsed(parse_source(source, path))
-    _CACHE[source] = parsed
-    if len(_CACHE) > _CACHE_SIZE:
-        _CACHE.popitem(last=False)
+    if len(source) <= _CACHE_MAX_CHARS:
+        with _CACHE_LOCK:
+            _CACHE[source] = parsed
+            while len(_CACHE) > _CACHE_SIZE:
+                _CACHE.popitem(last=False)
     return parsed
 
 
@@ -568,9 +574,6 @@ class Context:
 # --------------------------------------------------------------------------------------------
 # The Fixer base class
 # --------------------------------------------------------------------------------------------
-
-_NAME_RE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
-
 
 class Fixer:
     """Base class of a fixer (one per file under ``fixers/``).
