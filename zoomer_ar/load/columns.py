@@ -5,13 +5,14 @@ from __future__ import annotations
 import gc
 
 from dataclasses import dataclass, field
-from itertools import repeat
-from operator import attrgetter
+from itertools import compress, repeat
+from operator import attrgetter, is_not
 from typing import Any
 
+import msgspec
 import numpy as np
 
-from .schema import RawEvent
+from .schema import NAN, RawEvent
 
 INT_NONE = -1
 _I64_MAX = 2**63 - 1
@@ -175,8 +176,9 @@ def _build_columns(events: list[RawEvent], rank: int, path: str) -> RankTrace:
         total_allocated=_float_column([a.total_allocated for a in args]),
         pid_values=pids, tid_values=tids,
     )
-    trace.input_dims = {i: a.input_dims for i, a in enumerate(args) if a.input_dims is not None}
-    trace.input_type = {i: a.input_type for i, a in enumerate(args) if a.input_type is not None}
+    raw_cache: dict[bytes, Any] = {}
+    trace.input_dims = _raw_sparse([a.input_dims for a in args], 0, raw_cache)
+    trace.input_type = _raw_sparse([a.input_type for a in args], 0, raw_cache)
     trace.call_stack = {i: a.call_stack for i, a in enumerate(args) if a.call_stack is not None}
     trace.collective = {i: a.collective_name for i, a in enumerate(args) if a.collective_name is not None}
     trace.msg_nelems = {
@@ -213,11 +215,28 @@ _INT_FIELDS = ("correlation", "stream", "device", "device_id", "external_id", "e
 _FLOAT_FIELDS = ("nbytes", "mem_bytes", "total_allocated")
 
 
-def _int_column_mode(values: list) -> tuple[np.ndarray, bool]:
+def _int_from(getter, objs: list, default: int | None = None) -> tuple[np.ndarray, bool]:
+    """getter over objs as an int64 column, and whether numpy converted every value (the fast path
+    of `_int_column`; np.fromiter converts element by element exactly as np.array does)."""
+    n = len(objs)
+    if default is not None and not any(map(is_not, map(getter, objs), repeat(default))):
+        return np.full(n, default, dtype=np.int64), True  # all the shared default object
     try:
-        return np.array(values, dtype=np.int64), True
+        return np.fromiter(map(getter, objs), dtype=np.int64, count=n), True
     except (TypeError, ValueError, OverflowError):
-        return np.fromiter(map(_int_or_none, values), dtype=np.int64, count=len(values)), False
+        return np.fromiter(map(_int_or_none, map(getter, objs)), dtype=np.int64, count=n), False
+
+
+def _float_from(getter, objs: list) -> np.ndarray:
+    """getter over objs as a float64 column, as `_float_column` converts it."""
+    try:
+        return np.fromiter(map(getter, objs), dtype=np.float64, count=len(objs))
+    except (TypeError, ValueError, OverflowError):  # e.g. None, which np.array turns into NaN
+        return _float_column(list(map(getter, objs)))
+
+
+def _any_set(getter, objs: list, default=None) -> bool:
+    return any(map(is_not, map(getter, objs), repeat(default)))
 
 
 def _code_into(index: dict, values: list) -> np.ndarray:
@@ -226,6 +245,27 @@ def _code_into(index: dict, values: list) -> np.ndarray:
     for v in dict.fromkeys(values):
         setdefault(v, len(index))
     return np.fromiter(map(index.__getitem__, values), dtype=np.int32, count=len(values))
+
+
+def _raw_sparse(values: list, offset: int, cache: dict[bytes, Any]) -> dict[int, Any]:
+    """{offset + i: decoded value} for the msgspec.Raw values that are not absent or JSON null.
+
+    Equal JSON texts are decoded once and share the (read-only) value.
+    """
+    n = len(values)
+    if values.count(None) == n:
+        return {}
+    decode = msgspec.json.decode
+    out = {}
+    for i in compress(range(n), map(is_not, values, repeat(None))):
+        key = bytes(values[i])
+        try:
+            value = cache[key]
+        except KeyError:
+            value = cache[key] = decode(key)
+        if value is not None:
+            out[offset + i] = value
+    return out
 
 
 def _sparse(values: list, offset: int) -> dict[int, Any]:
@@ -256,14 +296,15 @@ class ColumnBuilder:
         self.thread_names: dict[int, str] = {}
         self.process_names: dict[int, str] = {}
         self._strings: dict[str, str] = {}  # call stacks repeat: keep one copy of each
+        self._raw: dict[bytes, Any] = {}  # input shapes and types repeat: decode each text once
 
     def add(self, events: list[RawEvent]) -> None:
         n = len(events)
         if not n:
             return
         off = self.n
-        parts, index = self._parts, self._index
-        g = _EVENT_GETTERS
+        parts, index, modes = self._parts, self._index, self._modes
+        g, a = _EVENT_GETTERS, _ARG_GETTERS
         name = list(map(g["name"], events))
         ph = list(map(g["ph"], events))
         parts["name"].append(_code_into(index["name"], name))
@@ -271,40 +312,44 @@ class ColumnBuilder:
         parts["pid"].append(pid_col := _code_into(index["pid"], list(map(g["pid"], events))))
         parts["tid"].append(tid_col := _code_into(index["tid"], list(map(g["tid"], events))))
         parts["ph"].append(np.fromiter(map(PH_CODES.get, ph, repeat(0, n)), dtype=np.uint8, count=n))
-        parts["ts"].append(_float_column(list(map(g["ts"], events))))
-        parts["dur"].append(_float_column(list(map(g["dur"], events))))
+        parts["ts"].append(_float_from(g["ts"], events))
+        parts["dur"].append(_float_from(g["dur"], events))
         args = list(map(g["args"], events))
-        a = _ARG_GETTERS
         for f in _INT_FIELDS:
-            col, fast = _int_column_mode(list(map(a[f], args)))
+            col, fast = _int_from(a[f], args, INT_NONE if f in ("device_id", "external_id_2021") else None)
             parts[f].append(col)
-            self._modes[f].add(fast)
-        dev = parts["device"][-1]
-        if not self._device_missing and (dev == INT_NONE).any():
+            modes[f].add(fast)
+        if not self._device_missing and (parts["device"][-1] == INT_NONE).any():
             self._device_missing = True
-        nbytes = _float_column(list(map(a["nbytes"], args)))
+        nbytes = _float_from(a["nbytes"], args)
         missing = np.isnan(nbytes)
-        if missing.any():
-            nbytes = np.where(missing, _float_column(list(map(a["mem_bytes"], args))), nbytes)
+        if missing.any() and _any_set(a["mem_bytes"], args, NAN):
+            nbytes = np.where(missing, _float_from(a["mem_bytes"], args), nbytes)
         parts["nbytes"].append(nbytes)
-        parts["total_allocated"].append(_float_column(list(map(a["total_allocated"], args))))
-        self.input_dims.update(_sparse(list(map(a["input_dims"], args)), off))
-        self.input_type.update(_sparse(list(map(a["input_type"], args)), off))
-        stacks = _sparse(list(map(a["call_stack"], args)), off)
-        if stacks:
+        parts["total_allocated"].append(_float_from(a["total_allocated"], args))
+        if _any_set(a["input_dims"], args):
+            self.input_dims.update(_raw_sparse(list(map(a["input_dims"], args)), off, self._raw))
+        if _any_set(a["input_type"], args):
+            self.input_type.update(_raw_sparse(list(map(a["input_type"], args)), off, self._raw))
+        if _any_set(a["call_stack"], args):
             keep = self._strings.setdefault
-            self.call_stack.update({i: keep(s, s) for i, s in stacks.items()})
-        self.collective.update(_sparse(list(map(a["collective_name"], args)), off))
-        for i, v in _sparse(list(map(a["in_msg_nelems"], args)), off).items():
-            self.msg_nelems[i] = _float_or_nan(v)
-        for i, v in _sparse(list(map(a["python_id"], args)), off).items():
-            self.python_id[i] = _int_or_none(v)
-        for i, v in _sparse(list(map(a["name"], args)), 0).items():
-            if ph[i] == "M":
-                if name[i] == "thread_name":
-                    self.thread_names[int(tid_col[i])] = str(v)
-                elif name[i] == "process_name":
-                    self.process_names[int(pid_col[i])] = str(v)
+            for i, s in _sparse(list(map(a["call_stack"], args)), off).items():
+                self.call_stack[i] = keep(s, s)
+        if _any_set(a["collective_name"], args):
+            self.collective.update(_sparse(list(map(a["collective_name"], args)), off))
+        if _any_set(a["in_msg_nelems"], args):
+            for i, v in _sparse(list(map(a["in_msg_nelems"], args)), off).items():
+                self.msg_nelems[i] = _float_or_nan(v)
+        if _any_set(a["python_id"], args):
+            for i, v in _sparse(list(map(a["python_id"], args)), off).items():
+                self.python_id[i] = _int_or_none(v)
+        if _any_set(a["name"], args):
+            for i, v in _sparse(list(map(a["name"], args)), 0).items():
+                if ph[i] == "M":
+                    if name[i] == "thread_name":
+                        self.thread_names[int(tid_col[i])] = str(v)
+                    elif name[i] == "process_name":
+                        self.process_names[int(pid_col[i])] = str(v)
         self.n += n
 
     def finish(self) -> RankTrace | None:

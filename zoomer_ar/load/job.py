@@ -308,11 +308,19 @@ def _cut(buf: bytearray, end: int) -> tuple[int, int]:
                 return p, c
 
 
-def _decode_slice(buf: bytearray, end: int) -> list[RawEvent]:
-    """Decode buf[0:end+1] as a JSON array; buf[0] is overwritten with `[`, buf[end] is `]`."""
+def _add_slice(buf: bytearray, end: int, builder: ColumnBuilder) -> None:
+    """Decode buf[0:end+1] as a JSON array of events into the columns; buf[0] is overwritten with
+    `[`, buf[end] must be `]`. The events (and the msgspec.Raw values that point into buf) are
+    dropped before the view of buf is released."""
     buf[0] = _OPEN
     with memoryview(buf) as mv:
-        return EVENTS_DECODER.decode(mv[: end + 1])
+        view = mv[: end + 1]
+        try:
+            events = EVENTS_DECODER.decode(view)
+            builder.add(events)
+            del events
+        finally:
+            view.release()
 
 
 class _Consumer:
@@ -370,7 +378,6 @@ class _Consumer:
             del buf[:j]  # buf[0] is the array's `[`
             break
         # --- events, slice by slice
-        add = self.builder.add
         while True:
             data = self._next()
             if data is None:
@@ -384,7 +391,7 @@ class _Consumer:
                 saved = buf[p + 1]
                 buf[p + 1] = _CLOSE
                 try:
-                    events = _decode_slice(buf, p + 1)
+                    _add_slice(buf, p + 1, self.builder)
                 except msgspec.ValidationError:
                     raise _Abort from None
                 except msgspec.DecodeError:  # the cut fell inside a string: try an earlier one
@@ -395,8 +402,6 @@ class _Consumer:
                     p, c = _cut(buf, p)
                     continue
                 buf[p + 1] = saved
-                add(events)
-                del events
                 del buf[:c]  # buf[0] is the `,` before the next event
                 break
             if len(buf) > (256 << 20):
@@ -413,11 +418,9 @@ class _Consumer:
             if _KEY in tail:
                 raise _Abort
             try:
-                events = _decode_slice(buf, q)
+                _add_slice(buf, q, self.builder)
             except msgspec.MsgspecError:
                 raise _Abort from None
-            add(events)
-            del events
             break
         else:
             raise _Abort
@@ -451,7 +454,7 @@ def stream_trace(
     reader.start()
     try:
         return _Consumer(path, chunks, progress).run()
-    except (_Abort, OSError, ValueError, TypeError, OverflowError, MemoryError):
+    except Exception:  # noqa: BLE001 - anything unexpected: the whole-document path decides
         return None
     finally:
         stop.set()

@@ -32,8 +32,10 @@ class RawArgs(msgspec.Struct, gc=False, frozen=True):
     nbytes: Scalar | None = msgspec.field(default=NAN, name="bytes")
     mem_bytes: Scalar | None = msgspec.field(default=NAN, name="Bytes")
     total_allocated: Scalar | None = msgspec.field(default=NAN, name="Total Allocated")
-    input_dims: Any = msgspec.field(default=None, name="Input Dims")
-    input_type: Any = msgspec.field(default=None, name="Input type")
+    # Shapes and dtypes stay undecoded JSON text here (no lists built per event while decoding);
+    # columns.py decodes each distinct text once.
+    input_dims: msgspec.Raw = msgspec.field(default=None, name="Input Dims")
+    input_type: msgspec.Raw = msgspec.field(default=None, name="Input type")
     call_stack: str | None = msgspec.field(default=None, name="Call stack")
     collective_name: str | None = msgspec.field(default=None, name="Collective name")
     in_msg_nelems: Scalar | None = msgspec.field(default=None, name="In msg nelems")
