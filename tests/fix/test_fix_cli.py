@@ -182,3 +182,16 @@ def test_entry_point_never_prints_a_traceback(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "zoomer_ar.cli", "fix", str(tmp_path / "missing")], capture_output=True, text=True)
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_apply_write_failure_exit_1(proj, capsys, monkeypatch):
+    import os
+
+    def boom(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", boom)
+    rc, out, err = run(capsys, str(proj), "--apply")
+    assert rc == 1
+    assert f"zoomer-ar: skipped {proj / 'train.py'}: cannot write: No space left on device" in err
+    assert (proj / "train.py").read_text() == SOURCE

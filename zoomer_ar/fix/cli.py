@@ -68,7 +68,8 @@ def fix(path: Path | None, select: str | None, ignore: str | None, show_diff: bo
 
     Without --diff/--apply the findings are listed (path:line:col pattern message). Inline
     `# zoomer: ignore[ID]` comments suppress a finding. Files that do not parse are reported
-    and skipped. Exit status 0 (with or without findings), 2 for a missing PATH or bad options.
+    and skipped. Exit status 0 (with or without findings), 2 for a missing PATH or bad options,
+    1 when --apply could not write a file.
     """
     from . import engine  # libcst loads here, not when the CLI starts
 
@@ -122,6 +123,8 @@ def fix(path: Path | None, select: str | None, ignore: str | None, show_diff: bo
         if do_apply:
             summary += f"; {len(written)} file{'s' * (len(written) != 1)} rewritten"
         click.echo(summary, err=True)
+    if do_apply and len(written) < len(result.changed):
+        return 1  # a fixed file could not be written (reported above)
     return 0
 
 
