@@ -255,17 +255,14 @@ def _raw_sparse(values: list, offset: int, cache: dict[bytes, Any]) -> dict[int,
     n = len(values)
     if values.count(None) == n:
         return {}
-    decode = msgspec.json.decode
-    out = {}
-    for i in compress(range(n), map(is_not, values, repeat(None))):
-        key = bytes(values[i])
-        try:
-            value = cache[key]
-        except KeyError:
-            value = cache[key] = decode(key)
-        if value is not None:
-            out[offset + i] = value
-    return out
+    idx = list(compress(range(n), map(is_not, values, repeat(None))))
+    keys = list(map(bytes, map(values.__getitem__, idx)))
+    for key in set(keys).difference(cache):
+        cache[key] = msgspec.json.decode(key)
+    got = list(map(cache.__getitem__, keys))
+    if None in got:  # JSON null: absent, as for a field that decodes to None
+        return {offset + i: v for i, v in zip(idx, got) if v is not None}
+    return dict(zip(map(offset.__add__, idx), got))
 
 
 def _sparse(values: list, offset: int) -> dict[int, Any]:
