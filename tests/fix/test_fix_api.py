@@ -187,3 +187,31 @@ def test_no_torch_import():
     code = "import sys, zoomer_ar.fix.api as a, zoomer_ar.fix.cli; a.fix_source('import torch\\nx = torch.zeros(2).cuda()\\n'); print('torch' in sys.modules)"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == "False"
+
+
+def test_a_fix_whose_output_does_not_parse_is_refused():
+    import libcst as cst
+
+    from zoomer_ar.fix.base import Example, Fixer
+
+    class Breaker(Fixer):
+        pattern = "idle-gpu"
+        name = "breaker"
+        summary = "test"
+        explanation = "test"
+        VALID = ["x = 1\n"]
+        INVALID = [Example("a = 1\n")]
+
+        def check(self, ctx):
+            for assign in ctx.nodes(cst.Assign):
+                target = assign.targets[0].target
+                if isinstance(target, cst.Name) and target.value == "bad":
+                    # `f() = 1` is not Python: must be refused
+                    yield self.replace(target, "breaks", {target: cst.parse_expression("f()")})
+                elif isinstance(target, cst.Name) and target.value == "good":
+                    yield self.replace(target, "renames", {target: cst.Name("renamed")})
+
+    src = "bad = 1\ngood = 2\n"
+    fixer = Breaker()
+    assert len(fixer.detect(src)) == 2
+    assert fixer.fix(src) == "bad = 1\nrenamed = 2\n"
