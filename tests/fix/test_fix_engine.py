@@ -110,7 +110,6 @@ def test_walk_skips_hidden_venv_and_links(project: Path, tmp_path: Path):
     (project / "link_dir").symlink_to(outside, target_is_directory=True)
     (project / "link.py").symlink_to(outside / "victim.py")
     files = [p.relative_to(project).as_posix() for p in engine.iter_python_files(project)]
-    assert files == sorted(files) or True
     assert set(files) == {"bom.py", "broken.py", "nonl.py", "run.py", "train.py", "pkg/crlf.py", "pkg/latin.py", "pkg/model.py", "pkg/my model.py"}
     before = (outside / "victim.py").read_bytes()
     engine.apply(engine.run(project, fix=True))

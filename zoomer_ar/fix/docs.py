@@ -33,6 +33,12 @@ def render(registry: Registry | None = None) -> str:
         "* Suppress inline with `# zoomer: ignore[ID]` (or `# zoomer: ignore` for all) on the flagged",
         "  line or the statement's first/last line; `# zoomer: ignore-file[ID]` anywhere for the whole file.",
         "* Files that do not parse are reported on one line and skipped.\n",
+        "Python API for later stages (`zoomer_ar.fix.api`): `static_findings(source, path, select=None)`,",
+        "`fix_source(source, select=None)`, `diff_source(source, path, select=None)`,",
+        "`locate(source, function_def_line, pattern, function=None)` (the statements of the function a",
+        "Kineto frame `file(LINE): func` names that relate to a pattern) and `run_directory(root)`.",
+        "Findings are `StaticMatch` objects (1-based line/column, `statement_line`, `fixable`,",
+        "`replacement`, `edits`).\n",
         "| Fixer | Pattern | Opt-in | Summary |",
         "|---|---|---|---|",
     ]
