@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	# torch: the local CPU wheel, pinned so no resolver ever pulls a CUDA build.
 	$(BIN)/python -m pip install -q "torch==2.13.0"
-	$(BIN)/python -m pip install -q -e ".[dev,hta,ml]" "torch==2.13.0"
+	$(BIN)/python -m pip install -q -e ".[dev,hta]" "torch==2.13.0"
 	touch $(STAMP)
 
 demo: setup

@@ -44,6 +44,59 @@ def _progress_factory(enabled: bool):
     return factory
 
 
+def write_fix_outputs(analysis, target: Path, source_dir: Path | None, trace_path: Path) -> dict[str, Path]:
+    """patch.diff (with --source), relaunch.yaml and optimize.ipynb beside the reports."""
+    from .notebook import notebook_json
+    from .relaunch import render_spec, spec_from_analysis
+    from .render.report import atomic_write
+
+    out: dict[str, Path] = {}
+    patch_name = None
+    if source_dir is not None:
+        from .fix.api import run_directory
+
+        patterns = sorted({f.pattern for f in analysis.findings if f.fixers})
+        diff = run_directory(source_dir, select=patterns).diff_bytes() if patterns else b""
+        if diff:
+            target.mkdir(parents=True, exist_ok=True)
+            (target / "patch.diff").write_bytes(diff)
+            out["patch.diff"] = target / "patch.diff"
+            patch_name = "patch.diff"
+    spec = spec_from_analysis(analysis, argv=_recorded_argv(trace_path), patch=patch_name)
+    atomic_write(target / "relaunch.yaml", render_spec(spec))
+    out["relaunch.yaml"] = target / "relaunch.yaml"
+    atomic_write(target / "optimize.ipynb", notebook_json(analysis, has_patch=patch_name is not None))
+    out["optimize.ipynb"] = target / "optimize.ipynb"
+    return out
+
+
+def _recorded_argv(trace_path: Path) -> list[str] | None:
+    """The job's command line from the capture helper's job.json, when it sits beside the trace."""
+    import json
+
+    folder = trace_path if trace_path.is_dir() else trace_path.parent
+    meta = folder / "job.json"
+    try:
+        argv = json.loads(meta.read_text()).get("argv")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)):
+        return None
+    # drop the capture's own --out argument: the relaunch records elsewhere
+    clean, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a == "--out":
+            skip = True
+            continue
+        if a.startswith("--out="):
+            continue
+        clean.append(a)
+    return clean
+
+
 @click.command()
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
@@ -69,6 +122,7 @@ def analyze(path: Path, out_dir: Path | None, fmt: str, name: str | None, source
     if not no_files:
         target = out_dir or Path("zoomer-out") / analysis.job.name
         written = write_outputs(analysis, target)
+        written.update(write_fix_outputs(analysis, target, source_dir, path))
     if fmt == "json":
         click.echo(findings_json(analysis), nl=False)
     elif fmt == "md":

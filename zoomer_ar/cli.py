@@ -25,6 +25,8 @@ COMMAND_MODULES = (
     "zoomer_ar.store.cli",
     "zoomer_ar.service.cli",
     "zoomer_ar.surgery.cli",
+    "zoomer_ar.relaunch.cli",
+    "zoomer_ar.compare",
 )
 
 

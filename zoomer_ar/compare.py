@@ -1,0 +1,72 @@
+"""`zoomer-ar compare BEFORE AFTER`: step time, GPU busy and findings of two runs, with the measured speedup."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from .analyze import analyze_path
+from .errors import InputError
+from .models import Analysis
+
+
+def _load(path: Path) -> Analysis:
+    if path.is_dir() and (path / "findings.json").is_file():
+        path = path / "findings.json"
+    if path.name == "findings.json":
+        try:
+            return Analysis.model_validate(json.loads(path.read_text()))
+        except (OSError, ValueError) as exc:
+            raise InputError(str(path), f"not a findings.json ({str(exc).splitlines()[0]})") from None
+    return analyze_path(path)
+
+
+def compare(before: Analysis, after: Analysis) -> dict:
+    fb, fa = before.features, after.features
+    b_step, a_step = fb.get("step_ms") or 0.0, fa.get("step_ms") or 0.0
+    pb = {f.pattern: f for f in before.findings}
+    pa = {f.pattern: f for f in after.findings}
+    return {
+        "before": before.job.name,
+        "after": after.job.name,
+        "step_ms": {"before": b_step, "after": a_step},
+        "speedup": (b_step / a_step) if a_step > 0 else None,
+        "gpu_busy_pct": {"before": fb.get("gpu_busy_pct"), "after": fa.get("gpu_busy_pct")},
+        "resolved": sorted(set(pb) - set(pa)),
+        "new": sorted(set(pa) - set(pb)),
+        "persisting": [
+            {"pattern": p, "before_ms": pb[p].impact.ms_per_step, "after_ms": pa[p].impact.ms_per_step}
+            for p in sorted(set(pb) & set(pa))
+        ],
+        "predicted_gain_ms": round(sum(pb[p].impact.ms_per_step for p in set(pb) - set(pa)), 4),
+        "measured_gain_ms": round(b_step - a_step, 4),
+    }
+
+
+@click.command("compare")
+@click.argument("before", type=click.Path(path_type=Path))
+@click.argument("after", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def compare_cmd(before: Path, after: Path, fmt: str) -> None:
+    """Compare two runs (traces, rank folders, or findings.json): speedup and findings resolved."""
+    result = compare(_load(before), _load(after))
+    if fmt == "json":
+        click.echo(json.dumps(result, indent=2))
+        return
+    s = result["step_ms"]
+    sp = result["speedup"]
+    click.echo(f"step time   {s['before']:.3f} ms -> {s['after']:.3f} ms" + (f"  ({sp:.2f}x)" if sp else ""))
+    g = result["gpu_busy_pct"]
+    if g["before"] is not None or g["after"] is not None:
+        fmt_pct = lambda v: "-" if v is None else f"{v:.1f}%"  # noqa: E731
+        click.echo(f"GPU busy    {fmt_pct(g['before'])} -> {fmt_pct(g['after'])}")
+    click.echo(f"resolved    {', '.join(result['resolved']) or '-'}")
+    click.echo(f"new         {', '.join(result['new']) or '-'}")
+    for p in result["persisting"]:
+        click.echo(f"persisting  {p['pattern']}: {p['before_ms']:.2f} -> {p['after_ms']:.2f} ms/step")
+    click.echo(f"gain        predicted {result['predicted_gain_ms']:.3f} ms/step, measured {result['measured_gain_ms']:.3f} ms/step")
+
+
+commands = [compare_cmd]

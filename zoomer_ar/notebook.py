@@ -1,0 +1,83 @@
+"""optimize.ipynb: a notebook that loads the findings, plots the evidence, shows and applies the
+patch, and relaunches with the spec (nbformat v4, validated)."""
+
+from __future__ import annotations
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+from .models import Analysis
+
+
+def build_notebook(analysis: Analysis, *, has_patch: bool, has_spec: bool = True) -> nbformat.NotebookNode:
+    top = analysis.findings[:5]
+    lines = "\n".join(
+        f"| `{f.pattern}` | {f.severity} | {f.impact.ms_per_step:.2f} ms | {f.impact.pct_of_step:.1f}% |" for f in top
+    )
+    cells = [
+        new_markdown_cell(
+            f"# Optimise `{analysis.job.name}` with Zoomer AR\n\n"
+            f"Bottleneck: **{analysis.bottleneck.type}** - {analysis.bottleneck.summary}\n\n"
+            "| pattern | severity | impact / step | % of step |\n|---|---|---|---|\n" + (lines or "| none | | | |")
+        ),
+        new_code_cell(
+            "import json, pathlib, subprocess\n"
+            "HERE = pathlib.Path('.').resolve()\n"
+            "findings = json.loads((HERE / 'findings.json').read_text())\n"
+            "for f in findings['findings']:\n"
+            "    print(f\"{f['pattern']:<26} {f['severity']:<9} {f['impact']['ms_per_step']:>9.2f} ms/step \"\n"
+            "          f\"{f['impact']['pct_of_step']:>6.1f}%  conf {f['confidence']:.2f}\")"
+        ),
+        new_markdown_cell("## Evidence\n\nGPU utilisation over the trace, and each finding's impact."),
+        new_code_cell(
+            "try:\n"
+            "    import matplotlib.pyplot as plt\n"
+            "except ImportError:  # no matplotlib: print the figures instead\n"
+            "    plt = None\n"
+            "tl = findings.get('timeline', [])\n"
+            "if plt and tl:\n"
+            "    fig, (a, b) = plt.subplots(2, 1, figsize=(10, 6))\n"
+            "    a.fill_between([x['t_ms'] for x in tl], [x['busy_pct'] for x in tl], step='post')\n"
+            "    a.set_ylabel('GPU busy %'); a.set_xlabel('ms')\n"
+            "    fs = findings['findings']\n"
+            "    b.barh([f['pattern'] for f in fs], [f['impact']['ms_per_step'] for f in fs])\n"
+            "    b.set_xlabel('avoidable ms per step'); plt.tight_layout(); plt.show()\n"
+            "else:\n"
+            "    for f in findings['findings']:\n"
+            "        print(f['pattern'], f['evidence']['figures'])"
+        ),
+    ]
+    if has_patch:
+        cells += [
+            new_markdown_cell("## The patch\n\nSet `SOURCE` to your checkout, review the diff, then set `APPLY = True`."),
+            new_code_cell(
+                "SOURCE = pathlib.Path('.')  # the folder the patch paths are relative to\n"
+                "APPLY = False\n"
+                "patch = (HERE / 'patch.diff').read_text()\n"
+                "print(patch)\n"
+                "check = subprocess.run(['git', 'apply', '--check', str(HERE / 'patch.diff')], cwd=SOURCE,\n"
+                "                       capture_output=True, text=True)\n"
+                "print('applies cleanly' if check.returncode == 0 else check.stderr)\n"
+                "if APPLY and check.returncode == 0:\n"
+                "    subprocess.run(['git', 'apply', str(HERE / 'patch.diff')], cwd=SOURCE, check=True)"
+            ),
+        ]
+    if has_spec:
+        cells += [
+            new_markdown_cell("## Relaunch\n\nThe relaunch spec lists the environment and overrides; the dry run prints the command."),
+            new_code_cell(
+                "RUN = False\n"
+                "print(subprocess.run(['zoomer-ar', 'relaunch', str(HERE / 'relaunch.yaml'), '--dry-run'],\n"
+                "                     capture_output=True, text=True).stdout)\n"
+                "if RUN:\n"
+                "    subprocess.run(['zoomer-ar', 'relaunch', str(HERE / 'relaunch.yaml')], cwd=SOURCE, check=True)"
+            ),
+            new_markdown_cell("Record the relaunched job (`zoomer_ar.capture`) and compare: `zoomer-ar compare BEFORE AFTER`."),
+        ]
+    nb = new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    nbformat.validate(nb)
+    return nb
+
+
+def notebook_json(analysis: Analysis, *, has_patch: bool, has_spec: bool = True) -> str:
+    return nbformat.writes(build_notebook(analysis, has_patch=has_patch, has_spec=has_spec))
