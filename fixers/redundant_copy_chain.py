@@ -23,7 +23,7 @@ def _pure(expr: cst.CSTNode) -> bool:
 class RedundantCopyChain(Fixer):
     pattern = "extra-copy"
     name = "redundant-copy-chain"
-    summary = "x.clone().clone(), x.contiguous().contiguous(), x.clone().to(...), x.to(d).to(d): keep one copy"
+    summary = "x.clone().clone(), x.contiguous().contiguous(), x.clone().to(...), x.to(d).to(d), x.to(x.dtype): keep one copy or none"
     explanation = """\
 ## What it does
 Collapses method chains whose second step is provably redundant:
@@ -33,7 +33,9 @@ Collapses method chains whose second step is provably redundant:
 * `x.clone().to(...)` -> `x.to(..., copy=True)` (one copy instead of two; still a new tensor);
 * `x.clone().contiguous()` and `x.contiguous().clone()` ->
   `x.clone(memory_format=torch.contiguous_format)` (needs `import torch`);
-* `x.to(a).to(a)` with the same simple arguments -> `x.to(a)`.
+* `x.to(a).to(a)` with the same simple arguments -> `x.to(a)`;
+* `x.to(x.dtype)` / `x.to(x.device)` (x a plain name or attribute) -> `x`: converting a tensor to
+  its own dtype or device returns it unchanged.
 
 ## Why is this bad?
 Every `clone()`/`contiguous()`/`.to()` that actually copies launches a copy kernel and
@@ -59,6 +61,8 @@ y = x.to(device, copy=True)
         "y = x.to(a, copy=True).to(a, copy=True)\n",
         "y = x.clone().clone()  # zoomer: ignore[extra-copy]\n",
         "y = f(x).to(g()).to(g())\n",
+        "y = x.to(y.dtype)\n",
+        "y = x.to(device=x.dtype)\n",
     ]
     INVALID = [
         Example("y = x.contiguous().contiguous()\n", "y = x.contiguous()\n", message_contains="contiguous"),
@@ -72,12 +76,17 @@ y = x.to(device, copy=True)
         Example("y = x.contiguous().clone()\n", None, message_contains="import torch"),
         Example("y = x.to(dev).to(dev)\n", "y = x.to(dev)\n", message_contains=".to("),
         Example("y = x.float().float().float()\n", "y = x.float()\n", message_contains="float"),
+        Example("h = self.h.to(self.h.dtype) + (w.to(device=w.device))\n", "h = self.h + (w)\n", message_contains="no-op"),
     ]
 
     def check(self, ctx: Context) -> Iterable[Edit]:
         alias = ctx.torch_alias()
         for call in ctx.nodes(cst.Call):
             outer = h.method(call)
+            if outer is not None and outer[1] == "to" and self._self_to(call, outer[0]):
+                message = f".to({ctx.code(call.args[0].value)}) converts {ctx.code(outer[0])} to what it already is: a no-op"
+                yield self.replace(call, message, {call: outer[0].with_changes(lpar=call.lpar, rpar=call.rpar)})
+                continue
             if outer is None or not isinstance(outer[0], cst.Call):
                 continue
             inner_call = outer[0]
@@ -114,3 +123,17 @@ y = x.to(device, copy=True)
             ):
                 message = ".to(...).to(...) with the same arguments: the second .to() is redundant"
                 yield self.replace(call, message, {call: keep(inner_call)})
+
+    @staticmethod
+    def _self_to(call: cst.Call, receiver: cst.BaseExpression) -> bool:
+        """``x.to(x.dtype)`` / ``x.to(x.device)`` (also by keyword) for a plain name/attribute x."""
+        owner = h.dotted(receiver)
+        if owner is None or len(call.args) != 1 or call.args[0].star:
+            return False
+        arg = call.args[0]
+        if arg.keyword is not None and arg.keyword.value not in ("dtype", "device"):
+            return False
+        target = h.dotted(arg.value)
+        if target not in (f"{owner}.dtype", f"{owner}.device"):
+            return False
+        return arg.keyword is None or target.endswith("." + arg.keyword.value)
