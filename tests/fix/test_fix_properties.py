@@ -187,7 +187,7 @@ def _parses(code: str) -> bool:
 
 
 SETTINGS = settings(
-    max_examples=60,
+    max_examples=45,
     deadline=None,
     database=None,
     derandomize=True,
@@ -213,7 +213,7 @@ def test_every_fixer_output_parses_is_idempotent_and_local(fix_helpers, source):
             assert not any(m.fixable for m in matches) or all(m.edits for m in matches), (fixer.name, source)
 
 
-@settings(SETTINGS, max_examples=30)
+@settings(SETTINGS, max_examples=20)
 @given(programs())
 def test_all_fixers_together(source):
     assume(_parses(source))
