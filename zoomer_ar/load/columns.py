@@ -247,6 +247,20 @@ def _code_into(index: dict, values: list) -> np.ndarray:
     return np.fromiter(map(index.__getitem__, values), dtype=np.int32, count=len(values))
 
 
+def _code_ints_into(index: dict, values: list) -> np.ndarray:
+    """`_code_into` for columns of Python ints (pid, tid): one numpy pass instead of dict lookups.
+    Other values (strings, bools, huge ints) take `_code_into`."""
+    arr = np.array(values)
+    if arr.dtype.kind != "i" or arr.ndim != 1:
+        return _code_into(index, values)
+    uniq, first, inverse = np.unique(arr, return_index=True, return_inverse=True)
+    lut = np.empty(uniq.size, dtype=np.int32)
+    setdefault = index.setdefault
+    for j in np.argsort(first, kind="stable").tolist():  # first-seen order, as _code_into
+        lut[j] = setdefault(int(uniq[j]), len(index))
+    return lut[inverse]
+
+
 def _raw_sparse(values: list, offset: int, cache: dict[bytes, Any]) -> dict[int, Any]:
     """{offset + i: decoded value} for the msgspec.Raw values that are not absent or JSON null.
 
@@ -306,8 +320,8 @@ class ColumnBuilder:
         ph = list(map(g["ph"], events))
         parts["name"].append(_code_into(index["name"], name))
         parts["cat"].append(_code_into(index["cat"], list(map(g["cat"], events))))
-        parts["pid"].append(pid_col := _code_into(index["pid"], list(map(g["pid"], events))))
-        parts["tid"].append(tid_col := _code_into(index["tid"], list(map(g["tid"], events))))
+        parts["pid"].append(pid_col := _code_ints_into(index["pid"], list(map(g["pid"], events))))
+        parts["tid"].append(tid_col := _code_ints_into(index["tid"], list(map(g["tid"], events))))
         parts["ph"].append(np.fromiter(map(PH_CODES.get, ph, repeat(0, n)), dtype=np.uint8, count=n))
         parts["ts"].append(_float_from(g["ts"], events))
         parts["dur"].append(_float_from(g["dur"], events))
@@ -329,9 +343,9 @@ class ColumnBuilder:
         if _any_set(a["input_type"], args):
             self.input_type.update(_raw_sparse(list(map(a["input_type"], args)), off, self._raw))
         if _any_set(a["call_stack"], args):
-            keep = self._strings.setdefault
-            for i, s in _sparse(list(map(a["call_stack"], args)), off).items():
-                self.call_stack[i] = keep(s, s)
+            stacks = _sparse(list(map(a["call_stack"], args)), off)
+            text = list(stacks.values())
+            self.call_stack.update(zip(stacks, map(self._strings.setdefault, text, text)))
         if _any_set(a["collective_name"], args):
             self.collective.update(_sparse(list(map(a["collective_name"], args)), off))
         if _any_set(a["in_msg_nelems"], args):
@@ -340,7 +354,7 @@ class ColumnBuilder:
         if _any_set(a["python_id"], args):
             for i, v in _sparse(list(map(a["python_id"], args)), off).items():
                 self.python_id[i] = _int_or_none(v)
-        if _any_set(a["name"], args):
+        if "M" in ph and _any_set(a["name"], args):  # process/thread names: metadata events only
             for i, v in _sparse(list(map(a["name"], args)), 0).items():
                 if ph[i] == "M":
                     if name[i] == "thread_name":

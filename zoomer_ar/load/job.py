@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import InputError
 from ..models import JobInfo, RankInfo, SkippedFile
 from .columns import PH_COMPLETE, PH_INSTANT, ColumnBuilder, RankTrace, build_columns
-from .reader import DEFAULT_MAX_BYTES, Progress, iter_trace_chunks, read_trace_bytes
+from .reader import DEFAULT_MAX_BYTES, STREAM_CHUNK, Progress, iter_trace_chunks, read_trace_bytes
 from .schema import EVENTS_DECODER, TOP_DECODER, TRACE_DECODER, RawEvent, RawTrace
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".gz")
@@ -251,6 +251,7 @@ def load_job(
 # ------------------------------------------------------------------------------------------------
 
 STREAM_SLICE = 1 << 20  # JSON bytes decoded at once
+STREAM_READ = STREAM_CHUNK  # decompressed bytes handed over by the reader thread at once
 _KEY = b'"traceEvents"'
 _END = re.compile(rb"\}[ \t\r\n]*\]")
 _WS = b" \t\r\n"
@@ -266,7 +267,7 @@ def _produce(path: Path, max_bytes: int, out: queue.Queue, stop: threading.Event
     h = hashlib.sha256()
     item: tuple = (None, None)
     try:
-        for data, read in iter_trace_chunks(path, max_bytes=max_bytes):
+        for data, read in iter_trace_chunks(path, max_bytes=max_bytes, chunk=STREAM_READ):
             h.update(data)
             while not stop.is_set():
                 try:

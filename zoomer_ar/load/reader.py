@@ -133,7 +133,7 @@ def iter_trace_chunks(path: Path, *, max_bytes: int = DEFAULT_MAX_BYTES, chunk: 
         d = zlib.decompressobj(16 + zlib.MAX_WBITS)
         pending = False
         try:
-            while raw := fh.read(chunk // 4):
+            while raw := fh.read(max(1, chunk // 4)):
                 read += len(raw)
                 while True:
                     pending = True
