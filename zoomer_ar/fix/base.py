@@ -28,7 +28,6 @@ from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 from pydantic import BaseModel, Field
 
 from ..errors import InputError, ZoomerError
-from ..models import PATTERN_IDS
 
 MAX_ROUNDS = 12
 

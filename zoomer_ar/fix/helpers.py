@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import libcst as cst
 
@@ -241,14 +241,6 @@ def walk(node: cst.CSTNode, *, into_scopes: bool = True) -> Iterator[cst.CSTNode
         stack.extend(reversed(list(iter_children(cur))))
 
 
-def find(node: cst.CSTNode, pred: Callable[[cst.CSTNode], bool], *, into_scopes: bool = True) -> list[cst.CSTNode]:
-    return [n for n in walk(node, into_scopes=into_scopes) if pred(n)]
-
-
-def names_in(node: cst.CSTNode, name: str) -> list[cst.Name]:
-    return [n for n in walk(node) if isinstance(n, cst.Name) and n.value == name]
-
-
 def target_names(target: cst.CSTNode) -> list[str]:
     """Names bound by an assignment/for target (through tuples, lists and starred)."""
     if isinstance(target, cst.Name):
@@ -268,9 +260,11 @@ def target_names(target: cst.CSTNode) -> list[str]:
 # --------------------------------------------------------------------------------------------
 
 
-def simple_stmt(code: str, like: cst.SimpleStatementLine | None = None) -> cst.SimpleStatementLine:
+def simple_stmt(code: str) -> cst.SimpleStatementLine:
+    """A statement line parsed from code (e.g. ``"model = torch.compile(model)\n"``)."""
     stmt = cst.parse_statement(code)
-    assert isinstance(stmt, cst.SimpleStatementLine)
+    if not isinstance(stmt, cst.SimpleStatementLine):
+        raise ValueError(f"not a simple statement: {code!r}")
     return stmt
 
 
