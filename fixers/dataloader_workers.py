@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Iterable
 
-
 from zoomer_ar.fix import helpers as h
 from zoomer_ar.fix.base import Context, Edit, Example, Fixer
 
