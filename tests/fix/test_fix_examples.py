@@ -7,6 +7,8 @@ import ast
 import libcst as cst
 import pytest
 
+from fix_testutil import apply_text_edits, changed_lines_within
+
 from zoomer_ar.fix.registry import load_registry
 
 REGISTRY = load_registry()
@@ -37,7 +39,7 @@ def test_valid_example_is_left_alone(cls, source):
 
 
 @pytest.mark.parametrize(("cls", "example"), INVALID)
-def test_invalid_example_is_reported_and_fixed(cls, example, fix_helpers):
+def test_invalid_example_is_reported_and_fixed(cls, example):
     fixer = cls(**example.options)
     matches = fixer.detect(example.before, "example.py")
     assert matches, "not detected"
@@ -57,11 +59,11 @@ def test_invalid_example_is_reported_and_fixed(cls, example, fix_helpers):
     else:
         assert any(m.fixable for m in matches)
         assert not any(m.fixable for m in fixer.detect(fixed)), "still fixable after the fix"
-        assert fix_helpers.changed_lines_within(example.before, fixed, matches) == []
+        assert changed_lines_within(example.before, fixed, matches) == []
         # the reported text edits reproduce the fix when it takes one round
-        rewritten = fix_helpers.apply_text_edits(example.before, [e for m in matches if m.fixable for e in m.edits])
+        rewritten = apply_text_edits(example.before, [e for m in matches if m.fixable for e in m.edits])
         if rewritten != fixed:
-            one_round = fix_helpers.apply_text_edits(
+            one_round = apply_text_edits(
                 example.before, [e for m in matches[:1] if m.fixable for e in m.edits]
             )
             assert cst.parse_module(one_round)

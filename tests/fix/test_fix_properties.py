@@ -7,6 +7,7 @@ import ast
 from collections import Counter
 
 import libcst as cst
+from fix_testutil import changed_lines_within
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -169,10 +170,6 @@ def programs(draw):
     return source
 
 
-def _changed_outside(before: str, after: str, matches, fix_helpers) -> list[str]:
-    return fix_helpers.changed_lines_within(before, after, matches)
-
-
 def _comments(code: str) -> Counter:
     return Counter(n.value for n in walk(cst.parse_module(code)) if isinstance(n, cst.Comment))
 
@@ -191,13 +188,13 @@ SETTINGS = settings(
     deadline=None,
     database=None,
     derandomize=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 
 
 @SETTINGS
 @given(programs())
-def test_every_fixer_output_parses_is_idempotent_and_local(fix_helpers, source):
+def test_every_fixer_output_parses_is_idempotent_and_local(source):
     assume(_parses(source))
     for fixer in FIXERS:
         matches = fixer.detect(source)
@@ -207,7 +204,7 @@ def test_every_fixer_output_parses_is_idempotent_and_local(fix_helpers, source):
         assert _comments(fixed) == _comments(source), (fixer.name, source, fixed)
         if fixed != source:
             assert any(m.fixable for m in matches), (fixer.name, source)
-            problems = _changed_outside(source, fixed, matches, fix_helpers)
+            problems = changed_lines_within(source, fixed, matches)
             assert problems == [], (fixer.name, source, fixed, problems)
         else:
             assert not any(m.fixable for m in matches) or all(m.edits for m in matches), (fixer.name, source)

@@ -1,10 +1,9 @@
-"""Shared helpers for the fix-stage tests (exposed as fixtures; tests/fix has no __init__.py)."""
+"""Shared helpers for the fix-stage tests (a plain module: tests/fix has no __init__.py and no
+conftest.py, so nothing shadows tests/conftest.py)."""
 
 from __future__ import annotations
 
 import difflib
-
-import pytest
 
 
 def apply_text_edits(source: str, edits) -> str:
@@ -42,12 +41,3 @@ def changed_lines_within(before: str, after: str, matches) -> list[str]:
         if not ok:
             problems.append(f"{tag} {i1 + 1}-{i2}: {a[i1:i2]!r} -> {b[j1:j2]!r}")
     return problems
-
-
-@pytest.fixture(scope="session")
-def fix_helpers():
-    class H:
-        apply_text_edits = staticmethod(apply_text_edits)
-        changed_lines_within = staticmethod(changed_lines_within)
-
-    return H
