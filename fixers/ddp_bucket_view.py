@@ -30,8 +30,8 @@ calls that do not set it. An explicit `gradient_as_bucket_view=False` is reporte
 By default DDP copies every gradient into its flat communication buckets before each
 all-reduce and back afterwards: extra device copies on the critical path and a second copy of
 all gradients in memory. With bucket views the gradients *are* the buckets. Bucket size
-controls how early communication can start overlapping the backward pass (`exposed-
-communication` in the trace: NCCL kernels not hidden behind compute).
+controls how early communication can start overlapping the backward pass
+(`exposed-communication` in the trace: NCCL kernels not hidden behind compute).
 
 ## Caveats
 Gradients become views into the buckets: code that calls `p.grad.detach_()` or replaces
