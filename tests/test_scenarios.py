@@ -435,7 +435,8 @@ def test_clean_reference_shows_nothing_planted():
 def test_record_one_scenario_end_to_end(tmp_path):
     proc = subprocess.run(
         [sys.executable, str(SCENARIOS / "record.py"), "--out", str(tmp_path), "--only", "sync_point",
-         "--steps", "2", "--skip", "1", "--warmup", "1", "--severity", "low", "--python", sys.executable],
+         "--steps", "2", "--skip", "1", "--warmup", "1", "--severity", "low", "--python", sys.executable,
+         "--quiet-wait", "0", "--retries", "0"],
         capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -444,6 +445,7 @@ def test_record_one_scenario_end_to_end(tmp_path):
     assert [s["name"] for s in t.steps] == ["ProfilerStep#2", "ProfilerStep#3"]
     assert [len(s) for s in t.per_step(name="aten::item")] == [1, 1]  # severity low: 1 micro-batch
     job = json.loads((folder / "job.json").read_text())
-    assert job["metadata"] == {"scenario": "sync_point", "severity": "low", "seed": 0, "micro_batches": 1}
+    assert job["metadata"] == {"scenario": "sync_point", "severity": "low", "seed": 0, "threads": 1,
+                               "micro_batches": 1}
     assert job["steps_recorded"] == [2, 3]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sync_point"]
