@@ -373,11 +373,44 @@ def _host(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndar
         inside_excl = iv.overlap_with(t.ts[copies], c.end[copies], cov) >= t.dur[copies] * 0.999
         copies = copies[~inside_excl]
     copies = _outermost(c, copies)
+    copies = copies[~_holds_precision_cast(c, copies, cpu_ops)]
     v["cpu_copy_ops"] = int(copies.size)
     v["cpu_copy_ms_total"] = float(t.dur[copies].sum()) / 1000.0
     # factory op then a move/cast (torch.zeros(n).to(dev))
     v["factory_then_move"], ftm = _factory_then_move(c, cpu_ops)
     rf.evidence["copies"] = c.worst(np.concatenate([ftm, copies]).astype(np.int64))
+
+
+_LOW_PRECISION = ("c10::BFloat16", "c10::Half", "c10::Float8")
+
+
+def _holds_precision_cast(c: _Ctx, outer: np.ndarray, cpu_ops: np.ndarray) -> np.ndarray:
+    """For each outer copy op: does it contain an aten::copy_ to or from half/bfloat16?
+
+    Such casts are mixed-precision traffic (autocast weight and activation casts), the price of a
+    fix for fp32-matmul, not redundant copies."""
+    t = c.t
+    out = np.zeros(outer.size, dtype=bool)
+    if outer.size == 0:
+        return out
+    inner = np.flatnonzero(cpu_ops & t.mask_names(lambda n: n == "aten::copy_"))
+    casts = np.asarray(
+        [i for i in inner.tolist() if any(isinstance(x, str) and x.startswith(_LOW_PRECISION) for x in (t.input_type.get(i) or [])[:2])],
+        dtype=np.int64,
+    )
+    if casts.size == 0:
+        return out
+    for tid in np.unique(t.tid[outer]):
+        sel = np.flatnonzero(t.tid[outer] == tid)
+        k = casts[t.tid[casts] == tid]
+        if k.size == 0:
+            continue
+        ks = np.sort(t.ts[k])
+        o = outer[sel]
+        lo = np.searchsorted(ks, t.ts[o], side="left")
+        hi = np.searchsorted(ks, c.end[o], side="right")
+        out[sel] = hi > lo
+    return out
 
 
 def _inside(c: _Ctx, outer: np.ndarray, candidates: np.ndarray) -> np.ndarray:
