@@ -6,7 +6,7 @@ import gc
 
 from dataclasses import dataclass, field
 from itertools import compress, repeat
-from operator import attrgetter, is_not
+from operator import attrgetter, is_not, ne
 from typing import Any
 
 import msgspec
@@ -279,6 +279,21 @@ def _raw_sparse(values: list, offset: int, cache: dict[bytes, Any]) -> dict[int,
     return dict(zip(map(offset.__add__, idx), got))
 
 
+def _decode_raws(values: list, cache: dict[bytes, Any]) -> list[Any]:
+    """Decoded msgspec.Raw values; each distinct JSON text is decoded once and the value shared."""
+    keys = list(map(bytes, values))
+    for key in set(keys).difference(cache):
+        cache[key] = msgspec.json.decode(key)
+    return list(map(cache.__getitem__, keys))
+
+
+_SPARSE_FIELDS = ("input_dims", "input_type", "call_stack", "collective_name", "in_msg_nelems", "python_id")
+_SPARSE = attrgetter(*_SPARSE_FIELDS)
+_SPARSE_NONE = (None,) * len(_SPARSE_FIELDS)
+_RARE_DENSE = attrgetter("device_id", "external_id_2021", "mem_bytes")
+_RARE_DENSE_DEFAULTS = (INT_NONE, INT_NONE, NAN)
+
+
 def _sparse(values: list, offset: int) -> dict[int, Any]:
     if values.count(None) == len(values):
         return {}
@@ -326,34 +341,52 @@ class ColumnBuilder:
         parts["ts"].append(_float_from(g["ts"], events))
         parts["dur"].append(_float_from(g["dur"], events))
         args = list(map(g["args"], events))
+        # fields that are usually at their default: one pass over all three, then field by field
+        rare_dense = any(map(ne, map(_RARE_DENSE, args), repeat(_RARE_DENSE_DEFAULTS)))
         for f in _INT_FIELDS:
-            col, fast = _int_from(a[f], args, INT_NONE if f in ("device_id", "external_id_2021") else None)
+            if not rare_dense and f in ("device_id", "external_id_2021"):
+                col, fast = np.full(n, INT_NONE, dtype=np.int64), True
+            else:
+                col, fast = _int_from(a[f], args, INT_NONE if f in ("device_id", "external_id_2021") else None)
             parts[f].append(col)
             modes[f].add(fast)
         if not self._device_missing and (parts["device"][-1] == INT_NONE).any():
             self._device_missing = True
         nbytes = _float_from(a["nbytes"], args)
         missing = np.isnan(nbytes)
-        if missing.any() and _any_set(a["mem_bytes"], args, NAN):
+        if rare_dense and missing.any() and _any_set(a["mem_bytes"], args, NAN):
             nbytes = np.where(missing, _float_from(a["mem_bytes"], args), nbytes)
         parts["nbytes"].append(nbytes)
         parts["total_allocated"].append(_float_from(a["total_allocated"], args))
-        if _any_set(a["input_dims"], args):
-            self.input_dims.update(_raw_sparse(list(map(a["input_dims"], args)), off, self._raw))
-        if _any_set(a["input_type"], args):
-            self.input_type.update(_raw_sparse(list(map(a["input_type"], args)), off, self._raw))
-        if _any_set(a["call_stack"], args):
-            stacks = _sparse(list(map(a["call_stack"], args)), off)
-            text = list(stacks.values())
-            self.call_stack.update(zip(stacks, map(self._strings.setdefault, text, text)))
-        if _any_set(a["collective_name"], args):
-            self.collective.update(_sparse(list(map(a["collective_name"], args)), off))
-        if _any_set(a["in_msg_nelems"], args):
-            for i, v in _sparse(list(map(a["in_msg_nelems"], args)), off).items():
-                self.msg_nelems[i] = _float_or_nan(v)
-        if _any_set(a["python_id"], args):
-            for i, v in _sparse(list(map(a["python_id"], args)), off).items():
-                self.python_id[i] = _int_or_none(v)
+        # sparse fields: the events that carry any of them, then the values of those events only
+        carriers = list(compress(range(n), map(ne, map(_SPARSE, args), repeat(_SPARSE_NONE))))
+        if carriers:
+            if len(carriers) * 4 < n:
+                columns = zip(*map(_SPARSE, map(args.__getitem__, carriers)))
+                positions = [off + i for i in carriers]
+            else:
+                columns = (list(map(a[f], args)) for f in _SPARSE_FIELDS)
+                positions = range(off, off + n)
+            for f, values in zip(_SPARSE_FIELDS, columns):
+                keep = list(map(is_not, values, repeat(None)))
+                if not any(keep):
+                    continue
+                pos, vals = list(compress(positions, keep)), list(compress(values, keep))
+                if f in ("input_dims", "input_type"):
+                    vals = _decode_raws(vals, self._raw)
+                    target = self.input_dims if f == "input_dims" else self.input_type
+                    if None in vals:  # JSON null: absent, like a field that decodes to None
+                        target.update((i, v) for i, v in zip(pos, vals) if v is not None)
+                    else:
+                        target.update(zip(pos, vals))
+                elif f == "call_stack":
+                    self.call_stack.update(zip(pos, map(self._strings.setdefault, vals, vals)))
+                elif f == "collective_name":
+                    self.collective.update(zip(pos, vals))
+                elif f == "in_msg_nelems":
+                    self.msg_nelems.update(zip(pos, map(_float_or_nan, vals)))
+                else:
+                    self.python_id.update(zip(pos, map(_int_or_none, vals)))
         if "M" in ph and _any_set(a["name"], args):  # process/thread names: metadata events only
             for i, v in _sparse(list(map(a["name"], args)), 0).items():
                 if ph[i] == "M":
