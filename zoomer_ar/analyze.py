@@ -40,7 +40,7 @@ def build_analysis(job: Job, jf: JobFeatures, findings: list[Finding]) -> Analys
 
 def analyze_job(job: Job, rules: list[Rule] | None = None) -> Analysis:
     jf = extract(job)
-    findings = run_rules(jf, rules)
+    from .detect.ensemble import apply_model; findings = apply_model(jf, run_rules(jf, rules), rules=rules)  # noqa: E702 - rules, then the model (docs/learning.md)
     return build_analysis(job, jf, findings)
 
 

@@ -30,11 +30,11 @@ from ..detect.ensemble import decide
 from ..detect.rules import load_rules
 from ..features import FEATURE_SCHEMA_VERSION
 from ..models import PATTERN_IDS
-from ..paths import MODELS_DIR, TRAINING_DATA_DIR
+from ..paths import MODELS_DIR, PROJECT_DIR, TRAINING_DATA_DIR
 from . import calibrate
 from .cases import LabelledCase, held_out
-from .corpus import load_corpus
-from .evaluate import evaluate_cases, label_matrix, rule_matrix
+from .corpus import DEFAULT_TRACES, load_corpus
+from .evaluate import DEFAULT_CACHE, evaluate_cases, label_matrix, rule_matrix
 from .featurize import build_vocab, feature_names, full_features, matrix
 from .metrics import best_threshold, group_folds, prf
 from . import verdicts as V
@@ -49,17 +49,20 @@ class TrainConfig:
     labels: str = str(V.DEFAULT_LABELS)
     seed: int = 0
     folds: int = 5
-    max_rounds: int = 300
-    learning_rate: float = 0.08
-    num_leaves: int = 15
+    max_rounds: int = 200
+    learning_rate: float = 0.1
+    num_leaves: int = 7
     min_data_in_leaf: int = 10
-    threads: int = 2
+    max_bin: int = 63
+    threads: int = 1  # OpenMP threads spin on a shared 2-core machine: one thread is faster and deterministic
+    traces: str = ""  # real traces for the card's real-trace table ("" = ../shared/traces when present)
+    cache: str = ""
 
 
 def lgb_params(cfg: TrainConfig) -> dict[str, Any]:
     return {
         "objective": "binary", "learning_rate": cfg.learning_rate, "num_leaves": cfg.num_leaves,
-        "min_data_in_leaf": cfg.min_data_in_leaf, "feature_fraction": 0.8, "bagging_fraction": 0.8, "bagging_freq": 1,
+        "min_data_in_leaf": cfg.min_data_in_leaf, "max_bin": cfg.max_bin, "feature_fraction": 0.8, "bagging_fraction": 0.8, "bagging_freq": 1,
         "lambda_l2": 1.0, "seed": cfg.seed, "deterministic": True, "force_row_wise": True,
         "num_threads": cfg.threads, "verbose": -1,
     }
@@ -180,7 +183,7 @@ def train(cfg: TrainConfig, log=print) -> Path:
         "feature_schema_version": FEATURE_SCHEMA_VERSION,
         "feature_names": names,
         "vocab": vocab,
-        "data": {"corpus": str(corpus_file), "labels": cfg.labels,
+        "data": {"corpus": project_relative(corpus_file), "labels": project_relative(Path(cfg.labels)),
                  "hash": data_hash([corpus_file, Path(cfg.labels)]), "cases": len(cases),
                  "train": int(tr.sum()), "held_out": int(test.sum()), "by_source": sources,
                  "held_out_rule": "sha1(group) % 100 < 20 (verdicts always train)"},
@@ -198,10 +201,31 @@ def train(cfg: TrainConfig, log=print) -> Path:
     held = [c for c, t in zip(cases, test) if t]
     ev = evaluate_cases(bundle, held, rules)
     meta["held_out"] = ev
+    traces = Path(cfg.traces) if cfg.traces else DEFAULT_TRACES
+    if (traces / "LABELS.yaml").is_file():
+        from .evaluate import evaluate_real
+
+        meta["real"] = evaluate_real(bundle, traces, Path(cfg.cache) if cfg.cache else DEFAULT_CACHE, rules)
     meta["train_seconds"] = round(time.time() - t0, 2)
     (out_dir / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+    from .card import write_card
+
+    write_card(out_dir)
     log(f"train: wrote {out_dir} in {meta['train_seconds']:.1f} s")
     return out_dir
+
+
+def project_relative(path: Path) -> str:
+    """A path inside the project as a relative path (models/ is committed; absolute paths are not portable)."""
+    try:
+        return str(Path(path).resolve().relative_to(PROJECT_DIR.resolve()))
+    except ValueError:
+        return str(Path(path).resolve())
+
+
+def resolve_project_path(path: str) -> Path:
+    p = Path(path)
+    return p if p.is_absolute() else PROJECT_DIR / p
 
 
 def verdicts_in(cases: list[LabelledCase]) -> list[LabelledCase]:

@@ -213,13 +213,13 @@ def sample_spec(seed: int, plants: list[str] | None = None) -> JobSpec:
     names = sorted(params["profiles"])
     profile = names[int(rng.integers(len(names)))]
     dev = params["profiles"][profile].get("device") or "NVIDIA A100-SXM4-80GB"
-    world = int(rng.choice([1, 1, 1, 1, 1, 2, 2, 4, 4, 8]))
+    world = int(rng.choice([1, 1, 1, 1, 2, 2, 2, 4, 4, 8]))
     mode = "train" if rng.random() < 0.85 else "infer"
     if mode == "infer":
         world = 1
     s = JobSpec(seed=seed, profile=profile, device=dev, world=world, mode=mode)
     s.emit_ranks = list(range(world)) if (world == 1 or rng.random() < 0.75) else [0]
-    s.steps = int(rng.choice([0, 1, 3, 3, 4, 4, 5, 6])) if mode == "train" else int(rng.choice([0, 1, 1, 3]))
+    s.steps = int(rng.choice([0, 1, 3, 3, 4, 4, 5])) if mode == "train" else int(rng.choice([0, 1, 1, 3]))
     s.arch = str(rng.choice(["mlp", "transformer", "cnn"]))
     max_layers = {1: 24, 2: 16, 4: 10, 8: 6}[world]
     s.layers = int(rng.integers(3, max_layers + 1))
@@ -286,8 +286,8 @@ def _plant(s: JobSpec, p: str, rng: np.random.Generator) -> None:
         s.precision = "fp32"
         s.fp32_factor = float(rng.uniform(1.3, 6.0))
     elif p == "misaligned-gemm":
-        s.misaligned_frac = float(rng.uniform(0.1, 1.0))
-        s.misaligned_factor = float(rng.uniform(1.05, 2.0))
+        s.misaligned_frac = float(rng.uniform(0.3, 1.0))
+        s.misaligned_factor = float(rng.uniform(1.05, 2.5))
     elif p == "single-tensor-optimizer":
         s.optimizer = "single"
     elif p == "zero-grad-not-none":

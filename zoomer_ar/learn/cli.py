@@ -1,0 +1,248 @@
+"""Commands: `corpus build|stats|sample`, `train`, `evaluate`, `models list|promote|rollback`, `label`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from ..errors import InputError
+from ..models import PATTERN_IDS
+
+P = lambda: click.Path(path_type=Path)  # noqa: E731
+
+
+def _models_root(models: Path | None) -> Path:
+    from ..detect.ensemble import models_dir
+
+    return Path(models) if models else models_dir()
+
+
+@click.group()
+def corpus() -> None:
+    """The labelled training corpus (training_data/corpus/)."""
+
+
+@corpus.command("build")
+@click.option("--out", type=P(), default=None, help="Folder for corpus.jsonl and MANIFEST.json (default training_data/corpus).")
+@click.option("--n-synth", type=int, default=5000, show_default=True, help="Synthetic jobs from the trace generator.")
+@click.option("--augment", "augment", type=int, default=24, show_default=True, help="Augmented variants per real trace.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--workers", type=int, default=2, show_default=True)
+@click.option("--small", is_flag=True, help="CI size: few example windows, five small real backgrounds.")
+@click.option("--traces", type=P(), default=None, help="Real traces with LABELS.yaml (default ../shared/traces).")
+@click.option("--examples", type=P(), default=None, help="Recorded scenario traces (default examples/traces).")
+def corpus_build(out, n_synth, augment, seed, workers, small, traces, examples) -> None:
+    """Build the corpus: scenario example traces, generated GPU/multi-rank jobs, augmented real traces."""
+    from .corpus import DEFAULT_OUT, BuildConfig, build
+
+    cfg = BuildConfig(n_synth=n_synth, augment_per_source=augment, seed=seed, workers=workers, small=small)
+    if traces:
+        cfg.traces = str(traces)
+    if examples:
+        cfg.examples = str(examples)
+    m = build(cfg, Path(out) if out else DEFAULT_OUT, log=lambda s: click.echo(s, err=True))
+    click.echo(f"{m['cases']} cases ({', '.join(f'{k} {v}' for k, v in m['by_source'].items())}) in {m['build_seconds']:.1f} s")
+    click.echo(f"wrote {(Path(out) if out else DEFAULT_OUT) / 'corpus.jsonl'}")
+
+
+@corpus.command("stats")
+@click.argument("path", type=P(), required=False)
+def corpus_stats(path) -> None:
+    """Label counts per anti-pattern and source."""
+    from .corpus import DEFAULT_OUT, label_counts, load_corpus
+
+    cases = load_corpus(Path(path) if path else DEFAULT_OUT)
+    by_src: dict[str, int] = {}
+    for c in cases:
+        by_src[c.source] = by_src.get(c.source, 0) + 1
+    click.echo(f"{len(cases)} cases: " + ", ".join(f"{k} {v}" for k, v in sorted(by_src.items())))
+    click.echo(f"{'anti-pattern':25s} {'positive':>8s} {'negative':>8s} {'unknown':>8s}")
+    for p, c in label_counts(cases).items():
+        click.echo(f"{p:25s} {c['positive']:8d} {c['negative']:8d} {c['unknown']:8d}")
+
+
+@corpus.command("sample")
+@click.argument("seed", type=int)
+@click.option("--out", type=P(), required=True, help="Folder for the generated rank-<r>.json traces and labels.json.")
+@click.option("--plant", multiple=True, type=click.Choice(PATTERN_IDS), help="Force planted patterns.")
+def corpus_sample(seed, out, plant) -> None:
+    """Write one generated job as Kineto trace files (to look at, or to `analyze`)."""
+    from ..synth.documents import write_documents
+    from ..synth.generator import generate
+
+    g = generate(seed, list(plant) if plant else None)
+    out = Path(out)
+    write_documents(g.documents, out)
+    (out / "labels.json").write_text(json.dumps({"labels": g.labels, "costs": g.costs, "truth": g.truth,
+                                                 "spec": g.spec.to_dict()}, indent=1, default=float) + "\n")
+    click.echo(f"wrote {len(g.documents)} rank file(s) and labels.json to {out}; planted: {', '.join(g.spec.planted) or 'nothing'}")
+
+
+@click.command("train")
+@click.option("--data", type=P(), default=None, help="Corpus folder or corpus.jsonl (default training_data/corpus).")
+@click.option("--out", type=P(), default=None, help="Model registry folder (default models/).")
+@click.option("--labels", type=P(), default=None, help="Human verdicts (default training_data/labels.jsonl).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--traces", type=P(), default=None, help="Real traces for the card's evaluation (default ../shared/traces).")
+@click.option("--cache", type=P(), default=None, help="Cache folder for real-trace features.")
+@click.option("--promote", is_flag=True, help="Promote the new version through the gate.")
+def train_cmd(data, out, labels, seed, traces, cache, promote) -> None:
+    """Train one LightGBM model per anti-pattern (grouped CV, calibration, thresholds); writes models/<version>/."""
+    from .train import TrainConfig, train
+
+    cfg = TrainConfig(seed=seed)
+    if data:
+        cfg.data = str(data)
+    if out:
+        cfg.out = str(out)
+    if labels:
+        cfg.labels = str(labels)
+    if traces:
+        cfg.traces = str(traces)
+    if cache:
+        cfg.cache = str(cache)
+    if not Path(cfg.data).exists():
+        raise InputError(cfg.data, "no corpus here: run `zoomer-ar corpus build` first")
+    d = train(cfg, log=lambda s: click.echo(s, err=True))
+    meta = json.loads((d / "meta.json").read_text())
+    from .evaluate import format_corpus_table, format_real_table
+
+    click.echo(format_corpus_table(meta["held_out"], f"Held-out corpus ({meta['data']['held_out']} cases)"))
+    if meta.get("real"):
+        click.echo(format_real_table(meta["real"]))
+    click.echo(f"model {meta['version']} written to {d}")
+    if promote:
+        _promote(Path(cfg.out), meta["version"], traces, cache, False)
+
+
+@click.command("evaluate")
+@click.option("--model", "version", default=None, help="Model version (default CURRENT) or a version folder.")
+@click.option("--models", type=P(), default=None, help="Model registry folder (default models/).")
+@click.option("--data", type=P(), default=None, help="Corpus to score the held-out part of (default: the model's).")
+@click.option("--traces", type=P(), default=None, help="Real traces with LABELS.yaml (default ../shared/traces).")
+@click.option("--cache", type=P(), default=None, help="Cache folder for real-trace features.")
+@click.option("--json", "as_json", is_flag=True, help="Print the evaluation as JSON.")
+def evaluate_cmd(version, models, data, traces, cache, as_json) -> None:
+    """Rules alone vs model alone vs ensemble, per anti-pattern: held-out corpus and real traces."""
+    from .cases import held_out
+    from .corpus import DEFAULT_TRACES, load_corpus
+    from .evaluate import DEFAULT_CACHE, evaluate_cases, evaluate_real, format_corpus_table, format_real_table
+    from .model import ModelBundle
+    from .registry import current
+
+    root = _models_root(models)
+    if version and Path(version).is_dir():
+        vdir = Path(version)
+    else:
+        v = version or current(root)
+        if not v:
+            raise InputError(str(root), "no model: give --model or promote one (`zoomer-ar models promote`)")
+        vdir = root / v
+    if not (vdir / "meta.json").is_file():
+        raise InputError(str(vdir), "not a model version folder (no meta.json)")
+    bundle = ModelBundle(vdir)
+    out: dict = {"version": bundle.version}
+    from .train import resolve_project_path
+
+    corpus_path = Path(data) if data else resolve_project_path(bundle.meta["data"]["corpus"])
+    if corpus_path.exists():
+        cases = [c for c in load_corpus(corpus_path) if c.source != "verdict" and held_out(c.group)
+                 and c.feature_schema_version == bundle.feature_schema_version]
+        out["held_out"] = evaluate_cases(bundle, cases)
+    traces_p = Path(traces) if traces else DEFAULT_TRACES
+    if (traces_p / "LABELS.yaml").is_file():
+        out["real"] = evaluate_real(bundle, traces_p, Path(cache) if cache else DEFAULT_CACHE)
+    if as_json:
+        click.echo(json.dumps(out, indent=1))
+        return
+    click.echo(f"model {bundle.version}")
+    if "held_out" in out:
+        click.echo(format_corpus_table(out["held_out"], f"Held-out corpus ({out['held_out']['n']} cases, {corpus_path})"))
+    else:
+        click.echo(f"(corpus {corpus_path} not found: no held-out table)")
+    if "real" in out:
+        click.echo(format_real_table(out["real"]))
+    else:
+        click.echo(f"(no LABELS.yaml under {traces_p}: no real-trace table)")
+
+
+@click.group()
+def models() -> None:
+    """The model registry: models/<version>/, models/CURRENT."""
+
+
+@models.command("list")
+@click.option("--models", "root", type=P(), default=None)
+def models_list(root) -> None:
+    """Versions with their held-out macro-F1; * marks the current one."""
+    from .registry import versions
+
+    vs = versions(_models_root(root))
+    if not vs:
+        click.echo("no model versions (train one with `zoomer-ar train`)")
+        return
+    fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+    for v in vs:
+        click.echo(f"{'*' if v['current'] else ' '} {v['version']}  {v['created']}  data {v['data_hash']}  cases {v['cases']}  "
+                   f"macro-F1 model {fmt(v['macro_f1_model'])} rules {fmt(v['macro_f1_rules'])} ensemble {fmt(v['macro_f1_ensemble'])}"
+                   f"{'  promoted' if v['promotion'] else ''}")
+
+
+def _promote(root: Path, version: str, traces, cache, force: bool) -> None:
+    from .corpus import DEFAULT_TRACES
+    from .evaluate import DEFAULT_CACHE
+    from .registry import GateError, promote
+
+    try:
+        rep = promote(root, version, Path(traces) if traces else DEFAULT_TRACES, Path(cache) if cache else DEFAULT_CACHE, force)
+    except GateError as exc:
+        raise click.ClickException(str(exc)) from None
+    real = rep.get("real") or {}
+    click.echo(f"{version} is now current (real-trace labels right: {real.get('candidate')}; "
+               f"held-out macro-F1: {(rep.get('held_out') or {}).get('candidate')})"
+               + ("" if rep["ok"] else f"  [forced past: {'; '.join(rep['reasons'])}]"))
+
+
+@models.command("promote")
+@click.argument("version")
+@click.option("--models", "root", type=P(), default=None)
+@click.option("--traces", type=P(), default=None)
+@click.option("--cache", type=P(), default=None)
+@click.option("--force", is_flag=True, help="Promote even when the gate fails (recorded in HISTORY.jsonl).")
+def models_promote(version, root, traces, cache, force) -> None:
+    """Make VERSION current if it passes the gate (no real-trace label lost, held-out macro-F1 not lower)."""
+    _promote(_models_root(root), version, traces, cache, force)
+
+
+@models.command("rollback")
+@click.option("--models", "root", type=P(), default=None)
+def models_rollback(root) -> None:
+    """Return to the version promoted before the current one (or to the rules alone)."""
+    from .registry import GateError, rollback
+
+    try:
+        prev = rollback(_models_root(root))
+    except GateError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"current model: {prev or 'none (rules only)'}")
+
+
+@click.command("label")
+@click.argument("target", type=P())
+@click.option("--pattern", required=True, type=click.Choice(PATTERN_IDS), help="The anti-pattern judged.")
+@click.option("--yes/--no", "verdict", required=True, help="Present with material cost (--yes) or not (--no).")
+@click.option("--note", default="", help="Why (evidence, ticket).")
+@click.option("--store", type=P(), default=None, help="Verdict file (default training_data/labels.jsonl).")
+def label_cmd(target, pattern, verdict, note, store) -> None:
+    """Record a human verdict on a trace, rank folder or analysed job (findings.json / its folder)."""
+    from .verdicts import DEFAULT_LABELS, record
+
+    if not Path(target).exists():
+        raise InputError(str(target), "no such file or directory")
+    rec = record(Path(target), pattern, verdict, note, Path(store) if store else DEFAULT_LABELS)
+    click.echo(f"recorded {rec['verdict']} {pattern} for {rec['job']} in {store or DEFAULT_LABELS}; the next `train` uses it")
+
+
+commands = [corpus, train_cmd, evaluate_cmd, models, label_cmd]
