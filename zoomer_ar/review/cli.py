@@ -1,0 +1,132 @@
+"""``zoomer-ar review``: the pre-merge bot (findings on the lines a change adds, as a PR review)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from ..errors import InputError
+from .catalogue import SEVERITIES
+from .config import DEFAULT_MAX_INLINE
+
+FORMATS = ("md", "sarif", "github", "text", "json")
+
+
+def _write(text: str, output: str | None) -> None:
+    if output is None or output == "-":
+        click.echo(text, nl=not text.endswith("\n"))
+        return
+    p = Path(output)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(p.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, p)
+
+
+@click.command("review")
+@click.argument("files", nargs=-1, type=click.Path())
+@click.option("--repo", "repo", default=".", show_default=True, type=click.Path(file_okay=False),
+              help="The git repository (or a folder inside it).")
+@click.option("--base", default="HEAD", show_default=True,
+              help="The base ref; the diff starts at its merge base with HEAD (what a pull request shows).")
+@click.option("--head", default=None, help="The head ref (default: the working tree, e.g. under pre-commit).")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="md", show_default=True,
+              help="md: the PR comment; sarif: SARIF 2.1.0; github: the review payload; text: one line per finding; json: everything.")
+@click.option("-o", "--output", default=None, help="Write the output to this file instead of stdout.")
+@click.option("--trace", type=click.Path(exists=True), default=None, help="A trace of this code: attach measured cost to findings.")
+@click.option("--db", default=None, help="The store (URL or path): attach what the pattern cost in recorded jobs.")
+@click.option("--db-week", default=None, help="The store week to report (YYYY-Www; default: last week).")
+@click.option("--select", default=None, help="Only these pattern ids or fixer names (comma-separated; replaces [tool.zoomer-ar] select).")
+@click.option("--ignore", default=None, help="Skip these pattern ids or fixer names (replaces [tool.zoomer-ar] ignore).")
+@click.option("--fail-on", type=click.Choice(("none", *SEVERITIES)), default=None,
+              help="Exit with status 1 when a finding has this severity or higher (default: [tool.zoomer-ar] fail-on, else none).")
+@click.option("--post", is_flag=True, help="Post to the pull request on GitHub (GITHUB_TOKEN, GITHUB_REPOSITORY, GITHUB_EVENT_PATH).")
+@click.option("--pr", type=int, default=None, help="Pull-request number for --post (default: from the event payload).")
+@click.option("--github-repo", default=None, help="owner/name for --post (default: GITHUB_REPOSITORY).")
+@click.option("--max-comments", type=click.IntRange(min=0), default=None,
+              help=f"Most new inline comments per --post run (default: [tool.zoomer-ar] max-inline-comments, else {DEFAULT_MAX_INLINE}).")
+@click.option("--jobs", type=click.IntRange(min=1), default=None, help="Processes for parsing (default: CPU count, at most 8).")
+@click.option("--no-prefilter", is_flag=True, hidden=True, help="Parse every changed file (debugging the prefilter).")
+def review_cmd(files, repo, base, head, fmt, output, trace, db, db_week, select, ignore, fail_on, post, pr, github_repo,
+               max_comments, jobs, no_prefilter) -> int:
+    """Review the Python files a change touches: performance anti-patterns on the changed lines.
+
+    \b
+    zoomer-ar review --base origin/main --head HEAD            # a branch, as its pull request shows it
+    zoomer-ar review --base origin/main --head HEAD --format sarif -o zoomer.sarif
+    zoomer-ar review                                           # the working tree against HEAD (pre-commit)
+    zoomer-ar review --base "$BASE_SHA" --head "$HEAD_SHA" --post --fail-on high
+
+    Exit status: 0 reviewed; 1 a finding at or above --fail-on (or GitHub refused the post);
+    2 bad input (not a repository, unknown ref, invalid [tool.zoomer-ar]).
+    """
+    from . import engine, render
+
+    repo_root = _repo_root(repo)
+    paths = [_rel(repo_root, f) for f in files]
+    target = None
+    if post:
+        from .github import target_from_env
+
+        target = target_from_env(pr=pr, repository=github_repo)  # fail fast, before the review
+    result = engine.review(repo, base, head, paths=paths, select=select, ignore=ignore, trace=trace, db=db,
+                           db_week=db_week, jobs=jobs, use_prefilter=not no_prefilter)
+    cap = max_comments if max_comments is not None else (result.config_max_inline if result.config_max_inline is not None else DEFAULT_MAX_INLINE)
+    if fmt == "md":
+        text = render.render_markdown(result)
+    elif fmt == "text":
+        text = render.render_text(result)
+    elif fmt == "sarif":
+        from .sarif import to_sarif
+
+        text = json.dumps(to_sarif(result), indent=2) + "\n"
+    elif fmt == "github":
+        text = json.dumps(render.github_payload(result, max_comments=cap), indent=2) + "\n"
+    else:
+        text = result.model_dump_json(indent=2) + "\n"
+    _write(text, output)
+    for e in result.errors:
+        where = f"{e.path}:{e.line}:{e.column}" if e.line else e.path
+        click.echo(f"zoomer-ar: warning: {where}: {e.message} (not reviewed)", err=True)
+    if target is not None:
+        from .github import post as post_review
+
+        outcome = post_review(result, target, max_comments=cap)
+        click.echo(f"zoomer-ar: posted to {target.repository}#{target.pr}: {outcome.describe()}", err=True)
+        for n in outcome.notes:
+            click.echo(f"zoomer-ar: warning: {n}", err=True)
+    threshold = fail_on or result.config_fail_on or "none"
+    failing = engine.fail_count(result, threshold)
+    if failing:
+        click.echo(f"zoomer-ar: {failing} finding{'s' if failing != 1 else ''} at or above {threshold} (--fail-on)", err=True)
+        return 1
+    return 0
+
+
+def _repo_root(repo: str) -> Path:
+    from .diff import _repo
+
+    r = _repo(repo)
+    if r.working_tree_dir is None:
+        raise InputError(repo, "a bare repository has no working tree to review")
+    return Path(r.working_tree_dir).resolve()
+
+
+def _rel(root: Path, f: str) -> str:
+    p = Path(f)
+    if not p.is_absolute():
+        p = Path.cwd() / p
+    try:
+        return p.resolve().relative_to(root).as_posix()
+    except ValueError:
+        raise InputError(f, f"not inside the repository {root}") from None
+
+
+commands = [review_cmd]
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(review_cmd.main(standalone_mode=False))

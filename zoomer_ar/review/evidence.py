@@ -1,0 +1,172 @@
+"""Measured cost for static findings: from a trace of this code (``--trace``) or the store (``--db``).
+
+* ``--trace PATH``: the trace is analysed (``zoomer_ar.analyze.analyze_path``); a static finding
+  whose pattern the trace also shows gets that finding's measured impact (ms and % of a step,
+  GPU-hours per 1,000 steps) and, unless ``[tool.zoomer-ar] severity`` sets it, the higher of its
+  static severity and the measured one. Trace frames that point into the reviewed file are named.
+* ``--db URL``: the store (``zoomer_ar.store``) is asked what the pattern cost in the reference
+  week (default: last ISO week; ``--db-week`` sets it), else in the latest of the 4 weeks before
+  it that has data: GPU-hours (and dollars, with a price) in the job where it cost most, and in
+  all jobs. The store is read, never written; a store that cannot be read is a note, not an error.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from ..models import SEVERITY_ORDER
+from .models import Evidence, ReviewFinding
+
+LOOKBACK_WEEKS = 4
+
+
+def _gh(v: float) -> str:
+    if v >= 100:
+        return f"{v:,.0f}"
+    if v >= 1:
+        return f"{v:,.1f}"
+    return f"{v:.3g}"
+
+
+# --------------------------------------------------------------------------------------------
+# Trace
+# --------------------------------------------------------------------------------------------
+
+
+def trace_evidence(path: str | os.PathLike[str]) -> tuple[dict[str, dict[str, Any]], str]:
+    """pattern -> measured figures, and the job name of the trace."""
+    from ..analyze import analyze_path
+
+    analysis = analyze_path(path)
+    out: dict[str, dict[str, Any]] = {}
+    for f in analysis.findings:
+        frames = [fr for fr in [*f.evidence.frames, *(fr for e in f.evidence.events for fr in e.frames)]]
+        out[f.pattern] = {
+            "job": analysis.job.name,
+            "severity": f.severity,
+            "ms_per_step": f.impact.ms_per_step,
+            "pct_of_step": f.impact.pct_of_step,
+            "gpu_hours_per_1000_steps": f.impact.gpu_hours_per_1000_steps,
+            "frames": [(fr.resolved_path or fr.file, fr.resolved_line or fr.line, fr.function) for fr in frames],
+        }
+    return out, analysis.job.name
+
+
+def _same_file(frame_file: str, path: str) -> bool:
+    a = frame_file.replace("\\", "/")
+    return a == path or a.endswith("/" + path)
+
+
+# --------------------------------------------------------------------------------------------
+# Store
+# --------------------------------------------------------------------------------------------
+
+
+def store_costs(db: str, patterns: Iterable[str], week: str | None = None) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """pattern -> {week, relative, job, job_gpu_hours, job_usd, total_gpu_hours, total_usd, jobs}."""
+    from sqlalchemy import func, select
+    from sqlalchemy.engine import make_url
+
+    from ..store import weeks as W
+    from ..store.db import StoreError, get_engine, redact, resolve_url
+    from ..store.orm import Analysis, Finding, Job
+
+    patterns = sorted(set(patterns))
+    if not patterns:
+        return {}, []
+    url = resolve_url(db)
+    u = make_url(url)
+    if u.get_backend_name() == "sqlite" and u.database not in (None, "", ":memory:") and not Path(u.database).is_file():
+        return {}, [f"no store at {redact(url)}: no measured cost attached"]
+    now_week = W.week_of(W.now())
+    ref = W.parse_week(week) if week else W.shift(now_week, -1)
+    since = W.shift(ref, -LOOKBACK_WEEKS)
+    try:
+        engine = get_engine(db)
+        price = func.coalesce(Analysis.gpu_hour_cost, Job.gpu_hour_cost)
+        stmt = (
+            select(Finding.pattern, Finding.week, Job.name, func.sum(Finding.wasted_gpu_hours),
+                   func.sum(Finding.wasted_gpu_hours * price), func.count(price))
+            .join(Job, Job.id == Finding.job_id)
+            .join(Analysis, Analysis.id == Finding.analysis_id)
+            .where(Finding.pattern.in_(patterns), Finding.week >= since, Finding.week <= ref)
+            .group_by(Finding.pattern, Finding.week, Job.name)
+        )
+        with engine.connect() as conn:
+            rows = conn.execute(stmt).all()
+    except StoreError as exc:
+        return {}, [f"the store could not be read ({exc}): no measured cost attached"]
+    except Exception as exc:  # noqa: BLE001 - evidence is optional: report, do not fail the review
+        msg = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+        return {}, [f"the store {redact(url)} could not be read ({type(exc).__name__}: {msg[0] if msg else ''}): no measured cost attached"]
+    by: dict[str, dict[str, list[tuple[str, float, float | None]]]] = {}
+    for pattern, wk, job, gph, usd, priced in rows:
+        by.setdefault(pattern, {}).setdefault(wk, []).append((job, float(gph or 0.0), float(usd) if priced else None))
+    out: dict[str, dict[str, Any]] = {}
+    for pattern, weeks in by.items():
+        wk = max(weeks)
+        jobs = sorted(weeks[wk], key=lambda r: (-r[1], r[0]))
+        top = jobs[0]
+        if top[1] <= 0:
+            continue
+        usd_known = [r[2] for r in jobs if r[2] is not None]
+        relative = "last week" if wk == W.shift(now_week, -1) else "this week" if wk == now_week else f"in week {wk}"
+        out[pattern] = {
+            "week": wk,
+            "relative": relative,
+            "job": top[0],
+            "job_gpu_hours": top[1],
+            "job_usd": top[2],
+            "total_gpu_hours": sum(r[1] for r in jobs),
+            "total_usd": sum(usd_known) if usd_known else None,
+            "jobs": len(jobs),
+        }
+    return out, []
+
+
+# --------------------------------------------------------------------------------------------
+# Attaching
+# --------------------------------------------------------------------------------------------
+
+
+def attach(
+    findings: list[ReviewFinding],
+    *,
+    trace: str | os.PathLike[str] | None = None,
+    db: str | None = None,
+    week: str | None = None,
+    overrides: Mapping[str, str] | None = None,
+) -> list[str]:
+    """Add Evidence to ``findings`` in place; returns notes for the review."""
+    notes: list[str] = []
+    overrides = overrides or {}
+    if trace is not None:
+        measured, job = trace_evidence(trace)
+        notes.append(f"measured cost from trace {Path(trace).name} (job {job}): {len(measured)} pattern{'s' if len(measured) != 1 else ''} found in it")
+        for f in findings:
+            m = measured.get(f.rule_id)
+            if m is None:
+                continue
+            text = (f"measured in this code's trace ({m['job']}): {m['ms_per_step']:,.2f} ms per step "
+                    f"({m['pct_of_step']:.1f}% of the step), {_gh(m['gpu_hours_per_1000_steps'])} GPU-hours per 1,000 steps")
+            hits = [fr for fr in m["frames"] if fr[0] and _same_file(str(fr[0]), f.path)]
+            if hits:
+                text += f"; the trace's frames point at this file (line {hits[0][1]}, `{hits[0][2]}`)"
+            f.evidence.append(Evidence(source="trace", text=text, data={k: v for k, v in m.items() if k != "frames"}))
+            if f.fixer not in overrides and f.rule_id not in overrides and SEVERITY_ORDER[m["severity"]] > SEVERITY_ORDER[f.severity]:
+                f.severity = m["severity"]
+    if db is not None:
+        costs, extra = store_costs(db, {f.rule_id for f in findings}, week)
+        notes.extend(extra)
+        for f in findings:
+            c = costs.get(f.rule_id)
+            if c is None:
+                continue
+            usd = f" (${c['job_usd']:,.0f})" if c["job_usd"] is not None else ""
+            text = f"this pattern cost {_gh(c['job_gpu_hours'])} GPU-hours{usd} in job {c['job']} {c['relative']}"
+            if c["jobs"] > 1:
+                text += f"; {_gh(c['total_gpu_hours'])} GPU-hours across {c['jobs']} jobs"
+            f.evidence.append(Evidence(source="store", text=text, data=c))
+    return notes

@@ -1,0 +1,336 @@
+"""Posting a review to a GitHub pull request (REST API, standard library HTTP).
+
+Settings come from the environment GitHub Actions provides: ``GITHUB_TOKEN``, ``GITHUB_REPOSITORY``
+(owner/name), ``GITHUB_API_URL`` (GitHub Enterprise Server included; default
+https://api.github.com) and the pull-request number from the event payload at
+``GITHUB_EVENT_PATH`` (or ``--pr``).
+
+One run:
+
+1. ``GET /repos/{repo}/issues/{pr}/comments`` (all pages): the summary comment this tool posted
+   before carries a hidden marker; it is updated (``PATCH /repos/{repo}/issues/comments/{id}``)
+   rather than a new one created (``POST /repos/{repo}/issues/{pr}/comments``).
+2. ``GET /repos/{repo}/pulls/{pr}/comments`` (all pages): inline comments this tool posted carry a
+   marker with the rule and the finding's fingerprint; a finding already commented (same
+   fingerprint, or same rule on the same path and line) is not commented again.
+3. ``POST /repos/{repo}/pulls/{pr}/reviews`` with at most ``max_comments`` new inline comments
+   (event ``COMMENT``); nothing when there is nothing new. If GitHub refuses a line (422), the
+   review is posted again without inline comments, listing them in its body.
+
+Rate limits: a 403/429 with ``Retry-After`` or an exhausted ``X-RateLimit-Remaining`` waits
+when the wait is short (``max_wait``), otherwise stops with a message giving the reset time.
+5xx answers and connection errors are retried with backoff. Any other error stops the run with
+GitHub's message.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Callable, Mapping
+
+from ..errors import InputError, ZoomerError
+from .models import ReviewFinding, ReviewResult
+from .render import SUMMARY_MARKER, inline_comment, parse_inline_marker, render_markdown
+
+DEFAULT_API_URL = "https://api.github.com"
+USER_AGENT = "zoomer-ar-review"
+_NEXT_RE = re.compile(r'<([^>]+)>\s*;\s*rel="next"')
+
+
+class GitHubError(ZoomerError):
+    """The GitHub API refused or failed a request (message says which and why)."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, status: int | None = None):
+        self.status = status
+        super().__init__(message)
+
+
+@dataclass
+class GitHubTarget:
+    api_url: str
+    repository: str  # owner/name
+    pr: int
+    token: str
+
+
+def pr_from_event(path: str | None) -> int | None:
+    """The pull-request number in a GitHub Actions event payload."""
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            event = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(event, dict):
+        return None
+    pr = event.get("pull_request")
+    if isinstance(pr, dict) and isinstance(pr.get("number"), int):
+        return pr["number"]
+    issue = event.get("issue")
+    if isinstance(issue, dict) and issue.get("pull_request") and isinstance(issue.get("number"), int):
+        return issue["number"]
+    if isinstance(event.get("number"), int):
+        return event["number"]
+    return None
+
+
+def target_from_env(pr: int | None = None, repository: str | None = None, env: Mapping[str, str] | None = None) -> GitHubTarget:
+    env = os.environ if env is None else env
+    token = env.get("GITHUB_TOKEN") or env.get("GH_TOKEN")
+    if not token:
+        raise InputError(None, "--post needs a token in GITHUB_TOKEN (in a workflow: env: GITHUB_TOKEN: ${{ secrets.GITHUB_TOKEN }})")
+    repository = repository or env.get("GITHUB_REPOSITORY")
+    if not repository or not re.fullmatch(r"[\w.-]+/[\w.-]+", repository):
+        raise InputError(None, f"--post needs GITHUB_REPOSITORY as owner/name (got {repository!r})")
+    number = pr if pr is not None else pr_from_event(env.get("GITHUB_EVENT_PATH"))
+    if number is None:
+        raise InputError(None, "--post needs the pull-request number: --pr N, or a pull_request event at GITHUB_EVENT_PATH")
+    api = (env.get("GITHUB_API_URL") or DEFAULT_API_URL).rstrip("/")
+    return GitHubTarget(api_url=api, repository=repository, pr=int(number), token=token)
+
+
+# --------------------------------------------------------------------------------------------
+# HTTP
+# --------------------------------------------------------------------------------------------
+
+
+class Client:
+    def __init__(self, api_url: str, token: str, *, retries: int = 3, max_wait: float = 60.0, backoff: float = 1.0,
+                 timeout: float = 30.0, sleep: Callable[[float], None] = time.sleep):
+        self.api_url = api_url.rstrip("/")
+        self.token = token
+        self.retries = retries
+        self.max_wait = max_wait
+        self.backoff = backoff
+        self.timeout = timeout
+        self.sleep = sleep
+        self.requests = 0
+
+    def _url(self, path: str) -> str:
+        return path if path.startswith(("http://", "https://")) else f"{self.api_url}{path}"
+
+    def request(self, method: str, path: str, body: Any = None) -> tuple[Any, Mapping[str, str]]:
+        url = self._url(path)
+        shown = f"{method} {urllib.parse.urlsplit(url).path}"
+        data = json.dumps(body).encode() if body is not None else None
+        attempt = 0
+        while True:
+            attempt += 1
+            req = urllib.request.Request(url, data=data, method=method)
+            req.add_header("Accept", "application/vnd.github+json")
+            req.add_header("Authorization", f"Bearer {self.token}")
+            req.add_header("X-GitHub-Api-Version", "2022-11-28")
+            req.add_header("User-Agent", USER_AGENT)
+            if data is not None:
+                req.add_header("Content-Type", "application/json")
+            self.requests += 1
+            try:
+                with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                    raw = resp.read()
+                    headers = {k.lower(): v for k, v in resp.headers.items()}
+                    return (json.loads(raw) if raw.strip() else None), headers
+            except urllib.error.HTTPError as err:
+                raw = err.read() if err.fp is not None else b""
+                headers = {k.lower(): v for k, v in (err.headers or {}).items()}
+                wait = self._retry_wait(err.code, headers, attempt)
+                if wait is not None:
+                    self.sleep(wait)
+                    continue
+                raise GitHubError(self._message(shown, err.code, headers, raw), err.code) from None
+            except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as err:
+                if attempt <= self.retries:
+                    self.sleep(min(self.max_wait, self.backoff * 2 ** (attempt - 1)))
+                    continue
+                reason = getattr(err, "reason", err)
+                raise GitHubError(f"cannot reach the GitHub API at {self.api_url} ({shown}): {reason}") from None
+
+    def _retry_wait(self, status: int, headers: Mapping[str, str], attempt: int) -> float | None:
+        if attempt > self.retries:
+            return None
+        if status in (403, 429):
+            if "retry-after" in headers:
+                try:
+                    wait = float(headers["retry-after"])
+                except ValueError:
+                    return None
+                return wait if wait <= self.max_wait else None
+            if headers.get("x-ratelimit-remaining") == "0":
+                wait = _reset_in(headers)
+                return wait if wait is not None and wait <= self.max_wait else None
+            if status == 429:
+                wait = self.backoff * 2 ** (attempt - 1)
+                return wait if wait <= self.max_wait else None
+            return None
+        if status >= 500:
+            return min(self.max_wait, self.backoff * 2 ** (attempt - 1))
+        return None
+
+    @staticmethod
+    def _message(shown: str, status: int, headers: Mapping[str, str], raw: bytes) -> str:
+        try:
+            doc = json.loads(raw) if raw.strip() else {}
+        except ValueError:
+            doc = {}
+        gh = doc.get("message", "") if isinstance(doc, dict) else ""
+        errors = doc.get("errors") if isinstance(doc, dict) else None
+        if errors:
+            details = "; ".join(
+                str(e.get("message") or e.get("code") or e) if isinstance(e, dict) else str(e) for e in errors[:3]
+            )
+            gh = f"{gh} ({details})" if gh else details
+        if not gh:
+            gh = raw.decode("utf-8", "replace").strip()[:200]
+        if status in (403, 429) and ("retry-after" in headers or headers.get("x-ratelimit-remaining") == "0" or status == 429):
+            if headers.get("x-ratelimit-remaining") == "0":
+                wait = _reset_in(headers)
+                reset = headers.get("x-ratelimit-reset")
+                when = datetime.fromtimestamp(int(reset), UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if reset and reset.isdigit() else "unknown"
+                limit = headers.get("x-ratelimit-limit", "?")
+                return (f"GitHub API rate limit exceeded ({shown}, {status}): the {limit} requests/hour of this token are used up; "
+                        f"it resets at {when}" + (f" (in {wait:.0f} s)" if wait is not None else "") + ". Re-run the job after that.")
+            after = headers.get("retry-after")
+            return (f"GitHub API secondary rate limit ({shown}, {status}): "
+                    + (f"asked to retry after {after} s" if after else "too many requests") + f"; {gh}".rstrip("; "))
+        if status == 401:
+            return f"GitHub API {shown}: 401 Unauthorized: {gh} (is GITHUB_TOKEN valid?)"
+        if status == 403:
+            return f"GitHub API {shown}: 403 Forbidden: {gh} (the token needs pull-requests: write and issues: write)"
+        if status == 404:
+            return f"GitHub API {shown}: 404 Not Found: {gh} (check GITHUB_REPOSITORY and the pull-request number)"
+        if status >= 500:
+            return f"GitHub API {shown}: {status} server error after retries: {gh}"
+        return f"GitHub API {shown}: {status}: {gh}"
+
+    def paginate(self, path: str) -> list[Any]:
+        sep = "&" if "?" in path else "?"
+        url: str | None = f"{path}{sep}per_page=100"
+        out: list[Any] = []
+        pages = 0
+        while url and pages < 100:
+            doc, headers = self.request("GET", url)
+            pages += 1
+            if isinstance(doc, list):
+                out.extend(doc)
+            m = _NEXT_RE.search(headers.get("link", ""))
+            url = m.group(1) if m else None
+        return out
+
+
+def _reset_in(headers: Mapping[str, str]) -> float | None:
+    reset = headers.get("x-ratelimit-reset")
+    if not reset or not reset.isdigit():
+        return None
+    return max(0.0, int(reset) - time.time())
+
+
+# --------------------------------------------------------------------------------------------
+# Posting
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PostOutcome:
+    summary: str = ""  # "created" | "updated"
+    summary_id: int | None = None
+    summary_url: str | None = None
+    review_id: int | None = None
+    inline_posted: int = 0
+    inline_duplicates: int = 0
+    inline_over_cap: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        parts = [f"summary comment {self.summary}" + (f" ({self.summary_url})" if self.summary_url else "")]
+        parts.append(f"{self.inline_posted} inline comment{'s' if self.inline_posted != 1 else ''} posted")
+        if self.inline_duplicates:
+            parts.append(f"{self.inline_duplicates} already posted")
+        if self.inline_over_cap:
+            parts.append(f"{self.inline_over_cap} over the cap")
+        return "; ".join(parts)
+
+
+def _existing_inline(comments: list[Any]) -> tuple[set[str], set[tuple[str, int, str]]]:
+    fps: set[str] = set()
+    keys: set[tuple[str, int, str]] = set()
+    for c in comments:
+        if not isinstance(c, dict):
+            continue
+        mark = parse_inline_marker(str(c.get("body") or ""))
+        if mark is None:
+            continue
+        rule, fp = mark
+        fps.add(fp)
+        for line in (c.get("line"), c.get("original_line")):
+            if isinstance(line, int):
+                keys.add((str(c.get("path")), line, rule))
+    return fps, keys
+
+
+def post(result: ReviewResult, target: GitHubTarget, *, max_comments: int = 25, client: Client | None = None) -> PostOutcome:
+    """Create or update the summary comment and post new inline comments as one review."""
+    client = client or Client(target.api_url, target.token)
+    repo, pr = target.repository, target.pr
+    outcome = PostOutcome()
+
+    issue_comments = client.paginate(f"/repos/{repo}/issues/{pr}/comments")
+    mine = [c for c in issue_comments if isinstance(c, dict) and SUMMARY_MARKER in str(c.get("body") or "")]
+
+    review_comments = client.paginate(f"/repos/{repo}/pulls/{pr}/comments")
+    fps, keys = _existing_inline(review_comments)
+    inline: list[ReviewFinding] = [f for f in result.findings if f.comment_line is not None]
+    new = [f for f in inline if f.fingerprint not in fps and (f.path, f.comment_line, f.rule_id) not in keys]
+    outcome.inline_duplicates = len(inline) - len(new)
+    to_post = new[:max(0, max_comments)]
+    outcome.inline_over_cap = len(new) - len(to_post)
+
+    no_line = len(result.findings) - len(inline)
+    reasons = []
+    if no_line:
+        reasons.append(f"{no_line} ha{'ve' if no_line != 1 else 's'} no line in the diff's hunks")
+    if outcome.inline_over_cap:
+        reasons.append(f"{outcome.inline_over_cap} over the cap of {max_comments} inline comments per run")
+    body = render_markdown(result, not_inline=no_line + outcome.inline_over_cap, not_inline_reason="; ".join(reasons))
+
+    if mine:
+        cid = mine[-1]["id"]
+        doc, _ = client.request("PATCH", f"/repos/{repo}/issues/comments/{cid}", {"body": body})
+        outcome.summary = "updated"
+    else:
+        doc, _ = client.request("POST", f"/repos/{repo}/issues/{pr}/comments", {"body": body})
+        outcome.summary = "created"
+    if isinstance(doc, dict):
+        outcome.summary_id = doc.get("id")
+        outcome.summary_url = doc.get("html_url")
+
+    if to_post:
+        n = len(to_post)
+        head = f"Zoomer AR: {n} new performance finding{'s' if n != 1 else ''} on changed lines"
+        review_body = head + (f"; summary: {outcome.summary_url}" if outcome.summary_url else "") + "."
+        payload: dict[str, Any] = {"event": "COMMENT", "body": review_body, "comments": [inline_comment(f) for f in to_post]}
+        if result.head_sha:
+            payload = {"commit_id": result.head_sha, **payload}
+        try:
+            doc, _ = client.request("POST", f"/repos/{repo}/pulls/{pr}/reviews", payload)
+            outcome.inline_posted = n
+        except GitHubError as exc:
+            if exc.status != 422:
+                raise
+            listing = "\n".join(f"- `{f.path}:{f.line}` `{f.rule_id}`: {f.message}" for f in to_post)
+            fallback = {k: v for k, v in payload.items() if k != "comments"}
+            fallback["body"] = review_body + "\n\nGitHub did not accept these as inline comments (" + str(exc) + "):\n\n" + listing
+            doc, _ = client.request("POST", f"/repos/{repo}/pulls/{pr}/reviews", fallback)
+            outcome.notes.append(f"GitHub refused the inline comments (422); posted them in the review body instead: {exc}")
+        if isinstance(doc, dict):
+            outcome.review_id = doc.get("id")
+    return outcome
