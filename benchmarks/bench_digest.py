@@ -79,10 +79,11 @@ def rows(p):
     traces = [(r + 1, f"{r:064x}", 1000, 1, 8, "[]", now) for r in range(p["runs"])]
     wk = p["weeks"]
     starts = {w: W.week_start(w) + timedelta(hours=12) for w in wk}
+    price = [float(p["price"][int(p["run_job"][r])]) for r in range(p["runs"])]
     analyses = [
         (r + 1, r + 1, int(p["run_job"][r]) + 1, wk[int(p["run_week"][r])], starts[wk[int(p["run_week"][r])]], "0.1.0",
-         "1.0", "1.0.0", 8, float(p["gpu_hours"][r]), "option", None, 1000.0, 100.0, 10, "compute-bound", "gpu",
-         10.0, 30.0, 40.0, 5.0, 5.0, 10.0, "{}", "[]", now)
+         "1.0", "1.0.0", 8, float(p["gpu_hours"][r]), "option", price[r], float(p["gpu_hours"][r]) * price[r],
+         1000.0, 100.0, 10, "compute-bound", "gpu", 10.0, 30.0, 40.0, 5.0, 5.0, 10.0, "{}", "[]", now)
         for r in range(p["runs"])
     ]
     run_week = [wk[int(x)] for x in p["run_week"]]
@@ -90,19 +91,20 @@ def rows(p):
     for i in range(len(p["f_run"])):
         r = int(p["f_run"][i])
         pct = float(p["f_pct"][i])
+        wasted = pct / 100.0 * float(p["gpu_hours"][r])
         findings.append((r + 1, int(p["run_job"][r]) + 1, run_week[r], int(p["f_ord"][i]), PATTERN_IDS[int(p["f_pat"][i])],
-                         "t", "medium", 0.9, pct, pct, 0.001, pct / 100.0 * float(p["gpu_hours"][r]), "rules"))
+                         "t", "medium", 0.9, pct, pct, 0.001, wasted, wasted * price[r], "rules"))
     return jobs, traces, analyses, findings
 
 
 JOB_COLS = "id, name, team, owner, gpu_type, gpu_count, gpu_hour_cost, created_at, updated_at"
 TRACE_COLS = "id, content_hash, size_bytes, n_ranks, world_size, rank_hashes, created_at"
 ANALYSIS_COLS = ("id, trace_id, job_id, week, recorded_at, tool_version, findings_schema_version, feature_schema_version, "
-                 "gpu_count, gpu_hours, gpu_hours_source, gpu_hour_cost, wall_ms, step_ms, profiler_steps, bottleneck, "
+                 "gpu_count, gpu_hours, gpu_hours_source, gpu_hour_cost, usd, wall_ms, step_ms, profiler_steps, bottleneck, "
                  "phase_basis, phase_dataloader_pct, phase_forward_pct, phase_backward_pct, phase_optimizer_pct, "
                  "phase_communication_pct, phase_idle_pct, features, notes, created_at")
 FINDING_COLS = ("analysis_id, job_id, week, ordinal, pattern, title, severity, confidence, ms_per_step, pct_of_step, "
-                "gpu_hours_per_1000_steps, wasted_gpu_hours, detected_by")
+                "gpu_hours_per_1000_steps, wasted_gpu_hours, wasted_usd, detected_by")
 
 
 def seed_sqlite(engine, data) -> None:

@@ -1,7 +1,7 @@
 """Load + featurise benchmark: Zoomer AR vs HTA on real traces, and vs raw msgspec on a ~1 GB trace.
 
     python benchmarks/bench_load.py                      # default run (~3-5 min on 2 cores)
-    python benchmarks/bench_load.py --size-gb 2 --repeat 5
+    python benchmarks/bench_load.py --size-gb 2 --repeat 5 --repeat-large 2
     python benchmarks/bench_load.py --size-gb 0.02 --no-hta --repeat 1 --traces kineto/resnet50_num_workers_0
 
 Part A (real traces): for each trace, in separate fresh subprocesses,
@@ -31,7 +31,6 @@ import json
 import math
 import os
 import platform
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -46,7 +45,6 @@ DEFAULT_TRACES = [
     "hta/trace_diff/test",
     "hta/ns_resolution_trace",
     "hta/df_index_resolver",
-    "tracelens/h100/google_owlv2-large-patch14-ensemble__1016001.json.gz",
     "param/dlrm_8ranks",
 ]
 TARGET_HTA_SPEEDUP = 20.0
@@ -297,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="corpus traces (files or rank folders) relative to the shared trace folder")
     ap.add_argument("--size-gb", type=float, default=1.0, help="size of the generated trace for part B (0 skips it)")
     ap.add_argument("--repeat", type=int, default=3, help="fresh processes per measurement; best kept (default 3)")
-    ap.add_argument("--repeat-large", type=int, default=2, help="repeats for the large trace (default 2)")
+    ap.add_argument("--repeat-large", type=int, default=1, help="repeats for the large trace (default 1)")
     ap.add_argument("--no-hta", action="store_true", help="skip HTA (part A then times Zoomer AR alone)")
     ap.add_argument("--no-real", action="store_true", help="skip part A")
     ap.add_argument("--large-out", type=Path, help="where to write the generated trace (default /tmp/zoomer-bench/)")
@@ -315,6 +313,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {mach['cpu']}, {mach['cores']} cores, {mach['memory_gb']} GB RAM; Python {mach['python']}, "
           f"msgspec {mach['msgspec']}, numpy {mach['numpy']}, pandas {mach['pandas']}, traceinsight (HTA) {mach['hta']}")
     print(f"command: {info['command']}")
+    load1 = os.getloadavg()[0]
+    print(f"load average at start: {load1:.2f} (other processes on the machine slow both tools alike; ratios are "
+          "steadier than times)")
+    info["loadavg_start"] = load1
     hta = not args.no_hta
     if hta:
         try:
@@ -345,7 +347,6 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {label:<26} failed: {(r or {}).get('error')}")
 
     print("\nSummary")
-    ok = True
     with_hta = [r for r in rows if "speedup" in r]
     if with_hta:
         sp = [r["speedup"] for r in with_hta]
@@ -357,7 +358,6 @@ def main(argv: list[str] | None = None) -> int:
         hit_t, hit_m = min(sp) >= TARGET_HTA_SPEEDUP, max(mem) <= TARGET_HTA_MEMORY
         print(f"    target >= {TARGET_HTA_SPEEDUP:.0f}x faster on every trace: {'met' if hit_t else 'MISSED'}; "
               f"peak <= 1/3 of HTA's on every trace: {'met' if hit_m else 'MISSED'}")
-        ok &= hit_t and hit_m
         failed = [r["trace"] for r in rows if r["hta"] and "error" in r["hta"]]
         if failed:
             print(f"    HTA could not load: {', '.join(failed)} (skipped)")
@@ -367,9 +367,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{large['ratio_vs_msgspec_nogc']:.2f}x with gc off; peak memory {large['mem_vs_msgspec']:.2f} of its peak")
         print(f"    target within {TARGET_MSGSPEC_RATIO}x of msgspec (gc on): {'met' if hit else 'MISSED'}; "
               f"(gc off): {'met' if large['ratio_vs_msgspec_nogc'] <= TARGET_MSGSPEC_RATIO else 'MISSED'}")
-        ok &= hit
     total = time.perf_counter() - started
-    print(f"  benchmark ran {total:.0f} s")
+    info["loadavg_end"] = os.getloadavg()[0]
+    print(f"  benchmark ran {total:.0f} s; load average at the end {info['loadavg_end']:.2f}")
     if args.json:
         args.json.write_text(json.dumps({**info, "real": rows, "large": large, "seconds": total}, indent=1) + "\n")
     return 0

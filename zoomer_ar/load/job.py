@@ -18,7 +18,7 @@ from ..errors import InputError
 from ..models import JobInfo, RankInfo, SkippedFile
 from .columns import PH_COMPLETE, PH_INSTANT, ColumnBuilder, RankTrace, build_columns
 from .reader import DEFAULT_MAX_BYTES, STREAM_CHUNK, Progress, iter_trace_chunks, read_trace_bytes
-from .schema import EVENTS_DECODER, TOP_DECODER, TRACE_DECODER, RawEvent, RawTrace
+from .schema import EVENTS_DECODER, TOP_DECODER, TRACE_DECODER, RawTrace
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".gz")
 _RANK_PATTERNS = (
