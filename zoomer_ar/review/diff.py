@@ -23,8 +23,8 @@ class FileDiff:
     """One changed file on the new side.
 
     ``added``: new-side line numbers the diff adds (a modified line is a deleted plus an added one).
-    ``deletions``: places where lines were removed with nothing added in their stead, as the new
-    line number *before* the gap (0: at the top of the file).
+    ``deletions``: places where lines were removed, as the new line number *before* the gap (0: at
+    the top of the file).
     ``hunks``: new-side line ranges (first, last) of the hunks, context included: the lines a
     review comment may be placed on.
     """
@@ -51,14 +51,16 @@ class FileDiff:
         i = self.hunk_of(first)
         return i is not None and self.hunks[i][0] <= first <= last <= self.hunks[i][1]
 
-    def touches(self, first: int, last: int) -> bool:
-        """Whether lines first..last overlap an added line or enclose a deletion."""
+    def touches(self, first: int, last: int, *, block: bool = False) -> bool:
+        """Whether lines first..last overlap an added line or enclose a deletion. ``block``: the
+        span is a compound statement (a loop), so a deletion right after its last line may have
+        been the tail of its body and counts too."""
         if last - first < len(self.added):
             if any(n in self.added for n in range(first, last + 1)):
                 return True
         elif any(first <= n <= last for n in self.added):
             return True
-        return any(first <= k and k + 1 <= last for k in self.deletions)
+        return any(first <= k < last or (block and k == last > first) for k in self.deletions)
 
     def first_added(self, first: int, last: int) -> int | None:
         hits = [n for n in self.added if first <= n <= last]
@@ -92,8 +94,7 @@ def parse_patch(patch: bytes, fd: FileDiff) -> None:
         elif tag == b"-":
             gaps.add(new - 1)
         # "\\ No newline at end of file": no line
-    # a deletion next to added lines is a modification: the added lines stand for it
-    fd.deletions = {k for k in gaps if k not in fd.added and k + 1 not in fd.added}
+    fd.deletions = gaps
 
 
 @dataclass

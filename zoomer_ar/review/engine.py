@@ -29,6 +29,7 @@ from .models import FileNote, ReviewFinding, ReviewResult
 from .suggest import MAX_SUGGESTION_LINES, rewrite, split_lines
 
 PARALLEL_MIN_FILES = 8
+_BLOCK_STARTS = ("for ", "for(", "while ", "while(", "async for ", "with ", "async with ")
 
 
 @dataclass
@@ -137,7 +138,8 @@ def to_findings(fd: FileDiff, source: str, matches: Iterable[StaticMatch], overr
         key = (m.pattern, m.fixer, _normalise(code))
         seen[key] = seen.get(key, 0) + 1
         occurrence = seen[key]
-        if not fd.touches(first, max(m.end_line, m.line)):
+        block = 0 < m.line <= len(lines) and lines[m.line - 1].lstrip().startswith(_BLOCK_STARTS)
+        if not fd.touches(first, max(m.end_line, m.line), block=block):
             continue
         f = ReviewFinding(
             rule_id=m.pattern,
@@ -169,7 +171,7 @@ def to_findings(fd: FileDiff, source: str, matches: Iterable[StaticMatch], overr
         else:
             f.comment_line = fd.first_added(first, max(m.end_line, m.line))
             if f.comment_line is None:  # a deletion inside the flagged code: the line before the gap
-                gaps = [k for k in fd.deletions if first <= k < max(m.end_line, m.line)]
+                gaps = [k for k in fd.deletions if first <= k <= max(m.end_line, m.line)]
                 if gaps and fd.hunk_of(min(gaps)) is not None:
                     f.comment_line = min(gaps)
         out.append(f)

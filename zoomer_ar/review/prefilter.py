@@ -103,7 +103,7 @@ def region_candidates(source: str, fd: FileDiff, fixers: Iterable[str]) -> set[s
     region: list[ast.stmt] = []
     for stmt in tree.body:
         a, b = _span(stmt)
-        if fd.touches(a, b):
+        if fd.touches(a, b, block=True):
             region.append(stmt)
     if not region:
         return set()
