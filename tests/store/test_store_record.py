@@ -128,3 +128,18 @@ def test_content_hash_of_a_rank_set_is_order_independent():
     a.job.ranks.append(r2)
     b.job.ranks.insert(0, r2)
     assert content_hash(a) == content_hash(b) != a.job.ranks[0].sha256
+
+
+def test_a_jobs_first_price_prices_its_unpriced_runs(store_url):
+    from zoomer_ar.store.digest import build_digest
+
+    record_analysis(make_analysis("p", findings={"idle-gpu": 50.0}), RecordOptions(gpu_hours=10, week="2026-W10"),
+                    db=store_url)
+    assert build_digest(store_url, week="2026-W10").wasted_usd == 0.0
+    record_analysis(make_analysis("p"), RecordOptions(gpu_hours=10, gpu_hour_cost=3.0, week="2026-W11"), db=store_url)
+    d = build_digest(store_url, week="2026-W10")
+    assert (d.usd, d.wasted_usd) == (pytest.approx(30.0), pytest.approx(15.0))
+    # a later price change does not reprice history
+    record_analysis(make_analysis("p"), RecordOptions(gpu_hours=10, gpu_hour_cost=5.0, week="2026-W12"), db=store_url)
+    assert build_digest(store_url, week="2026-W10").wasted_usd == pytest.approx(15.0)
+    assert build_digest(store_url, week="2026-W12").usd == pytest.approx(50.0)

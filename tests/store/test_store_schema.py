@@ -22,7 +22,7 @@ def test_migrations_create_every_table_and_index(store_url):
     assert TABLES <= set(insp.get_table_names())
     assert D.current_revision(engine) == D.head_revision()
     idx = {i["name"] for i in insp.get_indexes("findings")}
-    assert {"ix_findings_week_pattern", "ix_findings_job_pattern_week", "ix_findings_analysis_id"} <= idx
+    assert {"ix_findings_week_pattern", "ix_findings_job_week_pattern", "ix_findings_analysis_id"} <= idx
     uniques = {tuple(u["column_names"]) for u in insp.get_unique_constraints("analyses")}
     assert ("trace_id",) in uniques
     assert ("content_hash",) in {tuple(u["column_names"]) for u in insp.get_unique_constraints("traces")}

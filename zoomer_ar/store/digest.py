@@ -4,16 +4,18 @@ Definitions (docs/store.md):
 - A finding's wasted GPU-hours = impact.pct_of_step / 100 x the GPU-hours of the analysis it
   belongs to (stored as findings.wasted_gpu_hours at record time). A job recorded once a week with
   `--gpu-hours H` wastes pct/100 x H on that pattern that week; several runs in a week add up.
-- Dollars = wasted GPU-hours x the run's hourly price (recorded with it, else the job's current
-  price, else 0).
+- Dollars = wasted GPU-hours x the run's hourly price: the one in effect when it was recorded
+  (--gpu-hour-cost, else the job's stored price); runs recorded before their job had any price take
+  the job's first price when it is set; $0 while none is known.
 - Trend: the same sums for each of the four previous weeks.
 - New vs recurring: per (job, pattern); a pattern is "new" in the digest when no job had it in the
   previous four weeks.
 - Resolved: a (job, pattern) seen in the previous four weeks whose job was recorded this week
   without it.
 
-Every figure is one aggregate query (GROUP BY in the database, over the week/pattern and
-job/pattern/week indexes); Python only touches the aggregated rows (patterns x weeks, top jobs).
+Every figure is one aggregate query (GROUP BY in the database; findings carry their job, week,
+wasted GPU-hours and dollars, so the waste aggregates read the covering index
+ix_findings_week_pattern alone); Python only touches the aggregated rows (patterns x weeks, top jobs).
 """
 
 from __future__ import annotations
@@ -21,8 +23,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from pydantic import BaseModel, Field
-from sqlalchemy import Engine, and_, case, distinct, exists, func, select, true
-from sqlalchemy.orm import aliased
+from sqlalchemy import Engine, case, distinct, func, select
 
 from ..features.phases import PHASES
 from . import weeks as W
@@ -125,14 +126,10 @@ def sparkline(values: list[float]) -> str:
     return "".join(SPARK[min(len(SPARK) - 1, int(round(v / top * (len(SPARK) - 1))))] for v in values)
 
 
-def _price():
-    return func.coalesce(Analysis.gpu_hour_cost, Job.gpu_hour_cost, 0.0)
-
-
 def latest_week(engine: Engine, team: str | None = None) -> str | None:
-    q = select(func.max(Analysis.week)).join(Job, Job.id == Analysis.job_id)
+    q = select(func.max(Analysis.week))
     if team:
-        q = q.where(Job.team == team)
+        q = q.where(Analysis.job_id.in_(select(Job.id).where(Job.team == team)))
     with engine.connect() as c:
         return c.execute(q).scalar()
 
@@ -143,57 +140,50 @@ def build_digest(db: str | Engine | None = None, *, week: str | None = None, tea
     week = W.parse_week(week) if week else (latest_week(engine, team) or W.week_of(W.now()))
     trend = W.previous(week, TREND_WEEKS)
     chart = W.previous(week, CHART_WEEKS - 1) + [week]
-    team_f = (Job.team == team) if team else true()
-    usd = Finding.wasted_gpu_hours * _price()
+    team_jobs = select(Job.id).where(Job.team == team) if team else None
 
+    def scoped(q, job_col):  # noqa: ANN001, ANN202 - the team filter as a semi-join on the small jobs table
+        return q.where(job_col.in_(team_jobs)) if team_jobs is not None else q
+
+    F, A = Finding, Analysis
     with engine.connect() as c:
-        # waste per pattern per week over the chart window (covers the trend weeks)
-        by_pw = c.execute(
-            select(Finding.week, Finding.pattern, func.sum(Finding.wasted_gpu_hours), func.sum(usd),
-                   func.count(), func.count(distinct(Finding.job_id)))
-            .select_from(Finding).join(Analysis, Analysis.id == Finding.analysis_id).join(Job, Job.id == Finding.job_id)
-            .where(Finding.week >= chart[0], Finding.week <= week, team_f)
-            .group_by(Finding.week, Finding.pattern)
+        # waste per pattern per week over the trend window (index-only on ix_findings_week_pattern)
+        by_pw = c.execute(scoped(
+            select(F.week, F.pattern, func.sum(F.wasted_gpu_hours), func.sum(F.wasted_usd), func.count(),
+                   func.count(distinct(F.job_id)))
+            .where(F.week >= trend[0], F.week <= week), F.job_id).group_by(F.week, F.pattern)
         ).all()
+        # waste per week over the chart window
+        waste_w = {r[0]: (float(r[1] or 0.0), float(r[2] or 0.0)) for r in c.execute(scoped(
+            select(F.week, func.sum(F.wasted_gpu_hours), func.sum(F.wasted_usd))
+            .where(F.week >= chart[0], F.week <= week), F.job_id).group_by(F.week)
+        ).all()}
         # GPU-hours and dollars per week (all recorded runs, wasteful or not)
-        by_w = {r[0]: r[1:] for r in c.execute(
-            select(Analysis.week, func.sum(Analysis.gpu_hours), func.sum(Analysis.gpu_hours * _price()),
-                   func.count(), func.count(distinct(Analysis.job_id)))
-            .join(Job, Job.id == Analysis.job_id)
-            .where(Analysis.week >= chart[0], Analysis.week <= week, team_f)
-            .group_by(Analysis.week)
+        by_w = {r[0]: r[1:] for r in c.execute(scoped(
+            select(A.week, func.sum(A.gpu_hours), func.sum(A.usd), func.count(), func.count(distinct(A.job_id)))
+            .where(A.week >= chart[0], A.week <= week), A.job_id).group_by(A.week)
         ).all()}
 
-        # new vs recurring per (job, pattern) this week, summed per pattern
-        prev = aliased(Finding)
-        seen_before = exists().where(and_(prev.job_id == Finding.job_id, prev.pattern == Finding.pattern,
-                                          prev.week >= trend[0], prev.week < week))
-        per_jp = (
-            select(Finding.pattern.label("pattern"), Finding.job_id.label("job_id"),
-                   case((seen_before, 1), else_=0).label("recurring"))
-            .join(Job, Job.id == Finding.job_id)
-            .where(Finding.week == week, team_f)
-            .group_by(Finding.pattern, Finding.job_id)
-        ).subquery()
+        # new vs recurring per (job, pattern) present this week, summed per pattern
+        per_jp = scoped(
+            select(F.pattern.label("pattern"), F.job_id.label("job_id"),
+                   func.max(case((F.week < week, 1), else_=0)).label("recurring"))
+            .where(F.week >= trend[0], F.week <= week), F.job_id
+        ).group_by(F.pattern, F.job_id).having(func.max(case((F.week == week, 1), else_=0)) == 1).subquery()
         status = {r[0]: (int(r[1]), int(r[2])) for r in c.execute(
             select(per_jp.c.pattern, func.sum(1 - per_jp.c.recurring), func.sum(per_jp.c.recurring))
             .group_by(per_jp.c.pattern)
         ).all()}
 
-        # costliest jobs: spend from analyses, waste from findings, both aggregated in SQL
-        spend = (
-            select(Analysis.job_id.label("job_id"), func.count().label("runs"),
-                   func.sum(Analysis.gpu_hours).label("gpu_hours"),
-                   func.sum(Analysis.gpu_hours * _price()).label("usd"))
-            .join(Job, Job.id == Analysis.job_id).where(Analysis.week == week, team_f)
-            .group_by(Analysis.job_id)
-        ).subquery()
-        waste = (
-            select(Finding.job_id.label("job_id"), func.sum(Finding.wasted_gpu_hours).label("wgh"),
-                   func.sum(usd).label("wusd"))
-            .join(Analysis, Analysis.id == Finding.analysis_id).join(Job, Job.id == Finding.job_id)
-            .where(Finding.week == week, team_f).group_by(Finding.job_id)
-        ).subquery()
+        # costliest jobs and owners: spend from analyses, waste from findings, each aggregated per job
+        spend = scoped(
+            select(A.job_id.label("job_id"), func.count().label("runs"), func.sum(A.gpu_hours).label("gpu_hours"),
+                   func.sum(A.usd).label("usd")).where(A.week == week), A.job_id
+        ).group_by(A.job_id).subquery()
+        waste = scoped(
+            select(F.job_id.label("job_id"), func.sum(F.wasted_gpu_hours).label("wgh"),
+                   func.sum(F.wasted_usd).label("wusd")).where(F.week == week), F.job_id
+        ).group_by(F.job_id).subquery()
         wgh = func.coalesce(waste.c.wgh, 0.0)
         wusd = func.coalesce(waste.c.wusd, 0.0)
         job_rows = c.execute(
@@ -205,9 +195,9 @@ def build_digest(db: str | Engine | None = None, *, week: str | None = None, tea
         if job_rows:
             best: dict[int, float] = {}
             for jid, pat, h in c.execute(
-                select(Finding.job_id, Finding.pattern, func.sum(Finding.wasted_gpu_hours))
-                .where(Finding.week == week, Finding.job_id.in_([r[0] for r in job_rows]))
-                .group_by(Finding.job_id, Finding.pattern)
+                select(F.job_id, F.pattern, func.sum(F.wasted_gpu_hours))
+                .where(F.week == week, F.job_id.in_([r[0] for r in job_rows]))
+                .group_by(F.job_id, F.pattern)
             ).all():
                 if h > best.get(jid, -1.0):
                     best[jid], top_pattern[jid] = h, pat
@@ -219,27 +209,29 @@ def build_digest(db: str | Engine | None = None, *, week: str | None = None, tea
             .group_by(owner).order_by(func.sum(wusd).desc(), func.sum(wgh).desc(), owner).limit(top)
         ).all()
 
-        # resolved: (job, pattern) seen in the previous four weeks, job recorded this week without it
-        cur = aliased(Finding)
-        gone = ~exists().where(and_(cur.job_id == Finding.job_id, cur.pattern == Finding.pattern, cur.week == week))
-        recorded_now = select(Analysis.job_id).where(Analysis.week == week)
-        resolved_q = (
-            select(Job.name, Job.team, Job.owner, Finding.pattern, func.max(Finding.week),
-                   func.sum(Finding.wasted_gpu_hours), func.sum(usd))
-            .select_from(Finding).join(Analysis, Analysis.id == Finding.analysis_id).join(Job, Job.id == Finding.job_id)
-            .where(Finding.week >= trend[0], Finding.week < week, Finding.job_id.in_(recorded_now), gone, team_f)
-            .group_by(Job.name, Job.team, Job.owner, Finding.pattern)
-        )
-        resolved_total = c.execute(select(func.count()).select_from(resolved_q.subquery())).scalar_one()
-        resolved = c.execute(resolved_q.order_by(func.sum(usd).desc(), func.sum(Finding.wasted_gpu_hours).desc(),
-                                                 Job.name, Finding.pattern).limit(top)).all()
+        # resolved: (job, pattern) seen in the previous four weeks, job recorded this week without it.
+        # One GROUP BY over the five weeks (no anti-join: planners misestimate those), names joined after.
+        before = F.week < week
+        agg = scoped(
+            select(F.job_id.label("job_id"), F.pattern.label("pattern"), func.max(F.week).label("last_seen"),
+                   func.sum(case((before, F.wasted_gpu_hours), else_=0.0)).label("wgh"),
+                   func.sum(case((before, F.wasted_usd), else_=0.0)).label("wusd"))
+            .where(F.week >= trend[0], F.week <= week, F.job_id.in_(select(A.job_id).where(A.week == week))), F.job_id
+        ).group_by(F.job_id, F.pattern).having(func.max(case((F.week == week, 1), else_=0)) == 0).subquery()
+        resolved = c.execute(
+            select(Job.name, Job.team, Job.owner, agg.c.pattern, agg.c.last_seen, agg.c.wgh, agg.c.wusd,
+                   func.count().over())
+            .select_from(agg).join(Job, Job.id == agg.c.job_id)
+            .order_by(agg.c.wusd.desc(), agg.c.wgh.desc(), Job.name, agg.c.pattern).limit(top)
+        ).all()
+        resolved_total = resolved[0][7] if resolved else 0
 
-        # phases: each run's GPU-hours x its phase shares
-        phase_cols = [getattr(Analysis, f"phase_{p}_pct") for p in PHASES]
-        ph = c.execute(
-            select(*[func.sum(Analysis.gpu_hours * func.coalesce(col, 0.0) / 100.0) for col in phase_cols],
-                   *[func.sum(Analysis.gpu_hours * _price() * func.coalesce(col, 0.0) / 100.0) for col in phase_cols])
-            .join(Job, Job.id == Analysis.job_id).where(Analysis.week == week, team_f)
+        # phases: each run's GPU-hours (and dollars) x its phase shares
+        phase_cols = [getattr(A, f"phase_{p}_pct") for p in PHASES]
+        ph = c.execute(scoped(
+            select(*[func.sum(A.gpu_hours * func.coalesce(col, 0.0) / 100.0) for col in phase_cols],
+                   *[func.sum(A.usd * func.coalesce(col, 0.0) / 100.0) for col in phase_cols])
+            .where(A.week == week), A.job_id)
         ).one()
 
     # ---- assemble (rows here are aggregates: patterns x weeks, top-N jobs)
@@ -261,8 +253,7 @@ def build_digest(db: str | Engine | None = None, *, week: str | None = None, tea
     series = []
     for wk in chart:
         gh, us, _runs, _jobs = by_w.get(wk, (0.0, 0.0, 0, 0))
-        wgh_ = sum(float(v[0] or 0.0) for (w_, _p), v in cells.items() if w_ == wk)
-        wus_ = sum(float(v[1] or 0.0) for (w_, _p), v in cells.items() if w_ == wk)
+        wgh_, wus_ = waste_w.get(wk, (0.0, 0.0))
         series.append(WeekPoint(week=wk, gpu_hours=float(gh or 0.0), usd=float(us or 0.0), wasted_gpu_hours=wgh_,
                                 wasted_usd=wus_))
     this = by_w.get(week, (0.0, 0.0, 0, 0))

@@ -115,6 +115,7 @@ class Analysis(Base):
     gpu_hours: Mapped[float] = mapped_column(Float, default=0.0, comment="the job's GPU-hours this run stands for")
     gpu_hours_source: Mapped[str] = mapped_column(String(20), default="profiled", comment="option | profiled")
     gpu_hour_cost: Mapped[float | None] = mapped_column(Float, comment="USD per GPU-hour at record time")
+    usd: Mapped[float] = mapped_column(Float, default=0.0, comment="gpu_hours x gpu_hour_cost (0 while no price is known)")
     wall_ms: Mapped[float] = mapped_column(Float, default=0.0)
     step_ms: Mapped[float] = mapped_column(Float, default=0.0)
     profiler_steps: Mapped[int] = mapped_column(Integer, default=0)
@@ -136,13 +137,14 @@ class Analysis(Base):
 
 
 class Finding(Base):
-    """One finding of an analysis; job and week are copied from the analysis so the digest aggregates one table."""
+    """One finding of an analysis; job, week and dollars are copied from the analysis so the digest aggregates one table."""
 
     __tablename__ = "findings"
     __table_args__ = (
         UniqueConstraint("analysis_id", "ordinal", name="uq_findings_analysis_ordinal"),
-        Index("ix_findings_week_pattern", "week", "pattern"),
-        Index("ix_findings_job_pattern_week", "job_id", "pattern", "week"),
+        # covering: the digest aggregates waste per week/pattern/job from this index alone
+        Index("ix_findings_week_pattern", "week", "pattern", "job_id", "wasted_gpu_hours", "wasted_usd"),
+        Index("ix_findings_job_week_pattern", "job_id", "week", "pattern"),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
@@ -158,6 +160,7 @@ class Finding(Base):
     pct_of_step: Mapped[float] = mapped_column(Float)
     gpu_hours_per_1000_steps: Mapped[float] = mapped_column(Float)
     wasted_gpu_hours: Mapped[float] = mapped_column(Float, comment="pct_of_step / 100 x the analysis' GPU-hours")
+    wasted_usd: Mapped[float] = mapped_column(Float, default=0.0, comment="wasted_gpu_hours x the analysis' price")
     detected_by: Mapped[str] = mapped_column(String(20), default="rules")
     figures: Mapped[dict | None] = mapped_column(Json)
 

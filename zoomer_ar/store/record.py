@@ -173,6 +173,7 @@ def _analysis_values(analysis: Analysis, *, feats: dict[str, Any], gpus: int, gp
         "gpu_hours": gpu_hours,
         "gpu_hours_source": source,
         "gpu_hour_cost": price,
+        "usd": gpu_hours * (price or 0.0),
         "wall_ms": float(feats.get("wall_ms") or 0.0),
         "step_ms": float(feats.get("step_ms") or 0.0),
         "profiler_steps": int(feats.get("profiler_steps") or 0),
@@ -186,18 +187,29 @@ def _analysis_values(analysis: Analysis, *, feats: dict[str, Any], gpus: int, gp
     return values
 
 
-def _finding_rows(analysis: Analysis, analysis_id: int, job_id: int, week: str, gpu_hours: float) -> list[dict]:
+def _finding_rows(analysis: Analysis, analysis_id: int, job_id: int, week: str, gpu_hours: float,
+                  price: float | None) -> list[dict]:
     rows = []
     for i, f in enumerate(analysis.findings):
+        wasted = f.impact.pct_of_step / 100.0 * gpu_hours
         rows.append({
             "analysis_id": analysis_id, "job_id": job_id, "week": week, "ordinal": i, "pattern": f.pattern,
             "title": f.title, "severity": f.severity, "confidence": f.confidence,
             "ms_per_step": f.impact.ms_per_step, "pct_of_step": f.impact.pct_of_step,
             "gpu_hours_per_1000_steps": f.impact.gpu_hours_per_1000_steps,
-            "wasted_gpu_hours": f.impact.pct_of_step / 100.0 * gpu_hours,
+            "wasted_gpu_hours": wasted, "wasted_usd": wasted * (price or 0.0),
             "detected_by": "+".join(f.detected_by), "figures": _clean(dict(f.evidence.figures)),
         })
     return rows
+
+
+def _price_unpriced_runs(session: Session, job_id: int, price: float) -> None:
+    """A job's first known price also prices its earlier runs recorded without one (later changes do not reprice)."""
+    unpriced = select(AnalysisRow.id).where(AnalysisRow.job_id == job_id, AnalysisRow.gpu_hour_cost.is_(None))
+    session.execute(update(FindingRow).where(FindingRow.job_id == job_id, FindingRow.analysis_id.in_(unpriced))
+                    .values(wasted_usd=FindingRow.wasted_gpu_hours * price))
+    session.execute(update(AnalysisRow).where(AnalysisRow.job_id == job_id, AnalysisRow.gpu_hour_cost.is_(None))
+                    .values(gpu_hour_cost=price, usd=AnalysisRow.gpu_hours * price))
 
 
 def _existing(session: Session, chash: str):
@@ -249,6 +261,8 @@ def record_analysis(analysis: Analysis, opts: RecordOptions | None = None, *, db
     def tx() -> RecordResult:
         with write_session(engine) as s:
             job_id, job_gpus, job_price = _upsert_job(s, name, opts, derived_type, derived_gpus)
+            if opts.gpu_hour_cost is not None:
+                _price_unpriced_runs(s, job_id, opts.gpu_hour_cost)
             trace_id = _upsert_trace(s, analysis, chash, started)
             gpus = opts.gpus if opts.gpus is not None else int(job_gpus if job_gpus is not None else derived_gpus)
             price = opts.gpu_hour_cost if opts.gpu_hour_cost is not None else job_price
@@ -269,7 +283,7 @@ def record_analysis(analysis: Analysis, opts: RecordOptions | None = None, *, db
                     row = s.execute(select(AnalysisRow).where(AnalysisRow.trace_id == trace_id)).scalar_one()
                     status = "exists"
                 else:
-                    rows = _finding_rows(analysis, new_id, job_id, week, hours)
+                    rows = _finding_rows(analysis, new_id, job_id, week, hours, price)
                     if rows:
                         s.execute(FindingRow.__table__.insert(), rows)
                     row = s.get(AnalysisRow, new_id)
@@ -278,11 +292,11 @@ def record_analysis(analysis: Analysis, opts: RecordOptions | None = None, *, db
             if status == "exists" and not _same_versions(row, analysis, model_version):
                 # newer tool/schema/model: refresh in place, keeping the job, week and GPU-hours it was recorded with
                 keep = {"gpu_count": row.gpu_count, "gpu_hours": row.gpu_hours, "gpu_hours_source": row.gpu_hours_source,
-                        "gpu_hour_cost": row.gpu_hour_cost}
+                        "gpu_hour_cost": row.gpu_hour_cost, "usd": row.usd}
                 values.update(keep)
                 s.execute(update(AnalysisRow).where(AnalysisRow.id == row.id).values(**values))
                 s.execute(delete(FindingRow).where(FindingRow.analysis_id == row.id))
-                rows = _finding_rows(analysis, row.id, row.job_id, row.week, row.gpu_hours)
+                rows = _finding_rows(analysis, row.id, row.job_id, row.week, row.gpu_hours, row.gpu_hour_cost)
                 if rows:
                     s.execute(FindingRow.__table__.insert(), rows)
                 s.expire(row)

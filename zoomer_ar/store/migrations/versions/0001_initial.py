@@ -85,6 +85,7 @@ def upgrade() -> None:
         sa.Column("gpu_hours", sa.Float(), nullable=False, comment="the job's GPU-hours this run stands for"),
         sa.Column("gpu_hours_source", sa.String(20), nullable=False, comment="option | profiled"),
         sa.Column("gpu_hour_cost", sa.Float(), comment="USD per GPU-hour at record time"),
+        sa.Column("usd", sa.Float(), nullable=False, comment="gpu_hours x gpu_hour_cost (0 while no price is known)"),
         sa.Column("wall_ms", sa.Float(), nullable=False),
         sa.Column("step_ms", sa.Float(), nullable=False),
         sa.Column("profiler_steps", sa.Integer(), nullable=False),
@@ -120,13 +121,14 @@ def upgrade() -> None:
         sa.Column("pct_of_step", sa.Float(), nullable=False),
         sa.Column("gpu_hours_per_1000_steps", sa.Float(), nullable=False),
         sa.Column("wasted_gpu_hours", sa.Float(), nullable=False, comment="pct_of_step / 100 x the analysis' GPU-hours"),
+        sa.Column("wasted_usd", sa.Float(), nullable=False, comment="wasted_gpu_hours x the analysis' price"),
         sa.Column("detected_by", sa.String(20), nullable=False),
         sa.Column("figures", Json),
         sa.UniqueConstraint("analysis_id", "ordinal", name="uq_findings_analysis_ordinal"),
     )
     op.create_index("ix_findings_analysis_id", "findings", ["analysis_id"])
-    op.create_index("ix_findings_week_pattern", "findings", ["week", "pattern"])
-    op.create_index("ix_findings_job_pattern_week", "findings", ["job_id", "pattern", "week"])
+    op.create_index("ix_findings_week_pattern", "findings", ["week", "pattern", "job_id", "wasted_gpu_hours", "wasted_usd"])
+    op.create_index("ix_findings_job_week_pattern", "findings", ["job_id", "week", "pattern"])
 
     op.create_table(
         "verdicts",
