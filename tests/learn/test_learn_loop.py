@@ -64,7 +64,8 @@ def test_corpus_train_evaluate_promote_rollback(tmp_path, shared_traces, capsys)
     assert main(["models", "promote", "v0001", "--models", str(models), "--cache", str(cache), *common]) == 0
     assert current(models) == "v0001"
 
-    # a sabotaged copy that reports every pattern the guard allows is refused
+    # a sabotaged copy (says yes to everything) is refused: its held-out macro-F1 collapses (on the real
+    # traces the guard alone keeps it off every negative label)
     bad = models / "v0002"
     shutil.copytree(v1, bad)
     meta_bad = json.loads((bad / "meta.json").read_text())
@@ -75,7 +76,7 @@ def test_corpus_train_evaluate_promote_rollback(tmp_path, shared_traces, capsys)
     (bad / "meta.json").write_text(json.dumps(meta_bad))
     rc = main(["models", "promote", "v0002", "--models", str(models), "--cache", str(cache), *common])
     err = capsys.readouterr().err
-    assert rc != 0 and "promotion refused" in err and "real-trace label" in err
+    assert rc != 0 and "promotion refused" in err and "held-out macro-F1 drops" in err
     assert current(models) == "v0001"
 
     # a retrained model (same data, new seed) goes through the gate against v0001
@@ -96,3 +97,23 @@ def test_corpus_train_evaluate_promote_rollback(tmp_path, shared_traces, capsys)
     assert [h["action"] for h in history(models)][-1] == "rollback"
     assert main(["models", "list", "--models", str(models)]) == 0
     assert time.time() - t0 < 300
+
+
+def test_gate_refuses_a_model_that_loses_a_real_label(tmp_path, monkeypatch, shared_traces):
+    """The real-trace condition, isolated: a label the rules get right and the candidate gets wrong blocks it."""
+    from zoomer_ar.learn import registry
+
+    root = tmp_path / "models"
+    shipped = Path(__file__).resolve().parents[2] / "models"
+    version = current(shipped)
+    shutil.copytree(shipped / version, root / version)
+    real = {"items": [{"trace": "t", "pattern": "idle-gpu", "label": "negative", "probability": 0.9,
+                       "rules": True, "model": False, "ensemble": False}],
+            "labelled": 1, "correct": {"rules": 1, "model": 0, "ensemble": 0}}
+    monkeypatch.setattr(registry, "real_features", lambda traces, cache: [{"rel": "t"}])
+    monkeypatch.setattr(registry, "evaluate_real", lambda *a, **k: real)
+    rep = registry.gate(root, version, shared_traces, None)
+    assert not rep["ok"] and "loses 1 real-trace label" in rep["reasons"][0]
+    with pytest.raises(registry.GateError):
+        registry.promote(root, version, shared_traces, None)
+    assert registry.current(root) is None
