@@ -75,3 +75,6 @@ def test_unknown_fixers_and_unparsable_files_are_never_pruned():
     assert prefilter.candidates("x = 1\n", FileDiff("a.py", added={1}), ["some-new-fixer"]) == {"some-new-fixer"}
     broken = "from torch.utils.data import DataLoader\ndef f(:\n    DataLoader(ds)\n"
     assert "dataloader-workers" in prefilter.candidates(broken, FileDiff("b.py", added={1}), NAMES)
+    # a file that does not parse goes to libcst even when no fixer could match, so it is reported
+    assert prefilter.plan("def f(:\n", FileDiff("c.py", added={1}), NAMES) == (set(), True)
+    assert prefilter.plan("x = 1\n", FileDiff("c.py", added={1}), NAMES) == (set(), False)

@@ -266,8 +266,8 @@ def review(
             result.errors.append(FileNote(path=fd.path, message=f"cannot decode: {exc}"))
             continue
         result.files_reviewed += 1
-        cands = prefilter.candidates(text, fd, names) if use_prefilter else set(names)
-        if not cands:
+        cands, parse = prefilter.plan(text, fd, names) if use_prefilter else (set(names), True)
+        if not parse:
             continue
         sources[fd.path] = (fd, text)
         work.append(_Job(fd.path, text, tuple(sorted(cands))))

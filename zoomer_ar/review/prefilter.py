@@ -10,8 +10,9 @@ files in a large diff cannot hold a finding on their changed lines. Two conserva
    statement's text spells the fixer's name, or a name an import binds to it
    (``from torch.utils.data import DataLoader as DL`` makes ``DL`` count).
 
-A fixer this module does not know (a new file under ``fixers/``) always runs, and so does every
-fixer when :mod:`ast` cannot parse the file. tests/review checks that the filter never drops a
+A fixer this module does not know (a new file under ``fixers/``) always runs. A file :mod:`ast`
+cannot parse goes to libcst whatever tier 1 says, so that it is reported (or, where libcst parses
+newer syntax, reviewed with the tier-1 fixers). tests/review checks that the filter never drops a
 finding on the fixers' own examples.
 """
 
@@ -93,12 +94,12 @@ def region_candidates(source: str, fd: FileDiff, fixers: Iterable[str]) -> set[s
     """Tier 2: of ``fixers``, those that could flag code in a top-level statement the diff
     touches. None when :mod:`ast` cannot parse the source (then every fixer must run)."""
     fixers = set(fixers)
-    if not fixers:
-        return set()
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
+    if not fixers:
+        return set()
     lines = source.splitlines()
     region: list[ast.stmt] = []
     for stmt in tree.body:
@@ -140,11 +141,18 @@ def region_candidates(source: str, fd: FileDiff, fixers: Iterable[str]) -> set[s
     return out
 
 
-def candidates(source: str, fd: FileDiff, fixers: Iterable[str]) -> set[str]:
-    """The fixers worth running on this file for this diff."""
+def plan(source: str, fd: FileDiff, fixers: Iterable[str]) -> tuple[set[str], bool]:
+    """(the fixers worth running on this file for this diff, whether the file must be parsed
+    with libcst even without any: it does not parse with :mod:`ast`, so libcst reports why, or
+    parses it where ast cannot)."""
     names = list(fixers)
     first = file_candidates(source, names)
-    if not first:
-        return set()
     second = region_candidates(source, fd, first)
-    return first if second is None else second
+    if second is None:
+        return first, True
+    return second, bool(second)
+
+
+def candidates(source: str, fd: FileDiff, fixers: Iterable[str]) -> set[str]:
+    """The fixers worth running on this file for this diff."""
+    return plan(source, fd, fixers)[0]
