@@ -23,7 +23,7 @@ LOOKBACK_WEEKS = 4
 
 
 def _gh(v: float) -> str:
-    if v >= 100:
+    if v >= 10:
         return f"{v:,.0f}"
     if v >= 1:
         return f"{v:,.1f}"

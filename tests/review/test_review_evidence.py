@@ -1,0 +1,86 @@
+"""Measured cost on static findings: from a trace (--trace) and from the store (--db)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from review_testutil import make_analysis, must_hold_repo
+
+from zoomer_ar.review import review
+from zoomer_ar.review.render import render_markdown
+
+
+@pytest.fixture(scope="module")
+def sync_trace(tmp_path_factory):
+    """A synthetic GPU trace whose analysis shows sync-point (zoomer_ar.synth)."""
+    from zoomer_ar.synth.generator import generate
+
+    job = generate(3, plants=["sync-point"])
+    path = tmp_path_factory.mktemp("trace") / "rank0.json"
+    path.write_text(json.dumps(job.documents[0]))
+    return path
+
+
+def test_trace_evidence_is_attached_to_the_same_pattern(tmp_path, sync_trace):
+    repo = must_hold_repo(tmp_path / "r")
+    result = review(repo.path, "main", "feature", trace=sync_trace)
+    by_rule = {f.rule_id: f for f in result.findings}
+    ev = by_rule["sync-point"].evidence
+    assert len(ev) == 1 and ev[0].source == "trace"
+    assert "ms per step" in ev[0].text and "% of the step" in ev[0].text and "GPU-hours per 1,000 steps" in ev[0].text
+    assert ev[0].data["pct_of_step"] > 0
+    assert by_rule["single-tensor-optimizer"].evidence == []
+    assert any("measured cost from trace rank0.json" in n for n in result.notes)
+    assert "📈 measured in this code's trace" in render_markdown(result)
+
+
+def _record(url: str, job: str, findings: dict[str, float], week: str, gpu_hours: float, price: float | None = None):
+    from zoomer_ar.store import RecordOptions, record_analysis
+
+    record_analysis(make_analysis(job, findings), RecordOptions(job=job, week=week, gpu_hours=gpu_hours, gpu_hour_cost=price), db=url)
+
+
+def test_store_evidence_last_week(tmp_path):
+    from zoomer_ar.store import weeks as W
+    from zoomer_ar.store.db import dispose_engine
+
+    url = "sqlite:///" + str(tmp_path / "store.db")
+    last_week = W.shift(W.week_of(W.now()), -1)
+    try:
+        _record(url, "resnet", {"sync-point": 10.0, "dataloader-bound": 5.0}, last_week, 1000.0, price=2.0)
+        _record(url, "bert", {"sync-point": 2.0}, last_week, 1000.0)
+        _record(url, "old-job", {"single-tensor-optimizer": 50.0}, W.shift(last_week, -10), 1000.0)  # too old
+        repo = must_hold_repo(tmp_path / "r")
+        result = review(repo.path, "main", "feature", db=url)
+    finally:
+        dispose_engine(url)
+    by_rule = {f.rule_id: f for f in result.findings}
+    sync = [e.text for e in by_rule["sync-point"].evidence]
+    assert sync == ["this pattern cost 100 GPU-hours ($200) in job resnet last week; 120 GPU-hours across 2 jobs"]
+    assert [e.text for e in by_rule["dataloader-bound"].evidence] == ["this pattern cost 50 GPU-hours ($100) in job resnet last week"]
+    assert by_rule["single-tensor-optimizer"].evidence == []
+    assert by_rule["sync-point"].evidence[0].data["week"] == last_week
+
+
+def test_store_evidence_for_a_given_week_and_an_older_week(tmp_path):
+    from zoomer_ar.store.db import dispose_engine
+
+    url = "sqlite:///" + str(tmp_path / "store.db")
+    try:
+        _record(url, "vit", {"dataloader-bound": 20.0}, "2026-W10", 500.0)
+        repo = must_hold_repo(tmp_path / "r")
+        result = review(repo.path, "main", "feature", db=url, db_week="2026-W12")
+    finally:
+        dispose_engine(url)
+    ev = {f.rule_id: [e.text for e in f.evidence] for f in result.findings}
+    assert ev["dataloader-bound"] == ["this pattern cost 100 GPU-hours in job vit in week 2026-W10"]
+
+
+def test_missing_store_is_a_note_not_an_error(tmp_path):
+    repo = must_hold_repo(tmp_path / "r")
+    missing = tmp_path / "nope.db"
+    result = review(repo.path, "main", "feature", db=str(missing))
+    assert len(result.findings) == 3 and all(not f.evidence for f in result.findings)
+    assert any("no store at" in n for n in result.notes)
+    assert not missing.exists()  # the store is read, never created
