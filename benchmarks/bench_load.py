@@ -65,6 +65,12 @@ def _status_kb(key: str) -> int:
     return 0
 
 
+def _cpu(resource) -> float:
+    """CPU seconds of this process (all threads) and of its waited-for children."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def _child(kind: str, path: str, out: str) -> None:
     import resource
 
@@ -76,6 +82,7 @@ def _child(kind: str, path: str, out: str) -> None:
 
         import_s = time.perf_counter() - t0
         rss_base = _status_kb("VmRSS")
+        c1 = _cpu(resource)
         t1 = time.perf_counter()
         job = load_job(path)
         t2 = time.perf_counter()
@@ -91,6 +98,7 @@ def _child(kind: str, path: str, out: str) -> None:
 
         import_s = time.perf_counter() - t0
         rss_base = _status_kb("VmRSS")
+        c1 = _cpu(resource)
         t1 = time.perf_counter()
         analysis = TraceAnalysis(trace_dir=path)
         t2 = time.perf_counter()
@@ -107,16 +115,19 @@ def _child(kind: str, path: str, out: str) -> None:
         rss_base = _status_kb("VmRSS")
         if kind == "msgspec-nogc":
             gc.disable()
+        c1 = _cpu(resource)
         t1 = time.perf_counter()
         doc = msgspec.json.decode(Path(path).read_bytes())
         t3 = time.perf_counter()
         result.update(events=len(doc["traceEvents"]) if isinstance(doc, dict) else len(doc), load_s=t3 - t1, features_s=0.0)
     else:
         raise SystemExit(f"unknown kind {kind}")
+    cpu_s = _cpu(resource) - c1
     children_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     result.update(
         import_s=import_s,
         work_s=t3 - t1,
+        cpu_s=cpu_s,
         rss_base_mb=rss_base / 1024,
         peak_self_mb=_status_kb("VmHWM") / 1024,
         peak_children_mb=children_kb / 1024,
@@ -159,6 +170,7 @@ def measure(kind: str, path: Path, repeat: int, timeout: float) -> dict | None:
     best = dict(best)
     best["peak_mb"] = min(r["peak_mb"] for r in runs)
     best["work_mem_mb"] = min(r["work_mem_mb"] for r in runs)
+    best["cpu_s"] = min(r["cpu_s"] for r in runs)
     best["runs_s"] = [round(r["work_s"], 4) for r in runs]
     return best
 
@@ -227,6 +239,7 @@ def part_a(traces: list[str], repeat: int, hta: bool, timeout: float) -> list[di
             row = {"trace": rel, "mb": _size_mb(src), "zoomer": z, "hta": h}
             if z and "error" not in z and h and "error" not in h:
                 row["speedup"] = h["work_s"] / z["work_s"]
+                row["cpu_ratio"] = h["cpu_s"] / z["cpu_s"]
                 row["mem_ratio"] = z["peak_mb"] / h["peak_mb"]
                 row["work_mem_ratio"] = z["work_mem_mb"] / max(h["work_mem_mb"], 1e-9)
             rows.append(row)
@@ -235,22 +248,26 @@ def part_a(traces: list[str], repeat: int, hta: bool, timeout: float) -> list[di
 
 
 def _print_a_header() -> None:
-    print(f"  {'trace':<46} {'MB gz':>6} {'events':>8} | {'zoomer s':>8} {'peak MB':>8} | "
-          f"{'HTA s':>7} {'peak MB':>8} | {'speedup':>7} {'mem':>6}", flush=True)
+    print(f"  {'trace':<38} {'MB gz':>5} {'events':>7} | {'zoomer s':>8} {'cpu s':>6} {'peak MB':>7} | "
+          f"{'HTA s':>6} {'cpu s':>6} {'peak MB':>7} | {'time':>6} {'cpu':>6} {'mem':>5}", flush=True)
 
 
 def _print_a_row(row: dict) -> None:
     z, h = row["zoomer"] or {}, row["hta"] or {}
-    name = row["trace"] if len(row["trace"]) <= 46 else "..." + row["trace"][-43:]
-    zs = f"{_fmt(z.get('work_s'), '8.3f')} {_fmt(z.get('peak_mb'), '8.0f')}" if "error" not in z else f"{'error':>17}"
-    if not h:
-        hs = f"{'-':>7} {'-':>8}"
-    elif "error" in h:
-        hs = f"{'HTA failed':>16}"
+    name = row["trace"] if len(row["trace"]) <= 38 else "..." + row["trace"][-35:]
+    if "error" in z:
+        zs = f"{'error':>23}"
     else:
-        hs = f"{h['work_s']:7.2f} {h['peak_mb']:8.0f}"
-    print(f"  {name:<46} {row['mb']:6.1f} {z.get('events', 0):8d} | {zs} | {hs} | "
-          f"{_fmt(row.get('speedup'), '6.1f')}x {_fmt(row.get('mem_ratio'), '6.2f')}", flush=True)
+        zs = f"{z['work_s']:8.3f} {z['cpu_s']:6.3f} {z['peak_mb']:7.0f}"
+    if not h:
+        hs = f"{'-':>6} {'-':>6} {'-':>7}"
+    elif "error" in h:
+        hs = f"{'HTA failed':>21}"
+    else:
+        hs = f"{h['work_s']:6.2f} {h['cpu_s']:6.2f} {h['peak_mb']:7.0f}"
+    print(f"  {name:<38} {row['mb']:5.1f} {z.get('events', 0):7d} | {zs} | {hs} | "
+          f"{_fmt(row.get('speedup'), '5.1f')}x {_fmt(row.get('cpu_ratio'), '5.1f')}x {_fmt(row.get('mem_ratio'), '5.2f')}",
+          flush=True)
     for who, r in (("zoomer", z), ("HTA", h)):
         if r and "error" in r:
             print(f"    {who} could not load it: {r['error']}", flush=True)
@@ -278,6 +295,8 @@ def part_b(size_gb: float, repeat: int, timeout: float, out: Path | None, keep: 
     if all(r and "error" not in r for r in (z, m, mn)):
         res["ratio_vs_msgspec"] = z["work_s"] / m["work_s"]
         res["ratio_vs_msgspec_nogc"] = z["work_s"] / mn["work_s"]
+        res["cpu_ratio_vs_msgspec"] = z["cpu_s"] / m["cpu_s"]
+        res["cpu_ratio_vs_msgspec_nogc"] = z["cpu_s"] / mn["cpu_s"]
         res["mem_vs_msgspec"] = z["peak_mb"] / m["peak_mb"]
     if not keep and out is None:
         path.unlink(missing_ok=True)
@@ -342,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
             r = large[kind]
             if r and "error" not in r:
                 extra = f"  (load {r['load_s']:.2f} s + features {r['features_s']:.2f} s)" if kind == "zoomer" else ""
-                print(f"  {label:<26} {r['work_s']:8.2f} s   peak {r['peak_mb']:8.0f} MB{extra}")
+                print(f"  {label:<26} {r['work_s']:8.2f} s  cpu {r['cpu_s']:7.2f} s  peak {r['peak_mb']:6.0f} MB{extra}")
             else:
                 print(f"  {label:<26} failed: {(r or {}).get('error')}")
 
@@ -350,9 +369,11 @@ def main(argv: list[str] | None = None) -> int:
     with_hta = [r for r in rows if "speedup" in r]
     if with_hta:
         sp = [r["speedup"] for r in with_hta]
+        cp = [r["cpu_ratio"] for r in with_hta]
         mem = [r["mem_ratio"] for r in with_hta]
         wm = [r["work_mem_ratio"] for r in with_hta]
         print(f"  vs HTA over {len(with_hta)} traces: time {_geomean(sp):.1f}x faster (geomean; min {min(sp):.1f}x), "
+              f"CPU time {_geomean(cp):.1f}x less (geomean; min {min(cp):.1f}x), "
               f"peak memory {_geomean(mem):.2f} of HTA's (geomean; max {max(mem):.2f}); "
               f"memory above imports {_geomean(wm):.2f} of HTA's (max {max(wm):.2f})")
         hit_t, hit_m = min(sp) >= TARGET_HTA_SPEEDUP, max(mem) <= TARGET_HTA_MEMORY
@@ -364,7 +385,8 @@ def main(argv: list[str] | None = None) -> int:
     if large and "ratio_vs_msgspec" in large:
         hit = large["ratio_vs_msgspec"] <= TARGET_MSGSPEC_RATIO
         print(f"  vs raw msgspec on {large['bytes'] / 1e9:.2f} GB: {large['ratio_vs_msgspec']:.2f}x its time with gc on, "
-              f"{large['ratio_vs_msgspec_nogc']:.2f}x with gc off; peak memory {large['mem_vs_msgspec']:.2f} of its peak")
+              f"{large['ratio_vs_msgspec_nogc']:.2f}x with gc off (CPU time: {large['cpu_ratio_vs_msgspec']:.2f}x, "
+              f"{large['cpu_ratio_vs_msgspec_nogc']:.2f}x); peak memory {large['mem_vs_msgspec']:.2f} of its peak")
         print(f"    target within {TARGET_MSGSPEC_RATIO}x of msgspec (gc on): {'met' if hit else 'MISSED'}; "
               f"(gc off): {'met' if large['ratio_vs_msgspec_nogc'] <= TARGET_MSGSPEC_RATIO else 'MISSED'}")
     total = time.perf_counter() - started

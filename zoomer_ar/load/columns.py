@@ -270,10 +270,7 @@ def _raw_sparse(values: list, offset: int, cache: dict[bytes, Any]) -> dict[int,
     if values.count(None) == n:
         return {}
     idx = list(compress(range(n), map(is_not, values, repeat(None))))
-    keys = list(map(bytes, map(values.__getitem__, idx)))
-    for key in set(keys).difference(cache):
-        cache[key] = msgspec.json.decode(key)
-    got = list(map(cache.__getitem__, keys))
+    got = _decode_raws(list(map(values.__getitem__, idx)), cache)
     if None in got:  # JSON null: absent, as for a field that decodes to None
         return {offset + i: v for i, v in zip(idx, got) if v is not None}
     return dict(zip(map(offset.__add__, idx), got))
@@ -282,8 +279,9 @@ def _raw_sparse(values: list, offset: int, cache: dict[bytes, Any]) -> dict[int,
 def _decode_raws(values: list, cache: dict[bytes, Any]) -> list[Any]:
     """Decoded msgspec.Raw values; each distinct JSON text is decoded once and the value shared."""
     keys = list(map(bytes, values))
-    for key in set(keys).difference(cache):
-        cache[key] = msgspec.json.decode(key)
+    new = list(set(keys).difference(cache))
+    if new:  # one decoder call for all new texts (they are valid JSON values, msgspec cut them out)
+        cache.update(zip(new, msgspec.json.decode(b"[" + b",".join(new) + b"]")))
     return list(map(cache.__getitem__, keys))
 
 

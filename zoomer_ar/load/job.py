@@ -325,7 +325,7 @@ def _add_slice(buf: bytearray, end: int, builder: ColumnBuilder) -> None:
 
 
 class _Consumer:
-    def __init__(self, path: Path, chunks: queue.Queue, progress: Progress | None) -> None:
+    def __init__(self, path: Path, chunks, progress: Progress | None) -> None:
         self.path = path
         self.chunks = chunks
         self.progress = progress
@@ -440,25 +440,53 @@ class _Consumer:
         return self.sha, head, trace
 
 
+class _InlineChunks:
+    """The reader thread's protocol (`get()` -> (chunk, bytes read) ... (None, sha256)), run in
+    this thread: for small files a thread costs more than it overlaps."""
+
+    def __init__(self, path: Path, max_bytes: int) -> None:
+        self._chunks = iter_trace_chunks(path, max_bytes=max_bytes, chunk=STREAM_READ)
+        self._sha = hashlib.sha256()
+
+    def get(self) -> tuple:
+        try:
+            data, read = next(self._chunks)
+        except StopIteration:
+            return None, self._sha.hexdigest()
+        except Exception as exc:  # noqa: BLE001 - the consumer falls back
+            return exc, None
+        self._sha.update(data)
+        return data, read
+
+
+THREAD_MIN_FILE_BYTES = 1 << 20  # smaller files are read in the decoding thread
+
+
 def stream_trace(
     path: Path, *, max_bytes: int = DEFAULT_MAX_BYTES, progress: Progress | None = None
 ) -> tuple[str, RawTrace, RankTrace] | None:
     """(sha256 of the JSON, top-level keys, columns), or None where the whole-document path must decide."""
     if not isinstance(path, Path) or not path.is_file():
         return None
-    chunks: queue.Queue = queue.Queue(maxsize=4)
+    threaded = path.stat().st_size >= THREAD_MIN_FILE_BYTES
     stop = threading.Event()
-    reader = threading.Thread(target=_produce, args=(path, max_bytes, chunks, stop), daemon=True,
-                              name="zoomer-trace-reader")
+    if threaded:
+        chunks = queue.Queue(maxsize=4)
+        reader = threading.Thread(target=_produce, args=(path, max_bytes, chunks, stop), daemon=True,
+                                  name="zoomer-trace-reader")
+    else:
+        chunks = _InlineChunks(path, max_bytes)
     gc_was_enabled = gc.isenabled()
     gc.disable()  # millions of short-lived objects: generational GC passes would dominate
-    reader.start()
+    if threaded:
+        reader.start()
     try:
         return _Consumer(path, chunks, progress).run()
     except Exception:  # noqa: BLE001 - anything unexpected: the whole-document path decides
         return None
     finally:
         stop.set()
-        reader.join()
+        if threaded:
+            reader.join()
         if gc_was_enabled:
             gc.enable()
