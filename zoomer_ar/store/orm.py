@@ -182,3 +182,6 @@ class Verdict(Base):
     source: Mapped[str] = mapped_column(String(40), default="human")
     note: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+from . import service_tables as _service_tables  # noqa: E402,F401 - registers the service tables on Base
