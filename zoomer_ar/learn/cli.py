@@ -65,7 +65,7 @@ def corpus_stats(path) -> None:
 
 @corpus.command("sample")
 @click.argument("seed", type=int)
-@click.option("--out", type=P(), required=True, help="Folder for the generated rank-<r>.json traces and labels.json.")
+@click.option("--out", type=P(), required=True, help="Folder for the generated rank-<r>.json traces and labels.yaml.")
 @click.option("--plant", multiple=True, type=click.Choice(PATTERN_IDS), help="Force planted patterns.")
 def corpus_sample(seed, out, plant) -> None:
     """Write one generated job as Kineto trace files (to look at, or to `analyze`)."""
@@ -75,9 +75,12 @@ def corpus_sample(seed, out, plant) -> None:
     g = generate(seed, list(plant) if plant else None)
     out = Path(out)
     write_documents(g.documents, out)
-    (out / "labels.json").write_text(json.dumps({"labels": g.labels, "costs": g.costs, "truth": g.truth,
-                                                 "spec": g.spec.to_dict()}, indent=1, default=float) + "\n")
-    click.echo(f"wrote {len(g.documents)} rank file(s) and labels.json to {out}; planted: {', '.join(g.spec.planted) or 'nothing'}")
+    import yaml
+
+    doc = json.loads(json.dumps({"labels": g.labels, "costs": g.costs, "truth": g.truth, "spec": g.spec.to_dict()},
+                                default=float))
+    (out / "labels.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))  # not *.json: analyze would try it as a trace
+    click.echo(f"wrote {len(g.documents)} rank file(s) and labels.yaml to {out}; planted: {', '.join(g.spec.planted) or 'nothing'}")
 
 
 @click.command("train")

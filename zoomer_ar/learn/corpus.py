@@ -32,7 +32,7 @@ import yaml
 
 from ..features import FEATURE_SCHEMA_VERSION, extract
 from ..load import Job, load_job
-from ..load.columns import RankTrace
+from ..load.columns import PH_META, RankTrace
 from ..models import PATTERN_IDS
 from ..paths import PROJECT_DIR, TRAINING_DATA_DIR
 from ..synth import augment as A
@@ -81,7 +81,7 @@ class BuildConfig:
 def crop(t: RankTrace, t0: float, t1: float) -> RankTrace:
     """The events of a trace inside [t0, t1] (sparse per-event columns re-indexed)."""
     end = t.ts + t.dur
-    keep = ((t.ts >= t0 - 0.5) & (end <= t1 + 0.5)) | (t.ph == 5)
+    keep = ((t.ts >= t0 - 0.5) & (end <= t1 + 0.5)) | (t.ph == PH_META)
     new_index = np.cumsum(keep) - 1
     c = A.clone_trace(t)
     for name in ("ts", "dur", "ph", "cat", "name", "pid", "tid", "correlation", "stream", "device", "external_id",

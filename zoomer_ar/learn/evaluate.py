@@ -123,11 +123,26 @@ def real_entries(traces: Path) -> list[dict[str, Any]]:
     return out
 
 
+def extractor_fingerprint() -> str:
+    """A hash of the load and features stages' source: cached features are stale when either changes."""
+    import zoomer_ar.features as features_pkg
+    import zoomer_ar.load as load_pkg
+
+    h = hashlib.sha256()
+    for pkg in (load_pkg, features_pkg):
+        for f in sorted(Path(pkg.__file__).parent.glob("*.py")):
+            h.update(f.name.encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:12]
+
+
 def real_features(traces: Path, cache_dir: Path | None = DEFAULT_CACHE) -> list[dict[str, Any]]:
-    """LABELS.yaml traces with their feature vectors (cached by content hash and schema version)."""
+    """LABELS.yaml traces with their feature vectors (cached by content hash, schema version and the
+    extractor's source fingerprint)."""
     entries = real_entries(traces)
     cache: dict[str, Any] = {}
-    cache_file = cache_dir / f"real-features-{FEATURE_SCHEMA_VERSION}.jsonl" if cache_dir else None
+    cache_file = (cache_dir / f"real-features-{FEATURE_SCHEMA_VERSION}-{extractor_fingerprint()}.jsonl"
+                  if cache_dir else None)
     if cache_file and cache_file.is_file():
         for line in cache_file.read_text().splitlines():
             rec = json.loads(line)

@@ -133,7 +133,8 @@ class _Rank:
         self.corr += 1
         ts = self.h
         self.h += dur
-        self.r.launch_durs.append(dur) if api.endswith("LaunchKernel") else None
+        if api.endswith("LaunchKernel"):
+            self.r.launch_durs.append(dur)
         self._x(api, "cuda_runtime", ts, dur, {"External id": ext, "correlation": corr})
         return ts, self.h, corr
 
