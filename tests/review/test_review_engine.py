@@ -297,3 +297,41 @@ def test_parallel_and_sequential_agree(tmp_path):
     par = review(repo.path, "main", "feature", jobs=2)
     assert [f.model_dump() for f in seq.findings] == [f.model_dump() for f in par.findings]
     assert len(seq.findings) == 12 * 4  # new files: evaluate()'s DataLoader too
+
+
+def test_odd_paths_are_read_back(tmp_path):
+    from zoomer_ar.review.diff import collect
+
+    repo = GitRepo(tmp_path / "r")
+    repo.write("keep.py", "x = 1\n")
+    repo.commit("base")
+    repo.branch("feature")
+    names = ["sp ace.py", "ünïcödé.py", 'quo"te.py', "tab\there.py", "dir with space/b a.py"]
+    for n in names:
+        repo.write(n, "from torch.utils.data import DataLoader\nloader = DataLoader(ds)\n")
+    repo.write("bin ary.py", b"\x00\x01")
+    repo.commit("odd names")
+    diff = collect(repo.path, "main", "feature")
+    assert sorted(f.path for f in diff.files) == sorted([*names, "bin ary.py"])
+    assert [f.binary for f in diff.files if f.path == "bin ary.py"] == [True]
+    result = review(repo.path, "main", "feature")
+    assert sorted(f.path for f in result.findings) == sorted(names)
+    assert [s.path for s in result.skipped] == ["bin ary.py"]
+
+
+def test_rename_with_edit_and_pure_rename(tmp_path):
+    from zoomer_ar.review.diff import collect
+
+    repo = GitRepo(tmp_path / "r")
+    repo.write("a.py", FEATURE_TRAIN)
+    repo.write("b.py", FEATURE_TRAIN)
+    repo.commit("base")
+    repo.branch("feature")
+    repo.git("mv", "a.py", "renamed.py")
+    repo.git("mv", "b.py", "edited.py")
+    repo.write("edited.py", FEATURE_TRAIN.replace("lr=1e-3", "lr=2e-3"))
+    repo.commit("renames")
+    by_path = {f.path: f for f in collect(repo.path, "main", "feature").files}
+    assert by_path["renamed.py"].status == "renamed" and by_path["renamed.py"].old_path == "a.py" and not by_path["renamed.py"].changed
+    assert by_path["edited.py"].status == "renamed" and by_path["edited.py"].added == {line_of(FEATURE_TRAIN, "lr=1e-3")}
+    assert [(f.path, f.rule_id) for f in review(repo.path, "main", "feature").findings] == [("edited.py", "single-tensor-optimizer")]

@@ -27,6 +27,19 @@ ALIASES = [
     "import torch\nfrom torchvision.models import resnet50 as build\nmodel = build()\n",
     "import torch\n\ndef train(model, loader, opt):\n    for step, batch in enumerate(loader):\n        running = batch\n        value = running.cpu()\n",
     "import torch\n\n\nmodel = Net().cuda()\n\n\ndef step(opt):\n    loss.backward()\n    opt.step()\n",
+    # statement structures: try/except, with, nested loops, inline suites, match, decorators, else blocks
+    "import torch\nfrom torch.utils.data import DataLoader\n\ndef f(ds):\n    try:\n        x = 1\n    except ValueError:\n"
+    "        loader = DataLoader(ds)\n    else:\n        other = DataLoader(\n            ds,\n        )\n    finally:\n        pass\n",
+    "import torch\n\ndef f(loader, model):\n    with torch.no_grad():\n        for epoch in range(3):\n            for x in loader:\n"
+    "                loss = model(x)\n                print(loss.item())\n",
+    "import torch\n\ndef f(loader, model):\n    for x in loader: v = model(x).item(); w = 2\n    while True: torch.cuda.synchronize()\n",
+    "import torch\n\ndef f(cmd, loader, model):\n    for x in loader:\n        match cmd:\n            case {'a': 1}:\n"
+    "                y = model(x).cpu()\n            case _:\n                pass\n",
+    "import torch\nimport functools\n\n@functools.lru_cache(\n    maxsize=torch.zeros(3).to('cuda').numel(),\n)\ndef f():\n    return 1\n",
+    "import torch\n\ndef f(model, loader):\n    for x in loader:\n        y = model(x)\n    else:\n        torch.cuda.empty_cache()\n"
+    "    for p in model.parameters():\n        if p.grad is not None:\n            p.grad.zero_()\n",
+    "import torch\nfrom torch import optim\n\n\nclass Trainer:\n    def __init__(self, model):\n        self.model = model\n"
+    "        self.opt = optim.SGD(\n            model.parameters(),\n            lr=0.1,\n        )\n",
 ]
 
 
@@ -49,6 +62,7 @@ SOURCES = _sources()
 def test_prefilter_keeps_every_reviewable_finding(name, source, options):
     selection = fix_engine.select_fixers(None, None, options or None)
     matches = fix_engine.detect_source(source, "x.py", selection)
+    assert matches or not name.startswith("alias"), "an alias/structure case must plant a finding"
     n = len(source.splitlines())
     for line in range(1, n + 1):
         for fd in (FileDiff("x.py", added={line}), FileDiff("x.py", deletions={line})):

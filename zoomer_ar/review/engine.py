@@ -36,7 +36,8 @@ _BLOCK_STARTS = ("for ", "for(", "while ", "while(", "async for ", "with ", "asy
 class _Job:
     path: str
     text: str
-    fixers: tuple[str, ...]
+    fd: FileDiff
+    prefilter: bool = True
 
 
 # --------------------------------------------------------------------------------------------
@@ -57,26 +58,33 @@ def _selection(select: tuple[str, ...], ignore: tuple[str, ...], options_key: st
     return sel
 
 
-def _detect(job: _Job, select: tuple[str, ...], ignore: tuple[str, ...], options_key: str) -> tuple[str, list[dict], FileNote | None]:
+_Out = tuple[str, list[dict], "FileNote | None", bool]
+
+
+def _detect(job: _Job, select: tuple[str, ...], ignore: tuple[str, ...], options_key: str) -> _Out:
+    """(path, matches, error, parsed): the prefilter, then the selected fixers the prefilter keeps."""
     sel = _selection(select, ignore, options_key)
-    wanted = set(job.fixers)
+    names = [f.name for f in sel.fixers]
+    wanted, parse = prefilter.plan(job.text, job.fd, names) if job.prefilter else (set(names), True)
+    if not parse:
+        return job.path, [], None, False
     subset = fix_engine.Selection(tuple(f for f in sel.fixers if f.name in wanted), sel.fixing)
     try:
         matches = fix_engine.detect_source(job.text, job.path, subset)
     except SourceParseError as exc:
-        return job.path, [], FileNote(path=job.path, line=exc.line, column=exc.column, message=f"cannot parse: {exc.reason}")
+        return job.path, [], FileNote(path=job.path, line=exc.line, column=exc.column, message=f"cannot parse: {exc.reason}"), True
     except fix_engine.FixerCrash as exc:
-        return job.path, [], FileNote(path=job.path, message=str(exc))
+        return job.path, [], FileNote(path=job.path, message=str(exc)), True
     except RecursionError:
-        return job.path, [], FileNote(path=job.path, message="cannot analyse: too deeply nested")
-    return job.path, [m.model_dump() for m in matches], None
+        return job.path, [], FileNote(path=job.path, message="cannot analyse: too deeply nested"), True
+    return job.path, [m.model_dump() for m in matches], None, True
 
 
-def _detect_chunk(jobs: list[_Job], select: tuple[str, ...], ignore: tuple[str, ...], options_key: str) -> list[tuple[str, list[dict], FileNote | None]]:
+def _detect_chunk(jobs: list[_Job], select: tuple[str, ...], ignore: tuple[str, ...], options_key: str) -> list[_Out]:
     return [_detect(j, select, ignore, options_key) for j in jobs]
 
 
-def _run_jobs(jobs: list[_Job], select: tuple[str, ...], ignore: tuple[str, ...], options_key: str, workers: int) -> list[tuple[str, list[dict], FileNote | None]]:
+def _run_jobs(jobs: list[_Job], select: tuple[str, ...], ignore: tuple[str, ...], options_key: str, workers: int) -> list[_Out]:
     if workers <= 1 or len(jobs) < PARALLEL_MIN_FILES or sys.platform == "win32":
         return [_detect(j, select, ignore, options_key) for j in jobs]
     import multiprocessing as mp
@@ -93,7 +101,7 @@ def _run_jobs(jobs: list[_Job], select: tuple[str, ...], ignore: tuple[str, ...]
         i = sizes.index(min(sizes))
         chunks[i].append(j)
         sizes[i] += len(j.text) + 1000
-    out: list[tuple[str, list[dict], FileNote | None]] = []
+    out: list[_Out] = []
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
         futures = [pool.submit(_detect_chunk, c, select, ignore, options_key) for c in chunks if c]
         for fut in futures:
@@ -230,7 +238,6 @@ def review(
 
     options_key = json.dumps(cfg.options, sort_keys=True) if cfg.options else ""
     selection = _selection(tuple(sel_ids), tuple(ign_ids), options_key)
-    names = [f.name for f in selection.fixers]
     result = ReviewResult(
         repo=str(diff.root), base=base, base_sha=diff.base_sha, head=head, head_sha=diff.head_sha,
         merge_base_sha=diff.merge_base_sha, files_changed=len(diff.files), config_source=cfg.source,
@@ -266,17 +273,14 @@ def review(
             result.errors.append(FileNote(path=fd.path, message=f"cannot decode: {exc}"))
             continue
         result.files_reviewed += 1
-        cands, parse = prefilter.plan(text, fd, names) if use_prefilter else (set(names), True)
-        if not parse:
-            continue
         sources[fd.path] = (fd, text)
-        work.append(_Job(fd.path, text, tuple(sorted(cands))))
+        work.append(_Job(fd.path, text, fd, use_prefilter))
     if excluded:
         result.notes.append(f"{excluded} changed Python file{'s' if excluded != 1 else ''} excluded by [tool.zoomer-ar] exclude")
-    result.files_parsed = len(work)
     workers = jobs if jobs is not None else min(os.cpu_count() or 1, 8)
     findings: list[ReviewFinding] = []
-    for path, dumped, note in _run_jobs(work, tuple(sel_ids), tuple(ign_ids), options_key, workers):
+    for path, dumped, note, parsed in _run_jobs(work, tuple(sel_ids), tuple(ign_ids), options_key, workers):
+        result.files_parsed += parsed
         if note is not None:
             result.errors.append(note)
             continue

@@ -5,9 +5,10 @@ files in a large diff cannot hold a finding on their changed lines. Two conserva
 
 1. file: a fixer's finding needs its names somewhere in the file (``DataLoader`` for the
    dataloader fixer; an aliased import still spells the original name in the import);
-2. region: a finding reported by review overlaps a changed line, so the flagged code lies inside
-   a top-level statement (found with :mod:`ast`, which is fast) that overlaps the change, and that
-   statement's text spells the fixer's name, or a name an import binds to it
+2. region: a finding reported by review overlaps a changed line, so the flagged code lies in a
+   statement (found with :mod:`ast`, which is fast) containing that line: the simple statement,
+   the header of an enclosing compound statement, or an enclosing loop (loops are flagged whole).
+   That code must spell the fixer's name, or a name an import binds to it
    (``from torch.utils.data import DataLoader as DL`` makes ``DL`` count).
 
 A fixer this module does not know (a new file under ``fixers/``) always runs. A file :mod:`ast`
@@ -19,7 +20,9 @@ finding on the fixers' own examples.
 from __future__ import annotations
 
 import ast
+import bisect
 import re
+import warnings
 from functools import lru_cache
 from typing import Iterable
 
@@ -67,17 +70,45 @@ def file_candidates(source: str, fixers: Iterable[str]) -> set[str]:
     return out
 
 
-def _span(stmt: ast.stmt) -> tuple[int, int]:
-    start = stmt.lineno
+def _span(stmt: ast.AST) -> tuple[int, int]:
+    start = stmt.lineno  # type: ignore[attr-defined]
     for dec in getattr(stmt, "decorator_list", ()) or ():
         start = min(start, dec.lineno)
-    return start, stmt.end_lineno or stmt.lineno
+    return start, getattr(stmt, "end_lineno", None) or start
+
+
+_LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith)
+
+
+def _blocks(node: ast.AST) -> list[tuple[int | None, list[ast.stmt]]]:
+    """The statement lists of a compound statement, each with the first line of its own header
+    (``except X:``, ``case P:``) when it has one."""
+    out: list[tuple[int | None, list[ast.stmt]]] = []
+    for name in ("body", "orelse", "finalbody"):
+        block = getattr(node, name, None)
+        if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
+            out.append((None, block))
+    for h in getattr(node, "handlers", None) or ():
+        out.append((h.lineno, h.body))
+    for c in getattr(node, "cases", None) or ():
+        out.append((c.pattern.lineno, c.body))
+    return out
+
+
+def _statements(body: list[ast.stmt]):
+    """Every statement, nested ones included (no expressions: imports and classes are statements)."""
+    stack = list(reversed(body))
+    while stack:
+        s = stack.pop()
+        yield s
+        for _, block in reversed(_blocks(s)):
+            stack.extend(reversed(block))
 
 
 def _imports(tree: ast.Module) -> dict[str, str]:
     """bound name -> full dotted name, for every import in the file (any depth)."""
     out: dict[str, str] = {}
-    for node in ast.walk(tree):
+    for node in _statements(tree.body):
         if isinstance(node, ast.Import):
             for a in node.names:
                 if a.asname:
@@ -90,25 +121,86 @@ def _imports(tree: ast.Module) -> dict[str, str]:
     return out
 
 
-def region_candidates(source: str, fd: FileDiff, fixers: Iterable[str]) -> set[str] | None:
-    """Tier 2: of ``fixers``, those that could flag code in a top-level statement the diff
-    touches. None when :mod:`ast` cannot parse the source (then every fixer must run)."""
-    fixers = set(fixers)
+class _Region:
+    """The code a finding on the touched lines can flag.
+
+    A finding overlaps a touched line L, so the statement holding the flagged code (the flagged
+    node itself for a whole loop) contains L. Of each statement containing L: a simple statement
+    whole; a compound statement its header (decorators, the ``for``/``if``/``def`` line(s), the
+    ``except``/``case`` line of the block holding L), a loop or ``with`` whole (loops are flagged
+    whole)."""
+
+    def __init__(self, tree: ast.Module, touched: list[int]):
+        self.touched = touched  # sorted
+        self.lines: set[int] = set()
+        self.simple: list[ast.stmt] = []
+        self._visit(tree.body)
+
+    def _hits(self, a: int, b: int) -> bool:
+        i = bisect.bisect_left(self.touched, a)
+        return i < len(self.touched) and self.touched[i] <= b
+
+    def _add(self, a: int, b: int) -> None:
+        self.lines.update(range(a, b + 1))
+
+    def _visit(self, body: list[ast.stmt]) -> None:
+        for s in body:
+            a, b = _span(s)
+            if not self._hits(a, b):
+                continue
+            blocks = _blocks(s)
+            if not blocks:
+                self._add(a, b)
+                self.simple.append(s)
+                continue
+            first_body = min(blk[0].lineno for _, blk in blocks)
+            self._add(a, max(a, first_body - 1))
+            if isinstance(s, _LOOPS):
+                self._add(a, b)
+            for head, blk in blocks:
+                start = _span(blk[0])[0]
+                if head is not None and self._hits(head, _span(blk[-1])[1]):
+                    self._add(head, max(head, start - 1))
+                self._visit(blk)
+
+    def text(self, source_lines: list[str]) -> str:
+        return "\n".join(source_lines[n - 1] for n in sorted(self.lines) if 0 < n <= len(source_lines))
+
+
+def _parse(source: str) -> ast.Module | None:
     try:
-        tree = ast.parse(source)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+def compiles(source: str) -> bool:
+    """A cheap syntax check (bytecode compile, about twice as fast as building an AST)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(source, "<review>", "exec", dont_inherit=True)
+        return True
+    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+        return False
+
+
+def region_candidates(source: str, fd: FileDiff, fixers: Iterable[str]) -> set[str] | None:
+    """Tier 2: of ``fixers``, those that could flag code in the statements the diff touches.
+    None when :mod:`ast` cannot parse the source (then every fixer must run)."""
+    fixers = set(fixers)
+    tree = _parse(source)
+    if tree is None:
         return None
     if not fixers:
         return set()
-    lines = source.splitlines()
-    region: list[ast.stmt] = []
-    for stmt in tree.body:
-        a, b = _span(stmt)
-        if fd.touches(a, b, block=True):
-            region.append(stmt)
-    if not region:
+    touched = sorted(fd.added | {k for g in fd.deletions for k in (g, g + 1)})
+    region = _Region(tree, touched)
+    if not region.lines:
         return set()
-    text = "\n".join("\n".join(lines[_span(s)[0] - 1:_span(s)[1]]) for s in region)
+    text = region.text(source.splitlines())
     imports: dict[str, str] | None = None
     out: set[str] = set()
     for name in fixers:
@@ -117,12 +209,9 @@ def region_candidates(source: str, fd: FileDiff, fixers: Iterable[str]) -> set[s
             out.add(name)
             continue
         if name == "matmul-precision":
-            if "cuda" in text or any(isinstance(s, (ast.Import, ast.ImportFrom)) for s in region):
+            if "cuda" in text or any(isinstance(s, (ast.Import, ast.ImportFrom)) for s in region.simple):
                 out.add(name)
             continue
-        extra: list[str] = []
-        if name == "torch-compile":
-            extra = sorted({n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)})
         ok = True
         for pattern in keys[1]:
             rx = _rx(pattern)
@@ -132,7 +221,7 @@ def region_candidates(source: str, fd: FileDiff, fixers: Iterable[str]) -> set[s
                 imports = _imports(tree)
             names = [bound for bound, full in imports.items() if rx.search(full)]
             if name == "torch-compile":
-                names += extra
+                names += [n.name for n in _statements(tree.body) if isinstance(n, ast.ClassDef)]
             if not any(re.search(rf"\b{re.escape(n)}\b", text) for n in names):
                 ok = False
                 break
@@ -147,6 +236,8 @@ def plan(source: str, fd: FileDiff, fixers: Iterable[str]) -> tuple[set[str], bo
     parses it where ast cannot)."""
     names = list(fixers)
     first = file_candidates(source, names)
+    if not first:
+        return set(), not compiles(source) and _parse(source) is None
     second = region_candidates(source, fd, first)
     if second is None:
         return first, True
