@@ -1,0 +1,473 @@
+"""The HTTP API (FastAPI). `create_app(settings)` builds it; `zoomer-ar serve` runs it on uvicorn.
+
+Every /v1 route but the webhook and /v1/health needs `Authorization: Bearer <token>`; the token's
+team scopes what a request sees (another team's job answers 404, as if it did not exist).
+See docs/service.md; the schema is published in docs/openapi.json (`zoomer-ar openapi`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from fastapi import Depends, FastAPI, Header, HTTPException, Path as PathParam, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, Field, ValidationError, field_validator
+from starlette.requests import ClientDisconnect
+
+from .. import __version__
+from . import queue as Q
+from .archives import ArchiveError
+from .auth import Principal, authenticate
+from .config import Settings
+from .uploads import FILE_FIELDS, MultipartReceiver, UploadError, prepare_inputs
+from .webhook import WebhookError, review_job, verify
+
+JOB_ID = r"^[0-9a-f]{32}$"
+WEBHOOK_MAX_BYTES = 25 << 20  # GitHub caps payloads at 25 MB
+AUTH_HEADERS = {"WWW-Authenticate": "Bearer"}
+
+
+# --- models -------------------------------------------------------------------------------------------
+
+
+class Error(BaseModel):
+    detail: str = Field(description="What went wrong, in one line.")
+
+
+class JobAccepted(BaseModel):
+    id: str = Field(description="The job id (32 hex digits).")
+    state: Literal["queued"] = "queued"
+    status_url: str
+
+
+class JobStatus(BaseModel):
+    id: str
+    kind: Literal["analyze", "review"]
+    name: str
+    team: str
+    state: Literal["queued", "running", "done", "failed"]
+    attempts: int = Field(description="How many times a worker claimed the job.")
+    worker: str | None = Field(None, description="The worker that holds or held the job.")
+    queued_at: float = Field(description="Epoch seconds (database clock).")
+    started_at: float | None = None
+    finished_at: float | None = None
+    error: str | None = None
+    result: dict[str, Any] | None = Field(None, description="Summary of a finished job.")
+    artifacts: list[str] = Field(default_factory=list, description="Files of a finished job.")
+    links: dict[str, str] = Field(default_factory=dict)
+
+
+class JobList(BaseModel):
+    jobs: list[JobStatus]
+
+
+class VerdictIn(BaseModel):
+    job_id: str = Field(pattern=JOB_ID, description="A finished, recorded analysis job of your team.")
+    pattern: str = Field(description="The anti-pattern id the verdict is about, e.g. dataloader-bound.")
+    label: Literal["positive", "negative"]
+    note: str | None = Field(None, max_length=2000)
+
+    @field_validator("pattern")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        from ..models import PATTERN_IDS
+
+        if v not in PATTERN_IDS:
+            raise ValueError(f"unknown pattern {v!r}")
+        return v
+
+
+class VerdictOut(BaseModel):
+    id: int
+    job_id: str
+    pattern: str
+    label: str
+    author: str
+
+
+class WebhookOut(BaseModel):
+    status: Literal["pong", "ignored", "queued"]
+    reason: str | None = None
+    job_id: str | None = None
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+    version: str
+
+
+class JobMetadata(BaseModel):
+    """The text fields of POST /v1/jobs."""
+
+    name: str | None = Field(None, min_length=1, max_length=200)
+    job: str | None = Field(None, min_length=1, max_length=180)
+    owner: str | None = Field(None, max_length=200)
+    gpus: int | None = Field(None, ge=0, le=1_000_000)
+    gpu_hours: float | None = Field(None, ge=0, le=1e12)
+    gpu_hour_cost: float | None = Field(None, ge=0, le=1e6)
+    week: str | None = None
+    record: bool = True
+
+    @field_validator("week")
+    @classmethod
+    def _week(cls, v: str | None) -> str | None:
+        if v is None:
+            return None
+        from ..store import weeks as W
+
+        try:
+            return W.parse_week(v)
+        except W.WeekError as exc:
+            raise ValueError(str(exc)) from None
+
+    @field_validator("gpu_hours", "gpu_hour_cost")
+    @classmethod
+    def _finite(cls, v: float | None) -> float | None:
+        if v is not None and not math.isfinite(v):
+            raise ValueError("must be a finite number")
+        return v
+
+
+def _err(*codes: int, **described: str) -> dict[int | str, dict[str, Any]]:
+    text = {400: "Bad request", 401: "Missing, unknown or revoked API token", 404: "Not found (or another team's)",
+            409: "Not available in the job's current state", 413: "Upload too large", 415: "Unsupported media type",
+            422: "Invalid parameters"}
+    return {c: {"model": Error, "description": described.get(f"e{c}", text.get(c, "Error"))} for c in codes}
+
+
+UPLOAD_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "trace": {"type": "string", "format": "binary",
+                  "description": "A Kineto trace (.json or .json.gz). Give this or `ranks`."},
+        "ranks": {"type": "string", "format": "binary",
+                  "description": "A rank archive (.tar.gz, .tgz or .zip) of per-rank trace files. Give this or `trace`."},
+        "source": {"type": "string", "format": "binary",
+                   "description": "Optional source archive (.tar.gz or .zip) of the training code: findings are "
+                                  "mapped to its lines and patch.diff applies at its root (`patch -p1`)."},
+        "name": {"type": "string", "maxLength": 200, "description": "Job name in the report (default: from the upload)."},
+        "job": {"type": "string", "maxLength": 180,
+                "description": "Job name in the store (recorded as <team>/<job>; default: the report name)."},
+        "owner": {"type": "string", "maxLength": 200},
+        "gpus": {"type": "integer", "minimum": 0, "maximum": 1000000},
+        "gpu_hours": {"type": "number", "minimum": 0, "maximum": 1e12},
+        "gpu_hour_cost": {"type": "number", "minimum": 0, "maximum": 1e6},
+        "week": {"type": "string", "description": "ISO week YYYY-Www to record under."},
+        "record": {"type": "boolean", "default": True, "description": "Record the analysis in the store (digest)."},
+    },
+}
+
+ARTIFACTS: dict[str, tuple[str, str]] = {
+    # route suffix: (artifact name, media type shown in the schema)
+    "findings": ("findings.json", "application/json"),
+    "report.html": ("report.html", "text/html"),
+    "report.md": ("report.md", "text/markdown"),
+    "patch.diff": ("patch.diff", "text/x-diff"),
+    "relaunch.yaml": ("relaunch.yaml", "application/yaml"),
+    "notebook.ipynb": ("optimize.ipynb", "application/x-ipynb+json"),
+    "review.json": ("review.json", "application/json"),
+    "review.md": ("review.md", "text/markdown"),
+    "review.sarif": ("review.sarif", "application/sarif+json"),
+}
+NOT_PRODUCED = {
+    "patch.diff": "no patch for this job: upload a source archive (field 'source'); a patch is made only when a "
+                  "finding has a fixer that applies to the code",
+}
+
+
+# --- authentication -----------------------------------------------------------------------------------
+
+_bearer = HTTPBearer(auto_error=False, description="An API token from `zoomer-ar token create --team T`.")
+
+
+def engine(request: Request):  # noqa: ANN201
+    return request.app.state.engine
+
+
+def require_principal(request: Request,
+                      creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> Principal:
+    if creds is None or not creds.credentials:
+        raise HTTPException(401, "missing API token: send Authorization: Bearer <token>", headers=AUTH_HEADERS)
+    who = authenticate(request.app.state.engine, creds.credentials)
+    if who is None:
+        raise HTTPException(401, "invalid or revoked API token", headers=AUTH_HEADERS)
+    return who
+
+
+Who = Annotated[Principal, Depends(require_principal)]
+JobId = Annotated[str, PathParam(pattern=JOB_ID, description="The job id returned by POST /v1/jobs.")]
+
+
+# --- app ----------------------------------------------------------------------------------------------
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings.from_env()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        from ..store.db import open_store
+
+        app.state.engine = await run_in_threadpool(open_store, settings.db)
+        settings.jobs_dir.mkdir(parents=True, exist_ok=True)
+        yield
+
+    app = FastAPI(
+        title="Zoomer AR service",
+        version=__version__,
+        description="Upload PyTorch profiler traces; get findings, reports, patches and relaunch specs. "
+                    "Authenticate with `Authorization: Bearer <token>` (`zoomer-ar token create --team T`).",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    def status(job, eng) -> JobStatus:
+        names = Q.artifact_names(eng, job.id) if job.state == Q.DONE else []
+        base = f"/v1/jobs/{job.id}"
+        links = {"self": base}
+        for route, (art, _mt) in ARTIFACTS.items():
+            if art in names:
+                links[route] = f"{base}/{route}"
+        return JobStatus(
+            id=job.id, kind=job.kind, name=job.name, team=_team_name(eng, job.team_id), state=job.state,
+            attempts=job.attempts, worker=job.lease_owner, queued_at=job.queued_at, started_at=job.started_at,
+            finished_at=job.finished_at, error=job.error, result=job.result, artifacts=names, links=links,
+        )
+
+    @app.get("/v1/health", response_model=Health, tags=["service"])
+    def health() -> Health:
+        """Liveness: no authentication."""
+        return Health(status="ok", version=__version__)
+
+    @app.post(
+        "/v1/jobs", status_code=202, response_model=JobAccepted, tags=["jobs"],
+        responses=_err(400, 401, 413, 415, 422, e400="Malformed upload or refused archive (the message says which "
+                                                        "entry and why)"),
+        openapi_extra={"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": UPLOAD_SCHEMA}}}},
+    )
+    async def create_job(request: Request, who: Who) -> JSONResponse:
+        """Upload a trace (or a rank archive) and optionally a source archive; the job is queued and its id returned at once.
+
+        The body is streamed to disk as it arrives. Archives are checked entry by entry (no absolute
+        paths, no `..`, no links or special files; caps on total uncompressed size, entry count and
+        compression ratio).
+        """
+        ctype = request.headers.get("content-type", "")
+        if not ctype.lower().startswith("multipart/form-data"):
+            raise HTTPException(415, "send multipart/form-data (fields: trace or ranks, source, job metadata)")
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > settings.drain_bytes:
+            raise HTTPException(413, f"upload too large: {int(length):,} bytes (limit {settings.max_upload_bytes:,})")
+        job_id = Q.new_job_id()
+        job_dir = settings.jobs_dir / job_id
+        try:
+            receiver = MultipartReceiver(ctype, job_dir / "upload")
+        except UploadError as exc:
+            raise HTTPException(400, str(exc)) from None
+        total, too_large, bad = 0, False, None
+        try:
+            async for chunk in request.stream():
+                total += len(chunk)
+                if too_large or bad is not None:
+                    if total > settings.drain_bytes:
+                        break
+                    continue  # read and drop the rest, so the client gets the answer cleanly
+                if total > settings.max_upload_bytes:
+                    too_large = True
+                    receiver.close()
+                    continue
+                try:
+                    receiver.feed(chunk)
+                except UploadError as exc:
+                    bad = str(exc)
+                    receiver.close()
+            if too_large:
+                raise HTTPException(413, f"upload too large: more than {settings.max_upload_bytes:,} bytes")
+            if bad is not None:
+                raise HTTPException(400, bad)
+            try:
+                files, fields = receiver.finish()
+                meta = JobMetadata.model_validate({k: v for k, v in fields.items() if v != ""})
+            except UploadError as exc:
+                raise HTTPException(400, str(exc)) from None
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                where = ".".join(str(x) for x in first.get("loc", ())) or "metadata"
+                raise HTTPException(422, f"{where}: {first.get('msg')}") from None
+            try:
+                params = await run_in_threadpool(prepare_inputs, job_dir, files, settings.archive)
+            except (UploadError, ArchiveError) as exc:
+                raise HTTPException(400, str(exc)) from None
+            name = meta.name or params.get("default_name") or _display_name(params)
+            params.update(meta.model_dump(exclude={"name"}), name=meta.name or params.get("default_name"))
+            await run_in_threadpool(Q.insert_job, engine(request), job_id=job_id, team_id=who.team_id, kind="analyze",
+                                    name=name, params=params, input_dir=str(job_dir / "input"),
+                                    max_attempts=settings.max_attempts)
+        except BaseException:
+            receiver.close()
+            shutil.rmtree(job_dir, ignore_errors=True)
+            raise
+        return JSONResponse(JobAccepted(id=job_id, status_url=f"/v1/jobs/{job_id}").model_dump(), status_code=202,
+                            headers={"Location": f"/v1/jobs/{job_id}"})
+
+    @app.get("/v1/jobs", response_model=JobList, tags=["jobs"], responses=_err(401))
+    def list_jobs(request: Request, who: Who,
+                  state: Annotated[Literal["queued", "running", "done", "failed"] | None, Query()] = None,
+                  limit: Annotated[int, Query(ge=1, le=500)] = 50) -> JobList:
+        """Your team's jobs, newest first."""
+        eng = engine(request)
+        return JobList(jobs=[status(j, eng) for j in Q.list_jobs(eng, who.team_id, limit=limit, state=state)])
+
+    @app.get("/v1/jobs/{job_id}", response_model=JobStatus, tags=["jobs"], responses=_err(401, 404))
+    def get_job(request: Request, who: Who, job_id: JobId) -> JobStatus:
+        """A job's state, attempts, error or result summary, and the links to its files."""
+        eng = engine(request)
+        job = Q.get_job(eng, job_id, who.team_id)
+        if job is None:
+            raise HTTPException(404, f"job {job_id} not found")
+        return status(job, eng)
+
+    def add_artifact_route(route: str, artifact: str, media: str) -> None:
+        def download(request: Request, who: Who, job_id: JobId) -> Response:
+            eng = engine(request)
+            job = Q.get_job(eng, job_id, who.team_id)
+            if job is None:
+                raise HTTPException(404, f"job {job_id} not found")
+            if job.state != Q.DONE:
+                msg = f"job {job_id} is {job.state}" + (f": {job.error}" if job.error else "; try again when it is done")
+                raise HTTPException(409, msg)
+            got = Q.get_artifact(eng, job_id, artifact)
+            if got is None:
+                raise HTTPException(404, NOT_PRODUCED.get(route, f"this job has no {artifact}"))
+            mt, data = got
+            headers = {} if media.startswith(("application/json", "text/html")) else {
+                "Content-Disposition": f'attachment; filename="{artifact}"'}
+            return Response(content=data, media_type=mt, headers=headers)
+
+        download.__name__ = "get_" + route.replace(".", "_")
+        download.__doc__ = f"The finished job's {artifact}."
+        schema: dict[str, Any] = {"type": "object"} if media.endswith("json") else {"type": "string"}
+        app.add_api_route(
+            f"/v1/jobs/{{job_id}}/{route}", download, methods=["GET"], tags=["results"], response_class=Response,
+            responses={200: {"description": artifact, "content": {media: {"schema": schema}}}, **_err(401, 404, 409)},
+        )
+
+    for route, (artifact, media) in ARTIFACTS.items():
+        add_artifact_route(route, artifact, media)
+
+    @app.post("/v1/verdicts", status_code=201, response_model=VerdictOut, tags=["store"], responses=_err(401, 404, 409))
+    def post_verdict(request: Request, who: Who, body: VerdictIn) -> VerdictOut:
+        """Label a finding of one of your jobs as a true (positive) or false (negative) detection."""
+        from ..store.record import add_verdict
+
+        eng = engine(request)
+        job = Q.get_job(eng, body.job_id, who.team_id)
+        if job is None:
+            raise HTTPException(404, f"job {body.job_id} not found")
+        if job.state != Q.DONE or job.kind != "analyze" or not job.content_hash or job.analysis_id is None:
+            raise HTTPException(409, f"job {body.job_id} has no recorded analysis (state {job.state})")
+        vid = add_verdict(job.content_hash, body.pattern, body.label, author=who.author, source="service",
+                          note=body.note, db=eng)
+        return VerdictOut(id=vid, job_id=body.job_id, pattern=body.pattern, label=body.label, author=who.author)
+
+    @app.get("/v1/digest", tags=["store"], responses={
+        200: {"description": "The digest", "content": {"application/json": {"schema": {"type": "object"}},
+                                                        "text/markdown": {"schema": {"type": "string"}},
+                                                        "text/html": {"schema": {"type": "string"}}}},
+        **_err(401)}, response_class=Response)
+    def get_digest(request: Request, who: Who,
+                   week: Annotated[str | None, Query(pattern=r"^\d{4}-?[Ww]\d{1,2}$", description="ISO week YYYY-Www")] = None,
+                   format: Annotated[Literal["json", "md", "html"], Query()] = "json",  # noqa: A002
+                   top: Annotated[int, Query(ge=1, le=100)] = 10) -> Response:
+        """Your team's weekly digest: top anti-patterns by wasted GPU-hours and dollars, trends, costliest jobs."""
+        from ..store import weeks as W
+        from ..store.digest import build_digest
+
+        try:
+            wk = W.parse_week(week) if week else None
+        except W.WeekError as exc:
+            raise HTTPException(422, str(exc)) from None
+        d = build_digest(engine(request), week=wk, team=who.team, top=top)
+        if format == "json":
+            return Response(d.model_dump_json(), media_type="application/json")
+        from ..render.digest import render_digest
+
+        return Response(render_digest(d, format, top=top), media_type="text/markdown" if format == "md" else "text/html")
+
+    @app.post(
+        "/v1/github/webhook", response_model=WebhookOut, tags=["github"],
+        responses={202: {"model": WebhookOut, "description": "A review job was queued"},
+                   **_err(400, 401, 413, e401="Bad or missing X-Hub-Signature-256")},
+        openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": {"type": "object"}}}}},
+    )
+    async def github_webhook(
+        request: Request,
+        x_hub_signature_256: Annotated[str | None, Header(description="sha256=<HMAC-SHA256 of the body>")] = None,
+        x_github_event: Annotated[str | None, Header()] = None,
+    ) -> JSONResponse:
+        """GitHub deliveries: verified with the webhook secret (HMAC-SHA256); pull-request events queue a `review` job."""
+        body = bytearray()
+        async for chunk in request.stream():
+            body.extend(chunk)
+            if len(body) > WEBHOOK_MAX_BYTES:
+                raise HTTPException(413, f"payload larger than {WEBHOOK_MAX_BYTES:,} bytes")
+        if not settings.webhook_secret:
+            raise HTTPException(401, "webhook secret not configured on this server: every delivery is refused")
+        if not verify(settings.webhook_secret, bytes(body), x_hub_signature_256):
+            raise HTTPException(401, "bad or missing X-Hub-Signature-256 signature")
+        try:
+            what, details = review_job(settings, x_github_event, bytes(body))
+        except WebhookError as exc:
+            raise HTTPException(400, str(exc)) from None
+        if what != "review":
+            return JSONResponse(WebhookOut(status="pong" if what == "pong" else "ignored",
+                                           reason=details.get("reason")).model_dump())
+        from .auth import ensure_team
+
+        eng = engine(request)
+        team_id = await run_in_threadpool(ensure_team, eng, settings.webhook_team)
+        job_id = Q.new_job_id()
+        name = f"{details['repository']}#{details['pr']}" if details.get("pr") else details["repository"]
+        await run_in_threadpool(Q.insert_job, eng, job_id=job_id, team_id=team_id, kind="review", name=name,
+                                params=details, input_dir=None, max_attempts=settings.max_attempts)
+        return JSONResponse(WebhookOut(status="queued", job_id=job_id).model_dump(), status_code=202)
+
+    return app
+
+
+_team_cache: dict[tuple[int, int], str] = {}
+
+
+def _team_name(eng, team_id: int) -> str:  # noqa: ANN001
+    key = (id(eng), team_id)
+    if key not in _team_cache:
+        from sqlalchemy import select
+
+        from ..store.db import read_session
+        from ..store.service_tables import ServiceTeam
+
+        with read_session(eng) as s:
+            _team_cache[key] = s.execute(select(ServiceTeam.name).where(ServiceTeam.id == team_id)).scalar_one()
+    return _team_cache[key]
+
+
+def _display_name(params: dict) -> str:
+    up = params.get("uploads", {})
+    first = up.get("trace") or up.get("ranks") or {}
+    return str(first.get("filename") or "job")
+
+
+def openapi_json(settings: Settings | None = None) -> str:
+    """The published schema (docs/openapi.json): stable key order, trailing newline."""
+    app = create_app(settings or Settings(data_dir=Path("/nonexistent")))
+    return json.dumps(app.openapi(), indent=2, sort_keys=True) + "\n"
+
+
+__all__ = ["FILE_FIELDS", "create_app", "openapi_json"]

@@ -1,0 +1,185 @@
+"""`zoomer-ar batch`: analyse many traces on a Dask cluster (`distributed`) and record them in the store.
+
+- Cluster: a `distributed.LocalCluster` by default (`--workers N` processes, one thread each, on
+  127.0.0.1, no dashboard), or an existing cluster with `--scheduler tcp://HOST:PORT`. The traces'
+  paths must be readable by the cluster's workers (shared storage) and `zoomer_ar` importable there.
+- Each PATH (a trace file or a folder of per-rank files, as `analyze` takes) is one task:
+  `analyze_path` on a worker, which returns the analysis as JSON. The client records the analyses
+  in the store as they complete (one writer; the workers need no database access) and, with
+  `--out`, writes each report folder.
+- Progress: a bar on stderr (when it is a terminal), and one line per trace as it finishes.
+- Failures: a trace that cannot be analysed (bad input, internal error, or a worker lost while
+  running it, after Dask's own retries) is reported with its reason; the others are done.
+  Exit status 0 when every trace was analysed, 1 when some failed, 2 when none could be.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class TraceResult:
+    path: str
+    ok: bool
+    seconds: float = 0.0
+    error: str | None = None
+    findings: int = 0
+    patterns: list[str] = field(default_factory=list)
+    bottleneck: str | None = None
+    recorded: str | None = None  # "recorded" | "exists" | "refreshed"
+    analysis_id: int | None = None
+    worker: str | None = None
+
+
+@dataclass
+class BatchResult:
+    results: list[TraceResult]
+    seconds: float
+    workers: int
+    scheduler: str
+
+    @property
+    def failed(self) -> list[TraceResult]:
+        return [r for r in self.results if not r.ok]
+
+
+def analyze_one(path: str, name: str | None = None) -> dict[str, Any]:
+    """The task a Dask worker runs: never raises for a bad trace; returns the analysis JSON or the error."""
+    t0 = time.perf_counter()
+    where = f"{os.uname().nodename}:{os.getpid()}"
+    try:
+        from ..analyze import analyze_path
+
+        analysis = analyze_path(path, name=name)
+        return {"path": path, "ok": True, "analysis": analysis.model_dump_json(), "seconds": time.perf_counter() - t0,
+                "worker": where}
+    except Exception as exc:  # noqa: BLE001 - reported per trace
+        from ..errors import ZoomerError
+
+        msg = str(exc) if isinstance(exc, ZoomerError) else f"internal error: {type(exc).__name__}: {exc}"
+        if not isinstance(exc, ZoomerError) and os.environ.get("ZOOMER_DEBUG"):
+            msg += "\n" + traceback.format_exc()
+        return {"path": path, "ok": False, "error": msg, "seconds": time.perf_counter() - t0, "worker": where}
+
+
+def local_cluster(workers: int = 2, threads: int = 1):
+    """A LocalCluster of `workers` processes on loopback, without the dashboard."""
+    from distributed import LocalCluster
+
+    return LocalCluster(n_workers=workers, threads_per_worker=threads, processes=True, host="127.0.0.1",
+                        dashboard_address=None, silence_logs=40)
+
+
+def run_batch(
+    paths: Iterable[str | Path],
+    *,
+    scheduler: str | None = None,
+    workers: int = 2,
+    db: str | None = None,
+    record: bool = True,
+    team: str | None = None,
+    out_dir: Path | None = None,
+    on_result: Callable[[TraceResult, int, int], None] | None = None,
+    cluster=None,  # noqa: ANN001 - an existing distributed cluster object (benchmarks, tests)
+) -> BatchResult:
+    """Analyse `paths` on Dask (see the module docstring); `on_result(result, done, total)` after each."""
+    from distributed import Client, as_completed
+
+    from ..models import Analysis
+
+    items = [str(Path(p)) for p in paths]
+    t0 = time.perf_counter()
+    own_cluster = None
+    if scheduler:
+        client = Client(scheduler, timeout="30s")
+    else:
+        if cluster is None:
+            own_cluster = cluster = local_cluster(workers)
+        client = Client(cluster)
+    engine = None
+    if record:
+        from ..store.db import open_store
+
+        engine = open_store(db)
+    results: list[TraceResult] = []
+    try:
+        n_workers = len(client.nthreads())
+        futures = {client.submit(analyze_one, p, pure=False, key=f"zoomer-analyze-{i}"): p for i, p in enumerate(items)}
+        for fut in as_completed(futures):
+            path = futures[fut]
+            try:
+                out = fut.result()
+            except Exception as exc:  # noqa: BLE001 - a worker died on it (KilledWorker) or the task was lost
+                out = {"path": path, "ok": False, "error": f"{type(exc).__name__}: {exc}", "seconds": 0.0}
+            finally:
+                fut.release()
+            r = TraceResult(path=path, ok=bool(out.get("ok")), seconds=float(out.get("seconds") or 0.0),
+                            error=out.get("error"), worker=out.get("worker"))
+            if r.ok:
+                try:
+                    analysis = Analysis.model_validate_json(out["analysis"])
+                    r.findings = len(analysis.findings)
+                    r.patterns = [f.pattern for f in analysis.findings]
+                    r.bottleneck = analysis.bottleneck.type
+                    if engine is not None:
+                        from ..store.record import RecordOptions, record_analysis
+
+                        rr = record_analysis(analysis, RecordOptions(team=team), db=engine)
+                        r.recorded, r.analysis_id = rr.status, rr.analysis_id
+                        analysis.features["cost_attribution"] = rr.cost
+                    if out_dir is not None:
+                        from ..render import write_outputs
+
+                        write_outputs(analysis, out_dir / analysis.job.name)
+                except Exception as exc:  # noqa: BLE001 - recording failed for this trace
+                    r.ok, r.error = False, f"recording failed: {type(exc).__name__}: {exc}"
+            results.append(r)
+            if on_result is not None:
+                on_result(r, len(results), len(items))
+    finally:
+        client.close()
+        if own_cluster is not None:
+            own_cluster.close()
+    order = {p: i for i, p in enumerate(items)}
+    results.sort(key=lambda r: order.get(r.path, 0))
+    return BatchResult(results=results, seconds=time.perf_counter() - t0, workers=n_workers,
+                       scheduler=scheduler or "LocalCluster")
+
+
+def describe(r: TraceResult) -> str:
+    if not r.ok:
+        return f"FAILED {r.path}: {r.error}"
+    rec = f", {r.recorded}" if r.recorded else ""
+    pats = f" ({', '.join(r.patterns)})" if r.patterns else ""
+    return f"ok     {r.path}: {r.findings} finding{'s' if r.findings != 1 else ''}{pats}, {r.bottleneck}{rec}, {r.seconds:.1f} s"
+
+
+def run_with_progress(paths: list[str], echo: Callable[[str], None], *, show_bar: bool | None = None, **kw) -> BatchResult:
+    """run_batch with a rich progress bar on stderr and one line per trace."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(file=sys.stderr)
+    show = console.is_terminal if show_bar is None else show_bar
+    progress = Progress(TextColumn("[bold]batch[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=console, disable=not show, transient=True)
+    with progress:
+        task = progress.add_task("traces", total=len(paths))
+
+        def on_result(r: TraceResult, done: int, total: int) -> None:
+            progress.update(task, completed=done)
+            line = f"[{done}/{total}] {describe(r)}"
+            if show:
+                progress.console.print(line, markup=False, highlight=False)
+            else:
+                echo(line)
+
+        return run_batch(paths, on_result=on_result, **kw)

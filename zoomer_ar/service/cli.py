@@ -1,0 +1,264 @@
+"""`zoomer-ar serve`, `zoomer-ar worker`, `zoomer-ar token`, `zoomer-ar batch`, `zoomer-ar openapi`."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+
+DB_OPTION = click.option("--db", default=None, metavar="URL",
+                         help="Store: SQLAlchemy URL or SQLite file (default: $ZOOMER_DB, else the user data folder).")
+DATA_OPTION = click.option("--data", "data_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
+                           help="Folder for uploads, shared by the server and its workers "
+                                "(default: $ZOOMER_SERVICE_DATA, else <user data folder>/zoomer-ar/service).")
+LEASE_OPTION = click.option("--lease", "lease_s", type=click.FloatRange(min=1.0), default=None,
+                            help="Seconds a claimed job stays leased without a heartbeat (default: 30).")
+
+
+def _logging(level: str) -> None:
+    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def _settings(**kw):
+    from .config import Settings
+
+    try:
+        return Settings.from_env(**kw)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def _is_sqlite(db: str | None) -> bool:
+    from ..store.db import resolve_url
+
+    return resolve_url(db).startswith("sqlite")
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.listen(2048)
+    sock.set_inheritable(False)
+    return sock
+
+
+def _write_port_file(path: Path, port: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(f"{port}\n")
+    os.replace(tmp, path)
+
+
+def _spawn_worker(settings, log_level: str) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "zoomer_ar.cli", "worker", "--data", str(settings.data_dir),
+           "--lease", str(settings.lease_s), "--parent-pid", str(os.getpid()), "--log-level", log_level]
+    if settings.db:
+        cmd += ["--db", settings.db]
+    return subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True,
+              help="Port (0: any free port; see --port-file).")
+@click.option("--port-file", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Write the port listened on to this file once the socket is bound.")
+@DB_OPTION
+@DATA_OPTION
+@click.option("--max-upload-mb", type=click.FloatRange(min=0.001), default=None, help="Request body cap (default 2048).")
+@click.option("--max-archive-mb", type=click.FloatRange(min=0.001), default=None,
+              help="Cap on an archive's uncompressed size (default 8192).")
+@click.option("--max-archive-entries", type=click.IntRange(min=1), default=None, help="Cap on an archive's entries (default 20000).")
+@click.option("--max-archive-ratio", type=click.FloatRange(min=1.0), default=None,
+              help="Cap on an archive's compression ratio (default 200).")
+@LEASE_OPTION
+@click.option("--max-attempts", type=click.IntRange(min=1), default=None,
+              help="Claims per job before a job whose workers keep dying fails (default 3).")
+@click.option("--embedded-workers", type=click.IntRange(min=0), default=None,
+              help="Worker processes started with the server (default: 1 with SQLite, 0 with PostgreSQL).")
+@click.option("--webhook-secret", default=None, help="GitHub webhook secret (default: $ZOOMER_WEBHOOK_SECRET).")
+@click.option("--webhook-repo", "webhook_repos", multiple=True, metavar="OWNER/NAME=PATH",
+              help="A repository the webhook reviews, and its local clone (repeatable; $ZOOMER_WEBHOOK_REPOS).")
+@click.option("--webhook-team", default=None, help="Team that owns webhook review jobs (default: github).")
+@click.option("--webhook-post/--no-webhook-post", default=None, help="Post reviews to the pull request (needs GITHUB_TOKEN).")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True)
+def serve(host, port, port_file, db, data_dir, max_upload_mb, max_archive_mb, max_archive_entries, max_archive_ratio,
+          lease_s, max_attempts, embedded_workers, webhook_secret, webhook_repos, webhook_team, webhook_post,
+          log_level) -> None:
+    """Run the HTTP API (FastAPI on uvicorn): uploads, job status and results, verdicts, digest, GitHub webhook."""
+    import uvicorn
+
+    from .app import create_app
+    from .config import MB, parse_repos
+
+    _logging(log_level)
+    try:
+        repos = parse_repos(list(webhook_repos)) if webhook_repos else None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--webhook-repo") from None
+    settings = _settings(
+        db=db, data_dir=data_dir, max_upload_bytes=int(max_upload_mb * MB) if max_upload_mb else None,
+        max_bytes=int(max_archive_mb * MB) if max_archive_mb else None, max_entries=max_archive_entries,
+        max_ratio=max_archive_ratio, lease_s=lease_s, max_attempts=max_attempts, webhook_secret=webhook_secret,
+        webhook_repos=repos, webhook_team=webhook_team, webhook_post=webhook_post,
+    )
+    from ..store.db import open_store
+
+    open_store(settings.db)  # migrate before workers start
+    settings.jobs_dir.mkdir(parents=True, exist_ok=True)
+    sock = _bind(host, port)
+    bound = sock.getsockname()[1]
+    n = embedded_workers if embedded_workers is not None else (1 if _is_sqlite(settings.db) else 0)
+    children = [_spawn_worker(settings, log_level) for _ in range(n)]
+    if port_file is not None:
+        _write_port_file(port_file, bound)
+    click.echo(f"zoomer-ar serve: http://{host}:{bound} ({n} embedded worker{'s' if n != 1 else ''})", err=True)
+    try:
+        config = uvicorn.Config(create_app(settings), log_level=log_level, timeout_graceful_shutdown=10,
+                                server_header=False)
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+        for child in children:
+            try:
+                child.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                child.kill()
+        sock.close()
+
+
+@click.command()
+@DB_OPTION
+@DATA_OPTION
+@LEASE_OPTION
+@click.option("--poll", "poll_s", type=click.FloatRange(min=0.05), default=None, help="Seconds between polls of an empty queue (default 1).")
+@click.option("--max-jobs", type=click.IntRange(min=1), default=None, help="Exit after this many jobs.")
+@click.option("--exit-when-idle", is_flag=True, help="Exit when the queue is empty.")
+@click.option("--parent-pid", type=int, default=None, hidden=True, help="Exit when this process is no longer the parent.")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True)
+def worker(db, data_dir, lease_s, poll_s, max_jobs, exit_when_idle, parent_pid, log_level) -> None:
+    """Run queued service jobs (analyses, reviews) from the store; run as many as you like with PostgreSQL."""
+    from .worker import Worker
+
+    _logging(log_level)
+    settings = _settings(db=db, data_dir=data_dir, lease_s=lease_s, poll_s=poll_s)
+    w = Worker(settings)
+    n = w.run(max_jobs=max_jobs, exit_when_idle=exit_when_idle, parent_pid=parent_pid)
+    click.echo(f"zoomer-ar worker {w.id}: {n} job{'s' if n != 1 else ''} run", err=True)
+
+
+@click.group()
+def token() -> None:
+    """API tokens of the service (one team each; stored hashed)."""
+
+
+@token.command("create")
+@click.option("--team", required=True, help="The team the token acts for (created if new).")
+@click.option("--name", default="", help="A label for the token (who or what uses it).")
+@DB_OPTION
+def token_create(team: str, name: str, db: str | None) -> None:
+    """Create a token and print it (shown only this once; the store keeps its sha256)."""
+    from ..store.db import open_store
+    from .auth import create_token
+
+    if not team.strip():
+        raise click.BadParameter("team name is empty", param_hint="--team")
+    tok, tid = create_token(open_store(db), team.strip(), name)
+    click.echo(tok)
+    click.echo(f"token #{tid} for team {team.strip()}: store it now, it is not shown again", err=True)
+
+
+@token.command("list")
+@click.option("--team", default=None, help="Only this team's tokens.")
+@DB_OPTION
+def token_list(team: str | None, db: str | None) -> None:
+    """List tokens (id, team, name, prefix, revoked); never the tokens themselves."""
+    from ..store.db import open_store
+    from .auth import list_tokens
+
+    for t in list_tokens(open_store(db), team):
+        state = "revoked" if t["revoked"] else "active"
+        click.echo(f"{t['id']}\t{t['team']}\t{t['name'] or '-'}\t{t['prefix']}...\t{state}")
+
+
+@token.command("revoke")
+@click.argument("token_id", type=int)
+@DB_OPTION
+def token_revoke(token_id: int, db: str | None) -> None:
+    """Revoke a token by id (see `token list`)."""
+    from ..store.db import open_store
+    from .auth import revoke_token
+
+    if not revoke_token(open_store(db), token_id):
+        raise click.ClickException(f"no active token #{token_id}")
+    click.echo(f"revoked token #{token_id}")
+
+
+@click.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
+              help="An existing Dask scheduler (default: a LocalCluster started here).")
+@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Worker processes of the LocalCluster (ignored with --scheduler).")
+@click.option("--team", default=None, help="Team recorded on the jobs.")
+@click.option("--no-record", is_flag=True, help="Do not record the analyses in the store.")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Also write each trace's findings.json/report.md/report.html under OUT/<job>/.")
+@click.option("--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal).")
+@DB_OPTION
+def batch(paths, scheduler, workers, team, no_record, out_dir, progress, db) -> None:
+    """Analyse many traces on Dask (a local cluster, or --scheduler) and record them in the store."""
+    from .batch import run_with_progress
+
+    missing = [str(p) for p in paths if not p.exists()]
+    for m in missing:
+        click.echo(f"zoomer-ar batch: {m}: not found", err=True)
+    todo = [str(p) for p in paths if p.exists()]
+    if not todo:
+        raise click.exceptions.Exit(2)
+    result = run_with_progress(todo, lambda line: click.echo(line, err=True), show_bar=progress, scheduler=scheduler,
+                               workers=workers, db=db, record=not no_record, team=team, out_dir=out_dir)
+    failed = len(result.failed) + len(missing)
+    ok = len(result.results) - len(result.failed)
+    click.echo(f"batch: {ok} analysed, {failed} failed, in {result.seconds:.1f} s on {result.workers} "
+               f"worker{'s' if result.workers != 1 else ''} ({result.scheduler})")
+    for r in result.failed:
+        click.echo(f"  failed: {r.path}: {r.error}")
+    for m in missing:
+        click.echo(f"  failed: {m}: not found")
+    if failed:
+        raise click.exceptions.Exit(2 if ok == 0 else 1)
+
+
+@click.command()
+@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), default=None, help="Write here (default: stdout).")
+def openapi(out: Path | None) -> None:
+    """Print the service's OpenAPI schema (docs/openapi.json is this output)."""
+    from .app import openapi_json
+
+    text = openapi_json()
+    if out is None:
+        click.echo(text, nl=False)
+    else:
+        from ..render.report import atomic_write
+
+        atomic_write(out, text)
+        click.echo(f"wrote {out}", err=True)
+
+
+commands = [serve, worker, token, batch, openapi]

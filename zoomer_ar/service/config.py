@@ -1,0 +1,107 @@
+"""Service settings: command-line options of `zoomer-ar serve` / `zoomer-ar worker`, else environment variables.
+
+| Setting | Option | Environment | Default |
+|---|---|---|---|
+| store | `--db` | `ZOOMER_DB` | the embedded SQLite file (docs/store.md) |
+| data folder (uploads) | `--data` | `ZOOMER_SERVICE_DATA` | `<user data folder>/zoomer-ar/service` |
+| request body cap | `--max-upload-mb` | `ZOOMER_SERVICE_MAX_UPLOAD_MB` | 2048 |
+| archive uncompressed cap | `--max-archive-mb` | `ZOOMER_SERVICE_MAX_ARCHIVE_MB` | 8192 |
+| archive entries cap | `--max-archive-entries` | `ZOOMER_SERVICE_MAX_ARCHIVE_ENTRIES` | 20000 |
+| archive ratio cap | `--max-archive-ratio` | `ZOOMER_SERVICE_MAX_ARCHIVE_RATIO` | 200 |
+| lease | `--lease` | `ZOOMER_SERVICE_LEASE_S` | 30 s (heartbeat every third of it) |
+| claims per job | `--max-attempts` | `ZOOMER_SERVICE_MAX_ATTEMPTS` | 3 |
+| webhook secret | `--webhook-secret` | `ZOOMER_WEBHOOK_SECRET` | none (webhook refuses everything) |
+| webhook repositories | `--webhook-repo owner/name=PATH` | `ZOOMER_WEBHOOK_REPOS` (comma-separated) | none |
+| webhook team | `--webhook-team` | `ZOOMER_WEBHOOK_TEAM` | `github` |
+| post reviews to GitHub | `--webhook-post` | `ZOOMER_WEBHOOK_POST=1` (+ `GITHUB_TOKEN`) | off |
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from .archives import ArchiveLimits
+
+MB = 1 << 20
+
+
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a number") from None
+
+
+def default_data_dir() -> Path:
+    from ..store.db import user_data_dir
+
+    return user_data_dir() / "service"
+
+
+def parse_repos(items: list[str] | tuple[str, ...] | str | None) -> dict[str, Path]:
+    """`owner/name=PATH` items (a list, or one comma-separated string) -> {owner/name: PATH}."""
+    if not items:
+        return {}
+    if isinstance(items, str):
+        items = [x for x in items.split(",") if x.strip()]
+    out: dict[str, Path] = {}
+    for item in items:
+        name, sep, path = item.strip().partition("=")
+        if not sep or "/" not in name or not path:
+            raise ValueError(f"webhook repository {item!r}: expected owner/name=PATH")
+        out[name.strip().lower()] = Path(path).expanduser()
+    return out
+
+
+@dataclass
+class Settings:
+    db: str | None = None
+    data_dir: Path = field(default_factory=default_data_dir)
+    max_upload_bytes: int = 2048 * MB
+    archive: ArchiveLimits = field(default_factory=ArchiveLimits)
+    lease_s: float = 30.0
+    max_attempts: int = 3
+    poll_s: float = 1.0
+    webhook_secret: str | None = None
+    webhook_repos: dict[str, Path] = field(default_factory=dict)
+    webhook_team: str = "github"
+    webhook_post: bool = False
+
+    @property
+    def jobs_dir(self) -> Path:
+        return self.data_dir / "jobs"
+
+    @property
+    def drain_bytes(self) -> int:
+        """How much of an oversized body is read (and dropped) so the client gets its 413 cleanly."""
+        return self.max_upload_bytes + 64 * MB
+
+    @classmethod
+    def from_env(cls, **overrides) -> Settings:
+        e = os.environ
+        s = cls(
+            db=e.get("ZOOMER_DB") or None,
+            data_dir=Path(e["ZOOMER_SERVICE_DATA"]).expanduser() if e.get("ZOOMER_SERVICE_DATA") else default_data_dir(),
+            max_upload_bytes=int(_env_float("ZOOMER_SERVICE_MAX_UPLOAD_MB", 2048) * MB),
+            archive=ArchiveLimits(
+                max_bytes=int(_env_float("ZOOMER_SERVICE_MAX_ARCHIVE_MB", 8192) * MB),
+                max_entries=int(_env_float("ZOOMER_SERVICE_MAX_ARCHIVE_ENTRIES", 20_000)),
+                max_ratio=_env_float("ZOOMER_SERVICE_MAX_ARCHIVE_RATIO", 200.0),
+            ),
+            lease_s=_env_float("ZOOMER_SERVICE_LEASE_S", 30.0),
+            max_attempts=int(_env_float("ZOOMER_SERVICE_MAX_ATTEMPTS", 3)),
+            webhook_secret=e.get("ZOOMER_WEBHOOK_SECRET") or None,
+            webhook_repos=parse_repos(e.get("ZOOMER_WEBHOOK_REPOS")),
+            webhook_team=e.get("ZOOMER_WEBHOOK_TEAM") or "github",
+            webhook_post=e.get("ZOOMER_WEBHOOK_POST", "") not in ("", "0", "false", "no"),
+        )
+        given = {k: v for k, v in overrides.items() if v is not None}
+        archive = {k: given.pop(k) for k in ("max_bytes", "max_entries", "max_ratio") if k in given}
+        if archive:
+            given["archive"] = replace(s.archive, **archive)
+        return replace(s, **given)

@@ -1,0 +1,216 @@
+"""The job queue, in the store (table service_jobs; zoomer_ar/store/service_tables.py).
+
+- **Claim**: one transaction picks the oldest job that is `queued`, or `running` with an expired
+  lease, and moves it to `running` under a fresh lease token. PostgreSQL: `SELECT ... FOR UPDATE
+  SKIP LOCKED`, so concurrent workers never wait on nor take the same row. SQLite: the transaction
+  takes the write lock up front (`BEGIN IMMEDIATE`), so claims are serialised.
+- **Lease**: a claimed job expires `lease_s` after the last heartbeat; the worker's heartbeat
+  thread extends it every `lease_s / 3`. A worker that dies stops heartbeating and the job is
+  claimed again by another worker (the claim count is `attempts`; past `max_attempts` the job
+  fails instead: a trace that kills every worker does not loop forever).
+- **Complete**: the results (artifacts) are written in the same transaction that moves the job
+  to `done`, and only if the worker still holds the lease (`WHERE lease_token = :mine AND state =
+  'running'`). A worker that lost its lease (it stalled past expiry and another worker took the
+  job) has its results dropped, so a job is finished exactly once; `done` and `failed` jobs are
+  never claimed again.
+
+All times are the database server's clock in epoch seconds (`db_now`), so workers on different
+hosts agree on expiry.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Engine, and_, delete, func, insert, or_, select, text, update
+from sqlalchemy.orm import Session
+
+from ..store.db import read_session, with_retry, write_session
+from ..store.service_tables import ServiceArtifact, ServiceJob, ServiceTeam
+
+QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
+STATES = (QUEUED, RUNNING, DONE, FAILED)
+
+
+@dataclass(frozen=True)
+class Claim:
+    job_id: str
+    lease_token: str
+    worker: str
+    attempt: int
+    kind: str
+    name: str
+    team_id: int
+    team: str
+    params: dict
+    input_dir: str | None
+
+
+class LeaseLost(Exception):
+    """The worker no longer holds the job's lease (it expired and another worker claimed the job)."""
+
+
+def db_now(s: Session) -> float:
+    """The database server's clock, epoch seconds."""
+    if s.get_bind().dialect.name == "postgresql":
+        return float(s.execute(text("SELECT extract(epoch FROM clock_timestamp())")).scalar_one())
+    return float(s.execute(text("SELECT (julianday('now') - 2440587.5) * 86400.0")).scalar_one())
+
+
+def new_job_id() -> str:
+    return uuid.uuid4().hex
+
+
+def insert_job(engine: Engine, *, job_id: str, team_id: int, kind: str, name: str, params: dict[str, Any],
+               input_dir: str | None, max_attempts: int = 3) -> None:
+    def tx() -> None:
+        with write_session(engine) as s:
+            s.execute(insert(ServiceJob).values(
+                id=job_id, team_id=team_id, kind=kind, name=name[:200], state=QUEUED, params=params,
+                input_dir=input_dir, attempts=0, max_attempts=max_attempts, queued_at=db_now(s),
+            ))
+
+    with_retry(tx)
+
+
+def claim(engine: Engine, worker: str, lease_s: float, *, kinds: tuple[str, ...] | None = None) -> Claim | None:
+    """The next job for `worker` (see the module docstring), or None when the queue is empty."""
+    J = ServiceJob
+
+    def tx() -> Claim | None:
+        with write_session(engine) as s:
+            now = db_now(s)
+            while True:
+                q = (select(J).where(or_(J.state == QUEUED, and_(J.state == RUNNING, J.lease_expires_at < now)))
+                     .order_by(J.queued_at, J.id).limit(1).with_for_update(skip_locked=True))
+                if kinds:
+                    q = q.where(J.kind.in_(kinds))
+                job = s.execute(q).scalar_one_or_none()
+                if job is None:
+                    return None
+                if job.attempts >= job.max_attempts:
+                    job.state, job.finished_at, job.lease_token, job.lease_expires_at = FAILED, now, None, None
+                    job.error = (f"abandoned: claimed {job.attempts} times and its worker stopped each time "
+                                 "(lease expired without a result)")
+                    s.flush()
+                    continue
+                token = uuid.uuid4().hex
+                job.state, job.attempts = RUNNING, job.attempts + 1
+                job.lease_owner, job.lease_token = worker[:200], token
+                job.lease_expires_at, job.heartbeat_at, job.started_at = now + lease_s, now, now
+                team = s.execute(select(ServiceTeam.name).where(ServiceTeam.id == job.team_id)).scalar_one()
+                return Claim(job_id=job.id, lease_token=token, worker=worker, attempt=job.attempts, kind=job.kind,
+                             name=job.name, team_id=job.team_id, team=team, params=dict(job.params or {}),
+                             input_dir=job.input_dir)
+
+    return with_retry(tx)
+
+
+def _mine(c: Claim):
+    return and_(ServiceJob.id == c.job_id, ServiceJob.lease_token == c.lease_token, ServiceJob.state == RUNNING)
+
+
+def heartbeat(engine: Engine, c: Claim, lease_s: float) -> bool:
+    """Extend the lease; False when it was lost."""
+    def tx() -> bool:
+        with write_session(engine) as s:
+            now = db_now(s)
+            res = s.execute(update(ServiceJob).where(_mine(c)).values(lease_expires_at=now + lease_s, heartbeat_at=now))
+            return res.rowcount == 1
+
+    return with_retry(tx)
+
+
+def complete(engine: Engine, c: Claim, *, result: dict[str, Any], artifacts: dict[str, tuple[str, bytes]],
+             content_hash: str | None = None, analysis_id: int | None = None) -> bool:
+    """Store the artifacts and move the job to done, in one transaction; False (nothing written) if the lease was lost."""
+    def tx() -> bool:
+        with write_session(engine) as s:
+            now = db_now(s)
+            res = s.execute(update(ServiceJob).where(_mine(c)).values(
+                state=DONE, finished_at=now, result=result, error=None, lease_token=None, lease_expires_at=None,
+                content_hash=content_hash, analysis_id=analysis_id,
+            ))
+            if res.rowcount != 1:
+                raise LeaseLost(c.job_id)
+            s.execute(delete(ServiceArtifact).where(ServiceArtifact.job_id == c.job_id))
+            rows = [{"job_id": c.job_id, "name": name, "media_type": mt, "size_bytes": len(data), "content": data}
+                    for name, (mt, data) in sorted(artifacts.items())]
+            if rows:
+                s.execute(insert(ServiceArtifact), rows)
+            return True
+
+    try:
+        return with_retry(tx)
+    except LeaseLost:
+        return False
+
+
+def fail(engine: Engine, c: Claim, error: str, *, result: dict[str, Any] | None = None) -> bool:
+    """Move the job to failed with `error`; False if the lease was lost."""
+    def tx() -> bool:
+        with write_session(engine) as s:
+            now = db_now(s)
+            res = s.execute(update(ServiceJob).where(_mine(c)).values(
+                state=FAILED, finished_at=now, error=error[:4000], result=result, lease_token=None,
+                lease_expires_at=None,
+            ))
+            return res.rowcount == 1
+
+    return with_retry(tx)
+
+
+def release(engine: Engine, c: Claim) -> bool:
+    """Give a claimed job back to the queue untouched (a worker stopping before it started)."""
+    def tx() -> bool:
+        with write_session(engine) as s:
+            res = s.execute(update(ServiceJob).where(_mine(c)).values(
+                state=QUEUED, attempts=ServiceJob.attempts - 1, lease_owner=None, lease_token=None,
+                lease_expires_at=None, started_at=None,
+            ))
+            return res.rowcount == 1
+
+    return with_retry(tx)
+
+
+# --- reads for the API ------------------------------------------------------------------------------
+
+
+def get_job(engine: Engine, job_id: str, team_id: int | None) -> ServiceJob | None:
+    """The job if it exists and belongs to `team_id` (None: any team)."""
+    with read_session(engine) as s:
+        q = select(ServiceJob).where(ServiceJob.id == job_id)
+        if team_id is not None:
+            q = q.where(ServiceJob.team_id == team_id)
+        return s.execute(q).scalar_one_or_none()
+
+
+def list_jobs(engine: Engine, team_id: int, *, limit: int = 50, state: str | None = None) -> list[ServiceJob]:
+    with read_session(engine) as s:
+        q = select(ServiceJob).where(ServiceJob.team_id == team_id).order_by(ServiceJob.queued_at.desc()).limit(limit)
+        if state:
+            q = q.where(ServiceJob.state == state)
+        return list(s.execute(q).scalars())
+
+
+def artifact_names(engine: Engine, job_id: str) -> list[str]:
+    with read_session(engine) as s:
+        return list(s.execute(select(ServiceArtifact.name).where(ServiceArtifact.job_id == job_id)
+                              .order_by(ServiceArtifact.name)).scalars())
+
+
+def get_artifact(engine: Engine, job_id: str, name: str) -> tuple[str, bytes] | None:
+    with read_session(engine) as s:
+        row = s.execute(select(ServiceArtifact.media_type, ServiceArtifact.content)
+                        .where(ServiceArtifact.job_id == job_id, ServiceArtifact.name == name)).first()
+    return (row[0], bytes(row[1])) if row is not None else None
+
+
+def counts(engine: Engine) -> dict[str, int]:
+    with read_session(engine) as s:
+        rows = s.execute(select(ServiceJob.state, func.count()).group_by(ServiceJob.state)).all()
+    out = {k: 0 for k in STATES}
+    out.update({k: int(v) for k, v in rows})
+    return out

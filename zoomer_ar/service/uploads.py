@@ -1,0 +1,236 @@
+"""Streamed multipart uploads: each file part goes straight to disk as it arrives; nothing is held whole in memory.
+
+`MultipartReceiver` is fed the request body chunk by chunk (python-multipart's incremental
+parser). File fields (`trace`, `ranks`, `source`) are written to `<job>/upload/<field>`; text fields
+(the job metadata) are kept, up to 64 KiB each. The caller counts the body against the size cap.
+`prepare_inputs` then turns the received files into the job's input folder: the trace moved into
+`input/trace/`, the archives extracted (zoomer_ar.service.archives: every entry checked) into
+`input/ranks/` and `input/source/`.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from python_multipart.exceptions import MultipartParseError
+from python_multipart.multipart import MultipartParser, parse_options_header
+
+from .archives import ArchiveError, ArchiveLimits, safe_extract, single_root
+
+FILE_FIELDS = ("trace", "ranks", "source")
+TEXT_FIELDS = ("name", "job", "owner", "gpus", "gpu_hours", "gpu_hour_cost", "week", "record")
+MAX_TEXT = 64 << 10
+TRACE_SUFFIXES = (".json", ".json.gz", ".gz")
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+class UploadError(ValueError):
+    """The upload is malformed or incomplete (HTTP 400); the message says why."""
+
+
+def safe_filename(name: str | None, default: str) -> str:
+    base = (name or "").replace("\\", "/").rsplit("/", 1)[-1]
+    base = _UNSAFE.sub("_", base).lstrip(".")[:120]
+    return base or default
+
+
+@dataclass
+class ReceivedFile:
+    field: str
+    filename: str
+    path: Path
+    size: int = 0
+
+
+@dataclass
+class _Part:
+    name: str | None = None
+    filename: str | None = None
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    text: bytearray | None = None
+    fh: object | None = None
+    file: ReceivedFile | None = None
+
+
+class MultipartReceiver:
+    def __init__(self, content_type: str, upload_dir: Path):
+        ctype, params = parse_options_header(content_type)
+        if ctype != b"multipart/form-data":
+            raise UploadError("the body must be multipart/form-data")
+        boundary = params.get(b"boundary")
+        if not boundary:
+            raise UploadError("multipart/form-data without a boundary")
+        self.dir = upload_dir
+        self.files: dict[str, ReceivedFile] = {}
+        self.fields: dict[str, str] = {}
+        self._part = _Part()
+        self._hname = b""
+        self._hvalue = b""
+        self._ended = False
+        self._parser = MultipartParser(boundary, {
+            "on_part_begin": self._on_part_begin,
+            "on_part_data": self._on_part_data,
+            "on_part_end": self._on_part_end,
+            "on_header_field": self._on_header_field,
+            "on_header_value": self._on_header_value,
+            "on_header_end": self._on_header_end,
+            "on_headers_finished": self._on_headers_finished,
+            "on_end": self._on_end,
+        })
+
+    # --- parser callbacks ---------------------------------------------------------------------
+
+    def _on_part_begin(self) -> None:
+        self._part = _Part()
+
+    def _on_header_field(self, data: bytes, start: int, end: int) -> None:
+        self._hname += data[start:end]
+        if len(self._hname) > 1024:
+            raise UploadError("multipart header name too long")
+
+    def _on_header_value(self, data: bytes, start: int, end: int) -> None:
+        self._hvalue += data[start:end]
+        if len(self._hvalue) > 8192:
+            raise UploadError("multipart header value too long")
+
+    def _on_header_end(self) -> None:
+        self._part.headers.append((self._hname.lower(), self._hvalue))
+        self._hname, self._hvalue = b"", b""
+
+    def _on_headers_finished(self) -> None:
+        disp = next((v for k, v in self._part.headers if k == b"content-disposition"), None)
+        if disp is None:
+            raise UploadError("a multipart part has no Content-Disposition header")
+        _kind, opts = parse_options_header(disp)
+        raw_name = opts.get(b"name")
+        if raw_name is None:
+            raise UploadError("a multipart part has no field name")
+        name = raw_name.decode("utf-8", "replace")
+        if name not in FILE_FIELDS and name not in TEXT_FIELDS:
+            raise UploadError(f"unknown form field {name!r} (files: {', '.join(FILE_FIELDS)}; "
+                              f"fields: {', '.join(TEXT_FIELDS)})")
+        if name in self.files or name in self.fields:
+            raise UploadError(f"form field {name!r} given twice")
+        self._part.name = name
+        if name in FILE_FIELDS:
+            fn = opts.get(b"filename")
+            filename = fn.decode("utf-8", "replace") if fn is not None else name
+            self.dir.mkdir(parents=True, exist_ok=True)
+            rf = ReceivedFile(field=name, filename=filename, path=self.dir / name)
+            self._part.file = rf
+            self._part.fh = open(rf.path, "wb")  # noqa: SIM115 - closed in _on_part_end / close()
+            self.files[name] = rf
+        else:
+            self._part.text = bytearray()
+
+    def _on_part_data(self, data: bytes, start: int, end: int) -> None:
+        p = self._part
+        if p.file is not None:
+            p.fh.write(data[start:end])  # type: ignore[union-attr]
+            p.file.size += end - start
+        elif p.text is not None:
+            if len(p.text) + (end - start) > MAX_TEXT:
+                raise UploadError(f"form field {p.name!r} longer than {MAX_TEXT:,} bytes")
+            p.text.extend(data[start:end])
+
+    def _on_part_end(self) -> None:
+        p = self._part
+        if p.fh is not None:
+            p.fh.close()  # type: ignore[union-attr]
+            p.fh = None
+        elif p.text is not None and p.name:
+            try:
+                self.fields[p.name] = p.text.decode("utf-8")
+            except UnicodeDecodeError:
+                raise UploadError(f"form field {p.name!r} is not UTF-8 text") from None
+
+    def _on_end(self) -> None:
+        self._ended = True
+
+    # --- API ----------------------------------------------------------------------------------
+
+    def feed(self, chunk: bytes) -> None:
+        try:
+            self._parser.write(chunk)
+        except MultipartParseError as exc:
+            raise UploadError(f"malformed multipart body: {exc}") from None
+
+    def finish(self) -> tuple[dict[str, ReceivedFile], dict[str, str]]:
+        try:
+            self._parser.finalize()
+        except MultipartParseError as exc:
+            raise UploadError(f"malformed multipart body: {exc}") from None
+        self.close()
+        if not self._ended:
+            raise UploadError("incomplete multipart body (no closing boundary)")
+        return self.files, self.fields
+
+    def close(self) -> None:
+        if self._part.fh is not None:
+            try:
+                self._part.fh.close()  # type: ignore[union-attr]
+            finally:
+                self._part.fh = None
+
+
+def _has_trace_files(root: Path) -> bool:
+    return any(p.is_file() and p.name.endswith(TRACE_SUFFIXES) for p in root.rglob("*"))
+
+
+def _stem(filename: str) -> str:
+    name = safe_filename(filename, "job")
+    for suffix in (".tar.gz", ".tgz", ".zip", ".tar", ".json.gz", ".json", ".gz"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)] or "job"
+    return name
+
+
+def prepare_inputs(job_dir: Path, files: dict[str, ReceivedFile], limits: ArchiveLimits) -> dict:
+    """Move/extract the received files into `job_dir/input`; returns the job parameters that locate them.
+
+    Raises UploadError / ArchiveError (HTTP 400) with a message naming the field and the problem.
+    """
+    if "trace" in files and "ranks" in files:
+        raise UploadError("send a trace file (field 'trace') or a rank archive (field 'ranks'), not both")
+    if "trace" not in files and "ranks" not in files:
+        raise UploadError("a trace file (field 'trace') or a rank archive (field 'ranks', .tar.gz or .zip) is required")
+    for rf in files.values():
+        if rf.size == 0:
+            raise UploadError(f"{rf.field}: the uploaded file is empty")
+    inp = job_dir / "input"
+    inp.mkdir(parents=True, exist_ok=True)
+    params: dict = {"uploads": {k: {"filename": safe_filename(v.filename, k), "bytes": v.size} for k, v in files.items()}}
+    if "trace" in files:
+        rf = files["trace"]
+        name = safe_filename(rf.filename, "trace.json")
+        if not name.endswith(TRACE_SUFFIXES):
+            with open(rf.path, "rb") as fh:
+                gz = fh.read(2) == b"\x1f\x8b"
+            name = "trace.json.gz" if gz else "trace.json"
+        (inp / "trace").mkdir()
+        shutil.move(str(rf.path), inp / "trace" / name)
+        params.update(input="trace", path=f"trace/{name}", default_name=None)
+    else:
+        rf = files["ranks"]
+        dest = inp / "ranks"
+        safe_extract(rf.path, dest, limits, what="rank archive")
+        root = single_root(dest)
+        if not _has_trace_files(root):
+            raise UploadError("rank archive: no trace files (.json, .json.gz) in it")
+        params.update(input="ranks", path=root.relative_to(inp).as_posix(),
+                      default_name=root.name if root != dest else _stem(rf.filename))
+    if "source" in files:
+        rf = files["source"]
+        dest = inp / "source"
+        safe_extract(rf.path, dest, limits, what="source archive")
+        if not any(p.is_file() and p.suffix == ".py" for p in dest.rglob("*")):
+            raise UploadError("source archive: no Python (.py) files in it")
+        params["source"] = "source"
+    shutil.rmtree(job_dir / "upload", ignore_errors=True)
+    return params
+
+
+__all__ = ["ArchiveError", "MultipartReceiver", "ReceivedFile", "UploadError", "prepare_inputs", "safe_filename"]

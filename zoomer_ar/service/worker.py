@@ -1,0 +1,279 @@
+"""`zoomer-ar worker`: claims queued jobs from the store and runs them outside the request path.
+
+One job at a time per worker process: claim (queue.claim), start a heartbeat thread that extends
+the lease every lease/3 seconds, run the job, then write its artifacts and the `done` state in one
+transaction (queue.complete). Job kinds:
+
+- `analyze`: the uploaded trace or rank folder through the same pipeline as `zoomer-ar analyze`
+  (sources mapped with the uploaded source archive, recorded in the store under the job's team,
+  findings.json, report.md, report.html, patch.diff, relaunch.yaml, optimize.ipynb);
+- `review`: `zoomer_ar.review.review` on a pull request (from the GitHub webhook): review.json,
+  review.md, review.sarif, and optionally the review posted on GitHub.
+
+Bad input (a trace that is not a trace) fails the job with the one-line reason; it is not retried.
+A worker killed mid-job leaves a lease that expires; another worker claims the job again.
+SIGTERM/SIGINT: the worker finishes its current job, then exits.
+
+Test hook: `ZOOMER_SERVICE_TEST_DELAY_S=<seconds>` makes a worker wait that long (heartbeating)
+after claiming a job, before running it; the test suite uses it to kill a worker mid-job.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import traceback
+import uuid
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine
+
+from ..errors import ZoomerError
+from . import queue as Q
+from .config import Settings
+
+log = logging.getLogger("zoomer_ar.service.worker")
+
+MEDIA = {
+    "findings.json": "application/json",
+    "report.md": "text/markdown; charset=utf-8",
+    "report.html": "text/html; charset=utf-8",
+    "patch.diff": "text/x-diff; charset=utf-8",
+    "relaunch.yaml": "application/yaml",
+    "optimize.ipynb": "application/x-ipynb+json",
+    "review.json": "application/json",
+    "review.md": "text/markdown; charset=utf-8",
+    "review.sarif": "application/sarif+json",
+}
+TEST_DELAY_ENV = "ZOOMER_SERVICE_TEST_DELAY_S"
+
+
+class _Heartbeat(threading.Thread):
+    def __init__(self, engine: Engine, claim: Q.Claim, lease_s: float):
+        super().__init__(name=f"heartbeat-{claim.job_id[:8]}", daemon=True)
+        self.engine, self.claim, self.lease_s = engine, claim, lease_s
+        self.stop = threading.Event()
+        self.lost = threading.Event()
+
+    def run(self) -> None:
+        interval = max(0.2, self.lease_s / 3.0)
+        while not self.stop.wait(interval):
+            try:
+                if not Q.heartbeat(self.engine, self.claim, self.lease_s):
+                    log.warning("job %s: lease lost (another worker took it over)", self.claim.job_id)
+                    self.lost.set()
+                    return
+            except Exception as exc:  # noqa: BLE001 - a missed beat is retried; the lease has slack
+                log.warning("job %s: heartbeat failed: %s", self.claim.job_id, exc)
+
+
+def _delay_for_tests(hb: _Heartbeat) -> None:
+    raw = os.environ.get(TEST_DELAY_ENV)
+    if not raw:
+        return
+    deadline = time.monotonic() + float(raw)
+    while time.monotonic() < deadline and not hb.lost.is_set():
+        time.sleep(0.05)
+
+
+def _read_artifacts(folder: Path, written: dict[str, Path]) -> dict[str, tuple[str, bytes]]:
+    return {name: (MEDIA.get(name, "application/octet-stream"), Path(p).read_bytes())
+            for name, p in written.items() if Path(p).is_file()}
+
+
+def run_analyze(claim: Q.Claim, settings: Settings, engine: Engine) -> tuple[dict, dict, str | None, int | None]:
+    """The analysis pipeline on an uploaded job: (summary, artifacts, content hash, store analysis id)."""
+    from ..analyze import analyze_path
+    from ..analyze_cli import write_fix_outputs
+    from ..render import write_outputs
+    from ..store.cost import cost_attribution
+    from ..store.record import RecordOptions, content_hash, record_analysis
+
+    p = claim.params
+    root = Path(claim.input_dir or "")
+    trace = root / p["path"]
+    source = root / p["source"] if p.get("source") else None
+    analysis = analyze_path(trace, name=p.get("name") or None)
+    if source is not None:
+        from ..sourcemap import map_sources
+
+        analysis = map_sources(analysis, source)
+    chash = content_hash(analysis)
+    analysis_id = None
+    notes: list[str] = []
+    store_job = f"{claim.team}/{p.get('job') or analysis.job.name}"
+    cost = None
+    if p.get("record", True):
+        rr = record_analysis(analysis, RecordOptions(
+            job=store_job, team=claim.team, owner=p.get("owner"), gpus=p.get("gpus"), gpu_hours=p.get("gpu_hours"),
+            gpu_hour_cost=p.get("gpu_hour_cost"), week=p.get("week"),
+        ), db=engine)
+        if rr.job == store_job:
+            cost, analysis_id = rr.cost, rr.analysis_id
+        else:
+            notes.append("this trace was already recorded under another job; it is not recorded again")
+    if cost is None:
+        cost = cost_attribution(analysis.features, analysis.findings, gpus=p.get("gpus"), gpu_hours=p.get("gpu_hours"),
+                                gpu_hour_cost=p.get("gpu_hour_cost"))
+    analysis.features["cost_attribution"] = cost
+    tmp_root = settings.data_dir / "tmp"
+    tmp_root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=tmp_root, prefix=f"{claim.job_id}-") as tmp:
+        out = Path(tmp)
+        written = dict(write_outputs(analysis, out))
+        written.update(write_fix_outputs(analysis, out, source, trace))
+        artifacts = _read_artifacts(out, written)
+    summary = {
+        "job": analysis.job.name,
+        "store_job": store_job if analysis_id is not None else None,
+        "bottleneck": analysis.bottleneck.type,
+        "findings": len(analysis.findings),
+        "patterns": [f.pattern for f in analysis.findings],
+        "patch": "patch.diff" in artifacts,
+        "recorded": analysis_id is not None,
+        "notes": notes,
+    }
+    return summary, artifacts, chash, analysis_id
+
+
+def _git(repo: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=300)
+
+
+def _ensure_commits(repo: Path, shas: list[str], pr: int | None) -> None:
+    missing = [s for s in shas if _git(repo, "cat-file", "-e", f"{s}^{{commit}}").returncode != 0]
+    if not missing:
+        return
+    refs = list(missing) + ([f"pull/{pr}/head"] if pr else [])
+    _git(repo, "fetch", "--quiet", "origin", *refs)
+    still = [s for s in missing if _git(repo, "cat-file", "-e", f"{s}^{{commit}}").returncode != 0]
+    if still:
+        from ..errors import InputError
+
+        raise InputError(str(repo), f"commit(s) {', '.join(s[:12] for s in still)} not found (git fetch failed)")
+
+
+def run_review(claim: Q.Claim, settings: Settings) -> tuple[dict, dict]:
+    """`review` on a pull request's base and head commits in the configured local clone."""
+    import json
+
+    from ..review import review
+    from ..review.render import render_markdown
+    from ..review.sarif import to_sarif
+
+    p = claim.params
+    repo = Path(p["repo_path"])
+    _ensure_commits(repo, [p["base_sha"], p["head_sha"]], p.get("pr"))
+    result = review(repo, base=p["base_sha"], head=p["head_sha"])
+    artifacts = {
+        "review.json": (MEDIA["review.json"], result.model_dump_json(indent=2).encode()),
+        "review.md": (MEDIA["review.md"], render_markdown(result).encode()),
+        "review.sarif": (MEDIA["review.sarif"], json.dumps(to_sarif(result), indent=2).encode()),
+    }
+    summary: dict[str, Any] = {
+        "repository": p.get("repository"), "pr": p.get("pr"), "base_sha": p["base_sha"], "head_sha": p["head_sha"],
+        "findings": len(result.findings), "rules": sorted({f.rule_id for f in result.findings}),
+        "files_reviewed": result.files_reviewed, "posted": False,
+    }
+    if p.get("post") and os.environ.get("GITHUB_TOKEN"):
+        from ..review.github import GitHubTarget, post
+
+        target = GitHubTarget(api_url=p.get("api_url") or "https://api.github.com", repository=p["repository"],
+                              pr=int(p["pr"]), token=os.environ["GITHUB_TOKEN"])
+        outcome = post(result, target)
+        summary["posted"] = True
+        summary["post"] = {k: v for k, v in vars(outcome).items() if isinstance(v, (int, str, bool, float, type(None)))}
+    return summary, artifacts
+
+
+class Worker:
+    """Claims and runs jobs until stopped (see the module docstring)."""
+
+    def __init__(self, settings: Settings, *, worker_id: str | None = None, engine: Engine | None = None):
+        from ..store.db import open_store
+
+        self.settings = settings
+        self.engine = engine or open_store(settings.db)
+        self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.stop = threading.Event()
+        self.done = 0
+
+    def process(self, c: Q.Claim) -> str:
+        """Run one claimed job; returns its final state ('done', 'failed' or 'lost')."""
+        log.info("job %s (%s %s): claimed by %s, attempt %d", c.job_id, c.kind, c.name, self.id, c.attempt)
+        hb = _Heartbeat(self.engine, c, self.settings.lease_s)
+        hb.start()
+        t0 = time.perf_counter()
+        try:
+            _delay_for_tests(hb)
+            if hb.lost.is_set():
+                return "lost"
+            if c.kind == "analyze":
+                summary, artifacts, chash, analysis_id = run_analyze(c, self.settings, self.engine)
+            elif c.kind == "review":
+                (summary, artifacts), chash, analysis_id = run_review(c, self.settings), None, None
+            else:
+                raise ZoomerError(f"unknown job kind {c.kind!r}")
+            summary["seconds"] = round(time.perf_counter() - t0, 3)
+            summary["worker"] = self.id
+            ok = Q.complete(self.engine, c, result=summary, artifacts=artifacts, content_hash=chash,
+                            analysis_id=analysis_id)
+            state = "done" if ok else "lost"
+        except ZoomerError as exc:
+            ok = Q.fail(self.engine, c, str(exc), result={"worker": self.id})
+            state = "failed" if ok else "lost"
+        except Exception as exc:  # noqa: BLE001 - the job fails with the reason; the worker goes on
+            log.error("job %s: internal error\n%s", c.job_id, traceback.format_exc())
+            ok = Q.fail(self.engine, c, f"internal error: {type(exc).__name__}: {exc}", result={"worker": self.id})
+            state = "failed" if ok else "lost"
+        finally:
+            hb.stop.set()
+            hb.join(timeout=5)
+        if state == "done" and c.input_dir:
+            shutil.rmtree(c.input_dir, ignore_errors=True)
+        log.info("job %s: %s in %.2f s", c.job_id, state if state != "lost" else "lease lost, result dropped",
+                 time.perf_counter() - t0)
+        self.done += 1
+        return state
+
+    def run_once(self) -> str | None:
+        c = Q.claim(self.engine, self.id, self.settings.lease_s)
+        if c is None:
+            return None
+        return self.process(c)
+
+    def run(self, *, max_jobs: int | None = None, exit_when_idle: bool = False, parent_pid: int | None = None) -> int:
+        """Loop: claim, run, repeat; returns the number of jobs run."""
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda *_: self.stop.set())
+        log.info("worker %s: store %s, data %s", self.id, self.engine.url.render_as_string(hide_password=True),
+                 self.settings.data_dir)
+        errors = 0
+        while not self.stop.is_set():
+            if parent_pid is not None and os.getppid() != parent_pid:
+                log.info("worker %s: parent %d exited; stopping", self.id, parent_pid)
+                break
+            if max_jobs is not None and self.done >= max_jobs:
+                break
+            try:
+                state = self.run_once()
+                errors = 0
+            except Exception as exc:  # noqa: BLE001 - the store is unreachable: wait and retry
+                errors += 1
+                log.warning("worker %s: cannot claim (%s); retrying", self.id, exc)
+                self.stop.wait(min(30.0, self.settings.poll_s * 2 ** min(errors, 5)))
+                continue
+            if state is None:
+                if exit_when_idle:
+                    break
+                self.stop.wait(self.settings.poll_s)
+        return self.done
