@@ -26,7 +26,7 @@ def corpus() -> None:
 
 @corpus.command("build")
 @click.option("--out", type=P(), default=None, help="Folder for corpus.jsonl and MANIFEST.json (default training_data/corpus).")
-@click.option("--n-synth", type=int, default=5000, show_default=True, help="Synthetic jobs from the trace generator.")
+@click.option("--n-synth", type=int, default=4600, show_default=True, help="Synthetic jobs from the trace generator (with the examples and augmentations: ~5,100 cases).")
 @click.option("--augment", "augment", type=int, default=24, show_default=True, help="Augmented variants per real trace.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--workers", type=int, default=2, show_default=True)

@@ -58,7 +58,7 @@ SMALL_SOURCES = (
 
 @dataclass
 class BuildConfig:
-    n_synth: int = 5000
+    n_synth: int = 4600
     augment_per_source: int = 24
     seed: int = 0
     workers: int = 2
