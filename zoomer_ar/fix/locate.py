@@ -139,6 +139,9 @@ def _matmul(ctx: Context, region: cst.CSTNode) -> Iterator[Site]:
             yield n, "matmul (@)"
     yield from _qual_sites(ctx, region, MATMUL | {"torch.nn.Linear"}, "matmul", MATMUL | {"torch.nn.Linear", "nn.Linear", "F.linear"})
     yield from _qual_sites(ctx, region, {"torch.set_float32_matmul_precision"}, "matmul precision setting")
+    for c in _calls(ctx, region):  # the forward pass: `model(x)`, `net(x)`
+        if isinstance(c.func, cst.Name) and any(k in c.func.value.lower() for k in ("model", "net")):
+            yield c, "forward pass (its matmuls run here)"
 
 
 def _allocator(ctx: Context, region: cst.CSTNode) -> Iterator[Site]:
@@ -167,8 +170,10 @@ def _balance(ctx: Context, region: cst.CSTNode) -> Iterator[Site]:
 
 
 def _memory(ctx: Context, region: cst.CSTNode) -> Iterator[Site]:
+    # The trace says the region runs every step, so an append anywhere in a function is per step.
+    per_step = isinstance(region, cst.FunctionDef)
     for c in _calls(ctx, region):
-        if h.is_method_call(c, ("append", "extend")) and ctx.in_loop(c) and c.args:
+        if h.is_method_call(c, ("append", "extend")) and (per_step or ctx.in_loop(c)) and c.args:
             arg = c.args[0].value
             if not any(h.is_method_call(n, ("item", "tolist", "detach", "cpu")) for n in h.walk(arg)):
                 yield c, "tensor kept alive across iterations (append without .item()/.detach())"
@@ -178,7 +183,47 @@ def _memory(ctx: Context, region: cst.CSTNode) -> Iterator[Site]:
 
 
 def _gemm(ctx: Context, region: cst.CSTNode) -> Iterator[Site]:
+    """Layer sizes that are not multiples of 8, wherever the module defines them (a literal in
+    `nn.Linear(...)`, or the module-level constant it names), then the matmul sites."""
+    yield from _misaligned_dims(ctx)
     yield from _matmul(ctx, region)
+
+
+def _module_int_constants(ctx: Context) -> dict[str, cst.CSTNode]:
+    """Module-level `NAME = <int>` and `A, B = <int>, <int>` bindings: name -> the literal."""
+    out: dict[str, cst.CSTNode] = {}
+    for stmt in ctx.module.body:
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for small in stmt.body:
+            if not isinstance(small, cst.Assign) or len(small.targets) != 1:
+                continue
+            target, value = small.targets[0].target, small.value
+            if isinstance(target, cst.Name) and isinstance(value, cst.Integer):
+                out[target.value] = value
+            elif isinstance(target, cst.Tuple) and isinstance(value, cst.Tuple) and len(target.elements) == len(value.elements):
+                for t, v in zip(target.elements, value.elements):
+                    if isinstance(t.value, cst.Name) and isinstance(v.value, cst.Integer):
+                        out[t.value.value] = v.value
+    return out
+
+
+def _misaligned_dims(ctx: Context) -> Iterator[Site]:
+    layers = {"torch.nn.Linear", "torch.nn.Embedding", "torch.nn.Bilinear"}
+    consts = _module_int_constants(ctx)
+    for c in ctx.nodes(cst.Call):
+        if not ctx.matches(c, layers, layers | {"nn.Linear", "nn.Embedding", "Linear", "Embedding"}):
+            continue
+        for arg in c.args[:2]:
+            node = arg.value
+            literal = consts.get(node.value) if isinstance(node, cst.Name) else node
+            if isinstance(literal, cst.Integer):
+                try:
+                    size = int(literal.evaluated_value)
+                except (TypeError, ValueError):
+                    continue
+                if size > 0 and size % 8:
+                    yield literal, f"layer size {size} is not a multiple of 8"
 
 
 def _idle(ctx: Context, region: cst.CSTNode) -> Iterator[Site]:
