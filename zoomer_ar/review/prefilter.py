@@ -42,16 +42,25 @@ KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "conv-bias-before-bn": ((r"Conv[123]d", r"BatchNorm"), (r"Conv[123]d",)),
     "dataloader-workers": ((r"DataLoader",), (r"DataLoader",)),
     "ddp-bucket-view": ((r"DistributedDataParallel|\bDDP\b",), (r"DistributedDataParallel|\bDDP\b",)),
-    "factory-on-device": ((r"torch", TO_DEVICE, FACTORY), (TO_DEVICE, FACTORY)),
+    "factory-on-device": ((r"torch", FACTORY, TO_DEVICE), (TO_DEVICE, FACTORY)),
     "loop-empty-cache": ((r"empty_cache", LOOP), (r"empty_cache",)),
     "loop-item-sync": ((LOOP, HOST_READ), (HOST_READ,)),
     "loop-synchronize": ((r"synchronize", LOOP), (r"synchronize",)),
     "matmul-precision": ((r"cuda",), ()),  # region: see _matmul_region
-    "non-blocking-h2d": ((r"\bfor\b", TO_DEVICE, r"(?i:loader)"), (TO_DEVICE,)),
+    "non-blocking-h2d": ((r"(?i:loader)", r"\bfor\b", TO_DEVICE), (TO_DEVICE,)),
     "optimizer-foreach": ((OPTIMIZER,), (OPTIMIZER,)),
     "redundant-copy-chain": ((COPY_CHAIN,), (COPY_CHAIN,)),
     "torch-compile": ((r"Module|" + MODEL_FACTORY,), (MODEL_FACTORY,)),  # + classes defined in the file
     "zero-grad-set-to-none": ((r"zero_",), (r"zero_",)),
+}
+
+
+#: substrings of the lower-cased text one of which any match of the pattern contains (a cheap
+#: necessary condition checked before the regex)
+GUARDS: dict[str, tuple[str, ...]] = {
+    HOST_READ: ("loss", "item", "cpu", "numpy", "tolist"),
+    r"DistributedDataParallel|\bDDP\b": ("distributeddataparallel", "ddp"),
+    r"(?i:loader)": ("loader",),
 }
 
 
@@ -60,12 +69,28 @@ def _rx(pattern: str) -> re.Pattern[str]:
     return re.compile(pattern)
 
 
+class _Text:
+    def __init__(self, text: str):
+        self.text = text
+        self._lower: str | None = None
+
+    def search(self, pattern: str) -> bool:
+        guard = GUARDS.get(pattern)
+        if guard is not None:
+            if self._lower is None:
+                self._lower = self.text.lower()
+            if not any(g in self._lower for g in guard):
+                return False
+        return _rx(pattern).search(self.text) is not None
+
+
 def file_candidates(source: str, fixers: Iterable[str]) -> set[str]:
     """Tier 1: the fixers whose names the file spells (unknown fixers always)."""
+    text = _Text(source)
     out: set[str] = set()
     for name in fixers:
         keys = KEYS.get(name)
-        if keys is None or all(_rx(p).search(source) for p in keys[0]):
+        if keys is None or all(text.search(p) for p in keys[0]):
             out.add(name)
     return out
 
@@ -200,7 +225,8 @@ def region_candidates(source: str, fd: FileDiff, fixers: Iterable[str]) -> set[s
     region = _Region(tree, touched)
     if not region.lines:
         return set()
-    text = region.text(source.splitlines())
+    region_text = _Text(region.text(source.splitlines()))
+    text = region_text.text
     imports: dict[str, str] | None = None
     out: set[str] = set()
     for name in fixers:
@@ -214,9 +240,9 @@ def region_candidates(source: str, fd: FileDiff, fixers: Iterable[str]) -> set[s
             continue
         ok = True
         for pattern in keys[1]:
-            rx = _rx(pattern)
-            if rx.search(text):
+            if region_text.search(pattern):
                 continue
+            rx = _rx(pattern)
             if imports is None:
                 imports = _imports(tree)
             names = [bound for bound, full in imports.items() if rx.search(full)]
