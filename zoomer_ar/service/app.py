@@ -371,10 +371,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         job = Q.get_job(eng, body.job_id, who.team_id)
         if job is None:
             raise HTTPException(404, f"job {body.job_id} not found")
-        if job.state != Q.DONE or job.kind != "analyze" or not job.content_hash or job.analysis_id is None:
+        if job.state != Q.DONE or job.kind != "analyze" or not job.content_hash:
             raise HTTPException(409, f"job {body.job_id} has no recorded analysis (state {job.state})")
-        vid = add_verdict(job.content_hash, body.pattern, body.label, author=who.author, source="service",
-                          note=body.note, db=eng)
+        from ..store.db import StoreError
+
+        try:
+            vid = add_verdict(job.content_hash, body.pattern, body.label, author=who.author, source="service",
+                              note=body.note, db=eng)
+        except StoreError:
+            raise HTTPException(409, f"job {body.job_id} has no recorded analysis (uploaded with record=false)") from None
         return VerdictOut(id=vid, job_id=body.job_id, pattern=body.pattern, label=body.label, author=who.author)
 
     @app.get("/v1/digest", tags=["store"], responses={

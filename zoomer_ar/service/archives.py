@@ -185,10 +185,10 @@ def _zip_is_link(info: zipfile.ZipInfo) -> bool:
 
 
 def _zip_is_special(info: zipfile.ZipInfo) -> bool:
-    mode = info.external_attr >> 16
-    if info.create_system != 3 or mode == 0:
+    kind = stat.S_IFMT(info.external_attr >> 16)
+    if info.create_system != 3 or kind == 0:  # no file type recorded: a regular file (or a folder by its name)
         return False
-    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode))
+    return kind not in (stat.S_IFREG, stat.S_IFDIR, stat.S_IFLNK)
 
 
 def _extract_zip(path: Path, dest: Path, limits: ArchiveLimits, what: str) -> ExtractStats:

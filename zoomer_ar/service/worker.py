@@ -116,10 +116,12 @@ def run_analyze(claim: Q.Claim, settings: Settings, engine: Engine) -> tuple[dic
             job=store_job, team=claim.team, owner=p.get("owner"), gpus=p.get("gpus"), gpu_hours=p.get("gpu_hours"),
             gpu_hour_cost=p.get("gpu_hour_cost"), week=p.get("week"),
         ), db=engine)
-        if rr.job == store_job:
+        if rr.job == store_job or _team_of(engine, rr.job_id) == claim.team:
             cost, analysis_id = rr.cost, rr.analysis_id
+            if rr.job != store_job:
+                notes.append(f"this trace was already recorded as job {rr.job}; that run stands")
         else:
-            notes.append("this trace was already recorded under another job; it is not recorded again")
+            notes.append("this trace was already recorded by another team; it is not recorded again")
     if cost is None:
         cost = cost_attribution(analysis.features, analysis.findings, gpus=p.get("gpus"), gpu_hours=p.get("gpu_hours"),
                                 gpu_hour_cost=p.get("gpu_hour_cost"))
@@ -134,6 +136,7 @@ def run_analyze(claim: Q.Claim, settings: Settings, engine: Engine) -> tuple[dic
     summary = {
         "job": analysis.job.name,
         "store_job": store_job if analysis_id is not None else None,
+        "analysis_id": analysis_id,
         "bottleneck": analysis.bottleneck.type,
         "findings": len(analysis.findings),
         "patterns": [f.pattern for f in analysis.findings],
@@ -142,6 +145,16 @@ def run_analyze(claim: Q.Claim, settings: Settings, engine: Engine) -> tuple[dic
         "notes": notes,
     }
     return summary, artifacts, chash, analysis_id
+
+
+def _team_of(engine: Engine, job_id: int) -> str | None:
+    from sqlalchemy import select
+
+    from ..store.db import read_session
+    from ..store.orm import Job
+
+    with read_session(engine) as s:
+        return s.execute(select(Job.team).where(Job.id == job_id)).scalar_one_or_none()
 
 
 def _git(repo: Path, *args: str) -> subprocess.CompletedProcess:
@@ -227,8 +240,9 @@ class Worker:
             ok = Q.complete(self.engine, c, result=summary, artifacts=artifacts, content_hash=chash,
                             analysis_id=analysis_id)
             state = "done" if ok else "lost"
-        except ZoomerError as exc:
-            ok = Q.fail(self.engine, c, str(exc), result={"worker": self.id})
+        except ZoomerError as exc:  # bad input: the reason, with paths relative to the job's inputs
+            msg = str(exc).replace(f"{c.input_dir}/", "") if c.input_dir else str(exc)
+            ok = Q.fail(self.engine, c, msg, result={"worker": self.id})
             state = "failed" if ok else "lost"
         except Exception as exc:  # noqa: BLE001 - the job fails with the reason; the worker goes on
             log.error("job %s: internal error\n%s", c.job_id, traceback.format_exc())
@@ -237,8 +251,9 @@ class Worker:
         finally:
             hb.stop.set()
             hb.join(timeout=5)
-        if state == "done" and c.input_dir:
-            shutil.rmtree(c.input_dir, ignore_errors=True)
+        if state == "done" and c.input_dir:  # the uploads are no longer needed (failed jobs keep them)
+            folder = Path(c.input_dir)
+            shutil.rmtree(folder.parent if folder.parent.name == c.job_id else folder, ignore_errors=True)
         log.info("job %s: %s in %.2f s", c.job_id, state if state != "lost" else "lease lost, result dropped",
                  time.perf_counter() - t0)
         self.done += 1
