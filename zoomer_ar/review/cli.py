@@ -66,8 +66,7 @@ def review_cmd(files, repo, base, head, fmt, output, trace, db, db_week, select,
     """
     from . import engine, render
 
-    repo_root = _repo_root(repo)
-    paths = [_rel(repo_root, f) for f in files]
+    paths = [_rel(_repo_root(repo), f) for f in files] if files else []
     target = None
     if post:
         from .github import target_from_env

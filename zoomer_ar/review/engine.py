@@ -16,6 +16,7 @@ import re
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -102,10 +103,13 @@ def _run_jobs(jobs: list[_Job], select: tuple[str, ...], ignore: tuple[str, ...]
         chunks[i].append(j)
         sizes[i] += len(j.text) + 1000
     out: list[_Out] = []
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        futures = [pool.submit(_detect_chunk, c, select, ignore, options_key) for c in chunks if c]
-        for fut in futures:
-            out.extend(fut.result())
+    try:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+            futures = [pool.submit(_detect_chunk, c, select, ignore, options_key) for c in chunks if c]
+            for fut in futures:
+                out.extend(fut.result())
+    except (BrokenProcessPool, OSError):  # a worker died (memory) or processes cannot be started
+        return [_detect(j, select, ignore, options_key) for j in jobs]
     return out
 
 

@@ -116,7 +116,6 @@ def to_sarif(result: ReviewResult) -> dict[str, Any]:
             "name": "zoomer-ar",
             "semanticVersion": __version__,
             "version": __version__,
-            "informationUri": "https://pypi.org/project/zoomer-ar/",
             "rules": [_rule(p) for p in patterns],
         }},
         "automationDetails": {"id": "zoomer-ar/review/"},
