@@ -73,7 +73,7 @@ def _detect(job: _Job, select: tuple[str, ...], ignore: tuple[str, ...], options
     try:
         matches = fix_engine.detect_source(job.text, job.path, subset)
     except SourceParseError as exc:
-        return job.path, [], FileNote(path=job.path, line=exc.line, column=exc.column, message=f"cannot parse: {exc.reason}"), True
+        return job.path, [], FileNote(path=job.path, line=exc.line, column=exc.column, message=exc.reason), True
     except fix_engine.FixerCrash as exc:
         return job.path, [], FileNote(path=job.path, message=str(exc)), True
     except RecursionError:
