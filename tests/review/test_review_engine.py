@@ -274,7 +274,7 @@ def test_huge_diff_many_files_and_a_large_file(tmp_path):
     for i in range(300):
         repo.write(f"pkg/m{i:03d}.py", f"def f{i}(x):\n    return x + {i}\n")
     repo.write("pkg/train_000.py", FEATURE_TRAIN)
-    big = "".join(f"def g{i}(x):\n    return x * {i}\n\n" for i in range(6000))
+    big = "".join(f"def g{i}(x):\n    return x * {i}\n\n" for i in range(4000))
     repo.write("pkg/big.py", "import torch\nfrom torch.utils.data import DataLoader\n" + big + "loader = DataLoader(ds)\n")
     repo.commit("huge")
     result = review(repo.path, "main", "feature", jobs=2)

@@ -106,6 +106,8 @@ class DiffResult:
     merge_base_sha: str
     files: list[FileDiff]
     repo: object = None  # git.Repo
+    base: str = ""  # the refs as given
+    head: str | None = None
 
     def read(self, fd: FileDiff) -> bytes:
         """The new-side content of a changed file."""
@@ -259,4 +261,4 @@ def collect(repo_dir: str | Path, base: str, head: str | None, *, paths: Iterabl
             f.blob = None  # the working tree: read from disk
     files.sort(key=lambda f: f.path)
     return DiffResult(root=root, base_sha=base_c.hexsha, head_sha=head_c.hexsha if head_c is not None else None,
-                      merge_base_sha=mb.hexsha, files=files, repo=repo)
+                      merge_base_sha=mb.hexsha, files=files, repo=repo, base=base, head=head)

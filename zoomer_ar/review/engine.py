@@ -235,6 +235,16 @@ def review(
     repository's ``[tool.zoomer-ar]`` lists when given."""
     t0 = time.perf_counter()
     diff = collect(repo, base, head, paths=paths)
+    try:
+        return _review(diff, t0, select=select, ignore=ignore, config=config, trace=trace, db=db, db_week=db_week,
+                       jobs=jobs, use_prefilter=use_prefilter)
+    finally:
+        close = getattr(diff.repo, "close", None)
+        if close is not None:
+            close()  # GitPython's persistent `git cat-file` processes
+
+
+def _review(diff: DiffResult, t0: float, *, select, ignore, config, trace, db, db_week, jobs, use_prefilter) -> ReviewResult:
     cfg = config if config is not None else _read_config(diff)
     sel_ids = _ids(select) if select is not None else list(cfg.select)
     ign_ids = _ids(ignore) if ignore is not None else list(cfg.ignore)
@@ -243,7 +253,7 @@ def review(
     options_key = json.dumps(cfg.options, sort_keys=True) if cfg.options else ""
     selection = _selection(tuple(sel_ids), tuple(ign_ids), options_key)
     result = ReviewResult(
-        repo=str(diff.root), base=base, base_sha=diff.base_sha, head=head, head_sha=diff.head_sha,
+        repo=str(diff.root), base=diff.base, base_sha=diff.base_sha, head=diff.head, head_sha=diff.head_sha,
         merge_base_sha=diff.merge_base_sha, files_changed=len(diff.files), config_source=cfg.source,
         config_fail_on=cfg.fail_on, config_max_inline=cfg.max_inline_comments,
         rules=sorted({f.pattern for f in selection.fixers}),
