@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Path as PathParam, Query, Request
 from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field, ValidationError, field_validator
@@ -362,7 +363,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for route, (artifact, media) in ARTIFACTS.items():
         add_artifact_route(route, artifact, media)
 
-    @app.post("/v1/verdicts", status_code=201, response_model=VerdictOut, tags=["store"], responses=_err(401, 404, 409))
+    @app.post("/v1/verdicts", status_code=201, response_model=VerdictOut, tags=["store"],
+              responses=_err(400, 401, 404, 409, e400="The body is not JSON"))
     def post_verdict(request: Request, who: Who, body: VerdictIn) -> VerdictOut:
         """Label a finding of one of your jobs as a true (positive) or false (negative) detection."""
         from ..store.record import add_verdict
@@ -398,7 +400,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:
             wk = W.parse_week(week) if week else None
         except W.WeekError as exc:
-            raise HTTPException(422, str(exc)) from None
+            raise RequestValidationError([{"type": "value_error", "loc": ("query", "week"), "msg": str(exc),
+                                           "input": week}]) from None
         d = build_digest(engine(request), week=wk, team=who.team, top=top)
         if format == "json":
             return Response(d.model_dump_json(), media_type="application/json")
