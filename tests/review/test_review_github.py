@@ -195,3 +195,15 @@ def test_target_from_the_environment(tmp_path):
         target_from_env(env={"GITHUB_TOKEN": "x", "GITHUB_REPOSITORY": "o/r"})
     with pytest.raises(InputError, match="owner/name"):
         target_from_env(pr=1, env={"GITHUB_TOKEN": "x", "GITHUB_REPOSITORY": "nope"})
+
+
+def test_clean_review_posts_nothing_but_clears_an_old_summary(gh, tmp_path):
+    repo = must_hold_repo(tmp_path / "r")
+    clean = review(repo.path, "feature", "feature")
+    out = _post(gh, clean)
+    assert gh.calls() == [("GET", ISSUE_COMMENTS), ("GET", REVIEW_COMMENTS)] and out.summary.startswith("not needed")
+    _post(gh, review(repo.path, "main", "feature"))
+    gh.requests.clear()
+    out = _post(gh, clean)
+    assert out.summary == "updated" and "No performance anti-patterns" in gh.issue_comments[PR][0]["body"]
+    assert not [r for r in gh.requests if r.path == REVIEWS]

@@ -13,6 +13,8 @@ One run:
 2. ``GET /repos/{repo}/pulls/{pr}/comments`` (all pages): inline comments this tool posted carry a
    marker with the rule and the finding's fingerprint; a finding already commented (same
    fingerprint, or same rule on the same path and line) is not commented again.
+   A clean review with no earlier summary posts nothing (no noise on clean pull requests); with
+   one, the summary is updated to say the findings are gone.
 3. ``POST /repos/{repo}/pulls/{pr}/reviews`` with at most ``max_comments`` new inline comments
    (event ``COMMENT``); nothing when there is nothing new. If GitHub refuses a line (422), the
    review is posted again without inline comments, listing them in its body.
@@ -302,13 +304,16 @@ def post(result: ReviewResult, target: GitHubTarget, *, max_comments: int = 25, 
         reasons.append(f"{outcome.inline_over_cap} over the cap of {max_comments} inline comments per run")
     body = render_markdown(result, not_inline=no_line + outcome.inline_over_cap, not_inline_reason="; ".join(reasons))
 
+    doc: Any = None
     if mine:
         cid = mine[-1]["id"]
         doc, _ = client.request("PATCH", f"/repos/{repo}/issues/comments/{cid}", {"body": body})
         outcome.summary = "updated"
-    else:
+    elif result.findings or result.errors:
         doc, _ = client.request("POST", f"/repos/{repo}/issues/{pr}/comments", {"body": body})
         outcome.summary = "created"
+    else:
+        outcome.summary = "not needed (nothing to report)"
     if isinstance(doc, dict):
         outcome.summary_id = doc.get("id")
         outcome.summary_url = doc.get("html_url")
