@@ -162,16 +162,21 @@ def _git(repo: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def _ensure_commits(repo: Path, shas: list[str], pr: int | None) -> None:
-    missing = [s for s in shas if _git(repo, "cat-file", "-e", f"{s}^{{commit}}").returncode != 0]
-    if not missing:
-        return
-    refs = list(missing) + ([f"pull/{pr}/head"] if pr else [])
-    _git(repo, "fetch", "--quiet", "origin", *refs)
-    still = [s for s in missing if _git(repo, "cat-file", "-e", f"{s}^{{commit}}").returncode != 0]
-    if still:
-        from ..errors import InputError
+    """Fetch the pull request's commits into the local clone when they are missing: its pull/N/head ref,
+    then the remote's branches, then the commits by id."""
+    def missing() -> list[str]:
+        return [s for s in shas if _git(repo, "cat-file", "-e", f"{s}^{{commit}}").returncode != 0]
 
-        raise InputError(str(repo), f"commit(s) {', '.join(s[:12] for s in still)} not found (git fetch failed)")
+    if not missing():
+        return
+    attempts = ([[f"+refs/pull/{pr}/head:refs/zoomer/pull/{pr}"]] if pr else []) + [[], missing()]
+    for refs in attempts:
+        _git(repo, "fetch", "--quiet", "origin", *refs)
+        if not missing():
+            return
+    from ..errors import InputError
+
+    raise InputError(str(repo), f"commit(s) {', '.join(s[:12] for s in missing())} not found (git fetch origin failed)")
 
 
 def run_review(claim: Q.Claim, settings: Settings) -> tuple[dict, dict]:

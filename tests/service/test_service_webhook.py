@@ -1,0 +1,131 @@
+"""The GitHub webhook end to end: a signed pull_request event queues a `review` job; a worker fetches the PR's
+commits into the configured clone (from its origin's pull/N/head ref) and runs zoomer_ar.review on them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import httpx
+import pytest
+
+from zoomer_ar.service.webhook import sign
+
+from service_testutil import Server, wait_job
+
+SECRET = "hook-secret"
+BASE = '''"""Training utilities."""
+import torch
+from torch.utils.data import DataLoader
+
+
+def evaluate(model, dataset):
+    total = 0.0
+    return total
+'''
+HEAD = BASE + '''
+
+def train(model, dataset):
+    loader = DataLoader(dataset, batch_size=32, shuffle=True)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=False)
+    for step, (x, y) in enumerate(loader):
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        print(step, loss.item())
+'''
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@example.com", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}
+
+
+def git(cwd: Path, *args: str) -> str:
+    import os
+
+    out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env={**os.environ, **GIT_ENV})
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def repos(tmp_path_factory):
+    """origin (with the PR as refs/pull/7/head only) and the service's clone (without the PR's head commit)."""
+    root = tmp_path_factory.mktemp("gh")
+    origin = root / "origin"
+    origin.mkdir()
+    git(origin, "init", "-q", "-b", "main")
+    (origin / "train.py").write_text(BASE)
+    git(origin, "add", "-A")
+    git(origin, "commit", "-q", "-m", "base")
+    base = git(origin, "rev-parse", "HEAD")
+    clone = root / "clone"
+    git(root, "clone", "-q", str(origin), str(clone))
+    git(origin, "checkout", "-q", "-b", "feature")
+    (origin / "train.py").write_text(HEAD)
+    git(origin, "commit", "-q", "-am", "train loop")
+    head = git(origin, "rev-parse", "HEAD")
+    git(origin, "update-ref", "refs/pull/7/head", head)
+    git(origin, "checkout", "-q", "main")
+    git(origin, "branch", "-q", "-D", "feature")  # only the pull ref has it, as on GitHub for a fork's PR
+    return {"clone": clone, "base": base, "head": head}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, repos):
+    s = Server(tmp_path_factory.mktemp("hook"), args=(
+        "--webhook-secret", SECRET, "--webhook-repo", f"acme/trainer={repos['clone']}", "--webhook-team", "platform"))
+    yield s
+    s.stop()
+
+
+def _deliver(server, payload: dict, event: str = "pull_request", secret: str = SECRET) -> httpx.Response:
+    body = json.dumps(payload).encode()
+    return httpx.post(server.url + "/v1/github/webhook", content=body, timeout=30, headers={
+        "X-GitHub-Event": event, "X-GitHub-Delivery": "d-1", "Content-Type": "application/json",
+        "X-Hub-Signature-256": sign(secret, body)})
+
+
+def _pr(repos, action: str = "opened") -> dict:
+    return {"action": action, "number": 7,
+            "repository": {"full_name": "acme/trainer", "url": "https://api.github.com/repos/acme/trainer"},
+            "pull_request": {"number": 7, "base": {"sha": repos["base"], "ref": "main"},
+                             "head": {"sha": repos["head"], "ref": "feature"}}}
+
+
+def test_pull_request_event_runs_review(server, repos):
+    assert _deliver(server, _pr(repos), secret="wrong").status_code == 401
+    r = _deliver(server, _pr(repos))
+    assert r.status_code == 202, r.text
+    assert r.json()["status"] == "queued"
+    jid = r.json()["job_id"]
+    with server.client(server.token("platform")) as c:
+        body = wait_job(c, jid, server=server)
+        assert body["state"] == "done", (body, server.logs())
+        assert body["kind"] == "review" and body["name"] == "acme/trainer#7"
+        assert body["result"]["posted"] is False  # --webhook-post is off
+        review = c.get(f"/v1/jobs/{jid}/review.json").json()
+        rules = {f["rule_id"] for f in review["findings"]}
+        assert {"dataloader-bound", "single-tensor-optimizer", "sync-point"} <= rules, rules
+        assert all(f["path"] == "train.py" for f in review["findings"])
+        assert review["head_sha"] == repos["head"]
+        md = c.get(f"/v1/jobs/{jid}/review.md")
+        assert md.status_code == 200 and "dataloader" in md.text.lower()
+        sarif = c.get(f"/v1/jobs/{jid}/review.sarif").json()
+        assert sarif["version"] == "2.1.0"
+        assert c.get(f"/v1/jobs/{jid}/report.html").status_code == 404
+    with server.client(server.token("vision")) as other:
+        assert other.get(f"/v1/jobs/{jid}").status_code == 404
+    # the worker fetched the PR's head into the clone
+    assert git(repos["clone"], "cat-file", "-t", repos["head"]) == "commit"
+
+
+def test_unknown_commits_fail_the_review_job_with_the_reason(server, repos):
+    payload = _pr(repos, "synchronize")
+    payload["number"] = payload["pull_request"]["number"] = 8
+    payload["pull_request"]["head"]["sha"] = "f" * 40
+    r = _deliver(server, payload)
+    assert r.status_code == 202
+    with server.client(server.token("platform")) as c:
+        body = wait_job(c, r.json()["job_id"], server=server)
+    assert body["state"] == "failed" and "ffffffffffff" in body["error"] and "not found" in body["error"]
