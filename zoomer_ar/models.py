@@ -97,7 +97,7 @@ class Impact(BaseModel):
 
 
 class Evidence(BaseModel):
-    figures: dict[str, float | int | str | None] = Field(default_factory=dict)
+    figures: dict[str, bool | int | float | str | None] = Field(default_factory=dict)
     events: list[EvidenceEvent] = Field(default_factory=list)
     frames: list[SourceFrame] = Field(default_factory=list)
 

@@ -6,6 +6,9 @@ from ..features import FeatureVector
 from ..models import Bottleneck
 
 
+NON_COMPUTE_SHARE = 20.0
+
+
 def classify(fv: FeatureVector) -> Bottleneck:
     step = fv.step_ms or 0.0
     if step <= 0:
@@ -16,19 +19,23 @@ def classify(fv: FeatureVector) -> Bottleneck:
         comm_ms = fv.exposed_comm_ms_per_step
         memory_ms = fv.memcpy_htod_ms_per_step + fv.memcpy_dtoh_ms_per_step + fv.memcpy_dtod_ms_per_step + fv.memset_ms_per_step
         compute_ms = max(0.0, (fv.kernel_ms_per_step or 0.0) - fv.comm_ms_per_step)
-        basis = "GPU time per step"
+        basis = "accounted GPU time"
     else:
         input_ms = fv.dataloader_ms_per_step
         host_ms = 0.0
         comm_ms = 0.0
         memory_ms = fv.cpu_copy_ms_per_step
         compute_ms = max(0.0, step - input_ms - memory_ms)
-        basis = "host time per step (no GPU in this trace)"
+        basis = "host time (no GPU in this trace)"
     parts = {"input": input_ms, "host": host_ms, "communication": comm_ms, "memory": memory_ms, "compute": compute_ms}
     total = sum(parts.values()) or 1.0
     shares = {k: round(100.0 * v / total, 2) for k, v in parts.items()}
-    kind = max(parts, key=lambda k: parts[k])
+    # The device is the bottleneck only when nothing else holds it back: the largest
+    # non-compute share names the bottleneck once it reaches NON_COMPUTE_SHARE of the time.
+    waiting = {k: v for k, v in parts.items() if k != "compute"}
+    worst = max(waiting, key=lambda k: waiting[k])
+    kind = worst if shares[worst] >= NON_COMPUTE_SHARE else "compute"
     label = {"input": "input-bound", "host": "host-bound", "communication": "communication-bound",
              "memory": "memory-bound", "compute": "compute-bound"}[kind]
-    summary = f"{label}: {shares[kind]:.0f}% of {basis} ({parts[kind]:.2f} ms of {step:.2f} ms per step)"
+    summary = f"{label}: {shares[kind]:.0f}% of the {basis} ({parts[kind]:.2f} ms per step; step {step:.2f} ms)"
     return Bottleneck(type=label, shares=shares, summary=summary)  # type: ignore[arg-type]
