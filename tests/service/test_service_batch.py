@@ -1,0 +1,62 @@
+"""`zoomer-ar batch` on Dask: a LocalCluster of two worker processes by default, or an existing cluster by
+address; the analyses land in the store; a failing trace is reported and the others are done."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import func, select
+
+from zoomer_ar.store.db import dispose_engine, open_store, read_session
+from zoomer_ar.store.orm import Analysis, Job
+
+from service_testutil import REPO, RESNET_NW0, shared_trace, zoomer
+
+EXAMPLES = REPO / "examples" / "traces"
+
+
+def _analyses(db: str) -> list[tuple[str, str | None]]:
+    try:
+        with read_session(open_store(db)) as s:
+            return s.execute(select(Job.name, Job.team).join(Analysis, Analysis.job_id == Job.id)).all()
+    finally:
+        dispose_engine(db)
+
+
+def test_batch_on_a_local_cluster_survives_a_failing_trace(tmp_path):
+    bad = tmp_path / "broken.json"
+    bad.write_text('{"nodes": [], "schema": "execution trace"}')
+    good = [EXAMPLES / "dataloader_bound", EXAMPLES / "sync_point", shared_trace(RESNET_NW0)]
+    db = f"sqlite:///{tmp_path / 'store.db'}"
+    out = zoomer("batch", *map(str, good), str(bad), str(tmp_path / "missing.json"), "--db", db, "--team", "perf",
+                 "--workers", "2", "--out", str(tmp_path / "reports"), "--no-progress", timeout=600)
+    assert out.returncode == 1, out.stdout + out.stderr  # some failed, the rest done
+    text = out.stdout + out.stderr
+    assert "batch: 3 analysed, 2 failed" in out.stdout and "on 2 workers (LocalCluster)" in out.stdout
+    assert "execution trace" in text and "missing.json: not found" in text
+    assert text.count("ok     ") == 3 and "[4/4]" in text
+    rows = _analyses(db)
+    assert sorted(name for name, _ in rows) == ["dataloader_bound", "resnet50_num_workers_0", "sync_point"]
+    assert {team for _, team in rows} == {"perf"}
+    assert (tmp_path / "reports" / "sync_point" / "report.html").is_file()
+    # recorded once: a second run finds them already recorded
+    again = zoomer("batch", *map(str, good[:2]), "--db", db, "--workers", "1", "--no-progress", timeout=600)
+    assert again.returncode == 0 and again.stderr.count(", exists,") == 2, again.stdout + again.stderr
+    assert len(_analyses(db)) == 3
+
+
+def test_batch_on_an_existing_cluster(tmp_path):
+    distributed = pytest.importorskip("distributed")
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                       dashboard_address=None)
+    try:
+        db = f"sqlite:///{tmp_path / 'store.db'}"
+        out = zoomer("batch", str(EXAMPLES / "extra_copy"), str(EXAMPLES / "fp32_matmul"), "--db", db,
+                     "--scheduler", cluster.scheduler_address, "--no-progress", timeout=600)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert f"on 2 workers ({cluster.scheduler_address})" in out.stdout
+        with distributed.Client(cluster) as client:  # the tasks ran on the cluster's workers
+            logs = client.run(lambda: __import__("sys").modules.get("zoomer_ar.analyze") is not None)
+        assert any(logs.values())
+        assert len(_analyses(db)) == 2
+    finally:
+        cluster.close()
