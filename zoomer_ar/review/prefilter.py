@@ -52,6 +52,7 @@ KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "redundant-copy-chain": ((COPY_CHAIN,), (COPY_CHAIN,)),
     "torch-compile": ((r"Module|" + MODEL_FACTORY,), (MODEL_FACTORY,)),  # + classes defined in the file
     "zero-grad-set-to-none": ((r"zero_",), (r"zero_",)),
+    "append-detach": ((r"append",), (r"append",)),
 }
 
 
