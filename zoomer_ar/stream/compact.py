@@ -1,0 +1,741 @@
+"""Compact columns: the part of a rank's events that the features read, built slice by slice.
+
+`CompactBuilder.add(view)` decodes one slice of events (the existing msgspec schema, so the same
+values and the same refusals as the in-memory loader), classifies every event by category and
+name, and turns only the events the features use into columns; the rest is dropped with the
+slice. `finish()` returns a RankTrace that `zoomer_ar.features` reads as it reads a whole trace:
+the features are computed by the same code on a smaller trace, so the results are equal by
+construction (tests/huge proves it on the corpus and on generated traces).
+
+What is kept, and why (every rule below is a superset of what a feature selects; an extra real
+event never changes a feature, a missing one would):
+
+- every GPU / accelerator event (kernel, memcpy, memset, mtia), every `Trace` span, metadata;
+- events named like the annotations the features look for (ProfilerStep#, DataLoader __next__,
+  Optimizer.step#, Optimizer.zero_grad#, `[memory]`), in any category;
+- cpu ops whose names a feature tests (item, copies, factories, GEMM/conv/layer/add/zero_ ops,
+  autograd backward ops) and `aten::copy_` ops that cast to or from half/bfloat16/float8;
+- runtime calls that launch, copy, set, synchronise or allocate; any other runtime call is
+  dropped but its correlation id is remembered: if a GPU event turns out to carry it, the rank is
+  read again keeping those calls (NeedAnotherPass);
+- `aten::` ops that overlap an Optimizer.step# window already seen on their thread (the
+  optimizer's per-parameter and foreach counts). Ops dropped before a window was seen are
+  summarised per slice and thread (first start, last end); if a later window overlaps such a
+  summary, the rank is read again with every window known from the start;
+- every cpu op and user annotation until the first GPU/accelerator event (a rank without any
+  device event splits its time into phases over all host ops);
+- Python frames: only those the features count (`_single_tensor_`) and the first one (whether
+  stacks were recorded); `frames.py` adds the frames around evidence events in a second pass;
+- the dropped complete events with the earliest start and the latest end (the rank's window,
+  `wall_ms` and the evidence times are relative to it).
+
+Whole-trace facts that do not need the events are accumulated as numbers: event count, every
+category and name (first-seen order, as the in-memory columns), the nanosecond-timestamp test
+(the median of all complete-event starts), whether any event carries an `External id`.
+"""
+
+from __future__ import annotations
+
+from itertools import chain, compress, repeat
+from operator import attrgetter, itemgetter, ne
+from typing import Any, ClassVar, Union
+
+import msgspec
+import numpy as np
+
+from ..features import names as N
+from ..features.phases import is_backward_op
+from ..load.columns import (
+    INT_NONE, PH_CODES, PH_COMPLETE, PH_FLOW_END, PH_FLOW_START, PH_INSTANT, PH_META, RankTrace, _float_column, _int_column,
+    _int_or_none,
+)
+from ..load.schema import EVENTS_DECODER, NAN, NO_ARGS, Number, RawArgs
+
+# category flags
+C_GPU, C_ACCEL, C_RUNTIME, C_CPUOP, C_USER, C_PY, C_TRACE, C_GPUANN = 1, 2, 4, 8, 16, 32, 64, 128
+# name flags
+N_ANY, N_OP, N_COPY_, N_RT, N_ATEN, N_SINGLE, N_OPT = 1, 2, 4, 8, 16, 32, 64
+
+_LOW_PRECISION = ("c10::BFloat16", "c10::Half", "c10::Float8")  # as features.rank._holds_precision_cast
+_NAMED_OPS = (
+    N.ITEM_OPS | N.ITEM_FALLBACK_OPS | N.COPY_OPS | N.FACTORY_OPS | N.GEMM_OPS | N.CONV_OPS | N.BN_OPS | N.LAYER_OPS
+    | {"aten::_to_copy", "aten::zero_", "aten::add_", "aten::add"}
+)
+_RT_WORDS = ("Memcpy", "memcpy", "Memset", "memset", "Launch", "launch", "Synchronize", "Malloc", "Free", "runFunction")
+HOST_BUDGET = 1 << 18  # host ops kept before the first device event (then: a second pass if none comes)
+NS_THRESHOLD = 1e17  # zoomer_ar.load.job.load_trace: median start above this = nanoseconds
+END_TOLERANCE = 1e-12  # relative: latest-end candidates kept (ns traces round twice)
+
+_CAT, _NAME, _PH, _TS, _DUR, _PID, _TID, _ARGS = (attrgetter(f) for f in ("cat", "name", "ph", "ts", "dur", "pid", "tid", "args"))
+_IDIMS, _ITYPE, _CSTACK = attrgetter("input_dims"), attrgetter("input_type"), attrgetter("call_stack")
+_KIND = attrgetter("cat", "name", "ph")
+_CORR = attrgetter("args.correlation")
+_DENSE_GETTERS = tuple(attrgetter(f) for f in ("correlation", "stream", "device", "external_id"))
+_RARE = attrgetter("device_id", "external_id_2021", "nbytes", "mem_bytes", "total_allocated")
+_RARE_DEFAULT = (INT_NONE, INT_NONE, NAN, NAN, NAN)  # the schema's shared default objects
+_SPARSE = attrgetter("input_dims", "input_type", "call_stack")
+_SPARSE_NONE = (None, None, None)
+
+
+def cat_flags(cat: str) -> int:
+    f = 0
+    if cat in N.GPU_CATS:
+        f |= C_GPU
+    if cat in N.ACCEL_ONLY_CATS:
+        f |= C_ACCEL
+    if cat in N.RUNTIME_CATS:
+        f |= C_RUNTIME
+    if cat in N.CPU_OP_CATS:
+        f |= C_CPUOP
+    if cat == "user_annotation":
+        f |= C_USER
+    if cat in N.PYTHON_CATS:
+        f |= C_PY
+    if cat == "Trace":
+        f |= C_TRACE
+    if cat == "gpu_user_annotation":
+        f |= C_GPUANN
+    return f
+
+
+def name_flags(name: str) -> int:
+    f = 0
+    if (N.is_profiler_step(name) or N.is_dataloader_next(name) or N.is_optimizer_step(name) or N.is_zero_grad(name)
+            or name == "[memory]"):
+        f |= N_ANY
+    if N.is_optimizer_step(name):
+        f |= N_OPT
+    if name in _NAMED_OPS or is_backward_op(name):
+        f |= N_OP
+    if name == "aten::copy_":
+        f |= N_COPY_
+    if (N.is_launch(name) or name in N.SYNC_APIS or name in N.ALLOCATOR_APIS or any(w in name for w in _RT_WORDS)):
+        f |= N_RT
+    if name.startswith("aten::"):
+        f |= N_ATEN
+    if "_single_tensor_" in name:
+        f |= N_SINGLE
+    return f
+
+
+# Decoding: a union tagged by `ph`. Flow arrows (s/t/f) decode to empty structs (nothing of them is
+# used), every other phase to the reference schema's fields (load/schema.py RawEvent, same types,
+# so the same values and the same refusals). Phases outside the Chrome format, or an event
+# without `ph`, fail validation: that slice is decoded with the reference schema instead.
+_FULL_PHASES = "XiIMBECbneSTpFONDPRc"
+_FLOW_PHASES = "stf"
+
+
+def _event_class(ph: str, flow: bool) -> type:
+    ns: dict[str, Any] = {"__annotations__": {"ph": ClassVar[str]}, "ph": ph}
+    if not flow:
+        fields = {"name": (str, ""), "cat": (str, ""), "ts": (Number, 0), "dur": (Number, 0), "pid": (int | str, 0),
+                  "tid": (int | str, 0), "args": (RawArgs, NO_ARGS)}
+        for f, (tp, default) in fields.items():
+            ns["__annotations__"][f] = tp
+            ns[f] = default
+    return type(f"Event_{'flow_' if flow else ''}{ord(ph)}", (msgspec.Struct,), ns, tag_field="ph", tag=ph, gc=False)
+
+
+_CLASSES = [_event_class(p, False) for p in _FULL_PHASES] + [_event_class(p, True) for p in _FLOW_PHASES]
+_IS_FLOW = {c: c.ph in _FLOW_PHASES for c in _CLASSES}
+TAGGED_DECODER = msgspec.json.Decoder(list[Union[tuple(_CLASSES)]])  # noqa: UP007
+
+KEEP_CATS = C_GPU | C_ACCEL | C_TRACE
+KEEP_NAMES = N_ANY | N_OP | N_SINGLE
+
+
+class NeedAnotherPass(Exception):
+    """The single pass dropped events that turned out to matter; read the rank again with `hints`."""
+
+    def __init__(self, hints: dict[str, Any], why: str) -> None:
+        super().__init__(why)
+        self.hints = hints
+
+
+def _narrow(a: np.ndarray) -> np.ndarray:
+    """An int64 column as int16/int32 when every value fits (values are only compared, never added)."""
+    if a.size == 0:
+        return a.astype(np.int16)
+    lo, hi = int(a.min()), int(a.max())
+    if -(2**15) <= lo and hi < 2**15:
+        return a.astype(np.int16)
+    if -(2**31) <= lo and hi < 2**31:
+        return a.astype(np.int32)
+    return a
+
+
+def _codes_into(index: dict, values: list) -> np.ndarray:
+    """Categorical codes shared across slices, first-seen order (as load.columns._code_into).
+
+    One lookup per value when every value is known already (the usual case after a few slices)."""
+    n = len(values)
+    try:
+        return np.fromiter(map(index.__getitem__, values), dtype=np.int32, count=n)
+    except KeyError:
+        setdefault = index.setdefault
+        for v in dict.fromkeys(values):
+            setdefault(v, len(index))
+        return np.fromiter(map(index.__getitem__, values), dtype=np.int32, count=n)
+
+
+def _int_of(getter, objs: list) -> np.ndarray:
+    """load.columns._int_column over getter(objs), at C speed when numpy takes every value."""
+    try:
+        return np.fromiter(map(getter, objs), dtype=np.int64, count=len(objs))
+    except (TypeError, ValueError, OverflowError):
+        return _int_column(list(map(getter, objs)))
+
+
+def _take_list(seq: list, idx: list[int]) -> list:
+    if not idx:
+        return []
+    if len(idx) == 1:
+        return [seq[idx[0]]]
+    return list(itemgetter(*idx)(seq))
+
+
+class _Block:
+    """Column parts of kept events (one dict of arrays per slice) and their sparse values."""
+
+    FIELDS = ("ts", "dur", "ph", "cat", "name", "pid", "tid", "correlation", "stream", "device", "ext", "ext21",
+              "nbytes", "total_allocated", "ordinal")
+
+    def __init__(self) -> None:
+        self.parts: list[dict[str, np.ndarray]] = []
+        self.n = 0
+        self.input_dims: dict[int, Any] = {}
+        self.input_type: dict[int, Any] = {}
+        self.call_stack: dict[int, str] = {}
+
+    def column(self, f: str) -> np.ndarray:
+        arrs = [p[f] for p in self.parts]
+        return np.concatenate(arrs) if arrs else np.empty(0)
+
+
+class CompactBuilder:
+    def __init__(self, rank: int, path: str, hints: dict[str, Any] | None = None) -> None:
+        self.rank, self.path = rank, path
+        hints = hints or {}
+        self.n_events = 0
+        self.slice_no = 0
+        self.cat_index: dict[str, int] = {}
+        self.name_index: dict[str, int] = {}
+        self.pid_index: dict[Any, int] = {}
+        self.tid_index: dict[Any, int] = {}
+        self.kind_index: dict[tuple, int] = {}
+        self._k_cat = np.zeros(0, dtype=np.int32)
+        self._k_name = np.zeros(0, dtype=np.int32)
+        self._k_ph = np.zeros(0, dtype=np.uint8)
+        self._k_cf = np.zeros(0, dtype=np.uint8)
+        self._k_nf = np.zeros(0, dtype=np.uint8)
+        self._cat_flag_cache: dict[str, int] = {}
+        self._name_flag_cache: dict[str, int] = {}
+        self.main = _Block()
+        self.extra = _Block()  # Python frames and window extremes, kept in file order among themselves
+        self.seen_device = False
+        self.host_mode = bool(hints.get("host_mode"))  # keep every host op (a rank without device events)
+        self.host_kept = 0
+        self.host_incomplete = False
+        self.seen_python = False
+        self.any_ext = False  # an event carries "External id" (then 2021 "external id" is ignored)
+        self.n_x = 0
+        self.n_useful = 0
+        self.n_hi = 0  # complete events starting above NS_THRESHOLD
+        self.max_lo = -np.inf
+        self.min_hi = np.inf
+        self.min_ts_all = np.inf
+        self.t0_best = np.inf  # dropped complete non-Trace events: earliest start ...
+        self.t0_row: tuple[int, dict] | None = None
+        self.t1_best = -np.inf  # ... and latest end (several candidates within END_TOLERANCE)
+        self.t1_rows: list[tuple[float, int, dict]] = []
+        # optimizer windows: tid code -> list of (ts, end, slice no), and the union per tid
+        self.windows: dict[int, list[tuple[float, float, int]]] = {}
+        self._unions: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.dropped_aten: list[tuple[int, int, float, float]] = []  # (slice no, tid code, min ts, max end)
+        self.deferred_corr: list[np.ndarray] = []  # correlation ids of dropped runtime calls
+        self.keep_corr: np.ndarray | None = None
+        self._raw_cache: dict[bytes, Any] = {}
+        self._strings: dict[str, str] = {}
+        self.thread_names: dict[int, str] = {}
+        self.process_names: dict[int, str] = {}
+        for tid, spans in (hints.get("windows") or {}).items():
+            code = self.tid_index.setdefault(tid, len(self.tid_index))
+            for ts, end in spans:
+                self.windows.setdefault(code, []).append((ts, end, -1))
+        for code in self.windows:
+            self._update_union(code)
+        if hints.get("keep_corr") is not None:
+            self.keep_corr = np.unique(np.asarray(hints["keep_corr"], dtype=np.int64))
+
+    # ---------------------------------------------------------------------------------------------
+    def _kinds(self, events: list) -> np.ndarray:
+        """Code of each event's (cat, name, ph); per-kind tables give the codes and flags.
+
+        New kinds are registered in event order, so names and categories get first-seen codes."""
+        index = self.kind_index
+        n = len(events)
+        try:
+            return np.fromiter(map(index.__getitem__, map(_KIND, events)), dtype=np.int32, count=n)
+        except KeyError:
+            pass
+        keys = list(map(_KIND, events))
+        new = [k for k in dict.fromkeys(keys) if k not in index]
+        cats, names, phs, cfs, nfs = [], [], [], [], []
+        for key in new:
+            cat, name, ph = key
+            index[key] = len(index)
+            c = self.cat_index.setdefault(cat, len(self.cat_index))
+            cats.append(c)
+            names.append(self.name_index.setdefault(name, len(self.name_index)))
+            phs.append(PH_CODES.get(ph, 0))
+            cfs.append(self._cat_flag_of(cat))
+            nfs.append(self._name_flag_of(name))
+        self._k_cat = np.concatenate([self._k_cat, np.asarray(cats, dtype=np.int32)])
+        self._k_name = np.concatenate([self._k_name, np.asarray(names, dtype=np.int32)])
+        self._k_ph = np.concatenate([self._k_ph, np.asarray(phs, dtype=np.uint8)])
+        self._k_cf = np.concatenate([self._k_cf, np.asarray(cfs, dtype=np.uint8)])
+        self._k_nf = np.concatenate([self._k_nf, np.asarray(nfs, dtype=np.uint8)])
+        return np.fromiter(map(index.__getitem__, keys), dtype=np.int32, count=n)
+
+    def _cat_flag_of(self, cat: str) -> int:
+        f = self._cat_flag_cache.get(cat)
+        if f is None:
+            f = self._cat_flag_cache[cat] = cat_flags(cat)
+        return f
+
+    def _name_flag_of(self, name: str) -> int:
+        f = self._name_flag_cache.get(name)
+        if f is None:
+            f = self._name_flag_cache[name] = name_flags(name)
+        return f
+
+    @property
+    def _cat_flags(self) -> np.ndarray:
+        """Flags per category code."""
+        return np.asarray([self._cat_flag_cache.get(c, 0) for c in self.cat_index], dtype=np.uint8)
+
+    def add(self, view) -> None:
+        """Take one slice (a JSON array of whole events). Decoding comes first: a slice that does
+        not decode raises msgspec.DecodeError before any state changes (scan.py's contract)."""
+        try:
+            events = TAGGED_DECODER.decode(view)
+            flow = np.fromiter(map(_IS_FLOW.__getitem__, map(type, events)), dtype=bool, count=len(events))
+        except msgspec.ValidationError:  # an event without `ph`, or an unusual one: the reference schema
+            events = EVENTS_DECODER.decode(view)
+            codes = np.fromiter(map(PH_CODES.get, map(_PH, events), repeat(0, len(events))), dtype=np.uint8,
+                                count=len(events))
+            flow = (codes == PH_FLOW_START) | (codes == PH_FLOW_END)
+        try:
+            n = len(events)
+            base = self.n_events
+            self.n_events += n
+            if flow.any():  # flow arrows (a third of Kineto events): counted, never used by a feature
+                pos = np.flatnonzero(~flow)
+                events = _take_list(events, pos.tolist())
+                ords = pos + base
+            else:
+                ords = np.arange(base, base + n, dtype=np.int64)
+            if events:
+                self._add(events, ords)
+        finally:
+            del events
+
+    def _add(self, events: list, ords: np.ndarray) -> None:
+        n = len(events)
+        self.slice_no += 1
+        sn = self.slice_no
+        kc = self._kinds(events)
+        cc, nc, ph, cf, nf = self._k_cat[kc], self._k_name[kc], self._k_ph[kc], self._k_cf[kc], self._k_nf[kc]
+        ts = np.fromiter(map(_TS, events), dtype=np.float64, count=n)
+        dur = np.fromiter(map(_DUR, events), dtype=np.float64, count=n)
+        x = ph == PH_COMPLETE
+        self.n_useful += int(np.count_nonzero(x | (ph == PH_INSTANT)))
+
+        keep = ((cf & KEEP_CATS) != 0) | ((nf & KEEP_NAMES) != 0) | (ph == PH_META)
+        rt = (cf & C_RUNTIME) != 0
+        if self.keep_corr is not None:
+            keep |= rt & ((nf & N_RT) != 0)
+            rest = np.flatnonzero(rt & ~keep)
+            if rest.size:
+                corr = _int_column(list(map(_CORR, _take_list(events, rest.tolist()))))
+                keep[rest[np.isin(corr, self.keep_corr)]] = True
+        else:
+            keep |= rt & ((nf & N_RT) != 0)
+        if self.host_mode:
+            keep |= ((cf & (C_CPUOP | C_USER)) != 0) & x
+        elif not self.seen_device:
+            host = ((cf & (C_CPUOP | C_USER)) != 0) & x
+            if self.host_kept < HOST_BUDGET:
+                keep |= host
+                self.host_kept += int(np.count_nonzero(host))
+            elif host.any():
+                self.host_incomplete = True
+        if not self.seen_device and (((cf & (C_GPU | C_ACCEL)) != 0) & x).any():
+            self.seen_device = True
+        py = (cf & C_PY) != 0
+        if not self.seen_python:
+            first_py = np.flatnonzero(py & x)
+            if first_py.size:
+                keep[first_py[0]] = True
+                self.seen_python = True
+        # aten::copy_ that casts to or from a low-precision type
+        cp = np.flatnonzero(((nf & N_COPY_) != 0) & ~keep)
+        if cp.size:
+            for i in cp.tolist():
+                raw = events[i].args.input_type
+                if raw is None:
+                    continue
+                key = bytes(raw)
+                v = self._raw_cache.get(key)
+                if v is None and key not in self._raw_cache:
+                    v = self._raw_cache[key] = msgspec.json.decode(key)
+                if isinstance(v, list) and any(isinstance(s, str) and s.startswith(_LOW_PRECISION) for s in v[:2]):
+                    keep[i] = True
+        # optimizer windows, then the aten ops that may lie inside one
+        opt = np.flatnonzero(((nf & N_OPT) != 0) & x & ((cf & C_GPUANN) == 0))
+        if opt.size:
+            tids = _codes_into(self.tid_index, list(map(_TID, _take_list(events, opt.tolist()))))
+            for i, code in zip(opt.tolist(), tids.tolist()):
+                self.windows.setdefault(code, []).append((float(ts[i]), float(ts[i] + dur[i]), sn))
+            for code in set(tids.tolist()):
+                self._update_union(code)
+        cand = np.flatnonzero(((nf & N_ATEN) != 0) & ((cf & C_CPUOP) != 0) & x & ~keep)
+        if cand.size:
+            ctid = _codes_into(self.tid_index, list(map(_TID, _take_list(events, cand.tolist()))))
+            c_ts, c_end = ts[cand], ts[cand] + dur[cand]
+            inside = np.zeros(cand.size, dtype=bool)
+            for code, (us, ue) in self._unions.items():
+                sel = ctid == code
+                if sel.any():
+                    k = np.searchsorted(ue, c_ts[sel], side="left")  # first window ending at or after the start
+                    kk = np.minimum(k, ue.size - 1)
+                    inside[sel] = (k < ue.size) & (us[kk] <= c_end[sel])
+            keep[cand[inside]] = True
+            out = ~inside
+            if out.any():
+                for code in np.unique(ctid[out]).tolist():
+                    sel = out & (ctid == code)
+                    self.dropped_aten.append((sn, code, float(c_ts[sel].min()), float(c_end[sel].max())))
+        # dropped runtime calls: remember their correlation ids
+        if self.keep_corr is None:
+            rest = np.flatnonzero(rt & ~keep)
+            if rest.size:
+                corr = _int_column(list(map(_CORR, _take_list(events, rest.tolist()))))
+                corr = corr[corr != INT_NONE]
+                if corr.size:
+                    self.deferred_corr.append(np.unique(corr))
+        # whole-trace numbers
+        xs = ts[x]
+        if xs.size:
+            self.n_x += xs.size
+            hi = xs > NS_THRESHOLD
+            nh = int(np.count_nonzero(hi))
+            self.n_hi += nh
+            if nh:
+                self.min_hi = min(self.min_hi, float(xs[hi].min()))
+            if nh < xs.size:
+                self.max_lo = max(self.max_lo, float(xs[~hi].max()))
+            self.min_ts_all = min(self.min_ts_all, float(xs.min()))
+        if not self.any_ext:
+            self.any_ext = any(_int_or_none(e.args.external_id) != INT_NONE
+                               for e in events if e.args.external_id != INT_NONE)
+        # the rank's window: earliest start and latest end among dropped complete non-Trace events
+        dx = np.flatnonzero(x & ~keep & ((cf & C_TRACE) == 0))
+        if dx.size:
+            d_ts = ts[dx]
+            j = int(np.argmin(d_ts))
+            if d_ts[j] < self.t0_best:
+                self.t0_best = float(d_ts[j])
+                i = int(dx[j])
+                self.t0_row = (int(ords[i]), self._rows(events, [i], cc, ph, ts, dur, ords)[0])
+            d_end = d_ts + dur[dx]
+            top = float(d_end.max())
+            if top >= self.t1_best - abs(self.t1_best) * END_TOLERANCE:
+                self.t1_best = max(self.t1_best, top)
+                floor = self.t1_best - abs(self.t1_best) * END_TOLERANCE
+                near = np.flatnonzero(d_end >= floor)[:8].tolist()
+                rows = self._rows(events, [int(dx[j]) for j in near], cc, ph, ts, dur, ords)[0]
+                self.t1_rows = [r for r in self.t1_rows if r[0] >= floor]
+                for pos, j in enumerate(near):
+                    self.t1_rows.append((float(d_end[j]), int(ords[dx[j]]), _take(rows, pos)))
+        # kept events -> columns (Python frames apart, in `extra`)
+        kept = np.flatnonzero(keep)
+        if kept.size:
+            kpy = py[kept]
+            if kpy.any():
+                self._add_rows(self.extra, events, kept[kpy].tolist(), cc, ph, ts, dur, ords)
+                kept = kept[~kpy]
+            if kept.size:
+                self._add_rows(self.main, events, kept.tolist(), cc, ph, ts, dur, ords, nc=nc)
+
+    def _update_union(self, code: int) -> None:
+        spans = self.windows[code]
+        s = np.array([a for a, _, _ in spans])
+        e = np.array([b for _, b, _ in spans])
+        order = np.argsort(s, kind="stable")
+        s, e = s[order], e[order]
+        run = np.maximum.accumulate(e)
+        new = np.ones(s.size, dtype=bool)
+        new[1:] = s[1:] > run[:-1]
+        ids = np.cumsum(new) - 1
+        us = s[new]
+        ue = np.zeros(us.size)
+        np.maximum.at(ue, ids, run)
+        self._unions[code] = (us, ue)
+
+    # ---------------------------------------------------------------------------------------------
+    def _rows(self, events: list, idx: list[int], cc, ph, ts, dur, ords: np.ndarray, nc=None):
+        """Columns of events[idx] (dict of arrays) and their sparse values (relative positions).
+
+        Values convert as load.columns.build_columns converts them (same helpers, same order of
+        fallbacks), a few fields at a time where numpy can take them at C speed."""
+        k = len(idx)
+        evs = _take_list(events, idx)
+        ia = np.asarray(idx, dtype=np.int64)
+        args = list(map(_ARGS, evs))
+        nc_sel = _codes_into(self.name_index, list(map(_NAME, evs))) if nc is None else nc[ia]
+        corr, stream, device, ext = (_int_of(g, args) for g in _DENSE_GETTERS)
+        rare = list(map(_RARE, args))
+        if rare.count(_RARE_DEFAULT) == k:
+            nbytes = np.full(k, np.nan)
+            total = np.full(k, np.nan)
+            ext21 = np.full(k, INT_NONE, dtype=np.int16)
+        else:
+            missing = device == INT_NONE
+            if missing.any():
+                device = np.where(missing, _int_column([a.device_id for a in args]), device)
+            nbytes = _float_column([a.nbytes for a in args])
+            nan = np.isnan(nbytes)
+            if nan.any():
+                nbytes = np.where(nan, _float_column([a.mem_bytes for a in args]), nbytes)
+            total = _float_column([a.total_allocated for a in args])
+            e21 = [a.external_id_2021 for a in args]
+            ext21 = (np.full(k, INT_NONE, dtype=np.int16) if e21.count(INT_NONE) == k else _narrow(_int_column(e21)))
+        if not self.any_ext and (ext != INT_NONE).any():
+            self.any_ext = True
+        cols = {
+            "ts": ts[ia], "dur": dur[ia], "ph": ph[ia], "cat": cc[ia].astype(np.int16), "name": nc_sel,
+            "pid": _codes_into(self.pid_index, list(map(_PID, evs))),
+            "tid": _codes_into(self.tid_index, list(map(_TID, evs))),
+            "correlation": _narrow(corr), "stream": _narrow(stream), "device": _narrow(device), "ext": _narrow(ext),
+            "ext21": ext21, "nbytes": nbytes, "total_allocated": total, "ordinal": ords[ia],
+        }
+        sparse: dict[str, dict[int, Any]] = {"input_dims": {}, "input_type": {}, "call_stack": {}}
+        carriers = list(compress(range(k), map(ne, map(_SPARSE, args), repeat(_SPARSE_NONE))))
+        for pos in carriers:
+            a = args[pos]
+            if a.input_dims is not None:
+                v = self._decode_raw(a.input_dims)
+                if v is not None:
+                    sparse["input_dims"][pos] = v
+            if a.input_type is not None:
+                v = self._decode_raw(a.input_type)
+                if v is not None:
+                    sparse["input_type"][pos] = v
+            if a.call_stack is not None:
+                sparse["call_stack"][pos] = self._strings.setdefault(a.call_stack, a.call_stack)
+        if (cols["ph"] == PH_META).any():
+            for pos in np.flatnonzero(cols["ph"] == PH_META).tolist():
+                a, e = args[pos], evs[pos]
+                if a.name is not None:
+                    if e.name == "thread_name":
+                        self.thread_names[int(cols["tid"][pos])] = str(a.name)
+                    elif e.name == "process_name":
+                        self.process_names[int(cols["pid"][pos])] = str(a.name)
+        return cols, sparse
+
+    def _decode_raw(self, raw) -> Any:
+        key = bytes(raw)
+        try:
+            return self._raw_cache[key]
+        except KeyError:
+            v = self._raw_cache[key] = msgspec.json.decode(key)
+            return v
+
+    def _add_rows(self, block: _Block, events, idx, cc, ph, ts, dur, ords, nc=None) -> None:
+        cols, sparse = self._rows(events, idx, cc, ph, ts, dur, ords, nc)
+        self._append(block, cols, sparse)
+
+    @staticmethod
+    def _append(block: _Block, cols: dict, sparse: dict) -> None:
+        off = block.n
+        block.parts.append(cols)
+        block.n += int(cols["ts"].shape[0])
+        for f in ("input_dims", "input_type", "call_stack"):
+            if sparse[f]:
+                getattr(block, f).update((off + k, v) for k, v in sparse[f].items())
+
+    # ---------------------------------------------------------------------------------------------
+    def check(self) -> None:
+        """Raise NeedAnotherPass when the single pass dropped events that matter."""
+        if not self.seen_device and self.host_incomplete and not self.host_mode:
+            raise NeedAnotherPass(dict(self.hints(), host_mode=True), "no device events: every host op is needed")
+        if self.keep_corr is None and self.deferred_corr:
+            gpu_corr = self._gpu_correlations()
+            late = np.unique(np.concatenate(self.deferred_corr))
+            hit = late[np.isin(late, gpu_corr)]
+            if hit.size:
+                raise NeedAnotherPass(self.hints(keep_corr=gpu_corr),
+                                      f"{hit.size} runtime calls launch GPU work under a name not recognised")
+        if self.dropped_aten:
+            seen: dict[int, list[tuple[float, float, int]]] = {}
+            for code, spans in self.windows.items():
+                seen[code] = [s for s in spans if s[2] > 0]
+            for sn, code, lo, hi in self.dropped_aten:
+                for ws, we, wsn in seen.get(code, ()):
+                    if wsn > sn and lo <= we and hi >= ws:
+                        raise NeedAnotherPass(self.hints(), "an optimizer window came after ops it may hold")
+
+    def hints(self, keep_corr: np.ndarray | None = None) -> dict[str, Any]:
+        tids = list(self.tid_index)
+        windows = {tids[code]: [(a, b) for a, b, _ in spans] for code, spans in self.windows.items()}
+        out: dict[str, Any] = {"windows": windows, "host_mode": self.host_mode}
+        if keep_corr is not None:
+            out["keep_corr"] = keep_corr
+        elif self.keep_corr is not None:
+            out["keep_corr"] = self.keep_corr
+        return out
+
+    def _gpu_correlations(self) -> np.ndarray:
+        codes = np.flatnonzero(self._cat_flags & (C_GPU | C_ACCEL))
+        if not codes.size or not self.main.parts:
+            return np.empty(0, dtype=np.int64)
+        vals = []
+        for p in self.main.parts:
+            sel = np.isin(p["cat"], codes)
+            if sel.any():
+                vals.append(p["correlation"][sel].astype(np.int64))
+        if not vals:
+            return np.empty(0, dtype=np.int64)
+        v = np.unique(np.concatenate(vals))
+        return v[v != INT_NONE]
+
+    # ---------------------------------------------------------------------------------------------
+    def finish(self) -> RankTrace:
+        """The compact RankTrace (call check() first)."""
+        extra_rows: dict[int, tuple[dict, dict]] = {}
+        if self.t0_row is not None:
+            extra_rows[self.t0_row[0]] = (self.t0_row[1], {})
+        floor = self.t1_best - abs(self.t1_best) * END_TOLERANCE
+        for end, ordinal, cols in self.t1_rows:
+            if end >= floor:
+                extra_rows[ordinal] = (cols, {})
+        extra = self.extra
+        if extra_rows:
+            for ordinal in sorted(extra_rows):
+                self._append(extra, extra_rows[ordinal][0], {"input_dims": {}, "input_type": {}, "call_stack": {}})
+        return self._build()
+
+    def _build(self) -> RankTrace:
+        main, extra = self.main, self.extra
+        # extra block in file order (ordinal), without duplicates
+        order = np.empty(0, dtype=np.int64)
+        self.extra_ordinals: list[int] = []
+        if extra.n:
+            ords = extra.column("ordinal")
+            _, first = np.unique(ords, return_index=True)
+            order = first[np.argsort(ords[first], kind="stable")]
+            self.extra_ordinals = ords[order].tolist()
+        self.main_n = main.n
+        cols: dict[str, np.ndarray] = {}
+        extra_cols = {f: extra.column(f)[order] for f in _Block.FIELDS} if extra.n else {}
+        extra.parts = []
+        for f in _Block.FIELDS:
+            arrays = [p.pop(f) for p in main.parts]
+            if f == "ordinal":
+                continue
+            if extra_cols:
+                arrays.append(extra_cols.pop(f))
+            cols[f] = np.concatenate(arrays) if arrays else np.empty(0, dtype=np.int64)
+            del arrays
+        main.parts.clear()
+        ext = cols.pop("ext")
+        ext21 = cols.pop("ext21")
+        external = ext if self.any_ext else ext21
+        del ext, ext21
+        n = int(cols["ts"].shape[0])
+        empty_f, empty_i = np.empty(0, dtype=np.float64), np.empty(0, dtype=np.int64)
+        trace = RankTrace(
+            rank=self.rank, path=self.path, names=list(self.name_index), cats=list(self.cat_index),
+            ts=cols["ts"] if n else empty_f, dur=cols["dur"] if n else empty_f,
+            ph=cols["ph"].astype(np.uint8), cat=cols["cat"].astype(np.int16), name=cols["name"].astype(np.int32),
+            pid=_narrow(cols["pid"].astype(np.int64)) if n else empty_i,
+            tid=_narrow(cols["tid"].astype(np.int64)) if n else empty_i,
+            correlation=cols["correlation"] if n else empty_i, stream=cols["stream"] if n else empty_i,
+            device=cols["device"] if n else empty_i, external_id=external if n else empty_i,
+            nbytes=cols["nbytes"] if n else empty_f, total_allocated=cols["total_allocated"] if n else empty_f,
+            pid_values=list(self.pid_index), tid_values=list(self.tid_index),
+        )
+        trace.input_dims = dict(main.input_dims)
+        trace.input_type = dict(main.input_type)
+        trace.call_stack = dict(main.call_stack)
+        if extra.n:
+            pos = {int(j): main.n + k for k, j in enumerate(order.tolist())}
+            for f in ("input_dims", "input_type", "call_stack"):
+                d = getattr(trace, f)
+                d.update((pos[j], v) for j, v in getattr(extra, f).items() if j in pos)
+        trace.thread_names = dict(self.thread_names)
+        trace.process_names = dict(self.process_names)
+        return trace
+
+    def merge_extra(self, trace: RankTrace, found: list, *, ns: bool) -> None:
+        """Add events (ordinal, RawEvent) to the extra block of a finished trace, in file order."""
+        found = sorted(found, key=lambda t: t[0])
+        events = [e for _, e in found]
+        n = len(events)
+        cc = _codes_into(self.cat_index, list(map(_CAT, events)))
+        nc = _codes_into(self.name_index, list(map(_NAME, events)))
+        if len(self.cat_index) > len(trace.cats) or len(self.name_index) > len(trace.names):
+            trace.cats, trace.names = list(self.cat_index), list(self.name_index)
+        ph = np.fromiter(map(PH_CODES.get, map(_PH, events), repeat(0, n)), dtype=np.uint8, count=n)
+        ts = _float_column([e.ts for e in events])
+        dur = _float_column([e.dur for e in events])
+        if ns:
+            ts, dur = ts / 1000.0, dur / 1000.0
+        cols, sparse = self._rows(events, list(range(n)), cc, ph, ts, dur, np.zeros(n, dtype=np.int64), nc=nc)
+        ords = np.asarray(self.extra_ordinals + [o for o, _ in found], dtype=np.int64)
+        perm = np.argsort(ords, kind="stable")
+        m = self.main_n
+        names = {"ts": "ts", "dur": "dur", "ph": "ph", "cat": "cat", "name": "name", "pid": "pid", "tid": "tid",
+                 "correlation": "correlation", "stream": "stream", "device": "device", "external_id": "ext",
+                 "nbytes": "nbytes", "total_allocated": "total_allocated"}
+        for attr, key in names.items():
+            old = getattr(trace, attr)
+            new = cols["ext" if self.any_ext else "ext21"] if attr == "external_id" else cols[key]
+            if attr in ("pid", "tid"):
+                new = new.astype(np.int64)
+            extra = np.concatenate([old[m:], new.astype(np.result_type(old, new))])[perm]
+            setattr(trace, attr, np.concatenate([old[:m], extra]).astype(np.result_type(old, new)))
+        inv = np.argsort(perm, kind="stable").tolist()
+        pos = {j: m + k for j, k in enumerate(inv)}
+        old_extra = len(self.extra_ordinals)
+        for f in ("input_dims", "input_type", "call_stack"):
+            d = getattr(trace, f)
+            moved = {pos[k - m]: v for k, v in d.items() if k >= m}
+            for k in [k for k in d if k >= m]:
+                del d[k]
+            d.update(moved)
+            d.update((pos[old_extra + k], v) for k, v in sparse[f].items())
+        trace.pid_values, trace.tid_values = list(self.pid_index), list(self.tid_index)
+        self.extra_ordinals = ords[perm].tolist()
+
+    # ---------------------------------------------------------------------------------------------
+    def nanoseconds(self) -> bool:
+        """np.median(starts of all complete events) > NS_THRESHOLD, from the counts kept."""
+        n, hi = self.n_x, self.n_hi
+        if n == 0:
+            return False
+        lo_count = n - hi
+        if n % 2:
+            return n // 2 >= lo_count
+        i, j = n // 2 - 1, n // 2
+        if i >= lo_count:
+            return True
+        if j < lo_count:
+            return False
+        return float(np.mean(np.array([self.max_lo, self.min_hi]))) > NS_THRESHOLD
+
+
+def _take(cols: dict[str, np.ndarray], pos: int) -> dict[str, np.ndarray]:
+    return {k: v[pos : pos + 1] for k, v in cols.items()}

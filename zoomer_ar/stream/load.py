@@ -1,0 +1,183 @@
+"""Streaming load: a trace file (or a folder of per-rank files) -> Job of compact RankTraces.
+
+Mirrors zoomer_ar.load.job.load_trace / load_job (same ranks, same RankInfo, same refusals), but
+each file is read in one streaming pass that keeps only what the features use (compact.py), and
+the ranks of a folder are read in parallel processes. Files the streaming reader cannot handle
+(malformed JSON, a missing traceEvents key, ...) go to the in-memory loader, whose InputError
+explains the problem.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing as mp
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from ..errors import InputError
+from ..load.columns import RankTrace
+from ..load.job import Job, _accelerator, _schema, is_trace_file, load_trace, rank_from_name
+from ..load.reader import Progress
+from ..models import JobInfo, RankInfo, SkippedFile
+from .compact import CompactBuilder, NeedAnotherPass
+from .frames import add_frames
+from .scan import SLICE, scan
+from .source import CHUNK, StreamError
+
+MAX_PASSES = 3
+
+
+def _env_int(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+def stream_rank(path: Path, *, rank_hint: int | None = None, progress: Progress | None = None,
+                slice_bytes: int = SLICE, chunk: int = CHUNK, frames: bool = True) -> tuple[RankTrace, RankInfo]:
+    """One trace file -> (compact RankTrace, RankInfo), as load_trace would give them.
+
+    Raises StreamError when the file must go to the in-memory loader, InputError for bad input
+    the streaming reader recognises itself."""
+    hints = None
+    passes = 0
+    while True:
+        passes += 1
+        b = CompactBuilder(0, str(path), hints)
+        res = scan(path, b.add, slice_bytes=slice_bytes, chunk=chunk, progress=progress)
+        if b.n_events == 0:
+            raise StreamError("no events")  # the in-memory loader says why
+        try:
+            b.check()
+        except NeedAnotherPass as again:
+            if passes >= MAX_PASSES:
+                raise StreamError(f"still incomplete after {passes} passes: {again}") from None
+            hints = again.hints
+            progress = None
+            continue
+        break
+    trace = b.finish()
+    top = res.top
+    dist = top.get("distributedInfo") or {}
+    rank_source = "default"
+    rank = 0
+    if isinstance(dist.get("rank"), int):
+        rank, rank_source = int(dist["rank"]), "distributedInfo"
+    elif rank_hint is not None:
+        rank, rank_source = rank_hint, "file name"
+    elif (r := rank_from_name(path)) is not None:
+        rank, rank_source = r, "file name"
+    trace.rank = rank
+    if b.n_useful == 0:
+        raise InputError(str(path), "not a Kineto trace: no complete ('X') or instant events")
+    ns = b.nanoseconds()
+    if ns:
+        trace.ts = trace.ts / 1000.0
+        trace.dur = trace.dur / 1000.0
+        trace.time_unit_note = "timestamps were nanoseconds; converted to microseconds"
+    devices = [str(d.get("name", "")) for d in (top.get("deviceProperties") or []) if isinstance(d, dict)]
+    trace.metadata = {
+        "distributedInfo": {k: v for k, v in dist.items() if k != "pg_config"},
+        "devices": devices,
+        "baseTimeNanoseconds": top.get("baseTimeNanoseconds"),
+        "streamed": {"passes": passes, "events": b.n_events, "kept": len(trace), "json_bytes": res.json_bytes},
+    }
+    if frames:
+        added = add_frames(trace, b, path, ns=ns, slice_bytes=slice_bytes)
+        trace.metadata["streamed"]["frames_added"] = added
+    world = dist.get("world_size")
+    info = RankInfo(
+        path=str(path), rank=rank, rank_source=rank_source, sha256=res.sha256, size_bytes=path.stat().st_size,
+        n_events=b.n_events, trace_schema=_schema(trace), devices=sorted(set(devices)),
+        accelerator=_accelerator(trace, devices), world_size=int(world) if isinstance(world, int) else None,
+        backend=str(dist["backend"]) if dist.get("backend") else None,
+    )
+    return trace, info
+
+
+def load_rank(path: Path, *, progress: Progress | None = None, **kw) -> tuple[RankTrace, RankInfo]:
+    """stream_rank, or the in-memory loader where streaming cannot decide."""
+    try:
+        return stream_rank(path, progress=progress, **kw)
+    except StreamError:
+        return load_trace(path, progress=progress)
+
+
+def _worker(path: str, kw: dict) -> tuple[RankTrace, RankInfo] | InputError:
+    try:
+        return load_rank(Path(path), **kw)
+    except InputError as exc:
+        return exc
+
+
+def _files(p: Path) -> list[Path]:
+    if p.is_dir():
+        files = sorted(f for f in p.iterdir() if is_trace_file(f) and not f.name.startswith("."))
+        files = [f for f in files if f.name != "job.json"]
+        if not files:
+            raise InputError(str(p), "folder holds no trace files (*.json, *.json.gz)")
+        return files
+    return [p]
+
+
+def load_job_streaming(
+    path: str | Path,
+    *,
+    name: str | None = None,
+    progress_factory: Callable[[Path], Progress | None] | None = None,
+    workers: int | None = None,
+    **kw,
+) -> Job:
+    """load_job, through the streaming reader; ranks of a folder in up to `workers` processes
+    (default: ZOOMER_STREAM_WORKERS, else the CPU count)."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError(str(p), "no such file or directory")
+    files = _files(p)
+    n_workers = workers if workers is not None else _env_int("ZOOMER_STREAM_WORKERS", os.cpu_count() or 1)
+    n_workers = max(1, min(n_workers, len(files)))
+    outcomes: list[tuple[RankTrace, RankInfo] | InputError] = []
+    if n_workers == 1:
+        for f in files:
+            try:
+                outcomes.append(load_rank(f, progress=progress_factory(f) if progress_factory else None, **kw))
+            except InputError as exc:
+                outcomes.append(exc)
+    else:
+        ctx = mp.get_context("spawn")  # no fork of a process that may hold threads
+        with cf.ProcessPoolExecutor(max_workers=n_workers, mp_context=ctx) as pool:
+            outcomes = list(pool.map(_worker, [str(f) for f in files], [kw] * len(files)))
+    ranks: list[RankTrace] = []
+    infos: list[RankInfo] = []
+    skipped: list[SkippedFile] = []
+    for f, out in zip(files, outcomes):
+        if isinstance(out, InputError):
+            if not p.is_dir():
+                raise out
+            skipped.append(SkippedFile(path=str(f), reason=out.reason))
+            continue
+        ranks.append(out[0])
+        infos.append(out[1])
+    if not ranks:
+        reasons = "; ".join(f"{Path(s.path).name}: {s.reason}" for s in skipped[:3])
+        raise InputError(str(p), f"no usable trace in folder ({reasons})")
+    # as load_job: in a folder, ranks must be distinct (file-name ranks, then order)
+    if len({r.rank for r in ranks}) != len(ranks):
+        for i, (trace, info) in enumerate(zip(ranks, infos)):
+            r = rank_from_name(Path(info.path))
+            trace.rank = r if r is not None else i
+            info.rank, info.rank_source = trace.rank, "file name" if r is not None else "default"
+        if len({r.rank for r in ranks}) != len(ranks):
+            for i, (trace, info) in enumerate(zip(ranks, infos)):
+                trace.rank, info.rank, info.rank_source = i, i, "default"
+    order = sorted(range(len(ranks)), key=lambda i: ranks[i].rank)
+    ranks = [ranks[i] for i in order]
+    infos = [infos[i] for i in order]
+    world = max([i.world_size or 0 for i in infos] + [len(ranks)])
+    info = JobInfo(
+        name=name or (p.name if p.is_dir() else p.name.split(".")[0]),
+        path=str(p), ranks=infos, skipped=skipped, world_size=world,
+    )
+    return Job(info=info, ranks=ranks)

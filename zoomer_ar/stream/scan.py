@@ -1,0 +1,270 @@
+"""Cut the `traceEvents` array of a trace into slices of whole events, as the bytes stream in.
+
+The scanner never holds more than about two slices of JSON. Each slice is handed to a consumer as
+a JSON array (`[ev, ev, ...]`, a memoryview valid during the call only), which decodes it with its
+own msgspec decoder. Cuts are made at an event boundary (`}` then `,` then `{`, whitespace
+allowed): instead of tracking string and escape state byte by byte in Python, every cut is checked
+by the decoder itself. A cut that falls inside a string leaves the slice with an unterminated
+string, a cut inside a nested object leaves it unbalanced, and both fail to decode; the scanner
+then tries an earlier boundary (or waits for more bytes). A slice that decodes is therefore
+exactly a run of whole events, in file order.
+
+The top-level keys around the array (`deviceProperties`, `distributedInfo`, ...) are read from the
+bytes before and after it (`head`, `tail`), which surgery also copies verbatim. A bare Chrome
+array (`[ev, ...]`) is accepted too. Anything unexpected raises StreamError: the caller falls back
+to the whole-document loader, which explains bad input.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from .source import CHUNK, ChunkReader, Progress, StreamError
+
+SLICE = 1 << 20  # JSON bytes per slice handed to the consumer
+MAX_HEAD = 256 << 20  # bytes before "traceEvents" that we accept to buffer
+MAX_BUFFER = 512 << 20
+TAIL_KEEP = 64 << 10  # bytes kept for the search of the array's end  # a single event (or a run without a valid cut) larger than this: give up
+_KEY = b'"traceEvents"'
+_END = re.compile(rb"\}[ \t\r\n]*\]")
+_WS = b" \t\r\n"
+_OPEN, _CLOSE, _COMMA, _LBRACE, _COLON = 0x5B, 0x5D, 0x2C, 0x7B, 0x3A
+
+
+class TopLevel(msgspec.Struct, gc=False):
+    """The keys of a trace document other than the events."""
+
+    distributedInfo: dict[str, Any] | None = None
+    deviceProperties: list[dict[str, Any]] | None = None
+    schemaVersion: Any = None
+    baseTimeNanoseconds: int | float | None = None
+    displayTimeUnit: str | None = None
+    traceEvents: msgspec.Raw | None = None
+
+
+_TOP = msgspec.json.Decoder(TopLevel)
+TOP_FIELDS = ("distributedInfo", "deviceProperties", "schemaVersion", "baseTimeNanoseconds", "displayTimeUnit")
+
+
+@dataclass
+class ScanResult:
+    head: bytes = b""  # bytes before the events array's `[` (b"" for a bare array)
+    tail: bytes = b""  # bytes after its `]`
+    bare: bool = False  # the document is a bare array of events
+    top: dict[str, Any] = field(default_factory=dict)  # TOP_FIELDS present in the document
+    sha256: str = ""
+    json_bytes: int = 0  # decompressed size
+    slices: int = 0
+
+
+def _skip_ws(buf: bytearray, j: int) -> int:
+    n = len(buf)
+    while j < n and buf[j] in _WS:
+        j += 1
+    return j
+
+
+def _cut(buf: bytearray, end: int) -> tuple[int, int]:
+    """Last `}` , `{` boundary in buf[1:end] as (index of the `}`, index of the `,`), or (-1, -1)."""
+    p = end
+    n = len(buf)
+    while True:
+        p = buf.rfind(b"}", 1, p)
+        if p < 0:
+            return -1, -1
+        c = _skip_ws(buf, p + 1)
+        if c < n and buf[c] == _COMMA:
+            j = _skip_ws(buf, c + 1)
+            if j < n and buf[j] == _LBRACE:
+                return p, c
+
+
+Consumer = Callable[[memoryview], None]
+
+
+def _emit(buf: bytearray, end: int, consume: Consumer) -> None:
+    """Hand buf[0:end+1] to the consumer as a JSON array; buf[0] is overwritten with `[` and
+    buf[end] must be `]`."""
+    buf[0] = _OPEN
+    with memoryview(buf) as mv:
+        view = mv[: end + 1]
+        try:
+            consume(view)
+        finally:
+            view.release()
+
+
+def scan(path: Path, consume: Consumer, *, slice_bytes: int = SLICE, chunk: int = CHUNK,
+         progress: Progress | None = None, hash: bool = True) -> ScanResult:  # noqa: A002
+    """Stream the events of `path` to `consume`, slice by slice, in file order.
+
+    `consume(view)` must decode the view first and raise msgspec.DecodeError (or ValidationError)
+    before doing anything else when it does not decode: the scanner then cuts elsewhere.
+    """
+    reader = ChunkReader(path, chunk=chunk, hash=hash)
+    res = ScanResult()
+    size = path.stat().st_size
+    it = iter(reader)
+    buf = bytearray()
+
+    def more() -> bool:
+        try:
+            data, read = next(it)
+        except StopIteration:
+            return False
+        buf.extend(data)
+        if progress is not None:
+            progress(read, size)
+        return True
+
+    try:
+        # ---- head: everything before the events array
+        while True:
+            if not more():
+                raise StreamError("no events array")
+            first = _skip_ws(buf, 0)
+            if first < len(buf):
+                break
+        if buf[first] == _OPEN:
+            res.bare = True
+            del buf[:first]
+        elif buf[first] == _LBRACE:
+            k = -1
+            searched = 0
+            while True:
+                if k < 0:
+                    k = buf.find(_KEY, max(0, searched - len(_KEY)))
+                    searched = len(buf)
+                if k >= 0:
+                    j = _skip_ws(buf, k + len(_KEY))
+                    if j < len(buf):
+                        if buf[j] != _COLON:
+                            raise StreamError("unexpected bytes after the traceEvents key")
+                        j = _skip_ws(buf, j + 1)
+                        if j < len(buf):
+                            if buf[j] != _OPEN:
+                                raise StreamError("traceEvents is not an array")
+                            break
+                if len(buf) > MAX_HEAD:
+                    raise StreamError("no traceEvents key near the start of the document")
+                if not more():
+                    raise StreamError("no traceEvents key")
+            head = bytes(buf[:j])
+            try:
+                top = _TOP.decode(head[:k] + b'"traceEvents":null}')
+            except msgspec.MsgspecError:
+                raise StreamError("the keys before traceEvents do not decode") from None
+            res.head = head
+            res.top = {f: getattr(top, f) for f in TOP_FIELDS if getattr(top, f) is not None}
+            del buf[:j]  # buf[0] is the array's `[`
+        else:
+            raise StreamError("not a JSON object or array")
+        # ---- events, slice by slice
+        j = _skip_ws(buf, 1)
+        while j >= len(buf):
+            if not more():
+                raise StreamError("the events array is not closed")
+            j = _skip_ws(buf, 1)
+        empty = buf[j] == _CLOSE
+
+        def try_cut(limit: int) -> bool:
+            """Emit the events before the last boundary below `limit` that decodes."""
+            p, c = _cut(buf, limit)
+            for _ in range(4):
+                if p <= 0:
+                    return False
+                saved = buf[p + 1]
+                buf[p + 1] = _CLOSE
+                try:
+                    _emit(buf, p + 1, consume)
+                except msgspec.MsgspecError:  # the cut fell inside a string or an object
+                    buf[p + 1] = saved
+                    p, c = _cut(buf, p)
+                    continue
+                buf[p + 1] = saved
+                res.slices += 1
+                del buf[:c]  # buf[0] is the `,` before the next event
+                return True
+            return False
+
+        eof = False
+        target = slice_bytes
+        while not empty:
+            if not eof and len(buf) < target:
+                eof = not more()
+                continue
+            if eof:  # cut down to a small remainder, in which the array's end is looked for
+                if len(buf) > 2 * TAIL_KEEP and try_cut(len(buf) - TAIL_KEEP):
+                    continue
+                break
+            if try_cut(len(buf)):
+                target = slice_bytes
+            else:  # no boundary that decodes yet: take more bytes first
+                if len(buf) > MAX_BUFFER:
+                    raise StreamError("no decodable event boundary")
+                target = len(buf) + chunk
+        # ---- the end: the last events, `]`, the keys after the array
+        if empty:
+            while more():
+                pass
+            k = _skip_ws(buf, 1)
+            tail = bytes(buf[k + 1 :])
+            res.tail = tail
+            _read_tail(res, tail)
+        else:
+            for m in _END.finditer(buf, 1):
+                q = m.end() - 1
+                tail = bytes(buf[q + 1 :])
+                if not _tail_ok(res, tail):
+                    continue
+                try:
+                    _emit(buf, q, consume)
+                except msgspec.MsgspecError:
+                    continue
+                res.slices += 1
+                res.tail = tail
+                _read_tail(res, tail)
+                break
+            else:
+                raise StreamError("the end of the events array was not found")
+    finally:
+        reader.close()
+    res.sha256 = reader.sha256 or ""
+    res.json_bytes = reader.total
+    return res
+
+
+def _tail_ok(res: ScanResult, tail: bytes) -> bool:
+    if res.bare:
+        return not tail.strip(_WS)
+    try:
+        doc = _TOP.decode(b'{"traceEvents":null' + tail)
+    except msgspec.MsgspecError:
+        return False
+    return doc.traceEvents is None
+
+
+def _read_tail(res: ScanResult, tail: bytes) -> None:
+    if res.bare:
+        if tail.strip(_WS):
+            raise StreamError("bytes after the events array")
+        return
+    if _KEY in tail:
+        raise StreamError("traceEvents appears twice")
+    try:
+        doc = _TOP.decode(b'{"traceEvents":null' + tail)
+    except msgspec.MsgspecError:
+        raise StreamError("the keys after traceEvents do not decode") from None
+    for f in TOP_FIELDS:
+        v = getattr(doc, f)
+        if v is None:
+            continue
+        if f in res.top:
+            raise StreamError(f"top-level key {f} appears twice")
+        res.top[f] = v

@@ -1,0 +1,159 @@
+"""Decompressed bytes of a trace file, chunk by chunk, never the whole file at once.
+
+Plain JSON, gzip (one or several members, `zlib.decompressobj`) and zstd (only when the optional
+`zstandard` package is installed). A reader thread reads, decompresses and hashes (zlib, zstd and
+hashlib release the GIL) while the caller decodes the previous chunk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import queue
+import threading
+import zlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+GZIP_MAGIC = b"\x1f\x8b"
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+CHUNK = 1 << 20  # decompressed bytes per chunk (small: the decoded slice stays in cache)
+
+try:  # optional: zstd input and output
+    import zstandard  # type: ignore[import-not-found]
+except ImportError:  # pragma: no cover - depends on the environment
+    zstandard = None
+
+
+class StreamError(Exception):
+    """The file cannot be streamed (unreadable, corrupt, truncated, not JSON of the expected shape).
+
+    The caller falls back to the whole-document loader, whose InputError explains the problem."""
+
+
+def compression_of(path: Path) -> str:
+    """'gzip', 'zstd' or 'none', from the file's first bytes."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(4)
+    except OSError as exc:
+        raise StreamError(f"cannot read: {exc}") from None
+    if head[:2] == GZIP_MAGIC:
+        return "gzip"
+    if head == ZSTD_MAGIC:
+        return "zstd"
+    return "none"
+
+
+def iter_chunks(path: Path, chunk: int = CHUNK) -> Iterator[tuple[bytes, int]]:
+    """Yield (decompressed bytes, file bytes read so far)."""
+    kind = compression_of(path)
+    try:
+        fh = path.open("rb")
+    except OSError as exc:
+        raise StreamError(f"cannot open: {exc}") from None
+    with fh:
+        if kind == "none":
+            read = 0
+            while data := fh.read(chunk):
+                read += len(data)
+                yield data, read
+            return
+        if kind == "zstd":
+            if zstandard is None:
+                raise StreamError("zstd-compressed trace: install the `zstandard` package to read it")
+            try:
+                reader = zstandard.ZstdDecompressor().stream_reader(fh, read_size=chunk // 4, read_across_frames=True)
+                while data := reader.read(chunk):
+                    yield data, fh.tell()
+            except zstandard.ZstdError as exc:
+                raise StreamError(f"corrupt zstd data ({exc})") from None
+            return
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        pending = False
+        total = 0
+        read = 0
+        try:
+            while raw := fh.read(max(1, chunk // 8)):
+                read += len(raw)
+                while raw:
+                    pending = True
+                    out = d.decompress(raw, chunk)
+                    if out:
+                        total += len(out)
+                        yield out, read
+                    if d.eof:  # end of one gzip member; concatenated members may follow
+                        raw = d.unused_data
+                        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                        pending = False
+                    else:
+                        raw = d.unconsumed_tail
+        except zlib.error as exc:
+            raise StreamError(f"corrupt gzip data ({exc})") from None
+        if pending or total == 0:
+            raise StreamError("truncated gzip file")
+
+
+class ChunkReader:
+    """iter_chunks in a background thread, with the sha256 of the decompressed bytes.
+
+    Iterate it for (data, file bytes read); `sha256` is set once the iteration has ended."""
+
+    def __init__(self, path: Path, *, chunk: int = CHUNK, hash: bool = True, depth: int = 3) -> None:  # noqa: A002
+        self.path = path
+        self.chunk = chunk
+        self.hash = hash
+        self.sha256: str | None = None
+        self.total = 0
+        self._q: queue.Queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _run(self) -> None:
+        h = hashlib.sha256() if self.hash else None
+        item: tuple = (None, None)
+        try:
+            for data, read in iter_chunks(self.path, self.chunk):
+                if h is not None:
+                    h.update(data)
+                if not self._put((data, read)):
+                    return
+            item = (None, h.hexdigest() if h is not None else "")
+        except BaseException as exc:  # noqa: BLE001 - handed over to the consumer
+            item = (exc, None)
+        self._put(item)
+
+    def _put(self, item) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._q.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def __iter__(self) -> Iterator[tuple[bytes, int]]:
+        self._thread = threading.Thread(target=self._run, daemon=True, name="zoomer-stream-reader")
+        self._thread.start()
+        try:
+            while True:
+                data, extra = self._q.get()
+                if data is None:
+                    self.sha256 = extra
+                    return
+                if isinstance(data, BaseException):
+                    if isinstance(data, StreamError):
+                        raise data
+                    raise StreamError(f"read failed: {data}") from data
+                self.total += len(data)
+                yield data, extra
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+
+Progress = Callable[[int, int], None]
