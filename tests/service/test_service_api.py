@@ -48,10 +48,10 @@ def tokens(server):
 
 @pytest.fixture(scope="module")
 def done_job(server, tokens):
-    """One finished analysis of team vision (with a source archive)."""
+    """One finished analysis of team vision (with a source archive), of trace content no other team recorded."""
     with server.client(tokens["vision"]) as c:
-        r = upload(c, trace=SMALL_TRACE, source=source_archive(), names={"source": "src.tar.gz"}, job="dl",
-                   gpu_hour_cost="3")
+        r = upload(c, trace=unique_trace(SMALL_TRACE), source=source_archive(),
+                   names={"trace": "dl.pt.trace.json.gz", "source": "src.tar.gz"}, job="dl", gpu_hour_cost="3")
         assert r.status_code == 202, r.text
         body = wait_job(c, r.json()["id"], server=server)
         assert body["state"] == "done", body

@@ -50,8 +50,12 @@ def _expire(engine, job_id: str) -> None:
 
 
 def test_claims_are_fifo_and_exclusive(db_url):
+    from sqlalchemy import event
+
     engine = open_store(db_url)
     ids = _jobs(engine, 3)
+    seen: list[str] = []
+    event.listen(engine, "before_cursor_execute", lambda *a: seen.append(a[2]))
     a = Q.claim(engine, "wa", 30)
     b = Q.claim(engine, "wb", 30)
     c = Q.claim(engine, "wc", 30)
@@ -59,6 +63,11 @@ def test_claims_are_fifo_and_exclusive(db_url):
     assert Q.claim(engine, "wd", 30) is None
     assert a.team == "t" and a.attempt == 1 and a.params == {"i": 0}
     assert Q.get_job(engine, a.job_id, None).state == "running"
+    claims = [q for q in seen if "FROM service_jobs" in q and "ORDER BY" in q]
+    if engine.dialect.name == "postgresql":
+        assert claims and all("FOR UPDATE SKIP LOCKED" in q for q in claims), claims
+    else:
+        assert claims and any(q == "BEGIN IMMEDIATE" for q in seen)  # SQLite: the write lock up front
 
 
 def test_expired_lease_is_reclaimed_and_the_stale_worker_cannot_finish(db_url):
