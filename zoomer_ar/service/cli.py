@@ -21,6 +21,18 @@ LEASE_OPTION = click.option("--lease", "lease_s", type=click.FloatRange(min=1.0)
                             help="Seconds a claimed job stays leased without a heartbeat (default: 30).")
 
 
+def _require(*modules: str) -> None:
+    """A one-line error naming the packages to install when the service's optional dependencies are missing."""
+    import importlib.util
+
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        pkgs = {"fastapi": "fastapi", "uvicorn": "uvicorn", "python_multipart": "python-multipart",
+                "distributed": "dask[distributed]"}
+        raise click.ClickException("the service needs " + ", ".join(pkgs.get(m, m) for m in missing)
+                                   + ": pip install " + " ".join(repr(pkgs.get(m, m)) for m in missing))
+
+
 def _logging(level: str) -> None:
     logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -99,6 +111,7 @@ def serve(host, port, port_file, db, data_dir, max_upload_mb, max_archive_mb, ma
           lease_s, max_attempts, embedded_workers, webhook_secret, webhook_repos, webhook_team, webhook_post,
           log_level) -> None:
     """Run the HTTP API (FastAPI on uvicorn): uploads, job status and results, verdicts, digest, GitHub webhook."""
+    _require("fastapi", "uvicorn", "python_multipart")
     import uvicorn
 
     from .app import create_app
@@ -223,6 +236,7 @@ def token_revoke(token_id: int, db: str | None) -> None:
 @DB_OPTION
 def batch(paths, scheduler, workers, team, no_record, out_dir, progress, db) -> None:
     """Analyse many traces on Dask (a local cluster, or --scheduler) and record them in the store."""
+    _require("distributed")
     from .batch import run_with_progress
 
     missing = [str(p) for p in paths if not p.exists()]
@@ -249,6 +263,7 @@ def batch(paths, scheduler, workers, team, no_record, out_dir, progress, db) -> 
 @click.option("--out", type=click.Path(path_type=Path, dir_okay=False), default=None, help="Write here (default: stdout).")
 def openapi(out: Path | None) -> None:
     """Print the service's OpenAPI schema (docs/openapi.json is this output)."""
+    _require("fastapi", "python_multipart")
     from .app import openapi_json
 
     text = openapi_json()
