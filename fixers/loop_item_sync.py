@@ -7,6 +7,7 @@ from typing import Iterable
 
 import libcst as cst
 
+from zoomer_ar.fix import flow
 from zoomer_ar.fix import helpers as h
 from zoomer_ar.fix.base import Context, Edit, Example, Fixer
 
@@ -31,6 +32,26 @@ def _tensorish(expr: cst.CSTNode) -> bool:
     if isinstance(expr, cst.BinaryOperation):
         return _tensorish(expr.left) or _tensorish(expr.right)
     return False
+
+
+def _literal_key(sub: cst.Subscript) -> str | None:
+    """KEY of ``d["KEY"]`` (one plain string index), else None."""
+    if len(sub.slice) != 1 or not isinstance(sub.slice[0].slice, cst.Index):
+        return None
+    return h.string_value(sub.slice[0].slice.value)
+
+
+def _dict_with_number(expr: cst.CSTNode, key: str) -> bool:
+    """A dict literal with plain string keys (no ``**``) holding a number literal at ``key``."""
+    if not isinstance(expr, cst.Dict):
+        return False
+    found = False
+    for el in expr.elements:
+        if not isinstance(el, cst.DictElement) or h.string_value(el.key) is None:
+            return False
+        if h.string_value(el.key) == key:
+            found = type(h.literal(el.value)) in (int, float)
+    return found
 
 
 def _is_modulo_guard(test: cst.CSTNode) -> bool:
@@ -158,6 +179,46 @@ print(float(running) / len(loader))
             "    return float(total) / len(loader)\n",
             message_contains="accumulate",
         ),
+        Example(
+            "def train_step(model, opt, batch, stats):\n"
+            "    for mb in batch.chunk(4):\n"
+            "        loss = model(mb).mean()\n"
+            "        loss.backward()\n"
+            "        stats[\"loss\"] += loss.item()\n"
+            "    opt.step()\n"
+            "\n"
+            "def main(model, opt, data):\n"
+            "    stats = {\"loss\": 0.0, \"steps\": 0}\n"
+            "    for batch in data:\n"
+            "        train_step(model, opt, batch, stats)\n"
+            "        stats[\"steps\"] += 1\n"
+            "    print(f\"mean loss {stats['loss'] / stats['steps']:.4f}\")\n",
+            "def train_step(model, opt, batch, stats):\n"
+            "    for mb in batch.chunk(4):\n"
+            "        loss = model(mb).mean()\n"
+            "        loss.backward()\n"
+            "        stats[\"loss\"] += loss.detach()\n"
+            "    opt.step()\n"
+            "\n"
+            "def main(model, opt, data):\n"
+            "    stats = {\"loss\": 0.0, \"steps\": 0}\n"
+            "    for batch in data:\n"
+            "        train_step(model, opt, batch, stats)\n"
+            "        stats[\"steps\"] += 1\n"
+            "    print(f\"mean loss {float(stats['loss']) / stats['steps']:.4f}\")\n",
+            message_contains="accumulate on the device",
+        ),
+        Example(
+            "metrics = {'loss': 0}\nfor x in loader:\n    metrics['loss'] += loss_fn(x).item()\nreport(metrics['loss'])\n",
+            "metrics = {'loss': 0}\nfor x in loader:\n    metrics['loss'] += loss_fn(x).detach()\nreport(float(metrics['loss']))\n",
+            message_contains=".item()",
+        ),
+        # the dict is handed to code we cannot see (json.dump would get a tensor): report only
+        Example(
+            "import json\nstats = {'loss': 0.0}\nfor x in loader:\n    stats['loss'] += loss_fn(x).item()\njson.dump(stats, fh)\n",
+            None,
+            message_contains=".item()",
+        ),
         # the accumulator escapes into a closure: report only
         Example(
             "def run(loader):\n    total = 0\n    for b in loader:\n        total += loss_fn(b).item()\n    return lambda: total\n",
@@ -260,7 +321,11 @@ print(float(running) / len(loader))
         if not (isinstance(parent, cst.AugAssign) and parent.value is value and isinstance(parent.operator, cst.AddAssign)):
             return None
         aug = parent
-        if not isinstance(aug.target, cst.Name) or not _tensorish(item.func.value):  # type: ignore[union-attr]
+        if not _tensorish(item.func.value):  # type: ignore[union-attr]
+            return None
+        if isinstance(aug.target, cst.Subscript):
+            return self._accumulate_in_dict(ctx, item, aug, loop)
+        if not isinstance(aug.target, cst.Name):
             return None
         total = aug.target.value
         where = ctx.block_of(loop)
@@ -311,6 +376,124 @@ print(float(running) / len(loader))
                 continue
             changes[r] = cst.Call(func=cst.Name("float"), args=[cst.Arg(r.with_changes(lpar=[], rpar=[]))], lpar=r.lpar, rpar=r.rpar)
         return changes
+
+    # -- accumulate into a dict entry: stats["loss"] += loss.item() ------------------------------
+
+    def _accumulate_in_dict(self, ctx: Context, item: cst.Call, aug: cst.AugAssign, loop: cst.For | cst.While) -> dict | None:
+        """``d[KEY] += t.item()`` where ``d`` is a dict created in this file with a number at
+        ``KEY`` (``stats = {"loss": 0.0}``), either in the function running the loop or in the
+        functions calling it (``train_step(..., stats)`` from ``main``), and ``d[KEY]`` is only
+        read after those loops: accumulate ``t.detach()`` and read ``float(d[KEY])``."""
+        target = aug.target
+        key = _literal_key(target)  # type: ignore[arg-type]
+        if key is None or not isinstance(target.value, cst.Name):  # type: ignore[union-attr]
+            return None
+        name = target.value.value  # type: ignore[union-attr]
+        scope = ctx.enclosing_scope(loop)
+        reads: list[cst.Subscript] = []
+        if isinstance(scope, cst.FunctionDef) and flow.is_param(scope, name):
+            if not self._dict_uses_ok(ctx, scope, name, key, aug, None, None, reads):
+                return None
+            calls = flow.call_sites(ctx, scope)
+            if not calls:
+                return None
+            for call in calls:
+                arg = flow.bound_argument(call, scope, name)
+                caller = ctx.enclosing_scope(call)
+                if not isinstance(arg, cst.Name) or isinstance(caller, (cst.ClassDef, cst.Lambda)):
+                    return None
+                if isinstance(caller, cst.FunctionDef) and flow.is_param(caller, arg.value):
+                    return None
+                if not self._dict_uses_ok(ctx, caller, arg.value, key, None, scope, call, reads):
+                    return None
+        elif not isinstance(scope, (cst.ClassDef, cst.Lambda)):
+            if not self._dict_uses_ok(ctx, scope, name, key, aug, None, loop, reads):
+                return None
+        else:
+            return None
+        changes: dict = {item: item.with_changes(func=item.func.with_changes(attr=cst.Name("detach")))}  # type: ignore[union-attr]
+        for r in reads:
+            p = ctx.parent(r)
+            arg_of = ctx.parent(p) if isinstance(p, cst.Arg) else None
+            if isinstance(arg_of, cst.Call) and h.dotted(arg_of.func) == "float" and len(arg_of.args) == 1:
+                continue
+            changes[r] = cst.Call(func=cst.Name("float"), args=[cst.Arg(r.with_changes(lpar=[], rpar=[]))], lpar=r.lpar, rpar=r.rpar)
+        return changes
+
+    def _dict_uses_ok(
+        self,
+        ctx: Context,
+        scope: cst.CSTNode,
+        name: str,
+        key: str,
+        site: cst.AugAssign | None,
+        callee: cst.FunctionDef | None,
+        loop: cst.CSTNode | None,
+        reads: list,
+    ) -> bool:
+        """Every use of the dict ``name`` in ``scope`` is safe: its creation as a dict literal with
+        a number at ``key`` (once, in the caller), other literal keys (any use), the accumulation
+        ``site``, resets ``name[key] = <number>``, passing it to ``callee`` (the function holding
+        the loop) and reads of ``name[key]`` outside the loops that accumulate (collected in
+        ``reads``: they get ``float(...)``)."""
+        if flow.used_in_nested_scopes(ctx, scope, name) or flow.declared_nonlocal(scope, name):
+            return False
+        created = 0
+        for n in flow.names_in(ctx, scope, name):
+            p = ctx.parent(n)
+            if flow.is_store(ctx, n):
+                assign = ctx.parent(p) if isinstance(p, cst.AssignTarget) else None
+                if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1 and _dict_with_number(assign.value, key)):
+                    return False
+                created += 1
+                continue
+            if isinstance(p, cst.Subscript) and p.value is n:
+                k = _literal_key(p)
+                if k is None:
+                    return False
+                if k != key:
+                    continue
+                if site is not None and p is site.target:
+                    continue
+                holder = ctx.parent(p)
+                if isinstance(holder, cst.AssignTarget):
+                    assign = ctx.parent(holder)
+                    if isinstance(assign, cst.Assign) and type(h.literal(assign.value)) in (int, float):
+                        continue
+                    return False
+                if isinstance(holder, (cst.AugAssign, cst.Del)) or flow.is_store(ctx, n):
+                    return False
+                if isinstance(holder, cst.FormattedStringExpression) and holder.equal is not None:
+                    return False
+                if callee is None and loop is None:
+                    return False  # a read inside the function that accumulates (it runs every step)
+                if loop is not None and ctx.contains(loop, p):
+                    return False  # read inside the accumulating loop
+                if callee is not None and any(self._calls(ctx, outer, callee) for outer in ctx.loops_around(p)):
+                    return False  # read inside the loop that calls the accumulating function
+                reads.append(p)
+                continue
+            if callee is not None and isinstance(p, cst.Arg) and p.value is n and not p.star:
+                call = ctx.parent(p)
+                if isinstance(call, cst.Call) and flow.called_function(ctx, call) is callee and flow.arg_param(ctx, call, callee, n) is not None:
+                    continue
+            return False
+        if callee is not None:
+            return created == 1
+        if site is not None and loop is not None:
+            return created >= 1 and self._created_before(ctx, scope, name, loop)
+        return True
+
+    @staticmethod
+    def _calls(ctx: Context, node: cst.CSTNode, fn: cst.FunctionDef) -> bool:
+        return any(flow.called_function(ctx, c) is fn for c in flow.iter_calls(node))
+
+    @staticmethod
+    def _created_before(ctx: Context, scope: cst.CSTNode, name: str, loop: cst.CSTNode) -> bool:
+        for n in flow.names_in(ctx, scope, name):
+            if flow.is_store(ctx, n):
+                return ctx.order(n) < ctx.order(loop) and not ctx.contains(loop, n)
+        return False
 
     @staticmethod
     def _index_in(ctx: Context, block: cst.CSTNode, node: cst.CSTNode) -> int | None:

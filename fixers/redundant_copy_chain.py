@@ -6,11 +6,33 @@ from typing import Iterable
 
 import libcst as cst
 
+from zoomer_ar.fix import flow
 from zoomer_ar.fix import helpers as h
 from zoomer_ar.fix.base import Context, Edit, Example, Fixer
 
 # no-argument methods whose second application returns its input unchanged
 IDEMPOTENT = {"contiguous", "detach", "cpu", "cuda", "float", "half", "double", "bfloat16", "long", "int", "bool", "clone"}
+
+
+WIDE = ("float64", "double")
+NARROW = {"float32": "float32", "float": "float32", "float16": "float16", "half": "float16", "bfloat16": "bfloat16"}
+NARROW_METHODS = {"float": "float32", "half": "float16", "bfloat16": "bfloat16"}
+
+
+def _int(expr: cst.CSTNode) -> int | None:
+    v = h.literal(expr)
+    return v if type(v) is int else None
+
+
+def _ints(call: cst.Call) -> list[int] | None:
+    """The int arguments of ``.transpose(a, b)`` / ``.permute(a, b, c)`` / ``.permute((a, b, c))``."""
+    if any(a.keyword is not None or a.star for a in call.args):
+        return None
+    args = [a.value for a in call.args]
+    if len(args) == 1 and isinstance(args[0], (cst.Tuple, cst.List)):
+        args = [e.value for e in args[0].elements]
+    out = [_int(a) for a in args]
+    return None if any(v is None for v in out) else out  # type: ignore[return-value]
 
 
 def _pure(expr: cst.CSTNode) -> bool:
@@ -23,7 +45,7 @@ def _pure(expr: cst.CSTNode) -> bool:
 class RedundantCopyChain(Fixer):
     pattern = "extra-copy"
     name = "redundant-copy-chain"
-    summary = "x.clone().clone(), x.contiguous().contiguous(), x.clone().to(...), x.to(d).to(d), x.to(x.dtype): keep one copy or none"
+    summary = "x.clone().clone(), x.to(torch.float64).to(torch.float32), x.transpose(1, 2).contiguous().transpose(1, 2), x.to(x.dtype)...: keep one copy or none"
     explanation = """\
 ## What it does
 Collapses method chains whose second step is provably redundant:
@@ -35,13 +57,39 @@ Collapses method chains whose second step is provably redundant:
   `x.clone(memory_format=torch.contiguous_format)` (needs `import torch`);
 * `x.to(a).to(a)` with the same simple arguments -> `x.to(a)`;
 * `x.to(x.dtype)` / `x.to(x.device)` (x a plain name or attribute) -> `x`: converting a tensor to
-  its own dtype or device returns it unchanged.
+  its own dtype or device returns it unchanged;
+* `x.to(d).clone()` -> `x.to(d, copy=True)`;
+* dtype round trips through float64, `x.to(torch.float64).to(torch.float32)` (also to float16 or
+  bfloat16, `.double().float()`, with or without a trailing `.clone()`): float64 holds every
+  value of those types exactly, so the round trip equals one conversion. It becomes
+  `x.to(torch.float32, copy=True)` (one copy, still a new tensor), or `x.to(torch.float32)` (no
+  copy when `x` already is float32) when the statement is `x = x...` at the top of a function
+  body and `x` is only *read* afterwards (see below);
+* layout round trips, `x.transpose(1, 2).contiguous().transpose(1, 2)` (also `.t()` and
+  `.permute(p)` with the inverse permutation): the same values in another memory layout. The
+  statement `x = x.<round trip>` is removed when `x` is only read afterwards, or when the
+  statement before it just made `x` a fresh copy (`.clone()`, `.to(..., copy=True)`, a dtype
+  round trip) that nothing else references; otherwise it is reported;
+* `x = x.clone()` at the top of a function body when `x` is only read afterwards: removed.
+
+"Only read" is decided statically inside the function: every later use of `x` is a metadata
+read (`x.shape`, `x.device`), an operand of arithmetic, the receiver of an out-of-place method
+(`x.mean(dim=1)`, `x.softmax(-1)`), an argument of an out-of-place `torch.*`/`F.*` function, or
+a view of `x` used the same way; `x` is never returned, stored, passed to any other call (a
+module could modify its input in place) or modified, and no other local name aliases it. The
+function's locals die with it, so nobody can tell the missing copy.
 
 ## Why is this bad?
 Every `clone()`/`contiguous()`/`.to()` that actually copies launches a copy kernel and
 allocates a new tensor (`extra-copy` in the trace: `aten::copy_`/`aten::clone` with no
 consumer other than the next copy). The second operation of these chains either copies the
 fresh copy again or is a no-op that still costs a dispatcher round trip.
+
+## Caveats
+Removing a layout round trip changes the memory layout (strides) of the result, not its values;
+reductions over it may round differently in the last bit. Converting an int64 tensor with
+values above 2**53 through float64 rounds twice, so the round trip and the single conversion can
+differ by one float32 ulp for such values.
 
 ## Example
 ```python
@@ -63,6 +111,13 @@ y = x.to(device, copy=True)
         "y = f(x).to(g()).to(g())\n",
         "y = x.to(y.dtype)\n",
         "y = x.to(device=x.dtype)\n",
+        # the clone protects data that is modified afterwards
+        "def f(x):\n    x = x.clone()\n    x.add_(1)\n    return x\n",
+        "def f(model, x):\n    x = x.clone()\n    return model(x)\n",
+        # not round trips: different dims, a narrowing first step, an integer target
+        "y = x.transpose(0, 1).contiguous().transpose(1, 2)\n",
+        "import torch\ny = x.to(torch.float16).to(torch.float32)\n",
+        "import torch\ny = x.to(torch.float64).to(torch.int32)\n",
     ]
     INVALID = [
         Example("y = x.contiguous().contiguous()\n", "y = x.contiguous()\n", message_contains="contiguous"),
@@ -77,10 +132,45 @@ y = x.to(device, copy=True)
         Example("y = x.to(dev).to(dev)\n", "y = x.to(dev)\n", message_contains=".to("),
         Example("y = x.float().float().float()\n", "y = x.float()\n", message_contains="float"),
         Example("h = self.h.to(self.h.dtype) + (w.to(device=w.device))\n", "h = self.h + (w)\n", message_contains="no-op"),
+        Example(
+            "import torch\n\n\nclass Pool(torch.nn.Module):\n"
+            "    def forward(self, x):\n"
+            "        x = x.to(torch.float64).to(torch.float32).clone()\n"
+            "        x = x.transpose(1, 2).contiguous().transpose(1, 2)  # layout\n"
+            "        pad = torch.zeros(x.shape[0], 8, device=x.device)\n"
+            "        return self.net(torch.cat([x.mean(dim=1), pad], dim=1))\n",
+            "import torch\n\n\nclass Pool(torch.nn.Module):\n"
+            "    def forward(self, x):\n"
+            "        x = x.to(torch.float32)\n"
+            "        # layout\n"
+            "        pad = torch.zeros(x.shape[0], 8, device=x.device)\n"
+            "        return self.net(torch.cat([x.mean(dim=1), pad], dim=1))\n",
+            message_contains="only read afterwards",
+        ),
+        Example(
+            "import torch\n\ndef step(model, x):\n"
+            "    x = x.to(torch.float64).to(torch.float32).clone()\n"
+            "    x = x.transpose(1, 2).contiguous().transpose(1, 2)\n"
+            "    return model(x)\n",
+            "import torch\n\ndef step(model, x):\n"
+            "    x = x.to(torch.float32, copy=True)\n"
+            "    return model(x)\n",
+            message_contains="makes one",
+        ),
+        Example("def total(x):\n    x = x.double().float()\n    return x.sum()\n", "def total(x):\n    x = x.float()\n    return x.sum()\n", message_contains="float64"),
+        Example("import torch\ny = x.double().half()\n", "import torch\ny = x.to(torch.float16, copy=True)\n", message_contains="float16"),
+        Example("y = x.to(device).clone()\n", "y = x.to(device, copy=True)\n", message_contains="copies once"),
+        Example(
+            "def mse(x, y):\n    x = x.clone()\n    return (x - y).pow(2).mean()\n",
+            "def mse(x, y):\n    return (x - y).pow(2).mean()\n",
+            message_contains="only read afterwards",
+        ),
+        Example("y = x.permute(0, 2, 1).contiguous().permute(0, 2, 1)\n", None, message_contains="another memory layout"),
     ]
 
     def check(self, ctx: Context) -> Iterable[Edit]:
         alias = ctx.torch_alias()
+        yield from self._round_trips(ctx, alias)
         for call in ctx.nodes(cst.Call):
             outer = h.method(call)
             if outer is not None and outer[1] == "to" and self._self_to(call, outer[0]):
@@ -99,6 +189,9 @@ y = x.to(device, copy=True)
             if first == second and first in IDEMPOTENT and not call.args and not inner_call.args:
                 message = f".{first}().{first}(): the second .{first}() is redundant"
                 yield self.replace(call, message, {call: keep(inner_call)})
+            elif first == "to" and second == "clone" and not call.args and inner_call.args and h.kwarg(inner_call, "copy") is None and not h.has_star(inner_call) and self._dtype_round_trip(ctx, inner_call, alias) is None:
+                message = ".to(...).clone() can copy twice; .to(..., copy=True) copies once"
+                yield self.replace(call, message, {call: keep(h.add_kwargs(inner_call, [("copy", "True")]))})
             elif first == "clone" and second == "to" and not inner_call.args and h.kwarg(call, "copy") is None and not h.has_star(call) and call.args:
                 message = ".clone().to(...) copies twice; .to(..., copy=True) copies once"
                 yield self.replace(call, message, {call: keep(h.add_kwargs(call.with_changes(func=call.func.with_changes(value=receiver)), [("copy", "True")]))})  # type: ignore[union-attr]
@@ -137,3 +230,178 @@ y = x.to(device, copy=True)
         if target not in (f"{owner}.dtype", f"{owner}.device"):
             return False
         return arg.keyword is None or target.endswith("." + arg.keyword.value)
+
+    # -- round trips: dtype (through float64) and memory layout (transpose/contiguous/transpose) --
+
+    def _round_trips(self, ctx: Context, alias: str | None) -> Iterable[Edit]:
+        for call in ctx.nodes(cst.Call):
+            m = h.method(call)
+            if m is None:
+                continue
+            if m[1] == "clone" and not call.args and isinstance(m[0], cst.Call) and self._dtype_round_trip(ctx, m[0], alias):
+                yield from self._fix_dtype_trip(ctx, call, m[0], alias, with_clone=True)
+                continue
+            trip = self._dtype_round_trip(ctx, call, alias)
+            if trip is not None and not self._clone_follows(ctx, call):
+                yield from self._fix_dtype_trip(ctx, call, call, alias, with_clone=False)
+                continue
+            receiver = self._layout_round_trip(call)
+            if receiver is not None:
+                yield from self._fix_layout_trip(ctx, call, receiver)
+                continue
+            if m[1] == "clone" and not call.args and isinstance(m[0], cst.Name):
+                stmt = self._self_rebinding(ctx, call, m[0].value)
+                if stmt is not None and flow.local_only_read(ctx, stmt, m[0].value):
+                    message = f"`{m[0].value}.clone()` copies a tensor that is only read afterwards: the copy is not needed"
+                    yield self.replace(call, message, h.remove_statement(ctx, stmt.body[0]))
+
+    @staticmethod
+    def _clone_follows(ctx: Context, call: cst.Call) -> bool:
+        p = ctx.parent(call)
+        gp = ctx.parent(p) if p is not None else None
+        return isinstance(p, cst.Attribute) and p.attr.value == "clone" and isinstance(gp, cst.Call) and not gp.args
+
+    @staticmethod
+    def _dtype_round_trip(ctx: Context, call: cst.Call, alias: str | None) -> tuple[cst.BaseExpression, str] | None:
+        """``E.to(torch.float64).to(torch.float32)`` (or ``.double().float()``, to float16/bfloat16
+        as well): (E, the final dtype's short name)."""
+        outer = h.method(call)
+        if outer is None or not isinstance(outer[0], cst.Call):
+            return None
+        inner = h.method(outer[0])
+        if inner is None:
+            return None
+        torch = alias or "torch"
+
+        def dtype_of(c: cst.Call, name: str, table) -> str | None:
+            if name == "to":
+                if len(c.args) != 1 or c.args[0].keyword is not None and c.args[0].keyword.value != "dtype" or c.args[0].star:
+                    return None
+                d = h.dotted(c.args[0].value) or ""
+                head, _, last = d.rpartition(".")
+                return last if head == torch and last in table else None
+            return None
+
+        wide = None
+        if inner[1] == "double" and not outer[0].args:
+            wide = "float64"
+        elif dtype_of(outer[0], inner[1], WIDE) is not None:
+            wide = "float64"
+        if wide is None:
+            return None
+        if outer[1] in NARROW_METHODS and not call.args:
+            return inner[0], NARROW_METHODS[outer[1]]
+        last = dtype_of(call, outer[1], NARROW)
+        return (inner[0], NARROW[last]) if last is not None else None
+
+    @staticmethod
+    def _self_rebinding(ctx: Context, top: cst.CSTNode, name: str) -> cst.SimpleStatementLine | None:
+        """The statement line ``name = <top>`` (one target, one statement on the line)."""
+        assign = ctx.parent(top)
+        if not (isinstance(assign, cst.Assign) and assign.value is top and len(assign.targets) == 1):
+            return None
+        target = assign.targets[0].target
+        if not (isinstance(target, cst.Name) and target.value == name):
+            return None
+        line = ctx.parent(assign)
+        return line if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 else None
+
+    def _fix_dtype_trip(self, ctx: Context, top: cst.Call, trip: cst.Call, alias: str | None, *, with_clone: bool) -> Iterable[Edit]:
+        found = self._dtype_round_trip(ctx, trip, alias)
+        assert found is not None
+        receiver, final = found
+        torch = alias or "torch"
+        copies = "three copies" if with_clone else "two copies"
+        message = f"converting to float64 and back to {final} is exact and makes {copies}"
+        name = receiver.value if isinstance(receiver, cst.Name) else None
+        stmt = self._self_rebinding(ctx, top, name) if name else None
+        keep = lambda new: new.with_changes(lpar=top.lpar, rpar=top.rpar)  # noqa: E731
+        outer = h.method(trip)
+        assert outer is not None
+        if stmt is not None and flow.local_only_read(ctx, stmt, name):  # type: ignore[arg-type]
+            if outer[1] == "to":
+                new = trip.with_changes(func=trip.func.with_changes(value=receiver))  # type: ignore[union-attr]
+            else:
+                new = cst.Call(func=cst.Attribute(value=receiver, attr=cst.Name(outer[1])))
+            yield self.replace(top, message + f"; `{name}` is only read afterwards, so `.to({torch}.{final})` (no copy when it already is {final}) is enough", {top: keep(new)})
+            return
+        if alias is None and outer[1] != "to":
+            yield self.report(top, message + "; use .to(torch.%s, copy=True) (needs `import torch`)" % final)
+            return
+        if outer[1] == "to":
+            base = trip.with_changes(func=trip.func.with_changes(value=receiver))  # type: ignore[union-attr]
+        else:
+            base = cst.parse_expression(f"_.to({torch}.{final})")
+            base = base.with_changes(func=base.func.with_changes(value=receiver))  # type: ignore[union-attr]
+        new = h.add_kwargs(base, [("copy", "True")])  # type: ignore[arg-type]
+        yield self.replace(top, message + f"; `.to({torch}.{final}, copy=True)` makes one", {top: keep(new)})
+
+    @staticmethod
+    def _layout_round_trip(call: cst.Call) -> cst.BaseExpression | None:
+        """``E.transpose(a, b).contiguous().transpose(a, b)`` / ``E.t().contiguous().t()`` /
+        ``E.permute(p).contiguous().permute(q)`` with q the inverse of p: E."""
+        outer = h.method(call)
+        if outer is None or not isinstance(outer[0], cst.Call):
+            return None
+        mid = h.method(outer[0])
+        if mid is None or mid[1] != "contiguous" or outer[0].args or not isinstance(mid[0], cst.Call):
+            return None
+        first = h.method(mid[0])
+        if first is None or first[1] != outer[1]:
+            return None
+        kind = outer[1]
+        if kind == "t":
+            return first[0] if not call.args and not mid[0].args else None
+        a, b = _ints(mid[0]), _ints(call)
+        if a is None or b is None or len(a) != len(b):
+            return None
+        if kind == "transpose":
+            return first[0] if len(a) == 2 and sorted(a) == sorted(b) else None
+        if kind == "permute":
+            n = len(a)
+            norm = lambda v: [x % n if x < 0 else x for x in v]  # noqa: E731
+            a, b = norm(a), norm(b)
+            if sorted(a) != list(range(n)) or sorted(b) != list(range(n)):
+                return None
+            return first[0] if all(a[b[j]] == j for j in range(n)) else None
+        return None
+
+    def _fix_layout_trip(self, ctx: Context, top: cst.Call, receiver: cst.BaseExpression) -> Iterable[Edit]:
+        text = ctx.code(top)
+        text = text if len(text) <= 50 else text[:47] + "..."
+        message = f"`{text}` copies the tensor only to give back the same values in another memory layout"
+        name = receiver.value if isinstance(receiver, cst.Name) else None
+        stmt = self._self_rebinding(ctx, top, name) if name else None
+        if stmt is not None and flow.local_only_read(ctx, stmt, name):  # type: ignore[arg-type]
+            yield self.replace(top, message + f"; `{name}` is only read afterwards: drop the statement", h.remove_statement(ctx, stmt.body[0]))
+            return
+        if stmt is not None and self._fresh_before(ctx, stmt, name):  # type: ignore[arg-type]
+            yield self.replace(top, message + f"; `{name}` was just copied by the statement before: drop the statement", h.remove_statement(ctx, stmt.body[0]))
+            return
+        yield self.report(top, message + " (not rewritten: the result is not only read afterwards; drop it unless that layout is needed)")
+
+    def _fresh_before(self, ctx: Context, stmt: cst.SimpleStatementLine, name: str) -> bool:
+        """The statement right before ``stmt`` (same block, nothing in between) is
+        ``name = <a guaranteed fresh copy>``: ``.clone()``, ``.to(..., copy=True)`` or a dtype round
+        trip. That copy is referenced by ``name`` only, and ``stmt`` rebinds ``name``, so handing
+        on the copy itself instead of a re-laid-out copy of it is unobservable (but for layout)."""
+        where = ctx.block_of(stmt)
+        if where is None or where[1] == 0:
+            return False
+        block, i = where
+        prev = block.body[i - 1]  # type: ignore[attr-defined]
+        if not (isinstance(prev, cst.SimpleStatementLine) and len(prev.body) == 1 and isinstance(prev.body[0], cst.Assign)):
+            return False
+        assign = prev.body[0]
+        if len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name) or assign.targets[0].target.value != name:
+            return False
+        value = assign.value
+        m = h.method(value)
+        if m is None:
+            return False
+        if m[1] == "clone" and not any(a.star for a in value.args):  # type: ignore[union-attr]
+            return True
+        copy = h.kwarg(value, "copy") if m[1] == "to" else None  # type: ignore[arg-type]
+        if copy is not None and h.is_literal(copy.value, True):
+            return True
+        return self._dtype_round_trip(ctx, value, ctx.torch_alias()) is not None  # type: ignore[arg-type]

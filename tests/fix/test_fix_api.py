@@ -109,7 +109,7 @@ def test_every_fixer_pattern_is_known_and_lookup_works():
     assert reg.by_name("dataloader-workers").pattern == "dataloader-bound"
     assert {f.name for f in reg.by_pattern("sync-point")} == {"loop-item-sync", "loop-synchronize"}
     assert {f.name for f in reg.by_pattern("extra-copy")} == {"factory-on-device", "redundant-copy-chain"}
-    assert api.fixers_for("fp32-matmul") == ["matmul-precision"]
+    assert api.fixers_for("fp32-matmul") == ["cpu-autocast", "matmul-precision"]
     assert {f.name for f in reg.fixers if f.opt_in} == {"torch-compile", "ddp-bucket-view"}
 
 

@@ -1,12 +1,12 @@
 """extra_copy: redundant tensor copies every step.
 
-Three planted copies, each a real memory copy in the trace even on a CPU:
-* a dtype round trip plus a clone of an unmodified tensor:
+Three planted copies in the model's forward, each a real memory copy in the trace even on a CPU:
+* a dtype round trip plus a clone of the input, which forward only reads:
   `x.to(torch.float64).to(torch.float32).clone()` -> `aten::to` -> `aten::_to_copy` -> `aten::copy_`
   (twice) and `aten::clone` -> `aten::copy_`;
 * `.transpose(1, 2).contiguous().transpose(1, 2)`: a contiguous copy nothing needed
   (`aten::contiguous` -> `aten::clone` -> `aten::copy_`);
-* a buffer built on the host and then moved, `torch.zeros(...).to(device)`: on a GPU this is an
+* a buffer built on the host and then moved, `torch.zeros(...).to(x.device)`: on a GPU this is an
   `aten::zeros` plus a host-to-device `aten::copy_` (on a CPU the `.to` is a no-op; the line is there
   so the same program shows the copy when run on a GPU).
 --severity sets the sequence length, i.e. how many bytes each copy moves: low 16, mid 64, high 256
@@ -29,16 +29,16 @@ class PooledMLP(nn.Module):
         super().__init__()
         self.net = nn.Sequential(nn.Linear(FEATURES + 64, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, CLASSES))
 
-    def forward(self, x, pad):
+    def forward(self, x):
+        x = x.to(torch.float64).to(torch.float32).clone()
+        x = x.transpose(1, 2).contiguous().transpose(1, 2)
+        pad = torch.zeros(x.shape[0], 64).to(x.device)
         pooled = x.mean(dim=1)
         return self.net(torch.cat([pooled, pad], dim=1))
 
 
-def train_step(model, opt, x, y, device):
-    x = x.to(torch.float64).to(torch.float32).clone()
-    x = x.transpose(1, 2).contiguous().transpose(1, 2)
-    pad = torch.zeros(x.shape[0], 64).to(device)
-    loss = F.cross_entropy(model(x, pad), y)
+def train_step(model, opt, x, y):
+    loss = F.cross_entropy(model(x), y)
     opt.zero_grad()
     loss.backward()
     opt.step()
@@ -57,7 +57,7 @@ def main():
     with profiler(args, "extra_copy", seq_len=seq) as prof:
         for step in range(prof.total_steps):
             x, y = data[step % len(data)]
-            last = train_step(model, opt, x, y, device)
+            last = train_step(model, opt, x, y)
             prof.step()
     print(f"extra_copy: last loss {last.item():.4f}")
 

@@ -1,12 +1,14 @@
-"""memory_growth: keeps every step's model output, graph attached, in a Python list.
+"""memory_growth: keeps every step's confidence metric, graph attached, in a Python list.
 
-`history.append(logits)` stores a tensor that still requires grad and holds its autograd graph
-(`grad_fn`), so neither it nor anything the graph references is ever freed: allocated memory
-climbs by at least the size of the logits every step until the job runs out of memory. Recorded
-with `profile_memory=True`: the `[memory]` events' `Total Allocated` rises step after step.
+`history.append(logits.softmax(dim=1).amax(dim=1).mean())` stores a 0-d tensor that still requires
+grad: its `grad_fn` chain holds the softmax output (BATCH x CLASSES floats) that the softmax and
+amax backward would need, and nothing ever back-propagates through it, so that graph is never
+freed: allocated memory climbs by the size of the softmax output every step until the job runs out
+of memory. Recorded with `profile_memory=True`: the `[memory]` events' `Total Allocated` rises step
+after step.
 --severity sets the number of classes, i.e. bytes leaked per step (BATCH x CLASSES x 4):
 low 256 (64 KiB), mid 1024 (256 KiB), high 4096 (1 MiB).
-Clean twin: memory_growth_clean.py (keeps `loss.detach()`, a 0-d tensor without a graph).
+Clean twin: memory_growth_clean.py (appends the same value `.detach()`ed: a 0-d tensor, no graph).
 """
 
 import torch
@@ -29,7 +31,7 @@ def train_step(model, opt, x, y, history):
     opt.zero_grad()
     loss.backward()
     opt.step()
-    history.append(logits)
+    history.append(logits.softmax(dim=1).amax(dim=1).mean())
     return loss.detach()
 
 
@@ -48,7 +50,7 @@ def main():
             x, y = data[step % len(data)]
             last = train_step(model, opt, x, y, history)
             prof.step()
-    print(f"memory_growth: last loss {last.item():.4f}, kept {len(history)} outputs")
+    print(f"memory_growth: last loss {last.item():.4f}, kept {len(history)} values")
 
 
 if __name__ == "__main__":
