@@ -170,8 +170,12 @@ def test_refusals_hold_on_the_documented_stack(stack):
     other = zoomer("token", "create", "--team", "other", "--db", f"sqlite:///{stack['root'] / 'zoomer.db'}").stdout.strip()
     with _client(stack) as c, httpx.Client(base_url=stack["url"], headers={"Authorization": f"Bearer {other}"},
                                            timeout=60) as o:
+        mine = c.post("/v1/jobs", files={"trace": (trace.name, trace.read_bytes())})
+        assert mine.status_code == 202
         jobs = c.get("/v1/jobs").json()["jobs"]
-        assert jobs and all(o.get(f"/v1/jobs/{j['id']}").status_code == 404 for j in jobs)
+        assert mine.json()["id"] in {j["id"] for j in jobs}
+        assert all(o.get(f"/v1/jobs/{j['id']}").status_code == 404 for j in jobs)
+        assert o.get(f"/v1/jobs/{mine.json()['id']}/report.html").status_code == 404
         assert o.get("/v1/jobs").json()["jobs"] == []
         for name, data, needle in [
             ("abs.tar.gz", tar_gz({"/etc/cron.d/x.py": b"1"}), "absolute path"),
