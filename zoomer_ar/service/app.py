@@ -229,8 +229,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings = settings
-    def status(job, eng) -> JobStatus:
-        names = Q.artifact_names(eng, job.id) if job.state == Q.DONE else []
+    def status(job, eng, names: list[str] | None = None) -> JobStatus:
+        if names is None:
+            names = Q.artifact_names(eng, job.id) if job.state == Q.DONE else []
         base = f"/v1/jobs/{job.id}"
         links = {"self": base}
         for route, (art, _mt) in ARTIFACTS.items():
@@ -324,7 +325,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                   limit: Annotated[int, Query(ge=1, le=500)] = 50) -> JobList:
         """Your team's jobs, newest first."""
         eng = engine(request)
-        return JobList(jobs=[status(j, eng) for j in Q.list_jobs(eng, who.team_id, limit=limit, state=state)])
+        jobs = Q.list_jobs(eng, who.team_id, limit=limit, state=state)
+        names = Q.artifact_names_many(eng, [j.id for j in jobs if j.state == Q.DONE])
+        return JobList(jobs=[status(j, eng, names.get(j.id, [])) for j in jobs])
 
     @app.get("/v1/jobs/{job_id}", response_model=JobStatus, tags=["jobs"], responses=_err(401, 404))
     def get_job(request: Request, who: Who, job_id: JobId) -> JobStatus:

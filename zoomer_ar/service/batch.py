@@ -19,6 +19,7 @@ import os
 import sys
 import time
 import traceback
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -112,7 +113,11 @@ def run_batch(
     results: list[TraceResult] = []
     try:
         n_workers = len(client.nthreads())
-        futures = {client.submit(analyze_one, p, pure=False, key=f"zoomer-analyze-{i}"): p for i, p in enumerate(items)}
+        if scheduler:
+            client.wait_for_workers(1, timeout=120)
+        run_id = uuid.uuid4().hex[:12]  # task keys are global on a shared scheduler
+        futures = {client.submit(analyze_one, p, pure=False, key=f"zoomer-analyze-{run_id}-{i}"): p
+                   for i, p in enumerate(items)}
         for fut in as_completed(futures):
             path = futures[fut]
             try:

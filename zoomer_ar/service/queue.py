@@ -201,6 +201,17 @@ def artifact_names(engine: Engine, job_id: str) -> list[str]:
                               .order_by(ServiceArtifact.name)).scalars())
 
 
+def artifact_names_many(engine: Engine, job_ids: list[str]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {j: [] for j in job_ids}
+    if not job_ids:
+        return out
+    with read_session(engine) as s:
+        for jid, name in s.execute(select(ServiceArtifact.job_id, ServiceArtifact.name)
+                                   .where(ServiceArtifact.job_id.in_(job_ids)).order_by(ServiceArtifact.name)):
+            out[jid].append(name)
+    return out
+
+
 def get_artifact(engine: Engine, job_id: str, name: str) -> tuple[str, bytes] | None:
     with read_session(engine) as s:
         row = s.execute(select(ServiceArtifact.media_type, ServiceArtifact.content)

@@ -223,6 +223,20 @@ class Worker:
         self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.stop = threading.Event()
         self.done = 0
+        self._sweep_tmp()
+
+    def _sweep_tmp(self, older_than_s: float = 86_400.0) -> None:
+        """Scratch folders left by workers killed mid-job (a day old: no live job is that slow to write reports)."""
+        tmp = self.settings.data_dir / "tmp"
+        if not tmp.is_dir():
+            return
+        cutoff = time.time() - older_than_s
+        for p in tmp.iterdir():
+            try:
+                if p.stat().st_mtime < cutoff:
+                    shutil.rmtree(p, ignore_errors=True)
+            except OSError:
+                pass
 
     def process(self, c: Q.Claim) -> str:
         """Run one claimed job; returns its final state ('done', 'failed' or 'lost')."""
