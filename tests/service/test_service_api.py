@@ -66,6 +66,12 @@ def _jobs_on_disk(server) -> set[str]:
 # --- schema --------------------------------------------------------------------------------------------
 
 
+def test_sqlite_server_runs_one_embedded_worker(server):
+    log = server.log.read_text()
+    assert "(1 embedded worker)" in log
+    assert log.count("zoomer_ar.service.worker: worker ") == 1
+
+
 def test_published_openapi_is_current(server):
     published = (REPO / "docs" / "openapi.json").read_text()
     assert published == openapi_json(), "docs/openapi.json is stale: run `zoomer-ar openapi --out docs/openapi.json`"

@@ -83,7 +83,7 @@ def stack(tmp_path_factory):
                 pass
             assert time.monotonic() < deadline, (root / "serve.log").read_text()
             time.sleep(0.1)
-        yield {"url": url, "token": token, "secret": secret, "root": root}
+        yield {"url": url, "token": token, "secret": secret, "root": root, "pid": server.pid}
     finally:
         for p in (worker, server):
             p.send_signal(signal.SIGTERM)
@@ -187,3 +187,24 @@ def test_refusals_hold_on_the_documented_stack(stack):
             assert r.status_code == 400 and needle in r.json()["detail"], r.text
         big = c.post("/v1/jobs", files={"trace": ("big.json", b"[" + b" " * (65 << 20) + b"]")})
         assert big.status_code == 413
+
+
+def _peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc (Linux)")
+def test_a_large_upload_is_streamed_not_held_in_memory(stack):
+    import os
+
+    blob = os.urandom(48 << 20)  # 48 MiB (the limit here is 64)
+    with _client(stack) as c:
+        c.get("/v1/jobs")  # warm
+        before = _peak_rss_mb(stack["pid"])
+        r = c.post("/v1/jobs", files={"trace": ("big.json", blob)})
+        assert r.status_code == 202, r.text
+    grown = _peak_rss_mb(stack["pid"]) - before
+    assert grown < 24, f"the server's peak memory grew by {grown:.0f} MiB for a 48 MiB upload"
