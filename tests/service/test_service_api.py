@@ -67,7 +67,12 @@ def _jobs_on_disk(server) -> set[str]:
 
 
 def test_sqlite_server_runs_one_embedded_worker(server):
-    log = server.log.read_text()
+    import time
+
+    deadline = time.monotonic() + 120
+    while "zoomer_ar.service.worker: worker " not in (log := server.log.read_text()):  # the worker has started
+        assert time.monotonic() < deadline, log
+        time.sleep(0.2)
     assert "(1 embedded worker)" in log
     assert log.count("zoomer_ar.service.worker: worker ") == 1
 
