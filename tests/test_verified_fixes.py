@@ -1,0 +1,143 @@
+"""Verified fixes: record -> analyze --source -> patch -> apply -> record again -> the finding is gone.
+
+For every planted scenario program (training_data/scenarios/MANIFEST.yaml), in a scratch git
+repository holding a copy of the scenario folder:
+
+1. record the planted program (a few profiled steps) and run `zoomer-ar analyze TRACE --source
+   SRC --out OUT`: the planted finding is there and `patch.diff` fixes the planted file;
+2. `git apply --check` and `git apply` the patch; running the fix stage again over the patched
+   tree with the same patterns changes nothing (idempotent);
+3. record the patched program and analyse it: the planted finding is gone;
+4. step time is not worse: median ProfilerStep time after <= 1.25 x before (+0.5 ms), on a noisy
+   shared CPU, with one re-measurement before failing. It is measured with the planted pattern's
+   fix alone: analyze's patch also fixes incidental findings (every fp32 program has fp32 GEMMs,
+   and bf16 autocast is *slower* on a CPU without native bf16), which would blur the check.
+
+Where the fix cannot show on a CPU the step-time check is skipped, with the reason in CASES:
+fp32_matmul (no native bf16 here: autocast's bf16 GEMMs are emulated and slower) and
+dataloader_bound (the 4 worker processes compete with training for the 2 cores; the finding's
+time in the DataLoader is asserted to drop instead of vanishing, since a loaded box can keep the
+hand-over above the rule's 5% threshold). misaligned_gemm is report-only (padding layer sizes
+changes the model): its finding must stay and the patch must not touch the planted line.
+
+Each case records 2-3 programs (a few seconds each, most of it importing torch); the cases are
+independent and spread over pytest-xdist workers (`-n 2`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import bench_fixes as B  # noqa: E402
+
+pytestmark = [
+    pytest.mark.torch,
+    pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs PyTorch"),
+]
+
+TOLERANCE = 1.25
+SLACK_MS = 0.5
+STEPS = 6
+
+#: per scenario: whether the step time is checked (and why not), what "fixed" means
+CASES: dict[str, dict] = {
+    "sync_point": {"timing": True},  # .item() costs ~nothing on a CPU: the check is "not worse"
+    "extra_copy": {"timing": True},
+    "single_tensor_optimizer": {"timing": True},
+    "zero_grad_not_none": {"timing": True},
+    "conv_bias_before_bn": {"timing": True},
+    "memory_growth": {"timing": True},
+    "fp32_matmul": {"timing": False, "why": "this CPU has no native bf16: autocast's bf16 GEMMs are emulated, slower"},
+    "dataloader_bound": {"timing": False, "gone": "reduced",
+                         "why": "the loader's 4 worker processes compete with training for the 2 cores"},
+    "misaligned_gemm": {"fixed": False, "why": "report only: padding layer sizes changes the model"},
+}
+
+PLANTED = B.planted()
+
+
+def test_every_planted_scenario_has_a_case():
+    assert set(PLANTED) == set(CASES)
+
+
+def _not_worse(src: Path, entry: dict, before: list[float], after: list[float], tmp: Path) -> None:
+    b, a = B.median(before), B.median(after)
+    if a <= TOLERANCE * b + SLACK_MS:
+        return
+    # once more, back to back, before noise is called a regression
+    path = src / entry["file"]
+    fixed = path.read_text()
+    original = B.git(src, "show", f"HEAD:{entry['file']}").stdout
+    path.write_text(original)
+    b2 = B.median(B.step_ms(B.record(src, entry["file"], tmp / "before-again", steps=STEPS)))
+    path.write_text(fixed)
+    a2 = B.median(B.step_ms(B.record(src, entry["file"], tmp / "after-again", steps=STEPS)))
+    b, a = min(b, b2), min(a, a2)
+    assert a <= TOLERANCE * b + SLACK_MS, f"step time {b:.2f} ms -> {a:.2f} ms (runs {before} / {after}; again {b2:.2f} / {a2:.2f})"
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_fix_is_verified_on_a_new_recording(name, tmp_path):
+    entry, case = PLANTED[name], CASES[name]
+    pattern, program = entry["pattern"], entry["file"]
+    src = B.workspace(tmp_path / "src")
+    original = (src / program).read_text()
+
+    # 1. record and analyse with --source: the planted finding and a patch for its file
+    before = B.record(src, program, tmp_path / "before", steps=STEPS)
+    analysis, patch = B.analyze_with_source(before, src, tmp_path / "analysis-before")
+    found = B.finding(analysis, pattern)
+    assert found is not None, f"{name}: planted {pattern} not found in {[f.pattern for f in analysis.findings]}"
+    planted_lines = {entry["line"]} | {a["line"] for a in entry.get("also", [])}
+
+    if case.get("fixed", True) is False:
+        # report only: the patch (if any: incidental fixes) leaves the planted lines alone
+        if patch is not None:
+            B.git(src, "apply", "--check", str(patch))
+            B.git(src, "apply", str(patch))
+        lines_before = original.splitlines()
+        lines_after = (src / program).read_text().splitlines()
+        for line in planted_lines:
+            assert lines_before[line - 1] in lines_after, f"{name}: report-only line {line} was rewritten"
+        return
+
+    assert patch is not None, f"{name}: analyze --source wrote no patch.diff"
+    assert f"+++ b/{program}" in patch.read_text(), f"{name}: the patch does not touch {program}"
+
+    # 2. the patch applies, and fixing the patched tree again changes nothing
+    B.git(src, "apply", "--check", str(patch))
+    B.git(src, "apply", str(patch))
+    from zoomer_ar.fix.api import run_directory
+
+    assert run_directory(src, select=B.patch_patterns(analysis)).diff() == "", f"{name}: the fix is not idempotent"
+    patched = (src / program).read_text()
+    assert patched != original
+
+    # 3. the patched program records, and the planted finding is gone
+    after = B.record(src, program, tmp_path / "after", steps=STEPS)
+    after_analysis = B.analyze(after)
+    left = B.finding(after_analysis, pattern)
+    if case.get("gone", "gone") == "gone":
+        assert left is None, f"{name}: {pattern} still reported after the fix: {left.title if left else ''}"
+    else:  # reduced: the loader now runs worker processes and its time per step dropped
+        assert left is None or left.impact.ms_per_step < found.impact.ms_per_step, (
+            f"{name}: {pattern} {found.impact.ms_per_step:.1f} -> {left.impact.ms_per_step:.1f} ms/step"
+        )
+
+    # 4. step time not worse, measured with the planted pattern's fix alone
+    if not case["timing"]:
+        return
+    planted_only = B.planted_fix(original, pattern)
+    if planted_only == patched:
+        after_steps = B.step_ms(after)
+    else:
+        (src / program).write_text(planted_only)
+        after_steps = B.step_ms(B.record(src, program, tmp_path / "after-planted-only", steps=STEPS))
+    _not_worse(src, entry, B.step_ms(before), after_steps, tmp_path)
