@@ -4,7 +4,7 @@ address; the analyses land in the store; a failing trace is reported and the oth
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import select
 
 from zoomer_ar.store.db import dispose_engine, open_store, read_session
 from zoomer_ar.store.orm import Analysis, Job

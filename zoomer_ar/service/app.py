@@ -20,7 +20,6 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field, ValidationError, field_validator
-from starlette.requests import ClientDisconnect
 
 from .. import __version__
 from . import queue as Q
@@ -229,6 +228,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings = settings
+
     def status(job, eng, names: list[str] | None = None) -> JobStatus:
         if names is None:
             names = Q.artifact_names(eng, job.id) if job.state == Q.DONE else []
