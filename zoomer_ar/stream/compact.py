@@ -64,7 +64,7 @@ _NAMED_OPS = (
 _RT_WORDS = ("Memcpy", "memcpy", "Memset", "memset", "Launch", "launch", "Synchronize", "Malloc", "Free", "runFunction")
 HOST_BUDGET = 1 << 18  # host ops kept before the first device event (then: a second pass if none comes)
 NS_THRESHOLD = 1e17  # zoomer_ar.load.job.load_trace: median start above this = nanoseconds
-END_TOLERANCE = 1e-12  # relative: latest-end candidates kept (ns traces round twice)
+END_ULPS = 4  # latest-end candidates kept within this many float steps (ns traces round twice)
 
 _CAT, _NAME, _PH, _TS, _DUR, _PID, _TID, _ARGS = (attrgetter(f) for f in ("cat", "name", "ph", "ts", "dur", "pid", "tid", "args"))
 _IDIMS, _ITYPE, _CSTACK = attrgetter("input_dims"), attrgetter("input_type"), attrgetter("call_stack")
@@ -165,6 +165,39 @@ def _narrow(a: np.ndarray) -> np.ndarray:
     return a
 
 
+def _f32_if_exact(a: np.ndarray) -> np.ndarray:
+    """float32 when every value (NaN included) survives the round trip; features only compare and
+    print these byte counts, and a float32 holding the same value compares and prints the same."""
+    b = a.astype(np.float32)
+    return b if np.array_equal(b.astype(np.float64), a, equal_nan=True) else a
+
+
+def constant_columns(t: RankTrace) -> list[str]:
+    """Replace columns that hold a single value (e.g. `total_allocated` without [memory] events)
+    by a read-only broadcast of that value: same values for every read, no memory per row."""
+    done = []
+    for f in ("stream", "device", "external_id", "correlation", "nbytes", "total_allocated"):
+        a = getattr(t, f)
+        if a.size < 2 or a.strides == (0,):
+            continue
+        v = a[:1]
+        same = np.isnan(a).all() if a.dtype.kind == "f" and np.isnan(v[0]) else bool((a == v[0]).all())
+        if same:
+            setattr(t, f, np.broadcast_to(v.copy(), a.shape))
+            done.append(f)
+    return done
+
+
+def trim_heap() -> None:
+    """Hand freed heap memory back to the OS (glibc); a no-op elsewhere."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def _codes_into(index: dict, values: list) -> np.ndarray:
     """Categorical codes shared across slices, first-seen order (as load.columns._code_into).
 
@@ -201,16 +234,35 @@ class _Block:
     FIELDS = ("ts", "dur", "ph", "cat", "name", "pid", "tid", "correlation", "stream", "device", "ext", "ext21",
               "nbytes", "total_allocated", "ordinal")
 
-    def __init__(self) -> None:
+    CONSOLIDATE = 32  # slices' parts merged into one block: few large arrays, no heap fragmentation
+
+    def __init__(self, ordinals: bool) -> None:
+        self.ordinals = ordinals  # main rows are in file order; only the extra block needs ordinals
+        self.blocks: list[dict[str, np.ndarray]] = []
         self.parts: list[dict[str, np.ndarray]] = []
         self.n = 0
         self.input_dims: dict[int, Any] = {}
         self.input_type: dict[int, Any] = {}
         self.call_stack: dict[int, str] = {}
 
+    def append(self, cols: dict[str, np.ndarray]) -> None:
+        if not self.ordinals:
+            cols.pop("ordinal", None)
+        self.parts.append(cols)
+        self.n += int(cols["ts"].shape[0])
+        if len(self.parts) >= self.CONSOLIDATE:
+            parts, self.parts = self.parts, []
+            self.blocks.append({f: np.concatenate([p.pop(f) for p in parts]) for f in list(parts[0])})
+
+    def pop_column(self, f: str) -> list[np.ndarray]:
+        return [b.pop(f) for b in self.blocks] + [p.pop(f) for p in self.parts]
+
     def column(self, f: str) -> np.ndarray:
-        arrs = [p[f] for p in self.parts]
+        arrs = [b[f] for b in self.blocks] + [p[f] for p in self.parts]
         return np.concatenate(arrs) if arrs else np.empty(0)
+
+    def clear(self) -> None:
+        self.blocks, self.parts = [], []
 
 
 class CompactBuilder:
@@ -231,8 +283,8 @@ class CompactBuilder:
         self._k_nf = np.zeros(0, dtype=np.uint8)
         self._cat_flag_cache: dict[str, int] = {}
         self._name_flag_cache: dict[str, int] = {}
-        self.main = _Block()
-        self.extra = _Block()  # Python frames and window extremes, kept in file order among themselves
+        self.main = _Block(ordinals=False)
+        self.extra = _Block(ordinals=True)  # Python frames and window extremes, kept in file order among themselves
         self.seen_device = False
         self.host_mode = bool(hints.get("host_mode"))  # keep every host op (a rank without device events)
         self.host_kept = 0
@@ -247,7 +299,7 @@ class CompactBuilder:
         self.min_ts_all = np.inf
         self.t0_best = np.inf  # dropped complete non-Trace events: earliest start ...
         self.t0_row: tuple[int, dict] | None = None
-        self.t1_best = -np.inf  # ... and latest end (several candidates within END_TOLERANCE)
+        self.t1_best = -np.inf  # ... and latest end (candidates within END_ULPS float steps)
         self.t1_rows: list[tuple[float, int, dict]] = []
         # optimizer windows: tid code -> list of (ts, end, slice no), and the union per tid
         self.windows: dict[int, list[tuple[float, float, int]]] = {}
@@ -451,10 +503,11 @@ class CompactBuilder:
                 self.t0_row = (int(ords[i]), self._rows(events, [i], cc, ph, ts, dur, ords)[0])
             d_end = d_ts + dur[dx]
             top = float(d_end.max())
-            if top >= self.t1_best - abs(self.t1_best) * END_TOLERANCE:
+            if top >= _floor(self.t1_best):
                 self.t1_best = max(self.t1_best, top)
-                floor = self.t1_best - abs(self.t1_best) * END_TOLERANCE
-                near = np.flatnonzero(d_end >= floor)[:8].tolist()
+                floor = _floor(self.t1_best)
+                near = np.flatnonzero(d_end >= floor)
+                near = near[np.argsort(-d_end[near], kind="stable")][:8].tolist()
                 rows = self._rows(events, [int(dx[j]) for j in near], cc, ph, ts, dur, ords)[0]
                 self.t1_rows = [r for r in self.t1_rows if r[0] >= floor]
                 for pos, j in enumerate(near):
@@ -519,7 +572,7 @@ class CompactBuilder:
             "pid": _codes_into(self.pid_index, list(map(_PID, evs))),
             "tid": _codes_into(self.tid_index, list(map(_TID, evs))),
             "correlation": _narrow(corr), "stream": _narrow(stream), "device": _narrow(device), "ext": _narrow(ext),
-            "ext21": ext21, "nbytes": nbytes, "total_allocated": total, "ordinal": ords[ia],
+            "ext21": ext21, "nbytes": _f32_if_exact(nbytes), "total_allocated": total, "ordinal": ords[ia],
         }
         sparse: dict[str, dict[int, Any]] = {"input_dims": {}, "input_type": {}, "call_stack": {}}
         carriers = list(compress(range(k), map(ne, map(_SPARSE, args), repeat(_SPARSE_NONE))))
@@ -560,8 +613,7 @@ class CompactBuilder:
     @staticmethod
     def _append(block: _Block, cols: dict, sparse: dict) -> None:
         off = block.n
-        block.parts.append(cols)
-        block.n += int(cols["ts"].shape[0])
+        block.append(cols)
         for f in ("input_dims", "input_type", "call_stack"):
             if sparse[f]:
                 getattr(block, f).update((off + k, v) for k, v in sparse[f].items())
@@ -617,7 +669,7 @@ class CompactBuilder:
         extra_rows: dict[int, tuple[dict, dict]] = {}
         if self.t0_row is not None:
             extra_rows[self.t0_row[0]] = (self.t0_row[1], {})
-        floor = self.t1_best - abs(self.t1_best) * END_TOLERANCE
+        floor = _floor(self.t1_best)
         for end, ordinal, cols in self.t1_rows:
             if end >= floor:
                 extra_rows[ordinal] = (cols, {})
@@ -640,16 +692,17 @@ class CompactBuilder:
         self.main_n = main.n
         cols: dict[str, np.ndarray] = {}
         extra_cols = {f: extra.column(f)[order] for f in _Block.FIELDS} if extra.n else {}
-        extra.parts = []
+        extra.clear()
         for f in _Block.FIELDS:
-            arrays = [p.pop(f) for p in main.parts]
             if f == "ordinal":
                 continue
+            arrays = main.pop_column(f)
             if extra_cols:
                 arrays.append(extra_cols.pop(f))
             cols[f] = np.concatenate(arrays) if arrays else np.empty(0, dtype=np.int64)
             del arrays
-        main.parts.clear()
+            trim_heap()  # the blocks of this column are free: give them back before the next one
+        main.clear()
         ext = cols.pop("ext")
         ext21 = cols.pop("ext21")
         external = ext if self.any_ext else ext21
@@ -659,9 +712,9 @@ class CompactBuilder:
         trace = RankTrace(
             rank=self.rank, path=self.path, names=list(self.name_index), cats=list(self.cat_index),
             ts=cols["ts"] if n else empty_f, dur=cols["dur"] if n else empty_f,
-            ph=cols["ph"].astype(np.uint8), cat=cols["cat"].astype(np.int16), name=cols["name"].astype(np.int32),
-            pid=_narrow(cols["pid"].astype(np.int64)) if n else empty_i,
-            tid=_narrow(cols["tid"].astype(np.int64)) if n else empty_i,
+            ph=cols["ph"].astype(np.uint8, copy=False), cat=cols["cat"].astype(np.int16, copy=False),
+            name=cols["name"].astype(np.int32, copy=False),
+            pid=_narrow(cols["pid"]) if n else empty_i, tid=_narrow(cols["tid"]) if n else empty_i,
             correlation=cols["correlation"] if n else empty_i, stream=cols["stream"] if n else empty_i,
             device=cols["device"] if n else empty_i, external_id=external if n else empty_i,
             nbytes=cols["nbytes"] if n else empty_f, total_allocated=cols["total_allocated"] if n else empty_f,
@@ -677,6 +730,7 @@ class CompactBuilder:
                 d.update((pos[j], v) for j, v in getattr(extra, f).items() if j in pos)
         trace.thread_names = dict(self.thread_names)
         trace.process_names = dict(self.process_names)
+        trim_heap()
         return trace
 
     def merge_extra(self, trace: RankTrace, found: list, *, ns: bool) -> None:
@@ -735,6 +789,11 @@ class CompactBuilder:
         if j < lo_count:
             return False
         return float(np.mean(np.array([self.max_lo, self.min_hi]))) > NS_THRESHOLD
+
+
+def _floor(best: float) -> float:
+    """Lowest end still close enough to the latest end to be kept as a candidate."""
+    return best - END_ULPS * float(np.spacing(abs(best))) if np.isfinite(best) else best
 
 
 def _take(cols: dict[str, np.ndarray], pos: int) -> dict[str, np.ndarray]:

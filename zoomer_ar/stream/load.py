@@ -13,6 +13,8 @@ import concurrent.futures as cf
 import multiprocessing as mp
 import os
 from collections.abc import Callable
+
+import numpy as np
 from pathlib import Path
 
 from ..errors import InputError
@@ -20,12 +22,14 @@ from ..load.columns import RankTrace
 from ..load.job import Job, _accelerator, _schema, is_trace_file, load_trace, rank_from_name
 from ..load.reader import Progress
 from ..models import JobInfo, RankInfo, SkippedFile
-from .compact import CompactBuilder, NeedAnotherPass
+from .compact import CompactBuilder, NeedAnotherPass, constant_columns, trim_heap
 from .frames import add_frames
+from .prune import prune
 from .scan import SLICE, scan
 from .source import CHUNK, StreamError
 
 MAX_PASSES = 3
+PRUNE_ROWS = 1_000_000  # compact rows above which prune.py drops those no feature can select
 
 
 def _env_int(name: str, default: int) -> int:
@@ -36,7 +40,8 @@ def _env_int(name: str, default: int) -> int:
 
 
 def stream_rank(path: Path, *, rank_hint: int | None = None, progress: Progress | None = None,
-                slice_bytes: int = SLICE, chunk: int = CHUNK, frames: bool = True) -> tuple[RankTrace, RankInfo]:
+                slice_bytes: int = SLICE, chunk: int = CHUNK, frames: bool = True,
+                prune_rows: int | None = None) -> tuple[RankTrace, RankInfo]:
     """One trace file -> (compact RankTrace, RankInfo), as load_trace would give them.
 
     Raises StreamError when the file must go to the in-memory loader, InputError for bad input
@@ -84,9 +89,18 @@ def stream_rank(path: Path, *, rank_hint: int | None = None, progress: Progress 
         "baseTimeNanoseconds": top.get("baseTimeNanoseconds"),
         "streamed": {"passes": passes, "events": b.n_events, "kept": len(trace), "json_bytes": res.json_bytes},
     }
+    if prune_rows is None:
+        prune_rows = _env_int("ZOOMER_STREAM_PRUNE_ROWS", PRUNE_ROWS)
+    if len(trace) > prune_rows:
+        removed, _ = prune(trace, protect_from=b.main_n)  # the extra block (frames, window) stays
+        b.main_n -= removed
+        trace.metadata["streamed"]["pruned"] = removed
+        trim_heap()
     if frames:
         added = add_frames(trace, b, path, ns=ns, slice_bytes=slice_bytes)
         trace.metadata["streamed"]["frames_added"] = added
+    constant_columns(trace)
+    trim_heap()
     world = dist.get("world_size")
     info = RankInfo(
         path=str(path), rank=rank, rank_source=rank_source, sha256=res.sha256, size_bytes=path.stat().st_size,
@@ -105,11 +119,32 @@ def load_rank(path: Path, *, progress: Progress | None = None, **kw) -> tuple[Ra
         return load_trace(path, progress=progress)
 
 
+_BROADCAST = "__zoomer_broadcast__"
+
+
+def _pack(trace: RankTrace) -> RankTrace:
+    """Broadcast (constant) columns travel as one value: pickle would expand them."""
+    for f in ("stream", "device", "external_id", "correlation", "nbytes", "total_allocated"):
+        a = getattr(trace, f)
+        if a.ndim == 1 and a.size and a.strides == (0,):
+            setattr(trace, f, (_BROADCAST, a[:1].copy(), a.shape))
+    return trace
+
+
+def _unpack(trace: RankTrace) -> RankTrace:
+    for f in ("stream", "device", "external_id", "correlation", "nbytes", "total_allocated"):
+        a = getattr(trace, f)
+        if isinstance(a, tuple) and a and a[0] == _BROADCAST:
+            setattr(trace, f, np.broadcast_to(a[1], a[2]))
+    return trace
+
+
 def _worker(path: str, kw: dict) -> tuple[RankTrace, RankInfo] | InputError:
     try:
-        return load_rank(Path(path), **kw)
+        trace, info = load_rank(Path(path), **kw)
     except InputError as exc:
         return exc
+    return _pack(trace), info
 
 
 def _files(p: Path) -> list[Path]:
@@ -158,7 +193,7 @@ def load_job_streaming(
                 raise out
             skipped.append(SkippedFile(path=str(f), reason=out.reason))
             continue
-        ranks.append(out[0])
+        ranks.append(_unpack(out[0]))
         infos.append(out[1])
     if not ranks:
         reasons = "; ".join(f"{Path(s.path).name}: {s.reason}" for s in skipped[:3])
