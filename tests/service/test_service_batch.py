@@ -56,3 +56,18 @@ def test_batch_on_an_existing_cluster(tmp_path):
         assert len(_analyses(db)) == 2
     finally:
         cluster.close()
+
+
+def test_bench_batch_runs(tmp_path):
+    """benchmarks/bench_batch.py end to end in a tiny mode (no timing asserted)."""
+    import subprocess
+    import sys
+
+    from service_testutil import env_for_subprocess
+
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_batch.py"), "--traces",
+                          str(EXAMPLES / "sync_point"), "--copies", "2", "--workers", "1", "2"],
+                         capture_output=True, text=True, timeout=600, env=env_for_subprocess(), cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "workers  seconds  traces/s  speed-up" in out.stdout
+    assert "(0 failed)" in out.stdout and "      2 " in out.stdout
