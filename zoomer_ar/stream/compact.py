@@ -145,6 +145,43 @@ KEEP_CATS = C_GPU | C_ACCEL | C_TRACE
 KEEP_NAMES = N_ANY | N_OP | N_SINGLE
 
 
+class NsCounter:
+    """Decides load_trace's nanosecond test, `np.median(starts of complete events) > 1e17`,
+    from counts kept slice by slice (how many starts lie above, the largest below, the smallest
+    above): the median's rank tells on which side it falls."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.hi = 0
+        self.max_lo = -np.inf
+        self.min_hi = np.inf
+
+    def add(self, xs: np.ndarray) -> None:
+        if not xs.size:
+            return
+        self.n += xs.size
+        above = xs > NS_THRESHOLD
+        k = int(np.count_nonzero(above))
+        self.hi += k
+        if k:
+            self.min_hi = min(self.min_hi, float(xs[above].min()))
+        if k < xs.size:
+            self.max_lo = max(self.max_lo, float(xs[~above].max()))
+
+    def nanoseconds(self) -> bool:
+        n, lo_count = self.n, self.n - self.hi
+        if n == 0:
+            return False
+        if n % 2:
+            return n // 2 >= lo_count
+        i, j = n // 2 - 1, n // 2
+        if i >= lo_count:
+            return True
+        if j < lo_count:
+            return False
+        return float(np.mean(np.array([self.max_lo, self.min_hi]))) > NS_THRESHOLD
+
+
 class NeedAnotherPass(Exception):
     """The single pass dropped events that turned out to matter; read the rank again with `hints`."""
 
@@ -291,11 +328,8 @@ class CompactBuilder:
         self.host_incomplete = False
         self.seen_python = False
         self.any_ext = False  # an event carries "External id" (then 2021 "external id" is ignored)
-        self.n_x = 0
         self.n_useful = 0
-        self.n_hi = 0  # complete events starting above NS_THRESHOLD
-        self.max_lo = -np.inf
-        self.min_hi = np.inf
+        self.ns = NsCounter()
         self.min_ts_all = np.inf
         self.t0_best = np.inf  # dropped complete non-Trace events: earliest start ...
         self.t0_row: tuple[int, dict] | None = None
@@ -480,14 +514,7 @@ class CompactBuilder:
         # whole-trace numbers
         xs = ts[x]
         if xs.size:
-            self.n_x += xs.size
-            hi = xs > NS_THRESHOLD
-            nh = int(np.count_nonzero(hi))
-            self.n_hi += nh
-            if nh:
-                self.min_hi = min(self.min_hi, float(xs[hi].min()))
-            if nh < xs.size:
-                self.max_lo = max(self.max_lo, float(xs[~hi].max()))
+            self.ns.add(xs)
             self.min_ts_all = min(self.min_ts_all, float(xs.min()))
         if not self.any_ext:
             self.any_ext = any(_int_or_none(e.args.external_id) != INT_NONE
@@ -776,19 +803,7 @@ class CompactBuilder:
 
     # ---------------------------------------------------------------------------------------------
     def nanoseconds(self) -> bool:
-        """np.median(starts of all complete events) > NS_THRESHOLD, from the counts kept."""
-        n, hi = self.n_x, self.n_hi
-        if n == 0:
-            return False
-        lo_count = n - hi
-        if n % 2:
-            return n // 2 >= lo_count
-        i, j = n // 2 - 1, n // 2
-        if i >= lo_count:
-            return True
-        if j < lo_count:
-            return False
-        return float(np.mean(np.array([self.max_lo, self.min_hi]))) > NS_THRESHOLD
+        return self.ns.nanoseconds()
 
 
 def _floor(best: float) -> float:

@@ -101,11 +101,14 @@ def _emit(buf: bytearray, end: int, consume: Consumer) -> None:
 
 
 def scan(path: Path, consume: Consumer, *, slice_bytes: int = SLICE, chunk: int = CHUNK,
-         progress: Progress | None = None, hash: bool = True) -> ScanResult:  # noqa: A002
+         progress: Progress | None = None, hash: bool = True,  # noqa: A002
+         on_head: Callable[[ScanResult], None] | None = None) -> ScanResult:
     """Stream the events of `path` to `consume`, slice by slice, in file order.
 
     `consume(view)` must decode the view first and raise msgspec.DecodeError (or ValidationError)
     before doing anything else when it does not decode: the scanner then cuts elsewhere.
+    `on_head(result)` is called once the bytes before the events (`head`, `bare`, the top-level
+    keys found so far) are known, before the first slice.
     """
     reader = ChunkReader(path, chunk=chunk, hash=hash)
     res = ScanResult()
@@ -165,6 +168,8 @@ def scan(path: Path, consume: Consumer, *, slice_bytes: int = SLICE, chunk: int 
             del buf[:j]  # buf[0] is the array's `[`
         else:
             raise StreamError("not a JSON object or array")
+        if on_head is not None:
+            on_head(res)
         # ---- events, slice by slice
         j = _skip_ws(buf, 1)
         while j >= len(buf):

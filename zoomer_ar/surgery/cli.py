@@ -1,0 +1,176 @@
+"""`zoomer-ar trace filter|slice|sample|split|merge|compress|check`: streaming trace surgery."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..errors import InputError
+from . import ops
+from .validate import check_trace
+
+_COMPRESSION = click.Choice(["gzip", "zstd", "none"])
+_COMP_HELP = "Output compression (default: from OUT's suffix: .gz gzip, .zst zstd (needs `zstandard`), else none)."
+
+
+def _range(text: str) -> tuple[float, float]:
+    for sep in ("..", ":", "-"):
+        if sep in text.strip().lstrip("-"):
+            a, b = text.split(sep, 1) if sep != "-" else text.rsplit("-", 1)
+            try:
+                return float(a), float(b)
+            except ValueError:
+                break
+    try:
+        v = float(text)
+        return v, v
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: expected N..M") from None
+
+
+def _ints(text: str | None) -> list[int] | None:
+    if not text:
+        return None
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if ".." in part:
+            a, b = part.split("..", 1)
+            out += list(range(int(a), int(b) + 1))
+        elif part:
+            out.append(int(part))
+    return out
+
+
+def _done(st: ops.Stats) -> None:
+    click.echo(f"wrote {st.line()}")
+
+
+@click.group(name="trace")
+def trace() -> None:
+    """Streaming trace surgery: cut, filter, sample, split, merge and recompress Kineto traces.
+
+    Inputs and outputs may be .json, .json.gz or (with the `zstandard` package) .json.zst; files of
+    any size stream through. Outputs are valid Chrome traces (this tool, HTA and Perfetto open them).
+    """
+
+
+@trace.command(name="slice")
+@click.argument("src", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("out", type=click.Path(path_type=Path))
+@click.option("--steps", help="Keep ProfilerStep#N..M (inclusive), e.g. 3..5 (CPU and GPU side of those steps).")
+@click.option("--window", help="Keep a time window START..END in ms from the rank's first event (as evidence times).")
+@click.option("--absolute", is_flag=True, help="--window is in the trace's own timestamps (us, or ns for ns traces).")
+@click.option("--compression", type=_COMPRESSION, default=None, help=_COMP_HELP)
+@click.option("--level", type=int, default=None, help="Compression level.")
+def slice_cmd(src: Path, out: Path, steps: str | None, window: str | None, absolute: bool, compression, level) -> None:
+    """Keep steps N..M or a time window of SRC (events overlapping it are kept whole)."""
+    st = ops.slice_trace(
+        src, out, steps=tuple(int(v) for v in _range(steps)) if steps else None,  # type: ignore[arg-type]
+        window_ms=_range(window) if window else None, absolute=absolute, compression=compression, level=level,
+    )
+    _done(st)
+
+
+@trace.command(name="filter")
+@click.argument("src", type=click.Path(exists=True, path_type=Path))
+@click.argument("out", type=click.Path(path_type=Path))
+@click.option("--cat", "cats", multiple=True, help="Keep only these categories (repeatable), e.g. --cat kernel --cat cpu_op.")
+@click.option("--exclude-cat", "exclude_cats", multiple=True, help="Drop these categories, e.g. --exclude-cat python_function.")
+@click.option("--name", default=None, help="Keep only events whose name matches this regular expression.")
+@click.option("--exclude-name", default=None, help="Drop events whose name matches this regular expression.")
+@click.option("--pid", "pids", multiple=True, help="Keep only these pids.")
+@click.option("--tid", "tids", multiple=True, help="Keep only these tids.")
+@click.option("--ph", "phases", multiple=True, help="Keep only these phases (X, i, s, f, ...).")
+@click.option("--ranks", default=None, help="SRC is a job folder: keep these ranks, e.g. 0,2,4..7 (OUT is a folder).")
+@click.option("--compression", type=_COMPRESSION, default=None, help=_COMP_HELP)
+@click.option("--level", type=int, default=None, help="Compression level.")
+def filter_cmd(src: Path, out: Path, cats, exclude_cats, name, exclude_name, pids, tids, phases, ranks,
+               compression, level) -> None:
+    """Keep chosen categories, names, pids, tids or phases of SRC (metadata events always stay).
+
+    With a job folder as SRC, every chosen rank file is filtered into the folder OUT."""
+    filters = dict(cats=cats, exclude_cats=exclude_cats, name=name, exclude_name=exclude_name, pids=pids, tids=tids,
+                   phases=phases, compression=compression, level=level)
+    if src.is_dir():
+        st = ops.filter_job(src, out, ranks=_ints(ranks), **filters)
+    else:
+        if ranks:
+            raise click.UsageError("--ranks needs a job folder as SRC")
+        st = ops.filter_trace(src, out, **filters)
+    _done(st)
+
+
+@trace.command(name="sample")
+@click.argument("src", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("out", type=click.Path(path_type=Path))
+@click.option("-k", "--count", type=int, default=None, help="How many ranks (evenly spaced, first and last included).")
+@click.option("--seed", type=int, default=None, help="Pick the ranks at random with this seed instead.")
+@click.option("--ranks", default=None, help="Exactly these ranks, e.g. 0,3,7 or 0..3.")
+@click.option("--compression", type=_COMPRESSION, default=None, help="Re-compress the copies (default: copy as they are).")
+def sample_cmd(src: Path, out: Path, count: int | None, seed: int | None, ranks: str | None, compression) -> None:
+    """Copy a sample of the ranks of the job folder SRC into the folder OUT."""
+    if count is None and not ranks:
+        raise click.UsageError("give -k N or --ranks")
+    _done(ops.sample_job(src, out, count, ranks=_ints(ranks), seed=seed, compression=compression))
+
+
+@trace.command(name="split")
+@click.argument("src", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("out", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--steps-per-file", type=int, default=1, show_default=True, help="Steps per output file.")
+@click.option("--max-files", type=int, default=256, show_default=True, help="Refuse to write more files than this.")
+@click.option("--compression", type=_COMPRESSION, default="gzip", show_default=True, help="Compression of the outputs.")
+def split_cmd(src: Path, out: Path, steps_per_file: int, max_files: int, compression) -> None:
+    """Split SRC into one trace per ProfilerStep (in the folder OUT)."""
+    _done(ops.split_trace(src, out, steps_per_file=steps_per_file, max_files=max_files, compression=compression))
+
+
+@trace.command(name="merge")
+@click.argument("src", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.argument("out", type=click.Path(path_type=Path))
+@click.option("--compression", type=_COMPRESSION, default=None, help=_COMP_HELP)
+@click.option("--level", type=int, default=None, help="Compression level.")
+def merge_cmd(src: tuple[Path, ...], out: Path, compression, level) -> None:
+    """Merge per-rank files (a job folder, or several files) into one trace OUT, one track group per rank."""
+    source: Path | list[Path] = src[0] if len(src) == 1 and src[0].is_dir() else list(src)
+    _done(ops.merge_job(source, out, compression=compression, level=level))
+
+
+@trace.command(name="compress")
+@click.argument("src", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("out", type=click.Path(path_type=Path))
+@click.option("--zstd", "use_zstd", is_flag=True, help="zstd (needs the `zstandard` package) instead of gzip.")
+@click.option("--none", "plain", is_flag=True, help="Decompress to plain JSON.")
+@click.option("--level", type=int, default=None, help="Compression level (gzip 1-9, default 6; zstd 1-22, default 3).")
+def compress_cmd(src: Path, out: Path, use_zstd: bool, plain: bool, level: int | None) -> None:
+    """Re-compress SRC into OUT (gzip by default; the suffix of OUT decides when it is .gz/.zst/.json)."""
+    if use_zstd and plain:
+        raise click.UsageError("--zstd and --none exclude each other")
+    comp = "zstd" if use_zstd else "none" if plain else None
+    if comp is None:
+        name = out.name.lower()
+        comp = "zstd" if name.endswith((".zst", ".zstd")) else "none" if name.endswith(".json") else "gzip"
+    _done(ops.compress_trace(src, out, compression=comp, level=level))
+
+
+@trace.command(name="check")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def check_cmd(paths: tuple[Path, ...]) -> None:
+    """Check that traces are structurally valid Chrome traces (what Perfetto needs); exit 2 if not."""
+    bad = 0
+    for p in paths:
+        n, problems = check_trace(p)
+        if problems:
+            bad += 1
+            click.echo(f"{p}: {n:,} events, {len(problems)} problem(s):")
+            for pr in problems:
+                click.echo(f"  {pr}")
+        else:
+            click.echo(f"{p}: valid ({n:,} events)")
+    if bad:
+        raise InputError(str(paths[0]) if len(paths) == 1 else f"{bad} files", "not a valid Chrome trace")
+
+
+commands = [trace]

@@ -1,0 +1,206 @@
+"""Streaming trace input and output for trace surgery (and the annotated trace).
+
+Input: `read_events(path, on_slice)` hands over each slice of events twice, as the original JSON
+bytes of every event (`msgspec.Raw`, copied to the output verbatim) and as light typed records
+(`Lite`: ph, name, cat, ts, dur, pid, tid, id) to decide on; the bytes around the events array
+(`head`, `tail`) come with it, so top-level keys survive untouched. Nothing holds more than a
+slice of events: multi-GB files are fine.
+
+Output: `TraceWriter` writes `head`, the events (raw bytes or Python objects), then `tail`,
+to a plain, gzip or zstd file (from the suffix: .gz, .zst; zstd needs the optional `zstandard`
+package), into a temporary file renamed into place at the end.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from ..errors import InputError
+from ..load.schema import Number
+from ..stream.scan import ScanResult, scan
+from ..stream.source import StreamError, zstandard
+
+
+class Lite(msgspec.Struct, gc=False):
+    ph: str = ""
+    name: str = ""
+    cat: str = ""
+    ts: Number = 0
+    dur: Number = 0
+    pid: Any = 0
+    tid: Any = 0
+    id: Any = None  # noqa: A003 - the Chrome field name
+
+
+_LITE = msgspec.json.Decoder(list[Lite])
+_RAWS = msgspec.json.Decoder(list[msgspec.Raw])
+_ENCODER = msgspec.json.Encoder()
+
+SliceFn = Callable[[list[msgspec.Raw], list[Lite]], None]
+
+
+def read_events(path: Path, on_slice: SliceFn, *, on_head: Callable[[ScanResult], None] | None = None,
+                slice_bytes: int = 1 << 20) -> ScanResult:
+    """Stream the events of a trace file; InputError when it is not a readable trace."""
+    def consume(view) -> None:
+        raws = _RAWS.decode(view)
+        lite = _LITE.decode(view)
+        on_slice(raws, lite)
+
+    try:
+        return scan(path, consume, slice_bytes=slice_bytes, hash=False, on_head=on_head)
+    except StreamError as exc:
+        raise InputError(str(path), f"cannot stream this trace: {exc}") from None
+    except OSError as exc:
+        raise InputError(str(path), f"cannot read: {exc.strerror or exc}") from None
+
+
+def compression_for(path: Path, explicit: str | None = None) -> str:
+    if explicit:
+        return explicit
+    name = path.name.lower()
+    if name.endswith(".gz"):
+        return "gzip"
+    if name.endswith(".zst") or name.endswith(".zstd"):
+        return "zstd"
+    return "none"
+
+
+class _Sink:
+    """A binary file, optionally compressed, written to a temporary name and renamed on success."""
+
+    def __init__(self, path: Path, compression: str = "none", level: int | None = None) -> None:
+        self.path = path
+        self.tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._raw = self.tmp.open("wb")
+        self._zst = None
+        if compression == "gzip":
+            self.fh: Any = gzip.GzipFile(fileobj=self._raw, mode="wb", compresslevel=6 if level is None else level,
+                                         mtime=0)
+        elif compression == "zstd":
+            if zstandard is None:
+                self._raw.close()
+                self.tmp.unlink(missing_ok=True)
+                raise InputError(str(path), "zstd output needs the optional `zstandard` package (pip install zstandard)")
+            self._zst = zstandard.ZstdCompressor(level=3 if level is None else level)
+            self.fh = self._zst.stream_writer(self._raw, closefd=False)
+        elif compression == "none":
+            self.fh = self._raw
+        else:
+            raise ValueError(f"unknown compression {compression!r}")
+        self.bytes_in = 0
+
+    def write(self, data) -> None:
+        self.bytes_in += len(data)
+        self.fh.write(data)
+
+    def commit(self) -> None:
+        if self.fh is not self._raw:
+            self.fh.close()
+        self._raw.close()
+        os.replace(self.tmp, self.path)
+
+    def abort(self) -> None:
+        try:
+            if self.fh is not self._raw:
+                self.fh.close()
+            self._raw.close()
+        finally:
+            self.tmp.unlink(missing_ok=True)
+
+
+DEFAULT_HEAD = b'{"traceEvents":'
+DEFAULT_TAIL = b"}"
+
+
+class TraceWriter:
+    """Write a valid trace: head, `[`, events separated by commas, `]`, tail."""
+
+    def __init__(self, path: Path, *, head: bytes | None = None, tail: bytes | None = None,
+                 compression: str | None = None, level: int | None = None) -> None:
+        self.path = Path(path)
+        self.head = head
+        self.tail = tail
+        self._sink = _Sink(self.path, compression_for(self.path, compression), level)
+        self._started = False
+        self._first = True
+        self.events = 0
+
+    def set_head(self, res: ScanResult) -> None:
+        """Take the head from a scanned input (a bare array becomes {"traceEvents": [...]})."""
+        self.head = DEFAULT_HEAD if (res.bare or not res.head) else res.head
+
+    @staticmethod
+    def tail_of(res: ScanResult) -> bytes:
+        return DEFAULT_TAIL if (res.bare or not res.head) else (res.tail or DEFAULT_TAIL)
+
+    def _start(self) -> None:
+        if not self._started:
+            self._sink.write((self.head or DEFAULT_HEAD) + b"[")
+            self._started = True
+
+    def write_raw(self, raws: Iterable) -> None:
+        """Events as JSON bytes (msgspec.Raw or bytes), copied verbatim."""
+        raws = list(raws)
+        if not raws:
+            return
+        self._start()
+        body = b",".join(raws)
+        self._sink.write(body if self._first else b"," + body)
+        self._first = False
+        self.events += len(raws)
+
+    def write_objects(self, events: Iterable[Any]) -> None:
+        """Events as Python objects (dicts, msgspec structs), encoded as JSON."""
+        self.write_raw([_ENCODER.encode(e) for e in events])
+
+    def close(self, tail: bytes | None = None) -> Path:
+        self._start()
+        if tail is not None:
+            self.tail = tail
+        t = self.tail if self.tail is not None else DEFAULT_TAIL
+        self._sink.write(b"]" + (t if t.strip() else DEFAULT_TAIL))
+        self._sink.commit()
+        return self.path
+
+    def abort(self) -> None:
+        self._sink.abort()
+
+    def __enter__(self) -> TraceWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.abort()
+
+
+def decode_top(head: bytes, tail: bytes) -> dict[str, Any]:
+    """The top-level keys around the events array, as a dict (for outputs that change them)."""
+    out: dict[str, Any] = {}
+    if head:
+        try:
+            out.update(msgspec.json.decode(head + b"null}"))
+        except msgspec.DecodeError:
+            pass
+    if tail and tail.strip() not in (b"", b"}"):
+        try:
+            out.update(msgspec.json.decode(b'{"traceEvents":null' + tail))
+        except msgspec.DecodeError:
+            pass
+    out.pop("traceEvents", None)
+    return out
+
+
+def encode_head(top: dict[str, Any]) -> tuple[bytes, bytes]:
+    """head and tail bytes for a document with these top-level keys and traceEvents last."""
+    body = _ENCODER.encode(top)
+    if body == b"{}":
+        return DEFAULT_HEAD, DEFAULT_TAIL
+    return body[:-1] + b',"traceEvents":', b"}"

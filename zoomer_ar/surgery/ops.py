@@ -1,0 +1,464 @@
+"""Trace surgery: cut, filter, sample, split, merge and recompress traces, streaming.
+
+Every operation reads its input slice by slice (io.read_events) and writes events verbatim (or,
+for merge, re-encoded with remapped ids), so files of any size pass through in bounded memory.
+Outputs are Chrome-format traces (`{"traceEvents": [...], ...}` with the input's other top-level
+keys) that this tool, HTA and Perfetto open; metadata events (`ph: M`, process and thread names)
+are always kept so that tracks stay named.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import shutil
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from ..errors import InputError
+from ..load.job import is_trace_file, rank_from_name
+from ..stream.compact import NsCounter
+from ..stream.scan import ScanResult, scan
+from ..stream.source import ChunkReader, StreamError
+from .io import Lite, TraceWriter, _Sink, compression_for, decode_top, encode_head, read_events
+
+_STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+PID_STRIDE = 10_000_000  # merge: rank r's integer pid p becomes r * PID_STRIDE + p
+ID_SHIFT = 40  # merge: flow ids and correlation ids of rank r are offset by r << ID_SHIFT
+_ID_ARGS = ("correlation", "External id", "external id")
+
+
+@dataclass
+class Stats:
+    events_in: int = 0
+    events_out: int = 0
+    outputs: list[str] = field(default_factory=list)
+    note: str = ""
+
+    def line(self) -> str:
+        outs = ", ".join(self.outputs[:4]) + (f" (+{len(self.outputs) - 4} more)" if len(self.outputs) > 4 else "")
+        return f"{self.events_out:,} of {self.events_in:,} events -> {outs}" + (f"; {self.note}" if self.note else "")
+
+
+# ------------------------------------------------------------------------------------------------
+# a first pass: step windows, the rank's first event, the time unit
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Survey:
+    steps: dict[int, list[float]] = field(default_factory=dict)  # step number -> [start, end] (CPU and GPU side)
+    t0: float | None = None  # first complete non-Trace event (raw units)
+    ns: bool = False  # timestamps are nanoseconds (the loader's median test)
+    events: int = 0
+
+
+def survey(path: Path) -> Survey:
+    sv = Survey()
+    counter = NsCounter()
+    t0 = [np.inf]
+
+    def on_slice(raws: list, lite: list[Lite]) -> None:
+        sv.events += len(lite)
+        xs = [e for e in lite if e.ph == "X"]
+        if xs:
+            ts = np.fromiter((e.ts for e in xs), dtype=np.float64, count=len(xs))
+            counter.add(ts)
+            nt = np.fromiter((e.cat != "Trace" for e in xs), dtype=bool, count=len(xs))
+            if nt.any():
+                t0[0] = min(t0[0], float(ts[nt].min()))
+        for e in xs:
+            if e.name.startswith("ProfilerStep#") and e.cat in ("user_annotation", "gpu_user_annotation", "Operator",
+                                                                "cpu_op", ""):
+                m = _STEP_RE.match(e.name)
+                if m:
+                    w = sv.steps.setdefault(int(m.group(1)), [np.inf, -np.inf])
+                    w[0] = min(w[0], float(e.ts))
+                    w[1] = max(w[1], float(e.ts) + float(e.dur))
+
+    read_events(path, on_slice)
+    sv.t0 = None if not np.isfinite(t0[0]) else t0[0]
+    sv.ns = counter.nanoseconds()
+    return sv
+
+
+def _keep_in_window(lite: list[Lite], w0: float, w1: float) -> np.ndarray:
+    n = len(lite)
+    ts = np.fromiter((e.ts for e in lite), dtype=np.float64, count=n)
+    dur = np.fromiter((e.dur for e in lite), dtype=np.float64, count=n)
+    ph = [e.ph for e in lite]
+    x = np.fromiter((p == "X" for p in ph), dtype=bool, count=n)
+    meta = np.fromiter((p == "M" for p in ph), dtype=bool, count=n)
+    end = ts + np.where(x, dur, 0.0)
+    return meta | ((ts <= w1) & (end >= w0) & ((ts < w1) | ~x | (dur == 0)))
+
+
+def _write_selected(w: TraceWriter, raws: list, keep: np.ndarray) -> int:
+    idx = np.flatnonzero(keep).tolist()
+    if idx:
+        w.write_raw([raws[i] for i in idx])
+    return len(idx)
+
+
+def _copy_with(src: Path, dst: Path, select, *, compression: str | None = None, level: int | None = None) -> Stats:
+    st = Stats()
+    w = TraceWriter(dst, compression=compression, level=level)
+    holder: dict[str, ScanResult] = {}
+
+    def on_head(res: ScanResult) -> None:
+        holder["res"] = res
+        w.set_head(res)
+
+    def on_slice(raws: list, lite: list[Lite]) -> None:
+        st.events_in += len(lite)
+        st.events_out += _write_selected(w, raws, select(lite))
+
+    try:
+        res = read_events(src, on_slice, on_head=on_head)
+        w.close(TraceWriter.tail_of(res))
+    except BaseException:
+        w.abort()
+        raise
+    st.outputs.append(str(dst))
+    return st
+
+
+# ------------------------------------------------------------------------------------------------
+# operations
+# ------------------------------------------------------------------------------------------------
+
+
+def slice_trace(src: Path, dst: Path, *, steps: tuple[int, int] | None = None,
+                window_ms: tuple[float, float] | None = None, absolute: bool = False,
+                compression: str | None = None, level: int | None = None) -> Stats:
+    """Keep the events of steps N..M (ProfilerStep#N to #M, CPU and GPU side), or of a time window
+    in milliseconds from the rank's first event (as evidence times are given; `absolute`: raw trace
+    timestamps, microseconds or nanoseconds as in the file). Events that overlap the window are kept
+    whole; metadata always."""
+    if (steps is None) == (window_ms is None):
+        raise InputError(str(src), "give either steps N..M or a time window")
+    sv = survey(src)
+    unit = 1e6 if sv.ns else 1e3  # trace units per millisecond
+    if steps is not None:
+        lo, hi = steps
+        chosen = [w for k, w in sv.steps.items() if lo <= k <= hi]
+        if not chosen:
+            have = f"{min(sv.steps)}..{max(sv.steps)}" if sv.steps else "none"
+            raise InputError(str(src), f"no ProfilerStep#{lo}..{hi} in this trace (steps present: {have})")
+        w0, w1 = min(w[0] for w in chosen), max(w[1] for w in chosen)
+    else:
+        a, b = window_ms
+        if absolute:
+            w0, w1 = a, b
+        else:
+            if sv.t0 is None:
+                raise InputError(str(src), "no complete events to measure a window from")
+            w0, w1 = sv.t0 + a * unit, sv.t0 + b * unit
+    st = _copy_with(src, dst, lambda lite: _keep_in_window(lite, w0, w1), compression=compression, level=level)
+    st.note = f"window {w0:.3f}..{w1:.3f} ({'ns' if sv.ns else 'us'})"
+    return st
+
+
+def filter_trace(src: Path, dst: Path, *, cats: Iterable[str] = (), exclude_cats: Iterable[str] = (),
+                 name: str | None = None, exclude_name: str | None = None, pids: Iterable[str] = (),
+                 tids: Iterable[str] = (), phases: Iterable[str] = (),
+                 compression: str | None = None, level: int | None = None) -> Stats:
+    """Keep events by category, name (regular expression), pid, tid or phase; metadata always."""
+    cats, exclude_cats = set(cats), set(exclude_cats)
+    pids, tids, phases = {str(p) for p in pids}, {str(t) for t in tids}, set(phases)
+    name_re = re.compile(name) if name else None
+    exclude_re = re.compile(exclude_name) if exclude_name else None
+    memo: dict[tuple, bool] = {}
+
+    def ok(e: Lite) -> bool:
+        if e.ph == "M":
+            return True
+        key = (e.cat, e.name, e.ph, e.pid, e.tid)
+        v = memo.get(key)
+        if v is None:
+            v = ((not cats or e.cat in cats) and e.cat not in exclude_cats
+                 and (not phases or e.ph in phases)
+                 and (not pids or str(e.pid) in pids) and (not tids or str(e.tid) in tids)
+                 and (name_re is None or name_re.search(e.name) is not None)
+                 and (exclude_re is None or exclude_re.search(e.name) is None))
+            if len(memo) < 200_000:
+                memo[key] = v
+        return v
+
+    def select(lite: list[Lite]) -> np.ndarray:
+        return np.fromiter(map(ok, lite), dtype=bool, count=len(lite))
+
+    return _copy_with(src, dst, select, compression=compression, level=level)
+
+
+def split_trace(src: Path, dst_dir: Path, *, steps_per_file: int = 1, max_files: int = 256,
+                compression: str | None = "gzip", level: int | None = None) -> Stats:
+    """One trace per step (or per `steps_per_file` steps): events overlapping each step's window
+    (CPU and GPU side); metadata in every file. Events before the first or after the last step
+    are left out."""
+    sv = survey(src)
+    if not sv.steps:
+        raise InputError(str(src), "no ProfilerStep#N annotations: nothing to split by")
+    nums = sorted(sv.steps)
+    groups = [nums[i : i + max(1, steps_per_file)] for i in range(0, len(nums), max(1, steps_per_file))]
+    if len(groups) > max_files:
+        raise InputError(str(src), f"{len(groups)} output files (more than --max-files {max_files}); "
+                                   "use --steps-per-file")
+    base = src.name.split(".json")[0]
+    suffix = ".json.gz" if compression == "gzip" else ".json.zst" if compression == "zstd" else ".json"
+    wins = np.array([[min(sv.steps[k][0] for k in g), max(sv.steps[k][1] for k in g)] for g in groups])
+    writers = [TraceWriter(dst_dir / f"{base}.steps_{g[0]}-{g[-1]}{suffix}", compression=compression, level=level)
+               for g in groups]
+    st = Stats()
+
+    def on_head(res: ScanResult) -> None:
+        for w in writers:
+            w.set_head(res)
+
+    def on_slice(raws: list, lite: list[Lite]) -> None:
+        st.events_in += len(lite)
+        n = len(lite)
+        ts = np.fromiter((e.ts for e in lite), dtype=np.float64, count=n)
+        dur = np.fromiter((e.dur if e.ph == "X" else 0 for e in lite), dtype=np.float64, count=n)
+        meta = np.fromiter((e.ph == "M" for e in lite), dtype=bool, count=n)
+        lo, hi = float(ts.min()), float((ts + dur).max())
+        for j in np.flatnonzero((wins[:, 0] <= hi) & (wins[:, 1] >= lo)).tolist():
+            w0, w1 = wins[j]
+            keep = ((ts <= w1) & (ts + dur >= w0)) | meta
+            st.events_out += _write_selected(writers[j], raws, keep)
+        if meta.any():  # metadata in every file
+            idx = np.flatnonzero(meta).tolist()
+            for j in np.flatnonzero(~((wins[:, 0] <= hi) & (wins[:, 1] >= lo))).tolist():
+                writers[j].write_raw([raws[i] for i in idx])
+
+    try:
+        res = read_events(src, on_slice, on_head=on_head)
+        for w in writers:
+            w.close(TraceWriter.tail_of(res))
+    except BaseException:
+        for w in writers:
+            w.abort()
+        raise
+    st.outputs = [str(w.path) for w in writers]
+    return st
+
+
+def compress_trace(src: Path, dst: Path, *, compression: str | None = None, level: int | None = None) -> Stats:
+    """Re-encode a trace file as gzip, zstd or plain JSON (from dst's suffix unless given), streaming."""
+    comp = compression_for(dst, compression)
+    sink = _Sink(dst, comp, level)
+    st = Stats()
+    try:
+        first = True
+        for data, _ in ChunkReader(src, hash=False):
+            if first:
+                head = data.lstrip()[:1]
+                if head not in (b"{", b"["):
+                    raise InputError(str(src), "not a JSON trace")
+                first = False
+            sink.write(data)
+        if first:
+            raise InputError(str(src), "empty file")
+        sink.commit()
+    except StreamError as exc:
+        sink.abort()
+        raise InputError(str(src), str(exc)) from None
+    except BaseException:
+        sink.abort()
+        raise
+    st.outputs.append(str(dst))
+    st.note = f"{sink.bytes_in / 1e6:.1f} MB of JSON, {comp}, {dst.stat().st_size / 1e6:.1f} MB written"
+    return st
+
+
+# ------------------------------------------------------------------------------------------------
+# jobs: ranks of a folder
+# ------------------------------------------------------------------------------------------------
+
+
+def peek_top(path: Path) -> dict[str, Any]:
+    """The top-level keys before the events array (distributedInfo, deviceProperties, ...)."""
+    out: dict[str, Any] = {}
+
+    class _Stop(Exception):
+        pass
+
+    def on_head(res: ScanResult) -> None:
+        out.update(decode_top(res.head, b""))
+        raise _Stop
+
+    try:
+        scan(path, lambda v: None, hash=False, on_head=on_head)
+    except _Stop:
+        pass
+    except (StreamError, OSError):
+        pass
+    return out
+
+
+def job_files(src: Path) -> list[tuple[int, Path]]:
+    """(rank, file) of a job folder, in rank order: distributedInfo.rank, else the file name, else
+    the order (as the loader assigns them)."""
+    if not src.is_dir():
+        raise InputError(str(src), "not a folder of per-rank trace files")
+    files = sorted(f for f in src.iterdir() if is_trace_file(f) and not f.name.startswith(".") and f.name != "job.json")
+    if not files:
+        raise InputError(str(src), "folder holds no trace files (*.json, *.json.gz)")
+    ranks = []
+    for f in files:
+        dist = peek_top(f).get("distributedInfo") or {}
+        r = dist.get("rank") if isinstance(dist.get("rank"), int) else None
+        ranks.append(r)
+    if None in ranks or len(set(ranks)) != len(ranks):
+        ranks = [rank_from_name(f) for f in files]
+        if None in ranks or len(set(ranks)) != len(ranks):
+            ranks = list(range(len(files)))
+    return sorted(zip(ranks, files))
+
+
+def choose_ranks(ranks: list[int], k: int, *, seed: int | None = None) -> list[int]:
+    """k ranks: evenly spaced from first to last (always both), or a random sample with `seed`."""
+    if k >= len(ranks):
+        return list(ranks)
+    if k <= 0:
+        return []
+    if seed is not None:
+        return sorted(random.Random(seed).sample(ranks, k))
+    if k == 1:
+        return [ranks[0]]
+    pos = sorted({round(i * (len(ranks) - 1) / (k - 1)) for i in range(k)})
+    return [ranks[p] for p in pos]
+
+
+def sample_job(src: Path, dst: Path, k: int | None = None, *, ranks: Iterable[int] | None = None,
+               seed: int | None = None, compression: str | None = None) -> Stats:
+    """Copy k ranks of a job folder (or the given ranks) into dst; gzip/zstd/plain per `compression`
+    (default: as they are)."""
+    files = job_files(src)
+    have = [r for r, _ in files]
+    if ranks is not None:
+        want = sorted(set(ranks))
+        missing = [r for r in want if r not in have]
+        if missing:
+            raise InputError(str(src), f"ranks {missing} not in this job (ranks present: {have[0]}..{have[-1]})")
+    else:
+        want = choose_ranks(have, k or 1, seed=seed)
+    st = Stats()
+    for r, f in files:
+        if r not in want:
+            continue
+        name = f.name
+        if not compression:
+            dst.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(f, dst / name)
+            st.outputs.append(str(dst / name))
+            continue
+        if compression:
+            stem = name[: -len(".gz")] if name.endswith(".gz") else name[: -len(".zst")] if name.endswith(".zst") else name
+            stem = stem if stem.endswith(".json") else stem + ".json"
+            name = stem + {"gzip": ".gz", "zstd": ".zst", "none": ""}[compression]
+        st.outputs.append(compress_trace(f, dst / name, compression=compression).outputs[0])
+    st.note = f"ranks {want} of {len(have)}"
+    return st
+
+
+def filter_job(src: Path, dst: Path, *, ranks: Iterable[int] | None = None, **filters) -> Stats:
+    """filter_trace on each chosen rank file of a job folder, into dst (same file names)."""
+    files = job_files(src)
+    want = set(ranks) if ranks is not None else {r for r, _ in files}
+    st = Stats()
+    for r, f in files:
+        if r not in want:
+            continue
+        one = filter_trace(f, dst / f.name, **filters)
+        st.events_in += one.events_in
+        st.events_out += one.events_out
+        st.outputs += one.outputs
+    return st
+
+
+def _remap(events: list[dict], rank: int) -> list[dict]:
+    shift = rank << ID_SHIFT
+    for e in events:
+        pid = e.get("pid")
+        if isinstance(pid, int) and not isinstance(pid, bool) and 0 <= pid < PID_STRIDE:
+            e["pid"] = rank * PID_STRIDE + pid
+        elif pid is not None:
+            e["pid"] = f"rank{rank}:{pid}"
+        i = e.get("id")
+        if isinstance(i, int) and not isinstance(i, bool) and 0 <= i < (1 << ID_SHIFT):
+            e["id"] = i + shift
+        elif isinstance(i, str):
+            e["id"] = f"{rank}:{i}"
+        args = e.get("args")
+        if isinstance(args, dict):
+            for k in _ID_ARGS:
+                v = args.get(k)
+                if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < (1 << ID_SHIFT):
+                    args[k] = v + shift
+            if e.get("ph") == "M" and e.get("name") == "process_name" and "name" in args:
+                args["name"] = f"rank {rank}: {args['name']}"
+    return events
+
+
+def merge_job(src: Path | list[Path], dst: Path, *, compression: str | None = None, level: int | None = None) -> Stats:
+    """Per-rank files -> one trace. Integer pids become rank * 10^7 + pid (string pids get a
+    `rank<r>:` prefix) and process names a `rank <r>: ` prefix, so each rank keeps its own tracks;
+    flow ids and correlation ids are offset by rank << 40 so that links stay within a rank.
+    Top-level keys come from the first rank; `distributedInfo` records the merged ranks."""
+    if isinstance(src, (list, tuple)):
+        files = [(rank_from_name(Path(f)) if rank_from_name(Path(f)) is not None else i, Path(f)) for i, f in enumerate(src)]
+        files.sort()
+    else:
+        files = job_files(Path(src))
+    first_top = decode_top(*_frame_of(files[0][1]))
+    devices: list = []
+    seen_dev = set()
+    for _, f in files:
+        for d in peek_top(f).get("deviceProperties") or []:
+            key = msgspec.json.encode(d)
+            if key not in seen_dev:
+                seen_dev.add(key)
+                devices.append(d)
+    top = dict(first_top)
+    if devices:
+        top["deviceProperties"] = devices
+    dist = dict(top.get("distributedInfo") or {})
+    dist.pop("rank", None)
+    dist["world_size"] = 1
+    dist["merged_ranks"] = [r for r, _ in files]
+    top["distributedInfo"] = dist
+    head, tail = encode_head(top)
+    w = TraceWriter(dst, head=head, tail=tail, compression=compression, level=level)
+    st = Stats()
+    decoder = msgspec.json.Decoder(list[dict])
+    try:
+        for rank, f in files:
+            def consume(view, rank=rank) -> None:
+                events = decoder.decode(view)
+                st.events_in += len(events)
+                w.write_objects(_remap(events, rank))
+                st.events_out += len(events)
+
+            try:
+                scan(f, consume, hash=False)
+            except StreamError as exc:
+                raise InputError(str(f), f"cannot stream this trace: {exc}") from None
+        w.close()
+    except BaseException:
+        w.abort()
+        raise
+    st.outputs.append(str(dst))
+    st.note = f"ranks {[r for r, _ in files]}"
+    return st
+
+
+def _frame_of(path: Path) -> tuple[bytes, bytes]:
+    """head and tail bytes of a trace (one streaming pass that decodes nothing)."""
+    res = scan(path, lambda v: None, hash=False)
+    return res.head, res.tail
