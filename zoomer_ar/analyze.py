@@ -50,6 +50,17 @@ def analyze_path(
     name: str | None = None,
     rules: list[Rule] | None = None,
     progress_factory: Callable[[Path], Progress | None] | None = None,
+    stream: bool | None = None,
 ) -> Analysis:
+    # --- hook (zoomer_ar/stream, docs/huge-traces.md): jobs above ZOOMER_STREAM_THRESHOLD (or
+    # stream=True) are read in a streaming pass that keeps only what the features use; same results.
+    from .stream import load_job_streaming, should_stream
+
+    if should_stream(path) if stream is None else stream:
+        job = load_job_streaming(path, name=name, progress_factory=progress_factory)
+        analysis = analyze_job(job, rules)
+        analysis.notes.append("Large trace: analysed in a streaming pass (docs/huge-traces.md).")
+        return analysis
+    # --- end hook
     job = load_job(path, name=name, progress_factory=progress_factory)
     return analyze_job(job, rules)

@@ -108,12 +108,18 @@ def _recorded_argv(trace_path: Path) -> list[str] | None:
               help="The training code: map findings to source lines.")
 @click.option("--no-files", is_flag=True, help="Print only; write no report files.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar on long loads (default: when stderr is a terminal).")
+# --- hook (docs/huge-traces.md): streaming path and annotated trace
+@click.option("--stream/--no-stream", "stream", default=None,
+              help="Streaming analysis (default: above ZOOMER_STREAM_THRESHOLD, 512 MiB of JSON).")
+@click.option("--annotate", "annotate_out", type=click.Path(path_type=Path), default=None,
+              help="Write the trace with markers at each finding's worst events (e.g. OUT.json.gz; Perfetto).")
+# --- end hook
 @record_options
 def analyze(path: Path, out_dir: Path | None, fmt: str, name: str | None, source_dir: Path | None, no_files: bool,
-            progress: bool | None, **store_opts) -> None:
+            progress: bool | None, stream: bool | None = None, annotate_out: Path | None = None, **store_opts) -> None:
     """Analyse a Kineto trace (a .json/.json.gz file, or a folder of per-rank files as one job)."""
     show = sys.stderr.isatty() if progress is None else progress
-    analysis = analyze_path(path, name=name, progress_factory=_progress_factory(show))
+    analysis = analyze_path(path, name=name, progress_factory=_progress_factory(show), stream=stream)
     if source_dir is not None:
         from .sourcemap import map_sources
 
@@ -123,6 +129,10 @@ def analyze(path: Path, out_dir: Path | None, fmt: str, name: str | None, source
         target = out_dir or Path("zoomer-out") / analysis.job.name
         written = write_outputs(analysis, target)
         written.update(write_fix_outputs(analysis, target, source_dir, path))
+    if annotate_out is not None:  # hook (zoomer_ar/annotate.py)
+        from .annotate import annotate
+
+        click.echo(annotate(analysis, annotate_out).line(), err=True)
     if fmt == "json":
         click.echo(findings_json(analysis), nl=False)
     elif fmt == "md":
