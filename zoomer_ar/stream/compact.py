@@ -345,6 +345,7 @@ class CompactBuilder:
         self._strings: dict[str, str] = {}
         self.thread_names: dict[int, str] = {}
         self.process_names: dict[int, str] = {}
+        self.windows_known = "windows" in hints  # a later pass: every window was known from the start
         for tid, spans in (hints.get("windows") or {}).items():
             code = self.tid_index.setdefault(tid, len(self.tid_index))
             for ts, end in spans:
@@ -657,7 +658,7 @@ class CompactBuilder:
             if hit.size:
                 raise NeedAnotherPass(self.hints(keep_corr=gpu_corr),
                                       f"{hit.size} runtime calls launch GPU work under a name not recognised")
-        if self.dropped_aten:
+        if self.dropped_aten and not self.windows_known:
             seen: dict[int, list[tuple[float, float, int]]] = {}
             for code, spans in self.windows.items():
                 seen[code] = [s for s in spans if s[2] > 0]
