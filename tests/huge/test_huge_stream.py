@@ -62,8 +62,9 @@ def both(path: Path, **kw):
 
 
 def _slice_for(path: Path) -> int:
+    """Small slices, so that every file is cut many times (bigger ones for the big files)."""
     size = path.stat().st_size if path.is_file() else 1 << 20
-    return 4096 if size < (256 << 10) else 64 << 10
+    return 4096 if size < (256 << 10) else (64 << 10) if size < (8 << 20) else 512 << 10
 
 
 # ------------------------------------------------------------------------------------------------
@@ -115,9 +116,42 @@ def _late_windows(src: Path, dst: Path) -> Path:
     return dst
 
 
+def _shared_dir(tmp_path_factory) -> Path:
+    """One folder for all xdist workers of this session, filled once (an O_EXCL lock file)."""
+    root = tmp_path_factory.getbasetemp()
+    root = root.parent if root.name.startswith("popen-gw") else root
+    d = root / "huge-generated"
+    d.mkdir(exist_ok=True)
+    return d
+
+
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory, shared_traces) -> dict[str, Path]:
-    d = tmp_path_factory.mktemp("gen")
+    import os
+    import time
+
+    d = _shared_dir(tmp_path_factory)
+    lock, done = d / ".lock", d / ".done"
+    while not done.exists():
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            time.sleep(0.2)
+            continue
+        os.close(fd)
+        try:
+            _generate(d)
+            done.touch()
+        finally:
+            lock.unlink()
+    return {k: d / v for k, v in _NAMES.items()}
+
+
+_NAMES = {"tiled": "tiled.json", "synthetic": "synthetic.json", "stacks": "stacks.json", "ns": "ns.json",
+          "late_windows": "late.json", "gzip": "tiled.json.gz"}
+
+
+def _generate(d: Path) -> None:
     out = {
         "tiled": d / "tiled.json",
         "synthetic": d / "synthetic.json",
@@ -126,12 +160,9 @@ def generated(tmp_path_factory, shared_traces) -> dict[str, Path]:
     gen_trace.generate(out["tiled"], 0.016, source=NS_SOURCE, quiet=True)  # one copy and a cut one
     gen_trace.generate(out["synthetic"], 0.002, synthetic=True, quiet=True)
     gen_trace.generate(out["stacks"], 0.003, source=STACK_SOURCE, quiet=True)
-    out["ns"] = _to_ns(out["synthetic"], d / "ns.json")
-    out["late_windows"] = _late_windows(out["tiled"], d / "late.json")
-    gz = d / "tiled.json.gz"
-    gz.write_bytes(gzip.compress(out["tiled"].read_bytes(), compresslevel=1))
-    out["gzip"] = gz
-    return out
+    _to_ns(out["synthetic"], d / "ns.json")
+    _late_windows(out["tiled"], d / "late.json")
+    (d / "tiled.json.gz").write_bytes(gzip.compress(out["tiled"].read_bytes(), compresslevel=1))
 
 
 @pytest.mark.parametrize("kind", ["tiled", "synthetic", "stacks", "ns", "late_windows", "gzip"])
@@ -178,7 +209,7 @@ def test_rank_folder_of_generated_ranks_in_parallel(generated, tmp_path):
 
 
 def test_analyze_takes_the_streaming_path_above_the_threshold(generated, tmp_path, monkeypatch, capsys):
-    path = generated["tiled"]
+    path = generated["synthetic"]
     monkeypatch.setenv("ZOOMER_STREAM_THRESHOLD", str(1 << 40))
     assert not should_stream(path)
     assert main(["analyze", str(path), "--out", str(tmp_path / "mem"), "--format", "json", "--no-progress"]) == 0
