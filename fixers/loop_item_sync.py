@@ -73,6 +73,13 @@ rewritten, conservatively:
 * `total += loss.item()` (also `total += loss.item() * n`) becomes `total += loss.detach()`
   when `total` is initialised to a number literal in the block holding the loop, is not used
   elsewhere in the loop, and is only read after it; those reads become `float(total)`.
+* `stats["loss"] += loss.item()` (a dict entry with a literal key) becomes
+  `stats["loss"] += loss.detach()` when the dict is created in this file as a dict literal with a
+  number at that key, either before the loop in the same function or in the functions that call
+  the function holding the loop (`train_step(..., stats)` from `main`, followed through plain
+  arguments of module-level functions), and the entry is only read after those loops; the reads
+  become `float(stats["loss"])`. Any other use of the dict (passed elsewhere, iterated,
+  printed whole, read inside the loop) leaves the finding report-only.
 * a `print(...)`/`logger.info(...)`/`writer.add_scalar(...)`/`wandb.log(...)` statement directly
   in a loop with an index (`for i, b in enumerate(...)`, `for step in range(...)`) is wrapped in
   `if i % 100 == 0:` (option `log_every`).

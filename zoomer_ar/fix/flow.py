@@ -24,7 +24,6 @@ FRESH_METHODS = frozenset(
         "log", "log1p", "sqrt", "rsqrt", "abs", "neg", "sigmoid", "tanh", "relu", "gelu", "matmul",
         "mm", "bmm", "add", "sub", "mul", "div", "pow", "clamp", "square", "logsumexp", "cumsum",
         "argmax", "argmin", "eq", "ne", "lt", "le", "gt", "ge", "maximum", "minimum", "outer", "dot",
-        "__add__", "__mul__",
     }
 )
 #: tensor methods that may return a view or the receiver itself (aliases)
@@ -38,6 +37,8 @@ VIEW_METHODS = frozenset(
 )
 #: metadata reads: neither alias nor mutate
 META_ATTRS = frozenset({"shape", "dtype", "device", "ndim", "is_cuda", "requires_grad", "layout", "names", "is_leaf"})
+#: builtins that only read their argument
+READERS = frozenset(f"builtins.{n}" for n in ("print", "len", "float", "int", "str", "repr", "format", "bool"))
 META_METHODS = frozenset({"size", "dim", "numel", "stride", "is_contiguous", "element_size", "nelement", "storage_offset", "is_floating_point", "is_complex"})
 
 
@@ -62,8 +63,6 @@ def names_in(ctx: Context, scope: cst.CSTNode, name: str) -> list[cst.Name]:
     for n in h.walk(body_of(scope), into_scopes=False):
         if isinstance(n, cst.Name) and n.value == name and not _is_label(ctx, n):
             out.append(n)
-    if isinstance(scope, cst.FunctionDef):  # default values and annotations belong to the outer scope
-        pass
     out.sort(key=ctx.order)
     return out
 
@@ -95,8 +94,6 @@ def _is_label(ctx: Context, n: cst.Name) -> bool:
         return True
     if isinstance(p, (cst.ImportAlias, cst.ImportFrom, cst.Import, cst.AsName)):
         return True
-    if isinstance(p, cst.Param) and p.name is n:
-        return False
     return False
 
 
@@ -292,9 +289,7 @@ def read_only_use(ctx: Context, node: cst.CSTNode, depth: int = 0) -> bool:
         call = ctx.parent(p)
         if not isinstance(call, cst.Call):
             return False
-        if isinstance(call.func, cst.Name) and call.func.value in ("print", "len", "float", "int", "str", "repr", "format") and not ctx.is_bound(call.func) or (
-            isinstance(call.func, cst.Name) and ctx.qualnames(call.func) & {"builtins.print", "builtins.len", "builtins.float", "builtins.int", "builtins.str", "builtins.repr", "builtins.format"}
-        ):
+        if isinstance(call.func, cst.Name) and ctx.qualnames(call.func) & READERS:
             return True
         return _torch_out_of_place(ctx, call)
     if isinstance(p, (cst.FormattedStringExpression,)):
