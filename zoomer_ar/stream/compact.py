@@ -54,7 +54,13 @@ from ..load.schema import EVENTS_DECODER, NAN, NO_ARGS, Number, RawArgs
 # category flags
 C_GPU, C_ACCEL, C_RUNTIME, C_CPUOP, C_USER, C_PY, C_TRACE, C_GPUANN = 1, 2, 4, 8, 16, 32, 64, 128
 # name flags
-N_ANY, N_OP, N_COPY_, N_RT, N_ATEN, N_SINGLE, N_OPT = 1, 2, 4, 8, 16, 32, 64
+N_ANY, N_OP, N_COPY_, N_RT, N_ATEN, N_SINGLE, N_OPT, N_LIGHT = 1, 2, 4, 8, 16, 32, 64, 128
+# Host ops that no feature reads an argument of: the optimizer counts read names, the factory /
+# to_copy test and the conv -> batch norm test read names and times, phases read backward ops'
+# times and threads. Rows of these names (in cpu-op and user-annotation categories) are kept
+# "light": their argument columns hold the defaults (-1, NaN) instead of the event's values.
+_ARG_READ = (N.ITEM_OPS | N.ITEM_FALLBACK_OPS | N.COPY_OPS | N.GEMM_OPS | N.CONV_OPS
+             | {"aten::_to_copy", "aten::zero_", "aten::add_", "aten::add", "aten::copy_"})
 
 _LOW_PRECISION = ("c10::BFloat16", "c10::Half", "c10::Float8")  # as features.rank._holds_precision_cast
 _NAMED_OPS = (
@@ -115,6 +121,8 @@ def name_flags(name: str) -> int:
         f |= N_ATEN
     if "_single_tensor_" in name:
         f |= N_SINGLE
+    if not (f & N_ANY) and name not in _ARG_READ and "[memory]" not in name:
+        f |= N_LIGHT  # in a host-op category: see _ARG_READ
     return f
 
 
@@ -511,7 +519,7 @@ class CompactBuilder:
                 corr = _int_column(list(map(_CORR, _take_list(events, rest.tolist()))))
                 corr = corr[corr != INT_NONE]
                 if corr.size:
-                    self.deferred_corr.append(np.unique(corr))
+                    self.deferred_corr.append(_narrow(corr))
         # whole-trace numbers
         xs = ts[x]
         if xs.size:
@@ -548,7 +556,8 @@ class CompactBuilder:
                 self._add_rows(self.extra, events, kept[kpy].tolist(), cc, ph, ts, dur, ords)
                 kept = kept[~kpy]
             if kept.size:
-                self._add_rows(self.main, events, kept.tolist(), cc, ph, ts, dur, ords, nc=nc)
+                light = ((cf[kept] & (C_CPUOP | C_USER)) != 0) & ((nf[kept] & N_LIGHT) != 0)
+                self._add_rows(self.main, events, kept.tolist(), cc, ph, ts, dur, ords, nc=nc, light=light)
 
     def _update_union(self, code: int) -> None:
         spans = self.windows[code]
@@ -566,16 +575,50 @@ class CompactBuilder:
         self._unions[code] = (us, ue)
 
     # ---------------------------------------------------------------------------------------------
-    def _rows(self, events: list, idx: list[int], cc, ph, ts, dur, ords: np.ndarray, nc=None):
+    def _rows(self, events: list, idx: list[int], cc, ph, ts, dur, ords: np.ndarray, nc=None, light=None):
         """Columns of events[idx] (dict of arrays) and their sparse values (relative positions).
 
         Values convert as load.columns.build_columns converts them (same helpers, same order of
-        fallbacks), a few fields at a time where numpy can take them at C speed."""
+        fallbacks), a few fields at a time where numpy can take them at C speed. Rows marked
+        `light` (kept only for their name, times and thread: see LIGHT_NAMES) get the argument
+        columns' defaults without reading their arguments."""
         k = len(idx)
         evs = _take_list(events, idx)
         ia = np.asarray(idx, dtype=np.int64)
-        args = list(map(_ARGS, evs))
         nc_sel = _codes_into(self.name_index, list(map(_NAME, evs))) if nc is None else nc[ia]
+        cols = {
+            "ts": ts[ia], "dur": dur[ia], "ph": ph[ia], "cat": cc[ia].astype(np.int16), "name": nc_sel,
+            "pid": _codes_into(self.pid_index, list(map(_PID, evs))),
+            "tid": _codes_into(self.tid_index, list(map(_TID, evs))),
+            "ordinal": ords[ia],
+        }
+        sparse: dict[str, dict[int, Any]] = {"input_dims": {}, "input_type": {}, "call_stack": {}}
+        if light is not None and light.any():
+            full = np.flatnonzero(~light)
+            defaults = {"correlation": np.full(k, INT_NONE, dtype=np.int16), "stream": np.full(k, INT_NONE, dtype=np.int16),
+                        "device": np.full(k, INT_NONE, dtype=np.int16), "ext": np.full(k, INT_NONE, dtype=np.int16),
+                        "ext21": np.full(k, INT_NONE, dtype=np.int16), "nbytes": np.full(k, np.nan, dtype=np.float32),
+                        "total_allocated": np.full(k, np.nan)}
+            if full.size:
+                sub, sub_sparse = self._arg_columns(_take_list(evs, full.tolist()), cols["ph"][full], cols["tid"][full],
+                                                    cols["pid"][full])
+                for f, a in sub.items():
+                    d = defaults[f]
+                    d = d.astype(np.result_type(d, a), copy=False)
+                    d[full] = a
+                    defaults[f] = d
+                back = full.tolist()
+                for f, m in sub_sparse.items():
+                    sparse[f] = {back[pos]: v for pos, v in m.items()}
+            cols.update(defaults)
+            return cols, sparse
+        sub, sparse = self._arg_columns(evs, cols["ph"], cols["tid"], cols["pid"])
+        cols.update(sub)
+        return cols, sparse
+
+    def _arg_columns(self, evs: list, ph_sel: np.ndarray, tid_sel: np.ndarray, pid_sel: np.ndarray):
+        k = len(evs)
+        args = list(map(_ARGS, evs))
         corr, stream, device, ext = (_int_of(g, args) for g in _DENSE_GETTERS)
         rare = list(map(_RARE, args))
         if rare.count(_RARE_DEFAULT) == k:
@@ -595,13 +638,8 @@ class CompactBuilder:
             ext21 = (np.full(k, INT_NONE, dtype=np.int16) if e21.count(INT_NONE) == k else _narrow(_int_column(e21)))
         if not self.any_ext and (ext != INT_NONE).any():
             self.any_ext = True
-        cols = {
-            "ts": ts[ia], "dur": dur[ia], "ph": ph[ia], "cat": cc[ia].astype(np.int16), "name": nc_sel,
-            "pid": _codes_into(self.pid_index, list(map(_PID, evs))),
-            "tid": _codes_into(self.tid_index, list(map(_TID, evs))),
-            "correlation": _narrow(corr), "stream": _narrow(stream), "device": _narrow(device), "ext": _narrow(ext),
-            "ext21": ext21, "nbytes": _f32_if_exact(nbytes), "total_allocated": total, "ordinal": ords[ia],
-        }
+        cols = {"correlation": _narrow(corr), "stream": _narrow(stream), "device": _narrow(device), "ext": _narrow(ext),
+                "ext21": ext21, "nbytes": _f32_if_exact(nbytes), "total_allocated": total}
         sparse: dict[str, dict[int, Any]] = {"input_dims": {}, "input_type": {}, "call_stack": {}}
         carriers = list(compress(range(k), map(ne, map(_SPARSE, args), repeat(_SPARSE_NONE))))
         for pos in carriers:
@@ -616,14 +654,14 @@ class CompactBuilder:
                     sparse["input_type"][pos] = v
             if a.call_stack is not None:
                 sparse["call_stack"][pos] = self._strings.setdefault(a.call_stack, a.call_stack)
-        if (cols["ph"] == PH_META).any():
-            for pos in np.flatnonzero(cols["ph"] == PH_META).tolist():
+        if (ph_sel == PH_META).any():
+            for pos in np.flatnonzero(ph_sel == PH_META).tolist():
                 a, e = args[pos], evs[pos]
                 if a.name is not None:
                     if e.name == "thread_name":
-                        self.thread_names[int(cols["tid"][pos])] = str(a.name)
+                        self.thread_names[int(tid_sel[pos])] = str(a.name)
                     elif e.name == "process_name":
-                        self.process_names[int(cols["pid"][pos])] = str(a.name)
+                        self.process_names[int(pid_sel[pos])] = str(a.name)
         return cols, sparse
 
     def _decode_raw(self, raw) -> Any:
@@ -634,8 +672,8 @@ class CompactBuilder:
             v = self._raw_cache[key] = msgspec.json.decode(key)
             return v
 
-    def _add_rows(self, block: _Block, events, idx, cc, ph, ts, dur, ords, nc=None) -> None:
-        cols, sparse = self._rows(events, idx, cc, ph, ts, dur, ords, nc)
+    def _add_rows(self, block: _Block, events, idx, cc, ph, ts, dur, ords, nc=None, light=None) -> None:
+        cols, sparse = self._rows(events, idx, cc, ph, ts, dur, ords, nc, light)
         self._append(block, cols, sparse)
 
     @staticmethod
@@ -653,8 +691,8 @@ class CompactBuilder:
             raise NeedAnotherPass(dict(self.hints(), host_mode=True), "no device events: every host op is needed")
         if self.keep_corr is None and self.deferred_corr:
             gpu_corr = self._gpu_correlations()
-            late = np.unique(np.concatenate(self.deferred_corr))
-            hit = late[np.isin(late, gpu_corr)]
+            late = np.concatenate(self.deferred_corr)
+            hit = late[np.isin(late, gpu_corr, kind="sort")]
             if hit.size:
                 raise NeedAnotherPass(self.hints(keep_corr=gpu_corr),
                                       f"{hit.size} runtime calls launch GPU work under a name not recognised")
@@ -688,7 +726,7 @@ class CompactBuilder:
                 vals.append(p["correlation"][sel].astype(np.int64))
         if not vals:
             return np.empty(0, dtype=np.int64)
-        v = np.unique(np.concatenate(vals))
+        v = np.sort(np.concatenate(vals))
         return v[v != INT_NONE]
 
     # ---------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..load.columns import RankTrace
-from ..load.job import Job, _accelerator, _schema, is_trace_file, load_trace, rank_from_name
+from ..load.job import Job, _accelerator, _schema, assemble_job, is_trace_file, load_trace, rank_from_name
 from ..load.reader import Progress
 from ..models import JobInfo, RankInfo, SkippedFile
 from .compact import CompactBuilder, NeedAnotherPass, constant_columns, trim_heap
@@ -195,24 +195,4 @@ def load_job_streaming(
             continue
         ranks.append(_unpack(out[0]))
         infos.append(out[1])
-    if not ranks:
-        reasons = "; ".join(f"{Path(s.path).name}: {s.reason}" for s in skipped[:3])
-        raise InputError(str(p), f"no usable trace in folder ({reasons})")
-    # as load_job: in a folder, ranks must be distinct (file-name ranks, then order)
-    if len({r.rank for r in ranks}) != len(ranks):
-        for i, (trace, info) in enumerate(zip(ranks, infos)):
-            r = rank_from_name(Path(info.path))
-            trace.rank = r if r is not None else i
-            info.rank, info.rank_source = trace.rank, "file name" if r is not None else "default"
-        if len({r.rank for r in ranks}) != len(ranks):
-            for i, (trace, info) in enumerate(zip(ranks, infos)):
-                trace.rank, info.rank, info.rank_source = i, i, "default"
-    order = sorted(range(len(ranks)), key=lambda i: ranks[i].rank)
-    ranks = [ranks[i] for i in order]
-    infos = [infos[i] for i in order]
-    world = max([i.world_size or 0 for i in infos] + [len(ranks)])
-    info = JobInfo(
-        name=name or (p.name if p.is_dir() else p.name.split(".")[0]),
-        path=str(p), ranks=infos, skipped=skipped, world_size=world,
-    )
-    return Job(info=info, ranks=ranks)
+    return assemble_job(p, name, ranks, infos, skipped)

@@ -61,12 +61,21 @@ def _role(name: str) -> int:
     return r
 
 
+def _codes_of(a: np.ndarray) -> list[int]:
+    """Distinct values of a small-range integer array (thread codes), sorted: np.unique without its
+    hash table, which is slow on millions of values."""
+    if a.size == 0:
+        return []
+    lo = int(a.min())
+    return (np.flatnonzero(np.bincount(a.astype(np.int64) - lo)) + lo).tolist()
+
+
 def _inside(ts, end, dur, tid, idx, outer) -> np.ndarray:
     """features.rank._inside: rows of idx inside the union of `outer` rows on their own thread."""
     keep = np.zeros(idx.size, dtype=bool)
     if idx.size == 0 or outer.size == 0:
         return keep
-    for t in np.unique(tid[outer]).tolist():
+    for t in _codes_of(tid[outer]):
         o = outer[tid[outer] == t]
         u = iv.union(ts[o], end[o])
         sel = tid[idx] == t
@@ -102,7 +111,7 @@ def removable(t: RankTrace) -> np.ndarray:
     fac = np.flatnonzero(cpu & ((roles & R_FACTORY) != 0))
     to_copy = np.flatnonzero(cpu & t.mask_names(lambda s: s == "aten::_to_copy"))
     if fac.size and to_copy.size:
-        for th in np.unique(tid[to_copy]).tolist():
+        for th in _codes_of(tid[to_copy]):
             f = fac[tid[fac] == th]
             if f.size == 0:
                 continue
@@ -117,7 +126,7 @@ def removable(t: RankTrace) -> np.ndarray:
     bw = np.flatnonzero(host & ((roles & R_BW) != 0))
     if bw.size:
         keep_bw = np.ones(bw.size, dtype=bool)
-        for th in np.unique(tid[bw]).tolist():
+        for th in _codes_of(tid[bw]):
             sel = np.flatnonzero(tid[bw] == th)
             order = sel[np.argsort(ts[bw[sel]], kind="stable")]
             e = end[bw[order]]
@@ -129,7 +138,7 @@ def removable(t: RankTrace) -> np.ndarray:
     convs = np.flatnonzero(cpu & t.mask_names(lambda s: s in N.CONV_OPS))
     if convs.size and lay_role.any():
         layer = np.flatnonzero(cpu & t.mask_names(lambda s: s in N.LAYER_OPS))
-        for th in np.unique(tid[convs]).tolist():
+        for th in _codes_of(tid[convs]):
             lay = layer[tid[layer] == th]
             lay = lay[np.argsort(ts[lay], kind="stable")]
             if lay.size == 0:
@@ -166,10 +175,11 @@ def removable(t: RankTrace) -> np.ndarray:
         launchlike = t.mask_names(lambda s: N.is_launch(s) or s in N.SYNC_APIS or s in N.ALLOCATOR_APIS)
         cand = np.flatnonzero(rt & ~launchlike)
         if cand.size:
-            gpu_corr = np.unique(t.correlation[np.flatnonzero(device)])
-            gpu_corr = gpu_corr[gpu_corr != INT_NONE]
+            gpu_corr = np.sort(t.correlation[np.flatnonzero(device)])
             corr = t.correlation[cand]
-            needed = x[cand] & (corr != INT_NONE) & np.isin(corr, gpu_corr)
+            pos = np.clip(np.searchsorted(gpu_corr, corr), 0, max(gpu_corr.size - 1, 0))
+            hit = gpu_corr[pos] == corr if gpu_corr.size else np.zeros(corr.size, dtype=bool)
+            needed = x[cand] & (corr != INT_NONE) & hit
             out[cand[~needed]] = True
     return out
 

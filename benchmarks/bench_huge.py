@@ -1,0 +1,359 @@
+"""Huge-trace benchmark: the streaming path on 2 GB and 5 GB traces, vs raw msgspec and HTA.
+
+    python benchmarks/bench_huge.py                        # 2 GB and 5 GB (about 15 min on 2 cores)
+    python benchmarks/bench_huge.py --sizes 0.2 --no-hta   # quick look
+    python benchmarks/bench_huge.py --source path/to/trace.json.gz   # tile another trace
+
+For each size, benchmarks/gen_trace.py tiles a real trace (default: the corpus's
+hta/ns_resolution_trace, a GPU-dense DDP training trace) into an uncompressed JSON file of that
+size under --dir (default /tmp/zoomer-huge), which is deleted afterwards (--keep keeps it). Then,
+each in a fresh process:
+
+  zoomer          `zoomer_ar.analyze.analyze_path(path, stream=True)`: the streaming load (chunked
+                  scan, typed decoding of slices, compact columns), features, rules and model: the
+                  whole `zoomer-ar analyze` minus writing reports
+  msgspec-slices  the same chunked scan, each slice decoded with the typed msgspec schema and
+                  dropped: the decoding floor of any streaming reader built on msgspec
+  msgspec         `msgspec.json.decode(Path(path).read_bytes())` with the garbage collector off: the
+                  whole document as Python objects (bench_load.py's reference), only where the
+                  projected memory fits (see below)
+  hta             `TraceAnalysis(trace_dir=...)` + `get_temporal_breakdown()`, only where it fits
+
+Measured in each child: wall time of the work (imports excluded), CPU time (user + system, all
+threads, plus the children HTA forks), peak RSS (VmHWM, and the largest child's for HTA).
+"Per core" throughput is JSON bytes over CPU seconds (MB = 1e6 bytes), which is what one core
+sustains whatever else runs on the machine; wall-clock throughput is printed too.
+
+Whole-document tools need memory in proportion to the trace: msgspec and HTA are first run on a
+calibration trace (--calibrate-gb, default 0.2 GB), their peak per byte is extrapolated, and they
+are skipped at sizes whose projected peak exceeds --max-gb (default 20) or 80% of the memory
+available now; the skip and the projection are printed. The targets checked at the end: peak RSS
+under 1 GB and at least 100 MB/s per core for the streaming path, at every size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(REPO))
+
+TARGET_RSS_MB = 1000.0  # "under 1 GB resident" (1 GB = 1000 MB here; 1 GiB would be 1024)
+TARGET_MB_PER_CORE_S = 100.0
+
+
+# ------------------------------------------------------------------------------------------------
+# child: one measurement per process
+# ------------------------------------------------------------------------------------------------
+
+
+def _status_kb(key: str) -> int:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def _cpu(resource, children: bool = False) -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    t = ru.ru_utime + ru.ru_stime
+    if children:
+        rc = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t += rc.ru_utime + rc.ru_stime
+    return t
+
+
+def _child(kind: str, path: str, out: str) -> None:
+    import gc
+    import resource
+
+    result: dict = {"kind": kind}
+    t0 = time.perf_counter()
+    if kind == "zoomer":
+        from zoomer_ar.analyze import analyze_job
+        from zoomer_ar.stream import load_job_streaming
+
+        rss0 = _status_kb("VmRSS")
+        c1, t1 = _cpu(resource), time.perf_counter()
+        job = load_job_streaming(path)
+        t2 = time.perf_counter()
+        analysis = analyze_job(job)
+        t3 = time.perf_counter()
+        meta = job.ranks[0].metadata.get("streamed", {})
+        result.update(load_s=t2 - t1, features_s=t3 - t2, findings=[f.pattern for f in analysis.findings],
+                      events=meta.get("events"), kept=meta.get("kept"), rows=len(job.ranks[0]),
+                      passes=meta.get("passes"), pruned=meta.get("pruned", 0))
+    elif kind == "msgspec-slices":
+        from zoomer_ar.load.schema import EVENTS_DECODER
+        from zoomer_ar.stream.scan import scan
+
+        rss0 = _status_kb("VmRSS")
+        n = [0]
+
+        def consume(view) -> None:
+            n[0] += len(EVENTS_DECODER.decode(view))
+
+        gc.disable()
+        c1, t1 = _cpu(resource), time.perf_counter()
+        scan(Path(path), consume, hash=False)
+        t3 = time.perf_counter()
+        result.update(events=n[0])
+    elif kind == "msgspec":
+        import msgspec
+
+        rss0 = _status_kb("VmRSS")
+        gc.disable()
+        c1, t1 = _cpu(resource), time.perf_counter()
+        doc = msgspec.json.decode(Path(path).read_bytes())
+        t3 = time.perf_counter()
+        result.update(events=len(doc["traceEvents"]))
+    elif kind == "hta":
+        import logging
+
+        logging.disable(logging.WARNING)
+        import warnings
+
+        warnings.simplefilter("ignore")
+        from hta.trace_analysis import TraceAnalysis
+
+        rss0 = _status_kb("VmRSS")
+        c1, t1 = _cpu(resource, True), time.perf_counter()
+        analysis = TraceAnalysis(trace_dir=path)
+        analysis.get_temporal_breakdown(visualize=False)
+        t3 = time.perf_counter()
+        result.update(events=int(sum(len(df) for df in analysis.t.traces.values())))
+    else:
+        raise SystemExit(f"unknown kind {kind}")
+    cpu = _cpu(resource, kind == "hta") - c1
+    children_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    result.update(import_s=t1 - t0, work_s=t3 - t1, cpu_s=cpu, rss_base_mb=rss0 / 1024,
+                  peak_self_mb=_status_kb("VmHWM") / 1024, peak_children_mb=children_kb / 1024)
+    result["peak_mb"] = max(result["peak_self_mb"], result["peak_children_mb"])
+    Path(out).write_text(json.dumps(result))
+    os._exit(0)  # not part of what is measured: tearing down millions of objects
+
+
+# ------------------------------------------------------------------------------------------------
+# parent
+# ------------------------------------------------------------------------------------------------
+
+
+def measure(kind: str, path: Path, timeout: float) -> dict:
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as tmp:
+        out = tmp.name
+    try:
+        t0 = time.perf_counter()
+        proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", kind, str(path), out],
+                              capture_output=True, text=True, timeout=timeout)
+        wall = time.perf_counter() - t0
+        if proc.returncode != 0 or not Path(out).stat().st_size:
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+            return {"error": f"exit {proc.returncode}: {tail[0][:200]}"}
+        r = json.loads(Path(out).read_text())
+        r["process_s"] = wall
+        return r
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s"}
+    finally:
+        Path(out).unlink(missing_ok=True)
+
+
+def mem_available_mb() -> float:
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("inf")
+
+
+def machine() -> dict:
+    cpu = platform.processor() or ""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    versions = {}
+    from importlib.metadata import PackageNotFoundError, version
+
+    for mod in ("msgspec", "numpy", "traceinsight"):
+        try:
+            versions[mod] = version(mod)
+        except PackageNotFoundError:
+            versions[mod] = "absent"
+    return {"cpu": cpu, "cores": os.cpu_count(),
+            "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+            "python": platform.python_version(), **versions}
+
+
+def _row(label: str, r: dict | None, nbytes: int) -> str:
+    if r is None:
+        return f"  {label:<15} skipped"
+    if "error" in r:
+        return f"  {label:<15} failed: {r['error']}"
+    mb = nbytes / 1e6
+    per_core = mb / r["cpu_s"] if r["cpu_s"] > 0 else float("nan")
+    wall = mb / r["work_s"] if r["work_s"] > 0 else float("nan")
+    extra = ""
+    if r["kind"] == "zoomer":
+        extra = (f"  [load {r['load_s']:.1f} s + features/findings {r['features_s']:.1f} s; {r['rows']:,} rows kept "
+                 f"of {r['events']:,} events, {r['passes']} pass(es)]")
+    return (f"  {label:<15} {r['work_s']:8.1f} s  cpu {r['cpu_s']:8.1f} s  {per_core:6.0f} MB/s per core  "
+            f"{wall:6.0f} MB/s wall  peak RSS {r['peak_mb']:7.0f} MB{extra}")
+
+
+def _gen(path: Path, size_gb: float, source: Path | None, synthetic: bool) -> dict:
+    import gen_trace
+
+    if source is None and not synthetic:
+        source = gen_trace.SHARED_TRACES / gen_trace.DEFAULT_SOURCE
+        if not source.is_file():
+            synthetic = True
+    return gen_trace.generate(path, size_gb, source=source, synthetic=synthetic, quiet=True)
+
+
+def _hta_dir(path: Path, root: Path) -> Path:
+    d = root / f"hta-{path.stem}"
+    d.mkdir(parents=True, exist_ok=True)
+    link = d / path.name
+    if not link.exists():
+        link.symlink_to(path)
+    return d
+
+
+def main(argv: list[str] | None = None) -> int:
+    if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--child":
+        _child(*sys.argv[2:5])
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n\n", 1)[1])
+    ap.add_argument("--sizes", default="2,5", help="trace sizes in GB (1e9 bytes of JSON), comma separated")
+    ap.add_argument("--source", type=Path, help="trace to tile (default: gen_trace.py's default source)")
+    ap.add_argument("--synthetic", action="store_true", help="gen_trace.py --synthetic instead of tiling")
+    ap.add_argument("--dir", type=Path, default=Path(os.environ.get("ZOOMER_HUGE_DIR", "/tmp/zoomer-huge")))
+    ap.add_argument("--keep", action="store_true", help="keep the generated traces")
+    ap.add_argument("--no-hta", action="store_true")
+    ap.add_argument("--no-msgspec", action="store_true", help="skip the whole-document msgspec decode")
+    ap.add_argument("--calibrate-gb", type=float, default=0.2, help="trace size for the memory projections")
+    ap.add_argument("--max-gb", type=float, default=20.0, help="skip whole-document tools projected above this")
+    ap.add_argument("--timeout", type=float, default=3600)
+    ap.add_argument("--json", type=Path, help="also write the figures to this JSON file")
+    args = ap.parse_args(argv)
+    sizes = [float(s) for s in args.sizes.split(",") if s.strip()]
+    hta = not args.no_hta
+    if hta:
+        try:
+            import hta as _hta  # noqa: F401
+        except ImportError:
+            print("HTA (traceinsight) not installed: skipped")
+            hta = False
+    args.dir.mkdir(parents=True, exist_ok=True)
+    free_gb = shutil.disk_usage(args.dir).free / 1e9
+    need_gb = max(sizes) + args.calibrate_gb + 0.5
+    if free_gb < need_gb:
+        print(f"{args.dir}: {free_gb:.1f} GB free, {need_gb:.1f} GB needed")
+        return 2
+    info = {"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "command": "python benchmarks/bench_huge.py " + " ".join(sys.argv[1:] if argv is None else argv),
+            "machine": machine(), "loadavg_start": os.getloadavg()[0], "sizes": {}}
+    m = info["machine"]
+    print(f"Zoomer AR huge-trace benchmark - {info['date']}")
+    print(f"machine: {m['cpu']}, {m['cores']} cores, {m['memory_gb']} GB RAM; Python {m['python']}, msgspec "
+          f"{m['msgspec']}, numpy {m['numpy']}, traceinsight (HTA) {m['traceinsight']}")
+    print(f"command: {info['command']}")
+    print(f"load average at start: {info['loadavg_start']:.2f} on {m['cores']} cores (CPU-time figures are per core "
+          "and hold under load better than wall-clock ones)")
+
+    # calibration: peak RSS per JSON byte of the whole-document tools
+    per_byte: dict[str, float] = {}
+    whole = ([] if args.no_msgspec else ["msgspec"]) + (["hta"] if hta else [])
+    if whole and args.calibrate_gb > 0:
+        cal = args.dir / f"calibrate_{args.calibrate_gb:g}gb.json"
+        meta = _gen(cal, args.calibrate_gb, args.source, args.synthetic)
+        print(f"\ncalibration trace {cal.name}: {meta['bytes'] / 1e9:.2f} GB")
+        for kind in whole:
+            target = _hta_dir(cal, args.dir) if kind == "hta" else cal
+            r = measure(kind, target, args.timeout)
+            if "error" in r:
+                print(f"  {kind}: failed on the calibration trace: {r['error']}")
+                continue
+            per_byte[kind] = (r["peak_mb"] - r["rss_base_mb"]) / meta["bytes"]
+            print(f"  {kind:<8} peak {r['peak_mb']:6.0f} MB -> {per_byte[kind] * 1e6:.1f} MB of memory per MB of JSON")
+        if not args.keep:
+            cal.unlink(missing_ok=True)
+            cal.with_name(cal.name + ".meta").unlink(missing_ok=True)
+            shutil.rmtree(args.dir / f"hta-{cal.stem}", ignore_errors=True)
+
+    verdicts = []
+    for size in sizes:
+        path = args.dir / f"huge_{size:g}gb.json"
+        t0 = time.perf_counter()
+        meta = _gen(path, size, args.source, args.synthetic)
+        nbytes = meta["bytes"]
+        print(f"\n{path.name}: {nbytes / 1e9:.2f} GB, {meta['events']:,} events, tiled from "
+              f"{Path(meta['source']).name} (generated in {time.perf_counter() - t0:.0f} s)")
+        with path.open("rb") as fh:  # the page cache, warmed the same way for everyone
+            while fh.read(64 << 20):
+                pass
+        res: dict = {"bytes": nbytes, "events": meta["events"], "source": meta["source"]}
+        for kind in ("zoomer", "msgspec-slices"):
+            res[kind] = measure(kind, path, args.timeout)
+            print(_row(kind, res[kind], nbytes), flush=True)
+        for kind in whole:
+            projected_mb = per_byte.get(kind, float("nan")) * nbytes
+            limit_mb = min(args.max_gb * 1000, 0.8 * mem_available_mb())
+            if not projected_mb <= limit_mb:
+                res[kind] = {"skipped": f"projected peak {projected_mb / 1000:.1f} GB > {limit_mb / 1000:.1f} GB"}
+                print(f"  {kind:<15} skipped: projected peak {projected_mb / 1000:.1f} GB, above "
+                      f"{limit_mb / 1000:.1f} GB (--max-gb {args.max_gb:g}, or 80% of the memory available now)")
+                continue
+            target = _hta_dir(path, args.dir) if kind == "hta" else path
+            res[kind] = measure(kind, target, args.timeout)
+            print(_row(kind, res[kind], nbytes), flush=True)
+        z = res["zoomer"]
+        if "error" not in z:
+            per_core = nbytes / 1e6 / z["cpu_s"]
+            ok_mem, ok_cpu = z["peak_mb"] < TARGET_RSS_MB, per_core >= TARGET_MB_PER_CORE_S
+            verdicts.append((size, z["peak_mb"], per_core, ok_mem, ok_cpu))
+            dec = res["msgspec-slices"]
+            if "error" not in dec:
+                print(f"  streaming analysis / typed decode alone: {z['cpu_s'] / dec['cpu_s']:.2f}x the CPU time")
+        info["sizes"][f"{size:g}"] = res
+        if not args.keep:
+            path.unlink(missing_ok=True)
+            path.with_name(path.name + ".meta").unlink(missing_ok=True)
+            shutil.rmtree(args.dir / f"hta-{path.stem}", ignore_errors=True)
+
+    print("\nTargets (streaming path): peak RSS < 1 GB, >= 100 MB/s per core")
+    for size, peak, per_core, ok_mem, ok_cpu in verdicts:
+        print(f"  {size:g} GB: peak RSS {peak:.0f} MB {'PASS' if ok_mem else 'FAIL'}; "
+              f"{per_core:.0f} MB/s per core {'PASS' if ok_cpu else 'FAIL'}")
+    info["loadavg_end"] = os.getloadavg()[0]
+    print(f"load average at end: {info['loadavg_end']:.2f}")
+    if args.json:
+        args.json.write_text(json.dumps(info, indent=1) + "\n")
+    return 0 if all(v[3] and v[4] for v in verdicts) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
