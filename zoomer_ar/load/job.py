@@ -211,30 +211,7 @@ def load_job(
             continue
         ranks.append(trace)
         infos.append(info)
-    if not ranks:
-        reasons = "; ".join(f"{Path(s.path).name}: {s.reason}" for s in skipped[:3])
-        raise InputError(str(p), f"no usable trace in folder ({reasons})")
-    # In a folder, ranks must be distinct: fall back to file-name ranks, then to order.
-    if len({r.rank for r in ranks}) != len(ranks):
-        for i, (trace, info) in enumerate(zip(ranks, infos)):
-            r = rank_from_name(Path(info.path))
-            trace.rank = r if r is not None else i
-            info.rank, info.rank_source = trace.rank, "file name" if r is not None else "default"
-        if len({r.rank for r in ranks}) != len(ranks):
-            for i, (trace, info) in enumerate(zip(ranks, infos)):
-                trace.rank, info.rank, info.rank_source = i, i, "default"
-    order = sorted(range(len(ranks)), key=lambda i: ranks[i].rank)
-    ranks = [ranks[i] for i in order]
-    infos = [infos[i] for i in order]
-    world = max([i.world_size or 0 for i in infos] + [len(ranks)])
-    info = JobInfo(
-        name=name or (p.name if p.is_dir() else p.name.split(".")[0]),
-        path=str(p),
-        ranks=infos,
-        skipped=skipped,
-        world_size=world,
-    )
-    return Job(info=info, ranks=ranks)
+    return assemble_job(p, name, ranks, infos, skipped)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -490,3 +467,34 @@ def stream_trace(
             reader.join()
         if gc_was_enabled:
             gc.enable()
+
+
+def assemble_job(
+    p: Path, name: str | None, ranks: list[RankTrace], infos: list[RankInfo], skipped: list[SkippedFile]
+) -> Job:
+    """One Job from the loaded ranks of a file or folder (shared by the in-memory and streaming paths).
+
+    In a folder, ranks must be distinct: fall back to file-name ranks, then to order."""
+    if not ranks:
+        reasons = "; ".join(f"{Path(s.path).name}: {s.reason}" for s in skipped[:3])
+        raise InputError(str(p), f"no usable trace in folder ({reasons})")
+    if len({r.rank for r in ranks}) != len(ranks):
+        for i, (trace, info) in enumerate(zip(ranks, infos)):
+            r = rank_from_name(Path(info.path))
+            trace.rank = r if r is not None else i
+            info.rank, info.rank_source = trace.rank, "file name" if r is not None else "default"
+        if len({r.rank for r in ranks}) != len(ranks):
+            for i, (trace, info) in enumerate(zip(ranks, infos)):
+                trace.rank, info.rank, info.rank_source = i, i, "default"
+    order = sorted(range(len(ranks)), key=lambda i: ranks[i].rank)
+    ranks = [ranks[i] for i in order]
+    infos = [infos[i] for i in order]
+    world = max([i.world_size or 0 for i in infos] + [len(ranks)])
+    info = JobInfo(
+        name=name or (p.name if p.is_dir() else p.name.split(".")[0]),
+        path=str(p),
+        ranks=infos,
+        skipped=skipped,
+        world_size=world,
+    )
+    return Job(info=info, ranks=ranks)
