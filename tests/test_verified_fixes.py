@@ -8,9 +8,9 @@ repository holding a copy of the scenario folder:
 2. `git apply --check` and `git apply` the patch; running the fix stage again over the patched
    tree with the same patterns changes nothing (idempotent);
 3. record the patched program and analyse it: the planted finding is gone;
-4. step time is not worse: median ProfilerStep time after <= 1.25 x before (+0.5 ms), on a
-   noisy shared CPU, with up to two re-measurements before failing. It is measured with the
-   planted pattern's fix alone: analyze's patch also fixes incidental findings (every fp32 program has fp32 GEMMs,
+4. step time is not worse: median ProfilerStep time after <= 1.25 x before (+0.5 ms) for a
+   before/after pair recorded back to back (load on a shared box drifts within seconds), with up
+   to two more pairs before failing. It is measured with the planted pattern's fix alone: analyze's patch also fixes incidental findings (every fp32 program has fp32 GEMMs,
    and bf16 autocast is *slower* on a CPU without native bf16), which would blur the check.
 
 Where the fix cannot show on a CPU the step-time check is skipped, with the reason in CASES:
@@ -68,24 +68,32 @@ def test_every_planted_scenario_has_a_case():
     assert set(PLANTED) == set(CASES)
 
 
-def _not_worse(src: Path, entry: dict, before: list[float], after: list[float], tmp: Path) -> None:
-    """after <= TOLERANCE x before + SLACK_MS on median step times; machine load only ever slows
-    a run down, so on failure up to two more before/after pairs are recorded back to back and the
-    fastest run of each side counts."""
-    bs, as_ = [B.median(before)], [B.median(after)]
+def _not_worse(src: Path, entry: dict, after: Path, tmp: Path) -> None:
+    """after <= TOLERANCE x before + SLACK_MS on median step times of a before/after pair recorded
+    back to back (``after`` was just recorded; a before run follows it). Load on a shared box
+    drifts within seconds and only ever slows a run down, so on failure up to two more pairs are
+    recorded (alternating the order) and the check passes if any pair does."""
     path = src / entry["file"]
     fixed = path.read_text()
     original = B.git(src, "show", f"HEAD:{entry['file']}").stdout
-    for attempt in range(2):
-        if min(as_) <= TOLERANCE * min(bs) + SLACK_MS:
+    pairs: list[tuple[float, float]] = []
+    for attempt in range(3):
+        if attempt:
+            path.write_text(fixed)
+            order = ("before", "after") if attempt % 2 else ("after", "before")
+        else:
+            order = ("before",)
+        runs = {"after": B.median(B.step_ms(after))} if not attempt else {}
+        for label in order:
+            path.write_text(original if label == "before" else fixed)
+            runs[label] = B.median(B.step_ms(B.record(src, entry["file"], tmp / f"{label}-timing-{attempt}", steps=STEPS)))
+        pairs.append((runs["before"], runs["after"]))
+        if runs["after"] <= TOLERANCE * runs["before"] + SLACK_MS:
+            path.write_text(fixed)
             return
-        for label, text, into in (("after", fixed, as_), ("before", original, bs)):
-            path.write_text(text)
-            trace = B.record(src, entry["file"], tmp / f"{label}-again-{attempt}", steps=STEPS)
-            into.append(B.median(B.step_ms(trace)))
     path.write_text(fixed)
-    b, a = min(bs), min(as_)
-    assert a <= TOLERANCE * b + SLACK_MS, f"step time {b:.2f} ms -> {a:.2f} ms (run medians before {bs}, after {as_})"
+    shown = ", ".join(f"{b:.2f} -> {a:.2f}" for b, a in pairs)
+    pytest.fail(f"step time worse than {TOLERANCE}x + {SLACK_MS} ms in every before/after pair (ms): {shown}")
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -140,9 +148,7 @@ def test_fix_is_verified_on_a_new_recording(name, tmp_path):
     if not case["timing"]:
         return
     planted_only = B.planted_fix(original, pattern)
-    if planted_only == patched:
-        after_steps = B.step_ms(after)
-    else:
+    if planted_only != patched:
         (src / program).write_text(planted_only)
-        after_steps = B.step_ms(B.record(src, program, tmp_path / "after-planted-only", steps=STEPS))
-    _not_worse(src, entry, B.step_ms(before), after_steps, tmp_path)
+        after = B.record(src, program, tmp_path / "after-planted-only", steps=STEPS)
+    _not_worse(src, entry, after, tmp_path)
