@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from zoomer_ar.analyze import analyze_path
 from zoomer_ar.cli import main
 from zoomer_ar.errors import InputError
 from zoomer_ar.load import load_job
@@ -29,11 +30,19 @@ NS = SHARED_TRACES / "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.tra
 DLRM = SHARED_TRACES / "param/dlrm_8ranks"
 
 
-def events_of(path: Path) -> list[dict]:
+def json_of(path: Path) -> bytes:
     data = path.read_bytes()
     if data[:2] == b"\x1f\x8b":
-        data = gzip.decompress(data)
-    doc = json.loads(data)
+        return gzip.decompress(data)
+    if data[:4] == b"\x28\xb5\x2f\xfd":
+        import zstandard
+
+        return zstandard.ZstdDecompressor().stream_reader(data).read()
+    return data
+
+
+def events_of(path: Path) -> list[dict]:
+    doc = json.loads(json_of(path))
     return doc["traceEvents"] if isinstance(doc, dict) else doc
 
 
@@ -41,13 +50,13 @@ def assert_valid(path: Path) -> None:
     """Chrome trace structure (Perfetto) and this tool loads it."""
     n, problems = check_trace(path)
     assert not problems, f"{path}: {problems[:3]}"
-    doc = json.loads(gzip.decompress(path.read_bytes()) if path.read_bytes()[:2] == b"\x1f\x8b" else path.read_bytes())
+    doc = json.loads(json_of(path))
     assert isinstance(doc, dict) and isinstance(doc["traceEvents"], list) and len(doc["traceEvents"]) == n
     for e in doc["traceEvents"]:
         assert "ph" in e and "pid" in e
         if e["ph"] != "M":
             assert "ts" in e and "tid" in e
-    load_job(path)
+    analyze_path(path)  # this tool reads it (zstd files take the streaming path)
 
 
 def test_slice_steps(tmp_path, shared_traces):

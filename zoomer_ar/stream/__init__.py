@@ -43,7 +43,7 @@ def json_size_estimate(path: Path) -> int:
 
 
 def job_size_estimate(path: str | Path) -> int:
-    from ..load.job import is_trace_file
+    from .source import is_trace_file
 
     p = Path(path)
     if p.is_dir():
@@ -60,7 +60,24 @@ def should_stream(path: str | Path, limit: int | None = None) -> bool:
     if forced in ("0", "false", "no", "off"):
         return False
     limit = threshold() if limit is None else limit
+    if _any_zstd(path):
+        return True  # the in-memory loader reads plain and gzip JSON only
     return job_size_estimate(path) > limit
+
+
+def _any_zstd(path: str | Path) -> bool:
+    from .source import is_trace_file
+
+    p = Path(path)
+    files = [f for f in p.iterdir() if is_trace_file(f)] if p.is_dir() else [p]
+    for f in files:
+        try:
+            with f.open("rb") as fh:
+                if fh.read(4) == b"\x28\xb5\x2f\xfd":
+                    return True
+        except OSError:
+            continue
+    return False
 
 
 __all__ = ["DEFAULT_THRESHOLD", "job_size_estimate", "load_job_streaming", "load_rank", "should_stream",

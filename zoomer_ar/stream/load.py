@@ -20,14 +20,14 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..load.columns import RankTrace
-from ..load.job import Job, _accelerator, _schema, assemble_job, is_trace_file, load_trace, rank_from_name
+from ..load.job import Job, _accelerator, _schema, assemble_job, load_trace, rank_from_name
 from ..load.reader import Progress
-from ..models import JobInfo, RankInfo, SkippedFile
+from ..models import RankInfo, SkippedFile
 from .compact import CompactBuilder, NeedAnotherPass, constant_columns, trim_heap
 from .frames import add_frames
 from .prune import prune
 from .scan import SLICE, scan
-from .source import CHUNK, StreamError
+from .source import CHUNK, StreamError, is_trace_file
 
 MAX_PASSES = 3
 PRUNE_ROWS = 1_000_000  # compact rows above which prune.py drops those no feature can select

@@ -24,6 +24,12 @@ except ImportError:  # pragma: no cover - depends on the environment
     zstandard = None
 
 
+def is_trace_file(p: Path) -> bool:
+    """load.job.is_trace_file, plus zstd files (.zst), which only the streaming reader reads."""
+    n = p.name.lower()
+    return p.is_file() and n.endswith((".json", ".json.gz", ".gz", ".zst", ".zstd"))
+
+
 class StreamError(Exception):
     """The file cannot be streamed (unreadable, corrupt, truncated, not JSON of the expected shape).
 

@@ -21,10 +21,10 @@ import msgspec
 import numpy as np
 
 from ..errors import InputError
-from ..load.job import is_trace_file, rank_from_name
+from ..load.job import rank_from_name
 from ..stream.compact import NsCounter
 from ..stream.scan import ScanResult, scan
-from ..stream.source import ChunkReader, StreamError
+from ..stream.source import ChunkReader, StreamError, is_trace_file
 from .io import Lite, TraceWriter, _Sink, compression_for, decode_top, encode_head, read_events
 
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
