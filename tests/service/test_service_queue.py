@@ -155,24 +155,33 @@ def _claimer(url: str, name: str, out, stop_after: float, barrier) -> None:
 
 
 def test_concurrent_claimers_in_processes_take_each_job_once(db_url):
-    """Four processes drain 40 jobs: every job is claimed and completed exactly once (SKIP LOCKED on PostgreSQL)."""
+    """Four processes drain the queue: every job is claimed and completed exactly once (SKIP LOCKED on
+    PostgreSQL). Exactly-once is asserted on every round; that the claimers really overlapped is a
+    property of scheduling on a loaded 2-core machine, so a round where one process happened to drain
+    everything is repeated (up to 3 rounds) before that check fails."""
     engine = open_store(db_url)
-    ids = _jobs(engine, 40)
     ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    barrier = ctx.Barrier(4)
-    procs = [ctx.Process(target=_claimer, args=(db_url, f"p{i}", out, 120, barrier)) for i in range(4)]
-    for p in procs:
-        p.start()
-    results = [out.get(timeout=180) for _ in procs]
-    for p in procs:
-        p.join(timeout=60)
-    claimed = [j for _, got in results for j in got]
-    assert sorted(claimed) == sorted(ids), "each job claimed exactly once"
-    assert sum(1 for _, got in results if got) >= 2, "the claimers ran concurrently"
+    busy, total = 0, 0
+    for _round in range(3):
+        ids = _jobs(engine, 60)
+        total += len(ids)
+        out = ctx.Queue()
+        barrier = ctx.Barrier(4)
+        procs = [ctx.Process(target=_claimer, args=(db_url, f"p{i}", out, 120, barrier)) for i in range(4)]
+        for p in procs:
+            p.start()
+        results = [out.get(timeout=180) for _ in procs]
+        for p in procs:
+            p.join(timeout=60)
+        claimed = [j for _, got in results for j in got]
+        assert sorted(claimed) == sorted(ids), "each job claimed exactly once"
+        busy = sum(1 for _, got in results if got)
+        if busy >= 2:
+            break
+    assert busy >= 2, "the claimers ran concurrently"
     with read_session(engine) as s:
         states = dict(s.execute(select(ServiceJob.state, func.count()).group_by(ServiceJob.state)).all())
-        assert states == {"done": 40}
+        assert states == {"done": total}
         assert s.execute(select(func.max(ServiceJob.attempts))).scalar_one() == 1
 
 
