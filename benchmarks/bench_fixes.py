@@ -12,10 +12,9 @@ scenario folder:
    alike; the *measured* gain is median(before step medians) - median(after step medians).
 
 Step times are the ProfilerStep durations of the recorded traces (the same instrument the
-prediction comes from). A table is printed; `--json` writes the figures. For a program whose
-planted pattern has no fix (misaligned_gemm: report only) the "after" runs are its hand-made
-clean twin (sizes padded to multiples of 64, a different model), marked as such; `--no-twins`
-lists it without measurements.
+prediction comes from). A table is printed; `--json` writes the figures. Should a planted
+pattern have no fix, the "after" runs are its hand-made clean twin, marked as such (`--no-twins`
+lists it without measurements); today every planted pattern has one.
 
     python benchmarks/bench_fixes.py                         # all planted scenarios, 3 rounds
     python benchmarks/bench_fixes.py --only extra_copy,sync_point --repeat 5 --steps 10
@@ -119,12 +118,14 @@ def analyze(trace_dir: Path):
     return analyze_path(trace_dir)
 
 
-def analyze_with_source(trace_dir: Path, src: Path, out: Path):
-    """`zoomer-ar analyze TRACE --source SRC --out OUT`: (Analysis from findings.json, patch.diff or None)."""
+def analyze_with_source(trace_dir: Path, src: Path, out: Path, fix_select: str | None = None):
+    """`zoomer-ar analyze TRACE --source SRC --out OUT [--fix-select IDS]`: (Analysis from
+    findings.json, patch.diff or None)."""
     from zoomer_ar.cli import main
     from zoomer_ar.models import Analysis
 
-    rc = main(["analyze", str(trace_dir), "--source", str(src), "--out", str(out), "--no-progress"])
+    argv = ["analyze", str(trace_dir), "--source", str(src), "--out", str(out), "--no-progress"]
+    rc = main(argv + (["--fix-select", fix_select] if fix_select else []))
     if rc not in (0, None):
         raise RuntimeError(f"zoomer-ar analyze exited {rc}")
     analysis = Analysis.model_validate(json.loads((out / "findings.json").read_text()))
@@ -132,9 +133,11 @@ def analyze_with_source(trace_dir: Path, src: Path, out: Path):
     return analysis, (patch if patch.is_file() else None)
 
 
-def patch_patterns(analysis) -> list[str]:
-    """The pattern ids `analyze --source` builds its patch from (findings that name fixers)."""
-    return sorted({f.pattern for f in analysis.findings if f.fixers})
+def patch_selection(analysis, fix_select: str | None = None) -> list[str]:
+    """The fixers `analyze --source [--fix-select IDS]` builds its patch with."""
+    from zoomer_ar.analyze_cli import patch_fixers
+
+    return patch_fixers(analysis.findings, fix_select)[0]
 
 
 def finding(analysis, pattern: str):

@@ -95,6 +95,7 @@ def _reads(node: cst.CSTNode) -> set[str]:
 class CpuAutocast(Fixer):
     pattern = "fp32-matmul"
     name = "cpu-autocast"
+    opt_in = True
     summary = "CPU training step with float32 matmuls: run the forward pass and loss under torch.autocast('cpu', dtype=torch.bfloat16)"
     explanation = """\
 ## What it does
@@ -114,6 +115,13 @@ float32 GEMMs (`aten::addmm`/`aten::mm` with float inputs: `fp32-matmul` in the 
 plain FP32 path. On CPUs with native bfloat16 (AVX512_BF16, AMX: Intel Cooper Lake, Sapphire
 Rapids and newer, AMD Zen 4 and newer) bf16 GEMMs under autocast run several times faster;
 autocast keeps precision-sensitive ops (losses, softmax, reductions) in float32.
+
+## Why it is opt-in
+Whether bf16 pays off on a CPU depends on the CPU, which the trace does not record: with
+AVX512_BF16 or AMX the GEMMs run natively and faster; without them they are emulated, and on
+this project's 2-core Xeon (AVX-512, no AVX512_BF16/AMX) the step took about twice as long
+(docs/verified-fixes.md). `analyze --source` therefore leaves it out of `patch.diff` unless it
+is asked for (`--fix-select cpu-autocast`); `zoomer-ar fix --select cpu-autocast` applies it.
 
 ## Caveats
 Numerics change: bf16 keeps 8 bits of mantissa inside the autocast region (that is the fix; the

@@ -54,3 +54,34 @@ def test_unparsable_source_keeps_frame_line(tmp_path):
     analysis = map_sources(analyze_path(EXAMPLES / "sync_point"), tmp_path)
     f = next(f for f in analysis.findings if f.pattern == "sync-point")
     assert f.evidence.frames[0].resolved_path == "sync_point.py"
+
+
+def _patch(tmp_path: Path, capsys, name: str, *extra: str) -> tuple[str, str]:
+    out = tmp_path / f"out-{len(extra)}"
+    rc = main(["analyze", str(EXAMPLES / name), "--source", str(SCEN), "--out", str(out), "--no-progress", *extra])
+    assert rc in (0, None)
+    patch = out / "patch.diff"
+    return (patch.read_text() if patch.is_file() else ""), capsys.readouterr().out
+
+
+def test_misaligned_gemm_patch_pads_the_planted_sizes(tmp_path, capsys):
+    diff, _ = _patch(tmp_path, capsys, "misaligned_gemm")
+    assert "-IN_FEATURES, HIDDEN, BATCH = 1001, 999, 63" in diff
+    assert "+IN_FEATURES, HIDDEN, BATCH = 1008, 1000, 64" in diff
+    assert "CLASSES = 64" not in [l[1:] for l in diff.splitlines() if l.startswith(("+", "-"))]
+
+
+def test_opt_in_autocast_stays_out_of_the_default_patch(tmp_path, capsys):
+    diff, out = _patch(tmp_path, capsys, "fp32_matmul")
+    assert "torch.autocast" not in diff
+    assert "opt-in fixes left out of patch.diff: cpu-autocast" in out
+    diff, out = _patch(tmp_path, capsys, "fp32_matmul", "--fix-select", "cpu-autocast")
+    assert '+    with torch.autocast("cpu", dtype=torch.bfloat16):' in diff
+    assert "left out" not in out
+
+
+def test_unknown_fix_select_is_a_one_line_error(tmp_path, capsys):
+    rc = main(["analyze", str(EXAMPLES / "fp32_matmul"), "--source", str(SCEN), "--out", str(tmp_path),
+               "--no-progress", "--fix-select", "no-such-fixer"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "no-such-fixer" in err and len(err.splitlines()) == 1

@@ -44,7 +44,26 @@ def _progress_factory(enabled: bool):
     return factory
 
 
-def write_fix_outputs(analysis, target: Path, source_dir: Path | None, trace_path: Path) -> dict[str, Path]:
+def patch_fixers(findings, fix_select: str | None = None) -> tuple[list[str], list[str]]:
+    """(fixers patch.diff runs, opt-in fixers held back): every non-opt-in fixer of a finding's
+    pattern, plus what ``--fix-select`` names (fixer names or pattern ids, opt-in ones included)."""
+    from .fix.engine import split_ids
+    from .fix.registry import load_registry
+
+    reg = load_registry()
+    explicit = {f.name for f in reg.resolve(split_ids(fix_select))} if fix_select else set()
+    chosen, held = set(explicit), set()
+    for pattern in {f.pattern for f in findings if f.fixers}:
+        for fixer in reg.by_pattern(pattern):
+            if not fixer.opt_in:
+                chosen.add(fixer.name)
+            elif fixer.name not in explicit:
+                held.add(fixer.name)
+    return sorted(chosen), sorted(held)
+
+
+def write_fix_outputs(analysis, target: Path, source_dir: Path | None, trace_path: Path,
+                      fix_select: str | None = None) -> dict[str, Path]:
     """patch.diff (with --source), relaunch.yaml and optimize.ipynb beside the reports."""
     from .notebook import notebook_json
     from .relaunch import render_spec, spec_from_analysis
@@ -55,8 +74,8 @@ def write_fix_outputs(analysis, target: Path, source_dir: Path | None, trace_pat
     if source_dir is not None:
         from .fix.api import run_directory
 
-        patterns = sorted({f.pattern for f in analysis.findings if f.fixers})
-        diff = run_directory(source_dir, select=patterns).diff_bytes() if patterns else b""
+        names, _held = patch_fixers(analysis.findings, fix_select)
+        diff = run_directory(source_dir, select=names).diff_bytes() if names else b""
         if diff:
             target.mkdir(parents=True, exist_ok=True)
             (target / "patch.diff").write_bytes(diff)
@@ -106,6 +125,8 @@ def _recorded_argv(trace_path: Path) -> list[str] | None:
 @click.option("--name", default=None, help="Job name (default: the file or folder name).")
 @click.option("--source", "source_dir", type=click.Path(path_type=Path), default=None,
               help="The training code: map findings to source lines.")
+@click.option("--fix-select", default=None, metavar="IDS",
+              help="Also apply these fixers (names or pattern ids, comma-separated) in patch.diff, opt-in ones included.")
 @click.option("--no-files", is_flag=True, help="Print only; write no report files.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar on long loads (default: when stderr is a terminal).")
 # --- hook (docs/huge-traces.md): streaming path and annotated trace
@@ -115,10 +136,12 @@ def _recorded_argv(trace_path: Path) -> list[str] | None:
               help="Write the trace with markers at each finding's worst events (e.g. OUT.json.gz; Perfetto).")
 # --- end hook
 @record_options
-def analyze(path: Path, out_dir: Path | None, fmt: str, name: str | None, source_dir: Path | None, no_files: bool,
-            progress: bool | None, stream: bool | None = None, annotate_out: Path | None = None, **store_opts) -> None:
+def analyze(path: Path, out_dir: Path | None, fmt: str, name: str | None, source_dir: Path | None,
+            fix_select: str | None, no_files: bool, progress: bool | None, stream: bool | None = None, annotate_out: Path | None = None, **store_opts) -> None:
     """Analyse a Kineto trace (a .json/.json.gz file, or a folder of per-rank files as one job)."""
     show = sys.stderr.isatty() if progress is None else progress
+    if fix_select:  # an unknown id is a one-line error before any work
+        patch_fixers([], fix_select)
     analysis = analyze_path(path, name=name, progress_factory=_progress_factory(show), stream=stream)
     if source_dir is not None:
         from .sourcemap import map_sources
@@ -128,7 +151,7 @@ def analyze(path: Path, out_dir: Path | None, fmt: str, name: str | None, source
     if not no_files:
         target = out_dir or Path("zoomer-out") / analysis.job.name
         written = write_outputs(analysis, target)
-        written.update(write_fix_outputs(analysis, target, source_dir, path))
+        written.update(write_fix_outputs(analysis, target, source_dir, path, fix_select))
     if annotate_out is not None:  # hook (zoomer_ar/annotate.py)
         from .annotate import annotate
 
@@ -143,6 +166,10 @@ def analyze(path: Path, out_dir: Path | None, fmt: str, name: str | None, source
         click.echo(render_text(analysis), nl=False)
         if not no_files:
             click.echo(f"\nwrote {', '.join(str(p) for p in written.values())}")
+            held = patch_fixers(analysis.findings, fix_select)[1] if source_dir is not None else []
+            if held:
+                click.echo(f"opt-in fixes left out of patch.diff: {', '.join(held)} (add them with --fix-select; "
+                           "docs/fixers.md says why each is opt-in)")
 
 
 commands = [analyze]

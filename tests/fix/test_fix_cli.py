@@ -175,7 +175,7 @@ def test_list_fixers(capsys):
     rc = main(["fix", "--list", "--format", "json"])
     fixers = json.loads(capsys.readouterr().out)
     assert rc == 0
-    assert {f["name"] for f in fixers if f["opt_in"]} == {"torch-compile", "ddp-bucket-view"}
+    assert {f["name"] for f in fixers if f["opt_in"]} == {"torch-compile", "ddp-bucket-view", "cpu-autocast"}
 
 
 def test_entry_point_never_prints_a_traceback(tmp_path):
