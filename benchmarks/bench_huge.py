@@ -256,7 +256,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-msgspec", action="store_true", help="skip the whole-document msgspec decode")
     ap.add_argument("--calibrate-gb", type=float, default=0.2, help="trace size for the memory projections")
     ap.add_argument("--max-gb", type=float, default=20.0, help="skip whole-document tools projected above this")
-    ap.add_argument("--timeout", type=float, default=3600)
+    ap.add_argument("--timeout", type=float, default=3600, help="seconds per measurement")
+    ap.add_argument("--hta-timeout", type=float, default=1200,
+                    help="seconds for HTA at the benchmark sizes (its add_iteration is O(events x steps))")
     ap.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     args = ap.parse_args(argv)
     sizes = [float(s) for s in args.sizes.split(",") if s.strip()]
@@ -298,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {kind}: failed on the calibration trace: {r['error']}")
                 continue
             per_byte[kind] = (r["peak_mb"] - r["rss_base_mb"]) / meta["bytes"]
-            print(f"  {kind:<8} peak {r['peak_mb']:6.0f} MB -> {per_byte[kind] * 1e6:.1f} MB of memory per MB of JSON")
+            print(f"  {kind:<8} peak {r['peak_mb']:6.0f} MB -> {per_byte[kind] * 1e6:.1f} MB of memory per MB of JSON"
+                  f"  ({r['work_s']:.1f} s, {meta['bytes'] / 1e6 / r['work_s']:.1f} MB/s)")
         if not args.keep:
             cal.unlink(missing_ok=True)
             cal.with_name(cal.name + ".meta").unlink(missing_ok=True)
@@ -328,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{limit_mb / 1000:.1f} GB (--max-gb {args.max_gb:g}, or 80% of the memory available now)")
                 continue
             target = _hta_dir(path, args.dir) if kind == "hta" else path
-            res[kind] = measure(kind, target, args.timeout)
+            res[kind] = measure(kind, target, args.hta_timeout if kind == "hta" else args.timeout)
             print(_row(kind, res[kind], nbytes), flush=True)
         z = res["zoomer"]
         if "error" not in z:
