@@ -121,7 +121,9 @@ Whether bf16 pays off on a CPU depends on the CPU, which the trace does not reco
 AVX512_BF16 or AMX the GEMMs run natively and faster; without them they are emulated, and on
 this project's 2-core Xeon (AVX-512, no AVX512_BF16/AMX) the step took about twice as long
 (docs/verified-fixes.md). `analyze --source` therefore leaves it out of `patch.diff` unless it
-is asked for (`--fix-select cpu-autocast`); `zoomer-ar fix --select cpu-autocast` applies it.
+is asked for (`--fix-select cpu-autocast`) or the capture helper's `job.json` records a CPU with
+native bf16 (`cpu.native_bf16`, from the `avx512_bf16`/`amx_bf16`/`bf16` CPU flags);
+`zoomer-ar fix --select cpu-autocast` applies it.
 
 ## Caveats
 Numerics change: bf16 keeps 8 bits of mantissa inside the autocast region (that is the fix; the

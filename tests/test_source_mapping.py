@@ -85,3 +85,31 @@ def test_unknown_fix_select_is_a_one_line_error(tmp_path, capsys):
                "--no-progress", "--fix-select", "no-such-fixer"])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and "no-such-fixer" in err and len(err.splitlines()) == 1
+
+
+def test_job_facts_unlock_cpu_autocast_on_a_bf16_cpu(tmp_path, capsys):
+    """cpu-autocast is opt-in because bf16 is emulated on CPUs without AVX512_BF16/AMX; the capture
+    helper records the CPU in job.json, and a CPU with native bf16 gets the fix by default."""
+    import shutil
+
+    from zoomer_ar.capture import cpu_facts
+
+    trace = tmp_path / "fp32_matmul"
+    shutil.copytree(EXAMPLES / "fp32_matmul", trace)
+    job = json.loads((trace / "job.json").read_text())
+    job["cpu"] = cpu_facts("model name\t: Xeon\nflags\t\t: fpu avx512f avx512_bf16 amx_tile amx_bf16\n")
+    assert job["cpu"] == {"model": "Xeon", "native_bf16": True, "bf16_flags": ["amx_bf16", "avx512_bf16"]}
+    (trace / "job.json").write_text(json.dumps(job))
+    out_dir = tmp_path / "out"
+    rc = main(["analyze", str(trace), "--source", str(SCEN), "--out", str(out_dir), "--no-progress"])
+    assert rc in (0, None)
+    assert "torch.autocast" in (out_dir / "patch.diff").read_text()
+    assert "opt-in fix cpu-autocast included: job.json records cpu.native_bf16 = true" in capsys.readouterr().out
+    # and without native bf16 it stays out
+    job["cpu"] = cpu_facts("model name\t: Xeon\nflags\t\t: fpu avx512f\n")
+    assert job["cpu"]["native_bf16"] is False
+    (trace / "job.json").write_text(json.dumps(job))
+    out_dir = tmp_path / "out2"
+    main(["analyze", str(trace), "--source", str(SCEN), "--out", str(out_dir), "--no-progress"])
+    patch = out_dir / "patch.diff"
+    assert not patch.exists() or "torch.autocast" not in patch.read_text()

@@ -44,14 +44,24 @@ def _progress_factory(enabled: bool):
     return factory
 
 
-def patch_fixers(findings, fix_select: str | None = None) -> tuple[list[str], list[str]]:
+#: opt-in fixers that the job's recorded facts (the capture helper's job.json) make safe to apply
+FACT_UNLOCKS = {"cpu-autocast": ("cpu", "native_bf16")}
+
+
+def patch_fixers(findings, fix_select: str | None = None, job_facts: dict | None = None) -> tuple[list[str], list[str]]:
     """(fixers patch.diff runs, opt-in fixers held back): every non-opt-in fixer of a finding's
-    pattern, plus what ``--fix-select`` names (fixer names or pattern ids, opt-in ones included)."""
+    pattern, plus what ``--fix-select`` names (fixer names or pattern ids, opt-in ones included),
+    plus the opt-in fixers whose condition the recorded job facts meet (FACT_UNLOCKS: cpu-autocast
+    when job.json says the CPU runs bf16 natively)."""
     from .fix.engine import split_ids
     from .fix.registry import load_registry
 
     reg = load_registry()
     explicit = {f.name for f in reg.resolve(split_ids(fix_select))} if fix_select else set()
+    for name, (section, key) in FACT_UNLOCKS.items():
+        value = (job_facts or {}).get(section)
+        if isinstance(value, dict) and value.get(key) is True:
+            explicit.add(name)
     chosen, held = set(explicit), set()
     for pattern in {f.pattern for f in findings if f.fixers}:
         for fixer in reg.by_pattern(pattern):
@@ -74,7 +84,7 @@ def write_fix_outputs(analysis, target: Path, source_dir: Path | None, trace_pat
     if source_dir is not None:
         from .fix.api import run_directory
 
-        names, _held = patch_fixers(analysis.findings, fix_select)
+        names, _held = patch_fixers(analysis.findings, fix_select, recorded_job(trace_path))
         diff = run_directory(source_dir, select=names).diff_bytes() if names else b""
         if diff:
             target.mkdir(parents=True, exist_ok=True)
@@ -89,16 +99,21 @@ def write_fix_outputs(analysis, target: Path, source_dir: Path | None, trace_pat
     return out
 
 
-def _recorded_argv(trace_path: Path) -> list[str] | None:
-    """The job's command line from the capture helper's job.json, when it sits beside the trace."""
+def recorded_job(trace_path: Path) -> dict:
+    """The capture helper's job.json beside the trace (or in the rank folder), else {}."""
     import json
 
     folder = trace_path if trace_path.is_dir() else trace_path.parent
-    meta = folder / "job.json"
     try:
-        argv = json.loads(meta.read_text()).get("argv")
-    except (OSError, ValueError, AttributeError):
-        return None
+        doc = json.loads((folder / "job.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _recorded_argv(trace_path: Path) -> list[str] | None:
+    """The job's command line from the capture helper's job.json, when it sits beside the trace."""
+    argv = recorded_job(trace_path).get("argv")
     if not (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)):
         return None
     # drop the capture's own --out argument: the relaunch records elsewhere
@@ -166,7 +181,12 @@ def analyze(path: Path, out_dir: Path | None, fmt: str, name: str | None, source
         click.echo(render_text(analysis), nl=False)
         if not no_files:
             click.echo(f"\nwrote {', '.join(str(p) for p in written.values())}")
-            held = patch_fixers(analysis.findings, fix_select)[1] if source_dir is not None else []
+            facts = recorded_job(path)
+            chosen, held = patch_fixers(analysis.findings, fix_select, facts) if source_dir is not None else ([], [])
+            unlocked = sorted(set(chosen) & set(FACT_UNLOCKS) - set(patch_fixers([], fix_select)[0]))
+            for name in unlocked:
+                section, key = FACT_UNLOCKS[name]
+                click.echo(f"opt-in fix {name} included: job.json records {section}.{key} = true")
             if held:
                 click.echo(f"opt-in fixes left out of patch.diff: {', '.join(held)} (add them with --fix-select; "
                            "docs/fixers.md says why each is opt-in)")

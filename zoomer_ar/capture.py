@@ -116,6 +116,35 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+#: /proc/cpuinfo flags that mean bf16 matmuls run natively (x86: AVX512_BF16, AMX; Arm: BF16)
+BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
+
+
+def cpu_facts(cpuinfo: str | None = None) -> dict:
+    """The CPU's model and whether it runs bf16 natively, from /proc/cpuinfo (``{}`` elsewhere).
+
+    analyze reads ``native_bf16`` to decide whether the opt-in cpu-autocast fix goes into the
+    patch: without native bf16 the bf16 GEMMs are emulated and slower than float32."""
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+                cpuinfo = fh.read(1 << 20)
+        except OSError:
+            return {}
+    model, flags = "", set()
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip().lower()
+        if key in ("model name", "cpu model") and not model:
+            model = value.strip()
+        elif key in ("flags", "features") and not flags:
+            flags = set(value.split())
+    if not flags:
+        return {"model": model} if model else {}
+    return {"model": model, "native_bf16": any(f in flags for f in BF16_FLAGS),
+            "bf16_flags": sorted(f for f in flags if f in BF16_FLAGS)}
+
+
 def _utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
@@ -316,6 +345,7 @@ class SteadyStateProfiler:
             "cuda_available": bool(torch.cuda.is_available()),
             "cuda_version": torch.version.cuda,
             "num_threads": torch.get_num_threads(),
+            "cpu": cpu_facts(),
             "rank": self.rank,
             "rank_source": self.rank_source,
             "world_size": world_size,
