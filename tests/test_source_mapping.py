@@ -113,3 +113,13 @@ def test_job_facts_unlock_cpu_autocast_on_a_bf16_cpu(tmp_path, capsys):
     main(["analyze", str(trace), "--source", str(SCEN), "--out", str(out_dir), "--no-progress"])
     patch = out_dir / "patch.diff"
     assert not patch.exists() or "torch.autocast" not in patch.read_text()
+
+
+def test_reports_name_each_fixer_and_mark_the_opt_in_ones():
+    from zoomer_ar.render import render_html, render_markdown
+
+    analysis = analyze_path(EXAMPLES / "fp32_matmul")
+    md = render_markdown(analysis)
+    assert "`cpu-autocast` (opt-in: applied only when selected)" in md
+    assert "`matmul-precision`" in md and "`matmul-precision` (opt-in" not in md
+    assert "<code>cpu-autocast</code> (opt-in)" in render_html(analysis)

@@ -42,8 +42,27 @@ def _num(v) -> str:
     return str(v)
 
 
+def _fixer_names(analysis: Analysis) -> dict[str, list[tuple[str, bool]]]:
+    """For each id in the findings' `fixers` (pattern ids or fixer names): the fixers it stands for,
+    as (name, opt-in); the reports mark the opt-in ones, which a patch applies only when selected."""
+    ids = sorted({i for x in analysis.findings for i in x.fixers})
+    if not ids:
+        return {}
+    from ..fix.registry import load_registry
+
+    reg = load_registry()
+    out: dict[str, list[tuple[str, bool]]] = {}
+    for i in ids:
+        try:
+            out[i] = [(f.name, bool(f.opt_in)) for f in reg.resolve([i])]
+        except Exception:  # an id the registry does not know: shown as written
+            out[i] = [(i, False)]
+    return out
+
+
 def _context(analysis: Analysis) -> dict:
-    return {"a": analysis, "findings": analysis.findings, "job": analysis.job, "f": analysis.features}
+    return {"a": analysis, "findings": analysis.findings, "job": analysis.job, "f": analysis.features,
+            "fixer_names": _fixer_names(analysis)}
 
 
 def render_markdown(analysis: Analysis) -> str:
