@@ -626,27 +626,16 @@ class CompactBuilder:
             total = np.full(k, np.nan)
             ext21 = np.full(k, INT_NONE, dtype=np.int16)
         else:
-            # only the events that carry a rare field are converted; the others hold the defaults,
-            # which convert to themselves on either conversion path (so the values are the same)
-            pos = list(compress(range(k), map(ne, rare, repeat(_RARE_DEFAULT))))
-            sub, ia = _take_list(args, pos), np.asarray(pos, dtype=np.int64)
-
-            def spread(col: np.ndarray, fill: float) -> np.ndarray:
-                out = np.full(k, fill, dtype=col.dtype)
-                out[ia] = col
-                return out
-
             missing = device == INT_NONE
             if missing.any():
-                device = np.where(missing, spread(_int_column([a.device_id for a in sub]), INT_NONE), device)
-            nbytes = spread(_float_column([a.nbytes for a in sub]), NAN)
+                device = np.where(missing, _int_column([a.device_id for a in args]), device)
+            nbytes = _float_column([a.nbytes for a in args])
             nan = np.isnan(nbytes)
             if nan.any():
-                nbytes = np.where(nan, spread(_float_column([a.mem_bytes for a in sub]), NAN), nbytes)
-            total = spread(_float_column([a.total_allocated for a in sub]), NAN)
-            e21 = [a.external_id_2021 for a in sub]
-            ext21 = (np.full(k, INT_NONE, dtype=np.int16) if e21.count(INT_NONE) == len(e21)
-                     else _narrow(spread(_int_column(e21), INT_NONE)))
+                nbytes = np.where(nan, _float_column([a.mem_bytes for a in args]), nbytes)
+            total = _float_column([a.total_allocated for a in args])
+            e21 = [a.external_id_2021 for a in args]
+            ext21 = (np.full(k, INT_NONE, dtype=np.int16) if e21.count(INT_NONE) == k else _narrow(_int_column(e21)))
         if not self.any_ext and (ext != INT_NONE).any():
             self.any_ext = True
         cols = {"correlation": _narrow(corr), "stream": _narrow(stream), "device": _narrow(device), "ext": _narrow(ext),
