@@ -1,0 +1,28 @@
+"""Packaging details pyproject.toml cannot say: the data folders travel inside the wheel.
+
+`rules/`, `fixers/`, `reports/` and `models/` live at the top of the repository (one file per
+anti-pattern, one codemod per fix, ...). A wheel carries them as `zoomer_ar/_bundled/<name>`,
+which `zoomer_ar.paths` uses when the package is installed rather than run from a checkout.
+Everything else is in pyproject.toml.
+"""
+
+from setuptools import find_packages, setup
+
+BUNDLED = {
+    "rules": ["*.yaml"],
+    "fixers": [],  # Python modules: copied as the package's modules
+    "reports": ["*.j2"],
+    "models": ["CURRENT", "HISTORY.jsonl", "v*/*.txt", "v*/*.json", "v*/*.md"],
+}
+
+packages = find_packages(include=["zoomer_ar", "zoomer_ar.*"])
+package_dir = {"": "."}
+package_data = {"": ["*.yaml", "*.j2", "*.json", "*.txt", "*.ini", "*.mako"]}
+for name, patterns in BUNDLED.items():
+    pkg = f"zoomer_ar._bundled.{name}"
+    packages.append(pkg)
+    package_dir[pkg] = name
+    if patterns:
+        package_data[pkg] = patterns
+
+setup(packages=packages, package_dir=package_dir, package_data=package_data)
