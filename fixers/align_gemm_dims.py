@@ -18,6 +18,9 @@ SIZE_FACTORIES = {f"torch.{n}" for n in ("randn", "rand", "zeros", "ones", "empt
 SIZE_ARG = {"torch.randint": (2, "size"), "torch.full": (0, "size")}
 
 IN, OUT, SIZE = "in_features", "out_features", "size"
+#: calls that bring data from outside the program (callee's last name; also read_*/load_*)
+DATA_SOURCES = {"DataLoader", "load", "loadtxt", "genfromtxt", "fromfile", "memmap", "open", "ImageFolder",
+                "DatasetFolder", "TensorDataset", "Dataset", "IterableDataset"}
 #: sizes below this are left alone (a 10-wide or 3-class layer cannot be padded usefully)
 MIN_SIZE = 32
 
@@ -61,7 +64,9 @@ the whole argument in one of these places:
 
 A name used anywhere else (arithmetic, `range`, a `DataLoader`, a function argument, a label
 range such as `randint`'s `high`), bound a second time, or whose rounding grows it by more than
-`max_growth` (10%) is reported, not changed; so is an output width (`out_features` of the last
+`max_growth` (10%) is reported, not changed; so are input widths and batches when the file also
+reads data (a `DataLoader`, a `Dataset`, `torch.load`, `np.loadtxt`, `open`, `pd.read_*`, ...),
+since that data may have to match them; so is an output width (`out_features` of the last
 layer: the number of classes or the vocabulary) and a literal size written inside `nn.Linear(...)`.
 
 ## Why is this bad?
@@ -174,6 +179,22 @@ x = torch.randn(BATCH, IN_FEATURES)
             None,
             message_contains="DataLoader",
         ),
+        # the program also reads data: its input width may be the data's
+        Example(
+            "import torch\n"
+            "from torch import nn\n"
+            "IN, HIDDEN = 1001, 999\n"
+            "model = nn.Sequential(nn.Linear(IN, HIDDEN), nn.Linear(HIDDEN, 64))\n"
+            "warmup = torch.randn(8, IN)\n"
+            "real = torch.load('features.pt')\n",
+            "import torch\n"
+            "from torch import nn\n"
+            "IN, HIDDEN = 1001, 1000\n"
+            "model = nn.Sequential(nn.Linear(IN, HIDDEN), nn.Linear(HIDDEN, 64))\n"
+            "warmup = torch.randn(8, IN)\n"
+            "real = torch.load('features.pt')\n",
+            message_contains="reads data",
+        ),
         # rounding would grow the size by more than 10%
         Example(
             "import torch\nfrom torch import nn\nH = 33\nm = nn.Sequential(nn.Linear(H, H), nn.Linear(H, 64))\nx = torch.randn(4, H)\n",
@@ -215,6 +236,8 @@ x = torch.randn(BATCH, IN_FEATURES)
         if not consts:
             return
         self._classify(ctx, consts)
+        data_source_node = self._data_source(ctx)
+        data_source = f"{self._callee(data_source_node)}(...)" if data_source_node is not None else None
         for c in consts.values():
             if not (c.roles & {IN, OUT} or c.batch) or c.value % multiple == 0 or c.value < MIN_SIZE:
                 continue  # not a GEMM dimension, or aligned
@@ -226,12 +249,25 @@ x = torch.randn(BATCH, IN_FEATURES)
                 reason = "it is an output width (classes or vocabulary), whose size the labels set"
             if reason is None and IN in c.roles and OUT not in c.roles and SIZE not in c.roles:
                 reason = "it is an input width the program does not generate (the data's width)"
+            if reason is None and (c.batch or OUT not in c.roles) and data_source is not None:
+                reason = (f"the program also reads data ({data_source}, line {ctx.pos(data_source_node).start.line}), "
+                          "whose width or batch it may have to match")
             if reason is None and (new - c.value) > float(self.options["max_growth"]) * c.value:
                 reason = f"rounding to {new} would grow it by {100.0 * (new - c.value) / c.value:.0f}%"
             if reason is not None:
                 yield self.report(c.node, f"{head}; not changed: {reason}")
             else:
                 yield self.replace(c.node, f"{head}: round up to {new}", {c.node: cst.Integer(str(new))})
+
+    @staticmethod
+    def _data_source(ctx: Context) -> cst.Call | None:
+        """The first call that brings data from outside the program (a loader, a file, a dataset):
+        input widths and batches are then the data's, not the program's."""
+        for call in ctx.nodes(cst.Call):
+            name = (h.dotted(call.func) or "").split(".")[-1]
+            if name in DATA_SOURCES or name.startswith(("read_", "load_")):
+                return call
+        return None
 
     @staticmethod
     def _linear_args(call: cst.Call) -> list[tuple[cst.Arg, str]]:
