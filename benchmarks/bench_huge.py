@@ -50,6 +50,8 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO))
 
+from bench_load import _status_kb  # noqa: E402  (the same /proc/self/status reader)
+
 TARGET_RSS_MB = 1000.0  # "under 1 GB resident" (1 GB = 1000 MB here; 1 GiB would be 1024)
 TARGET_MB_PER_CORE_S = 100.0
 
@@ -57,14 +59,6 @@ TARGET_MB_PER_CORE_S = 100.0
 # ------------------------------------------------------------------------------------------------
 # child: one measurement per process
 # ------------------------------------------------------------------------------------------------
-
-
-def _status_kb(key: str) -> int:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith(key + ":"):
-                return int(line.split()[1])
-    return 0
 
 
 def _cpu(resource, children: bool = False) -> float:
