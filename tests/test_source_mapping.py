@@ -123,3 +123,15 @@ def test_reports_name_each_fixer_and_mark_the_opt_in_ones():
     assert "`cpu-autocast` (opt-in: applied only when selected)" in md
     assert "`matmul-precision`" in md and "`matmul-precision` (opt-in" not in md
     assert "<code>cpu-autocast</code> (opt-in)" in render_html(analysis)
+
+
+def test_job_facts_unlock_only_fixers_of_patterns_found(tmp_path):
+    from zoomer_ar.analyze_cli import patch_fixers
+
+    analysis = analyze_path(EXAMPLES / "sync_point")
+    no_fp32 = [f for f in analysis.findings if f.pattern != "fp32-matmul"]
+    chosen, held = patch_fixers(no_fp32, None, {"cpu-autocast"})
+    assert "cpu-autocast" not in chosen and "cpu-autocast" not in held
+    fp32 = analyze_path(EXAMPLES / "fp32_matmul").findings
+    assert "cpu-autocast" in patch_fixers(fp32, None, {"cpu-autocast"})[0]
+    assert "cpu-autocast" in patch_fixers(fp32)[1]

@@ -48,24 +48,30 @@ def _progress_factory(enabled: bool):
 FACT_UNLOCKS = {"cpu-autocast": ("cpu", "native_bf16")}
 
 
-def patch_fixers(findings, fix_select: str | None = None, job_facts: dict | None = None) -> tuple[list[str], list[str]]:
+def unlocked_by_facts(job_facts: dict) -> set[str]:
+    """The opt-in fixers whose FACT_UNLOCKS condition the recorded job facts meet."""
+    out = set()
+    for name, (section, key) in FACT_UNLOCKS.items():
+        value = job_facts.get(section)
+        if isinstance(value, dict) and value.get(key) is True:
+            out.add(name)
+    return out
+
+
+def patch_fixers(findings, fix_select: str | None = None, unlocked: set[str] | frozenset = frozenset()
+                 ) -> tuple[list[str], list[str]]:
     """(fixers patch.diff runs, opt-in fixers held back): every non-opt-in fixer of a finding's
     pattern, plus what ``--fix-select`` names (fixer names or pattern ids, opt-in ones included),
-    plus the opt-in fixers whose condition the recorded job facts meet (FACT_UNLOCKS: cpu-autocast
-    when job.json says the CPU runs bf16 natively)."""
+    plus the opt-in fixers in ``unlocked`` (see unlocked_by_facts) of the findings' patterns."""
     from .fix.engine import split_ids
     from .fix.registry import load_registry
 
     reg = load_registry()
     explicit = {f.name for f in reg.resolve(split_ids(fix_select))} if fix_select else set()
-    for name, (section, key) in FACT_UNLOCKS.items():
-        value = (job_facts or {}).get(section)
-        if isinstance(value, dict) and value.get(key) is True:
-            explicit.add(name)
     chosen, held = set(explicit), set()
     for pattern in {f.pattern for f in findings if f.fixers}:
         for fixer in reg.by_pattern(pattern):
-            if not fixer.opt_in:
+            if not fixer.opt_in or fixer.name in unlocked:
                 chosen.add(fixer.name)
             elif fixer.name not in explicit:
                 held.add(fixer.name)
@@ -73,8 +79,9 @@ def patch_fixers(findings, fix_select: str | None = None, job_facts: dict | None
 
 
 def write_fix_outputs(analysis, target: Path, source_dir: Path | None, trace_path: Path,
-                      fix_select: str | None = None) -> dict[str, Path]:
-    """patch.diff (with --source), relaunch.yaml and optimize.ipynb beside the reports."""
+                      fixers: list[str] | None = None) -> dict[str, Path]:
+    """patch.diff (with --source: the ``fixers`` given, else patch_fixers' default choice),
+    relaunch.yaml and optimize.ipynb beside the reports."""
     from .notebook import notebook_json
     from .relaunch import render_spec, spec_from_analysis
     from .render.report import atomic_write
@@ -84,8 +91,9 @@ def write_fix_outputs(analysis, target: Path, source_dir: Path | None, trace_pat
     if source_dir is not None:
         from .fix.api import run_directory
 
-        names, _held = patch_fixers(analysis.findings, fix_select, recorded_job(trace_path))
-        diff = run_directory(source_dir, select=names).diff_bytes() if names else b""
+        if fixers is None:
+            fixers = patch_fixers(analysis.findings, None, unlocked_by_facts(recorded_job(trace_path)))[0]
+        diff = run_directory(source_dir, select=fixers).diff_bytes() if fixers else b""
         if diff:
             target.mkdir(parents=True, exist_ok=True)
             (target / "patch.diff").write_bytes(diff)
@@ -163,10 +171,12 @@ def analyze(path: Path, out_dir: Path | None, fmt: str, name: str | None, source
 
         analysis = map_sources(analysis, source_dir)
     analysis = apply_store_options(analysis, store_opts)  # cost attribution; stores it with --record
+    unlocked = unlocked_by_facts(recorded_job(path)) if source_dir is not None else set()
+    chosen, held = patch_fixers(analysis.findings, fix_select, unlocked) if source_dir is not None else ([], [])
     if not no_files:
         target = out_dir or Path("zoomer-out") / analysis.job.name
         written = write_outputs(analysis, target)
-        written.update(write_fix_outputs(analysis, target, source_dir, path, fix_select))
+        written.update(write_fix_outputs(analysis, target, source_dir, path, chosen))
     if annotate_out is not None:  # hook (zoomer_ar/annotate.py)
         from .annotate import annotate
 
@@ -181,10 +191,7 @@ def analyze(path: Path, out_dir: Path | None, fmt: str, name: str | None, source
         click.echo(render_text(analysis), nl=False)
         if not no_files:
             click.echo(f"\nwrote {', '.join(str(p) for p in written.values())}")
-            facts = recorded_job(path)
-            chosen, held = patch_fixers(analysis.findings, fix_select, facts) if source_dir is not None else ([], [])
-            unlocked = sorted(set(chosen) & set(FACT_UNLOCKS) - set(patch_fixers([], fix_select)[0]))
-            for name in unlocked:
+            for name in sorted(unlocked & set(chosen)):
                 section, key = FACT_UNLOCKS[name]
                 click.echo(f"opt-in fix {name} included: job.json records {section}.{key} = true")
             if held:
