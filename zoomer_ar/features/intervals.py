@@ -12,15 +12,19 @@ def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     order = np.argsort(starts, kind="stable")
     s = starts[order]
     e = ends[order]
-    running_end = np.maximum.accumulate(e)
+    del order
+    np.maximum.accumulate(e, out=e)  # e[i]: the latest end among intervals 0..i (non-decreasing)
     # a new block starts where the interval begins after everything before it has ended
     new_block = np.empty(s.size, dtype=bool)
     new_block[0] = True
-    new_block[1:] = s[1:] > running_end[:-1]
-    block_id = np.cumsum(new_block) - 1
+    np.greater(s[1:], e[:-1], out=new_block[1:])
     out_s = s[new_block]
-    out_e = np.zeros(out_s.size)
-    np.maximum.at(out_e, block_id, running_end)
+    # a block's end is the running end at its last interval (the running end never decreases)
+    last = np.empty(s.size, dtype=bool)
+    last[:-1] = new_block[1:]
+    last[-1] = True
+    out_e = e[last]
+    del s, e, new_block, last
     out_e = np.maximum(out_e, out_s)
     return out_s, out_e
 

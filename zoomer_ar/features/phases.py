@@ -148,7 +148,8 @@ def rank_phases(trace: RankTrace) -> dict[str, Any]:
     device = np.flatnonzero((t.mask_cat(*N.GPU_CATS, *N.ACCEL_ONLY_CATS)) & x)
     if device.size:
         out["basis"] = "gpu"
-        phase_of = np.full(device.size, "forward", dtype=object)
+        code = {p: i for i, p in enumerate(PHASES)}  # phase per device event as a 1-byte code
+        phase_of = np.full(device.size, code["forward"], dtype=np.uint8)
         # launcher of each device event, by correlation id
         runtime = np.flatnonzero(t.mask_cat(*N.RUNTIME_CATS) & x)
         rt_corr = t.correlation[runtime]
@@ -162,20 +163,23 @@ def rank_phases(trace: RankTrace) -> dict[str, Any]:
             pos = np.clip(np.searchsorted(rt_corr, want), 0, rt_corr.size - 1)
             hit = (rt_corr[pos] == want) & (want != INT_NONE)
             launcher = np.where(hit, runtime[pos], -1)
+            del pos, hit
+        del runtime, rt_corr, ok, order, want  # per-row temporaries: peak memory of big traces
         has = launcher >= 0
         li = launcher[has]
-        sub = np.full(li.size, "forward", dtype=object)
+        sub = np.full(li.size, code["forward"], dtype=np.uint8)
         in_bw = _inside_per_tid(t, li, _per_tid_union(t, bw, end)) | np.isin(t.tid[li], list(bw_threads))
-        sub[in_bw] = "backward"
-        sub[_inside_per_tid(t, li, _per_tid_union(t, dl, end))] = "dataloader"
-        sub[_inside_per_tid(t, li, _per_tid_union(t, opt, end))] = "optimizer"
+        sub[in_bw] = code["backward"]
+        sub[_inside_per_tid(t, li, _per_tid_union(t, dl, end))] = code["dataloader"]
+        sub[_inside_per_tid(t, li, _per_tid_union(t, opt, end))] = code["optimizer"]
         phase_of[has] = sub
+        del sub, li, has, launcher, in_bw
         comm_codes = t.name_codes(N.is_comm_kernel)
         if comm_codes.size:
-            phase_of[np.isin(t.name[device], comm_codes) & t.mask_cat(*N.KERNEL_CATS)[device]] = "communication"
+            phase_of[np.isin(t.name[device], comm_codes) & t.mask_cat(*N.KERNEL_CATS)[device]] = code["communication"]
         unions = {}
         for p in PHASES:
-            sel = device[phase_of == p]
+            sel = device[phase_of == code[p]]
             if sel.size:
                 unions[p] = iv.union(t.ts[sel], end[sel])
         split = _split(t0, t1, unions, dl_union)

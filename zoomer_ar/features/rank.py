@@ -124,6 +124,7 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
         return
     gs, ge = t.ts[gpu_idx], c.end[gpu_idx]
     us, ue = iv.union(gs, ge)
+    del ge  # the per-row temporaries of this function are dropped once used: peak memory of big traces
     span = float(ue.max() - us.min())
     busy = float((ue - us).sum())
     v["gpu_span_ms"] = span / 1000.0
@@ -182,7 +183,8 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
     # next GPU op after each gap and the host call that launched it
     order = np.argsort(gs, kind="stable")
     sorted_starts = gs[order]
-    nxt = gpu_idx[order][np.clip(np.searchsorted(sorted_starts, g1 - 1e-6), 0, order.size - 1)] if glen.size else np.empty(0, int)
+    nxt = gpu_idx[order[np.clip(np.searchsorted(sorted_starts, g1 - 1e-6), 0, order.size - 1)]] if glen.size else np.empty(0, int)
+    del gs, gpu_idx, order, sorted_starts
     rt_idx = np.flatnonzero(runtime)
     rt_corr = t.correlation[rt_idx]
     ok = rt_corr != INT_NONE
@@ -196,10 +198,12 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
         hit = (rt_corr_sorted[pos] == want) & (want != INT_NONE)
         launch_end = np.where(hit, c.end[rt_idx[corr_order[pos]]], np.nan)
     c.launch_lookup = (rt_corr_sorted, rt_idx[corr_order])
+    del rt_idx, rt_corr, ok, corr_order
     # syncs: host calls that block until the GPU drains
     sync_mask = c.name_mask(lambda n: n in N.SYNC_APIS, runtime)
     item_mask = c.name_mask(lambda n: n in N.ITEM_OPS, t.mask_cat(*N.CPU_OP_CATS))
     sync_like = np.flatnonzero(sync_mask | item_mask)
+    del sync_mask, item_mask
     sync_caused = np.zeros(glen.size, dtype=bool)
     if sync_like.size and glen.size:
         se_order = np.argsort(c.end[sync_like])
@@ -244,6 +248,7 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
                 for j in sync_gaps[np.argsort(-glen[sync_gaps])][:EVIDENCE_PER_KIND]
             ]
     short = kern[kd < 10.0]
+    del kd
     if short.size:
         rf.evidence["short_kernels"] = [c.ev(int(i), "shorter than 10 us", frames=False) for i in short[:EVIDENCE_PER_KIND]]
 
@@ -275,6 +280,7 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
     compute = kern[~is_comm]
     v["comm_kernel_count"] = int(comm.size)
     comp_u = iv.union(t.ts[compute], c.end[compute])
+    del compute, is_comm
     v["compute_ms_total"] = float((comp_u[1] - comp_u[0]).sum()) / 1000.0
     if comm.size:
         comm_u = iv.union(t.ts[comm], c.end[comm])

@@ -23,7 +23,7 @@ from ..load.columns import RankTrace
 from ..load.job import Job, _accelerator, _schema, assemble_job, load_trace, rank_from_name
 from ..load.reader import Progress
 from ..models import RankInfo, SkippedFile
-from .compact import CompactBuilder, NeedAnotherPass, constant_columns, trim_heap
+from .compact import CompactBuilder, NeedAnotherPass, constant_columns, fix_mmap_threshold, trim_heap
 from .frames import add_frames
 from .prune import prune
 from .scan import SLICE, scan
@@ -47,6 +47,7 @@ def stream_rank(path: Path, *, rank_hint: int | None = None, progress: Progress 
 
     Raises StreamError when the file must go to the in-memory loader, InputError for bad input
     the streaming reader recognises itself."""
+    fix_mmap_threshold()
     hints = None
     passes = 0
     while True:
