@@ -166,6 +166,7 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
     v["launch_count"] = int(launch.size)
     v["launch_dur_p50_us"] = _pct(t.dur[launch], 50)
     v["launch_ms_total"] = float(t.dur[launch].sum()) / 1000.0
+    del launch
     if v["kernel_dur_p50_us"] is not None and v["launch_dur_p50_us"]:
         v["kernel_to_launch_ratio"] = v["kernel_dur_p50_us"] / v["launch_dur_p50_us"]
 
@@ -222,7 +223,9 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
     v["host_idle_share"] = float(host_part.sum() / idle_total) if idle_total > 0 else None
     if glen.size:
         top = np.argsort(-glen)[:EVIDENCE_PER_KIND]
-        cause = np.where(data_part >= rest, "data", np.where(sync_caused, "sync", np.where(host_bound, "host", "other")))
+        # the cause of the shown gaps only (a string array over every gap costs 20 bytes a gap)
+        cause = {int(j): "data" if data_part[j] >= rest[j] else "sync" if sync_caused[j] else "host" if host_bound[j]
+                 else "other" for j in top}
         rf.evidence["idle_gaps"] = [
             EvidenceEvent(
                 name=f"GPU idle before {t.name_of(int(nxt[j]))[:120]}",
@@ -230,7 +233,7 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
                 ts_ms=round((float(g0[j]) - c.t0) / 1000.0, 4),
                 dur_ms=round(float(glen[j]) / 1000.0, 4),
                 category="idle",
-                detail=f"cause: {cause[j]}",
+                detail=f"cause: {cause[int(j)]}",
             )
             for j in top
         ]
@@ -247,6 +250,7 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
                 )
                 for j in sync_gaps[np.argsort(-glen[sync_gaps])][:EVIDENCE_PER_KIND]
             ]
+    del g0, g1, glen, data_part, rest, launch_end, sync_caused, host_bound, sync_part, host_part, other_part, nxt
     short = kern[kd < 10.0]
     del kd
     if short.size:
