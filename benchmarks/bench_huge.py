@@ -50,7 +50,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO))
 
-from bench_load import _status_kb  # noqa: E402  (the same /proc/self/status reader)
+from bench_load import _status_kb, cpu_model  # noqa: E402  (the same /proc readers)
 
 TARGET_RSS_MB = 1000.0  # "under 1 GB resident" (1 GB = 1000 MB here; 1 GiB would be 1024)
 TARGET_MB_PER_CORE_S = 100.0
@@ -59,6 +59,16 @@ TARGET_MB_PER_CORE_S = 100.0
 # ------------------------------------------------------------------------------------------------
 # child: one measurement per process
 # ------------------------------------------------------------------------------------------------
+
+
+def _reset_peak() -> bool:
+    """Reset this process's VmHWM (Linux: /proc/self/clear_refs); False where that is not possible."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
 
 
 def _cpu(resource, children: bool = False) -> float:
@@ -84,9 +94,13 @@ def _child(kind: str, path: str, out: str) -> None:
         c1, t1 = _cpu(resource), time.perf_counter()
         job = load_job_streaming(path)
         t2 = time.perf_counter()
+        load_peak_kb = _status_kb("VmHWM")
+        split = _reset_peak()  # so that the features' own peak can be read too
         analysis = analyze_job(job)
         t3 = time.perf_counter()
         meta = job.ranks[0].metadata.get("streamed", {})
+        result.update(load_peak_mb=load_peak_kb / 1024,
+                      features_peak_mb=_status_kb("VmHWM") / 1024 if split else None)
         result.update(load_s=t2 - t1, features_s=t3 - t2, findings=[f.pattern for f in analysis.findings],
                       events=meta.get("events"), kept=meta.get("kept"), rows=len(job.ranks[0]),
                       passes=meta.get("passes"), pruned=meta.get("pruned", 0))
@@ -135,7 +149,7 @@ def _child(kind: str, path: str, out: str) -> None:
     children_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     result.update(import_s=t1 - t0, work_s=t3 - t1, cpu_s=cpu, rss_base_mb=rss0 / 1024,
                   peak_self_mb=_status_kb("VmHWM") / 1024, peak_children_mb=children_kb / 1024)
-    result["peak_mb"] = max(result["peak_self_mb"], result["peak_children_mb"])
+    result["peak_mb"] = max(result["peak_self_mb"], result["peak_children_mb"], result.get("load_peak_mb") or 0)
     Path(out).write_text(json.dumps(result))
     os._exit(0)  # not part of what is measured: tearing down millions of objects
 
@@ -177,15 +191,7 @@ def mem_available_mb() -> float:
 
 
 def machine() -> dict:
-    cpu = platform.processor() or ""
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    cpu = cpu_model()
     versions = {}
     from importlib.metadata import PackageNotFoundError, version
 
@@ -209,8 +215,10 @@ def _row(label: str, r: dict | None, nbytes: int) -> str:
     wall = mb / r["work_s"] if r["work_s"] > 0 else float("nan")
     extra = ""
     if r["kind"] == "zoomer":
+        peaks = (f"; peak RSS load {r['load_peak_mb']:.0f} MB, features {r['features_peak_mb']:.0f} MB"
+                 if r.get("features_peak_mb") is not None else "")
         extra = (f"  [load {r['load_s']:.1f} s + features/findings {r['features_s']:.1f} s; {r['rows']:,} rows kept "
-                 f"of {r['events']:,} events, {r['passes']} pass(es)]")
+                 f"of {r['events']:,} events, {r['passes']} pass(es){peaks}]")
     return (f"  {label:<15} {r['work_s']:8.1f} s  cpu {r['cpu_s']:8.1f} s  {per_core:6.0f} MB/s per core  "
             f"{wall:6.0f} MB/s wall  peak RSS {r['peak_mb']:7.0f} MB{extra}")
 

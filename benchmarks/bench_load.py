@@ -202,16 +202,20 @@ def _fmt(v: float | None, spec: str) -> str:
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
 
 
-def machine() -> dict:
-    cpu = platform.processor() or ""
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), else what platform says."""
     try:
         with open("/proc/cpuinfo") as fh:
             for line in fh:
                 if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
+                    return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    return platform.processor() or ""
+
+
+def machine() -> dict:
+    cpu = cpu_model()
     mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     versions = {}
     for mod in ("msgspec", "numpy", "pandas", "hta"):

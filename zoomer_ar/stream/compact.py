@@ -246,9 +246,9 @@ def fix_mmap_threshold() -> None:
     mmap, so that freeing it returns the memory at once. glibc otherwise raises its threshold
     each time a large block is freed (up to 32 MiB) and later arrays come from the heap, which
     keeps their pages after they are freed, and the 1 MB chunks and slices of the load fragment
-    it. Measured on the tiled 1 GB trace (load peak / feature-code peak): dynamic threshold
-    243 / 234 MB, 2 MiB 250 / 222 MB, 256 KiB 216 / 212 MB. The price is CPU: every such block is
-    a fresh mapping whose pages fault in (8x the page faults of the load, about 10% more load CPU).
+    it. The price is CPU: every such block is a fresh mapping whose pages fault in. Measured with
+    `ZOOMER_MMAP_THRESHOLD=0|262144 python benchmarks/bench_huge.py --sizes 1 --no-hta --no-msgspec`
+    (docs/huge-traces.md): peak RSS 243 -> 219 MB, CPU 14.7 -> 16.7 s.
     Process-wide and once; a no-op off glibc."""
     global MMAP_THRESHOLD
     if MMAP_THRESHOLD <= 0:
