@@ -3,10 +3,10 @@
 `rules/`, `fixers/`, `reports/` and `models/` live at the top of the repository (one file per
 anti-pattern, one codemod per fix, ...). A wheel carries them as `zoomer_ar/_bundled/<name>`,
 which `zoomer_ar.paths` uses when the package is installed rather than run from a checkout.
-Everything else is in pyproject.toml.
+It also declares the optional compiled event reader. Everything else is in pyproject.toml.
 """
 
-from setuptools import find_packages, setup
+from setuptools import Extension, find_packages, setup
 
 BUNDLED = {
     "rules": ["*.yaml"],
@@ -25,4 +25,13 @@ for name, patterns in BUNDLED.items():
     if patterns:
         package_data[pkg] = patterns
 
-setup(packages=packages, package_dir=package_dir, package_data=package_data)
+# The compiled event reader is an accelerator: without a C compiler the install goes on and the
+# loader uses msgspec (zoomer_ar/load/fastcols.py).
+FAST_JSON = Extension(
+    "zoomer_ar.load._fastjson",
+    sources=["zoomer_ar/load/_fastjson.c"],
+    extra_compile_args=["-O2"],
+    optional=True,
+)
+
+setup(packages=packages, package_dir=package_dir, package_data=package_data, ext_modules=[FAST_JSON])

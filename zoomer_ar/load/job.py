@@ -13,9 +13,11 @@ from pathlib import Path
 
 import msgspec
 import numpy as np
+import numpy.ma  # noqa: F401 - np.median imports it on first use; load it with the engine, not mid-analysis
 
 from ..errors import InputError
 from ..models import JobInfo, RankInfo, SkippedFile
+from . import fastcols
 from .columns import PH_COMPLETE, PH_INSTANT, ColumnBuilder, RankTrace, build_columns
 from .reader import DEFAULT_MAX_BYTES, STREAM_CHUNK, Progress, iter_trace_chunks, read_trace_bytes
 from .schema import EVENTS_DECODER, TOP_DECODER, TRACE_DECODER, RawTrace
@@ -240,6 +242,10 @@ class _Abort(Exception):
     pass
 
 
+class _Redo(Exception):
+    """The compiled reader met an event outside its subset: redo the file with msgspec."""
+
+
 def _produce(path: Path, max_bytes: int, out: queue.Queue, stop: threading.Event) -> None:
     h = hashlib.sha256()
     item: tuple = (None, None)
@@ -302,12 +308,15 @@ def _add_slice(buf: bytearray, end: int, builder: ColumnBuilder) -> None:
 
 
 class _Consumer:
-    def __init__(self, path: Path, chunks, progress: Progress | None) -> None:
+    def __init__(self, path: Path, chunks, progress: Progress | None, fast: bool = False) -> None:
         self.path = path
         self.chunks = chunks
         self.progress = progress
         self.size = path.stat().st_size
-        self.builder = ColumnBuilder(0, str(path))
+        self.fast = fast
+        self.builder: ColumnBuilder | fastcols.FastBuilder = (
+            fastcols.FastBuilder(0, str(path)) if fast else ColumnBuilder(0, str(path))
+        )
         self.sha: str | None = None
 
     def _next(self) -> bytes | None:
@@ -355,6 +364,9 @@ class _Consumer:
                 raise _Abort from None
             del buf[:j]  # buf[0] is the array's `[`
             break
+        if self.fast:
+            buf, tail_doc = self._events_fast(buf)
+            return self._result(head, tail_doc)
         # --- events, slice by slice
         while True:
             data = self._next()
@@ -403,6 +415,44 @@ class _Consumer:
         else:
             raise _Abort
         del buf
+        return self._result(head, tail_doc)
+
+    def _events_fast(self, buf: bytearray) -> tuple[bytearray, RawTrace]:
+        """The events through the compiled reader, which finds the array's end itself; then the
+        keys after the array."""
+        builder = self.builder
+        pos, final = 1, False  # buf[0] is the array's `[`
+        try:
+            while True:
+                pos, ended = builder.feed(buf, pos, final)
+                if ended or final:
+                    break
+                del buf[:pos]
+                pos = 0
+                data = self._next()
+                if data is None:
+                    final = True
+                else:
+                    buf += data
+        except fastcols.Unsupported:
+            raise _Redo from None
+        if not ended:
+            raise _Abort
+        tail = bytearray(buf[pos:])
+        del buf
+        while (data := self._next()) is not None:
+            tail += data
+            if len(tail) > (256 << 20):
+                raise _Abort
+        if _KEY in tail:
+            raise _Abort
+        try:
+            tail_doc = TOP_DECODER.decode(b'{"traceEvents":[]' + bytes(tail))
+        except msgspec.MsgspecError:
+            raise _Abort from None
+        return tail, tail_doc
+
+    def _result(self, head: RawTrace, tail_doc: RawTrace) -> tuple[str, RawTrace, RankTrace]:
         for f in _TOP_FIELDS:
             a, b = getattr(head, f), getattr(tail_doc, f)
             if a is not None and b is not None:
@@ -440,11 +490,16 @@ THREAD_MIN_FILE_BYTES = 1 << 20  # smaller files are read in the decoding thread
 
 
 def stream_trace(
-    path: Path, *, max_bytes: int = DEFAULT_MAX_BYTES, progress: Progress | None = None
+    path: Path, *, max_bytes: int = DEFAULT_MAX_BYTES, progress: Progress | None = None, fast: bool | None = None
 ) -> tuple[str, RawTrace, RankTrace] | None:
-    """(sha256 of the JSON, top-level keys, columns), or None where the whole-document path must decide."""
+    """(sha256 of the JSON, top-level keys, columns), or None where the whole-document path must decide.
+
+    `fast` (default: where installed) reads the events with the compiled reader; an event outside
+    its subset sends the file through msgspec again."""
     if not isinstance(path, Path) or not path.is_file():
         return None
+    if fast is None:
+        fast = fastcols.available()
     threaded = path.stat().st_size >= THREAD_MIN_FILE_BYTES
     stop = threading.Event()
     if threaded:
@@ -457,8 +512,11 @@ def stream_trace(
     gc.disable()  # millions of short-lived objects: generational GC passes would dominate
     if threaded:
         reader.start()
+    redo = False
     try:
-        return _Consumer(path, chunks, progress).run()
+        return _Consumer(path, chunks, progress, fast).run()
+    except _Redo:
+        redo = True
     except Exception:  # noqa: BLE001 - anything unexpected: the whole-document path decides
         return None
     finally:
@@ -467,6 +525,7 @@ def stream_trace(
             reader.join()
         if gc_was_enabled:
             gc.enable()
+    return stream_trace(path, max_bytes=max_bytes, progress=None, fast=False) if redo else None
 
 
 def assemble_job(

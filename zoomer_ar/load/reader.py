@@ -6,11 +6,12 @@ Everything that can go wrong with a file becomes an InputError with a one-line r
 from __future__ import annotations
 
 import os
-import zlib
 from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import InputError
+from .inflate import ERRORS as INFLATE_ERRORS
+from .inflate import gzip_inflater
 
 GZIP_MAGIC = b"\x1f\x8b"
 CHUNK = 8 << 20
@@ -67,7 +68,7 @@ def read_trace_bytes(path: Path, *, max_bytes: int = DEFAULT_MAX_BYTES, progress
 
 def _read_gzip(fh, path: Path, size: int, max_bytes: int, progress: Progress | None) -> bytes:
     out = bytearray()
-    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    d = gzip_inflater()
     pending = False  # the current gzip member has started but not ended
     read = 0
     try:
@@ -84,13 +85,13 @@ def _read_gzip(fh, path: Path, size: int, max_bytes: int, progress: Progress | N
                     )
                 if d.eof:  # end of one gzip member; concatenated members may follow
                     chunk = d.unused_data
-                    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                    d = gzip_inflater()
                     pending = False
                 else:
                     chunk = d.unconsumed_tail
             if progress is not None:
                 progress(read, size)
-    except zlib.error as exc:
+    except INFLATE_ERRORS as exc:
         raise InputError(str(path), f"corrupt gzip data ({exc})") from None
     if pending:
         raise InputError(str(path), "truncated gzip file (the compressed stream ends early)")
@@ -130,7 +131,7 @@ def iter_trace_chunks(path: Path, *, max_bytes: int = DEFAULT_MAX_BYTES, chunk: 
             return
         total = 0
         read = 0
-        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        d = gzip_inflater()
         pending = False
         try:
             while raw := fh.read(max(1, chunk // 4)):
@@ -145,7 +146,7 @@ def iter_trace_chunks(path: Path, *, max_bytes: int = DEFAULT_MAX_BYTES, chunk: 
                         yield out, read
                     if d.eof:  # end of one gzip member; concatenated members may follow
                         raw = d.unused_data
-                        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                        d = gzip_inflater()
                         pending = False
                         if not raw:
                             break
@@ -153,7 +154,7 @@ def iter_trace_chunks(path: Path, *, max_bytes: int = DEFAULT_MAX_BYTES, chunk: 
                     raw = d.unconsumed_tail
                     if not raw and len(out) < chunk:  # input used up and no output held back
                         break
-        except zlib.error:
+        except INFLATE_ERRORS:
             raise StreamAbort from None
         if pending or total == 0:
             raise StreamAbort

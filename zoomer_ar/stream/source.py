@@ -1,6 +1,6 @@
 """Decompressed bytes of a trace file, chunk by chunk, never the whole file at once.
 
-Plain JSON, gzip (one or several members, `zlib.decompressobj`) and zstd (only when the optional
+Plain JSON, gzip (one or several members; zlib-ng where installed, see load/inflate.py) and zstd (only when the optional
 `zstandard` package is installed). A reader thread reads, decompresses and hashes (zlib, zstd and
 hashlib release the GIL) while the caller decodes the previous chunk.
 """
@@ -10,9 +10,11 @@ from __future__ import annotations
 import hashlib
 import queue
 import threading
-import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
+
+from ..load.inflate import ERRORS as INFLATE_ERRORS
+from ..load.inflate import gzip_inflater
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -74,7 +76,7 @@ def iter_chunks(path: Path, chunk: int = CHUNK) -> Iterator[tuple[bytes, int]]:
             except zstandard.ZstdError as exc:
                 raise StreamError(f"corrupt zstd data ({exc})") from None
             return
-        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        d = gzip_inflater()
         pending = False
         total = 0
         read = 0
@@ -89,11 +91,11 @@ def iter_chunks(path: Path, chunk: int = CHUNK) -> Iterator[tuple[bytes, int]]:
                         yield out, read
                     if d.eof:  # end of one gzip member; concatenated members may follow
                         raw = d.unused_data
-                        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                        d = gzip_inflater()
                         pending = False
                     else:
                         raw = d.unconsumed_tail
-        except zlib.error as exc:
+        except INFLATE_ERRORS as exc:
             raise StreamError(f"corrupt gzip data ({exc})") from None
         if pending or total == 0:
             raise StreamError("truncated gzip file")

@@ -1,0 +1,1168 @@
+/* Zoomer AR: a compiled reader for the `traceEvents` array of a Kineto / Chrome trace.
+ *
+ * It parses whole events straight into columns (no Python object per event) and gives exactly
+ * the values that zoomer_ar.load.columns.ColumnBuilder builds from msgspec's typed decode
+ * (schema.py). It is an accelerator only: whenever an event holds something it does not handle
+ * the same way (a value of an unusual type, a duplicate key, invalid JSON, an integer outside
+ * int64 ...) it stops with `Unsupported` and the caller redoes the file with the msgspec path.
+ *
+ * Protocol (see zoomer_ar/load/fastcols.py):
+ *   p = EventParser(name_index, cat_index, pid_index, tid_index, decode)
+ *   pos, ended = p.feed(buf, start, final)   # parses whole events of buf[start:]; returns where
+ *                                            # the first incomplete event starts (or, ended=True,
+ *                                            # the index just after the array's `]`)
+ *   cols = p.take()                          # columns of the events parsed since the last take
+ * The index dicts map a value (str or int) to its code in first-seen order, as the Python
+ * builder's; `decode` is msgspec.json.decode, used for strings with escapes.
+ */
+#define _GNU_SOURCE
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+#include <errno.h>
+#include <locale.h>
+#include <stdlib.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
+/* ------------------------------------------------------------------------------------------ */
+/* growable buffers */
+
+typedef struct {
+    char *data;
+    size_t len;  /* bytes */
+    size_t cap;
+} Buf;
+
+static int buf_reserve(Buf *b, size_t extra) {
+    if (b->len + extra <= b->cap) return 0;
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->len + extra) cap *= 2;
+    char *d = (char *)PyMem_RawRealloc(b->data, cap);
+    if (!d) return -1;  /* feed() raises MemoryError */
+    b->data = d;
+    b->cap = cap;
+    return 0;
+}
+
+static int buf_put(Buf *b, const void *p, size_t n) {
+    if (buf_reserve(b, n) < 0) return -1;
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+    return 0;
+}
+
+static void buf_free(Buf *b) {
+    PyMem_RawFree(b->data);
+    b->data = NULL;
+    b->len = b->cap = 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* intern table: raw JSON token bytes -> int32 code (the code is set by the caller) */
+
+typedef struct {
+    uint64_t hash;
+    uint32_t off;   /* into arena */
+    uint32_t len;
+    int32_t code;
+    int32_t used;
+} Slot;
+
+typedef struct {
+    Slot *slots;
+    size_t mask;    /* capacity - 1 */
+    size_t count;
+    Buf arena;
+} Intern;
+
+static uint64_t hash_bytes(const char *p, size_t n) {
+    /* FNV-1a over 8-byte words, then a final mix */
+    uint64_t h = 1469598103934665603ULL ^ (uint64_t)n;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        h = (h ^ w) * 1099511628211ULL;
+        h ^= h >> 29;
+    }
+    for (; i < n; i++) h = (h ^ (unsigned char)p[i]) * 1099511628211ULL;
+    h ^= h >> 32;
+    h *= 0xd6e8feb86659fd93ULL;
+    h ^= h >> 32;
+    return h;
+}
+
+static int intern_init(Intern *t) {
+    t->mask = 255;
+    t->count = 0;
+    t->slots = (Slot *)PyMem_RawCalloc(t->mask + 1, sizeof(Slot));
+    memset(&t->arena, 0, sizeof(Buf));
+    if (!t->slots) return -1;
+    return 0;
+}
+
+static void intern_free(Intern *t) {
+    PyMem_RawFree(t->slots);
+    t->slots = NULL;
+    buf_free(&t->arena);
+}
+
+/* slot for (p, n): found (used) or the empty one where it goes */
+static Slot *intern_find(Intern *t, const char *p, size_t n, uint64_t h) {
+    size_t i = (size_t)h & t->mask;
+    for (;;) {
+        Slot *s = &t->slots[i];
+        if (!s->used) return s;
+        if (s->hash == h && s->len == n && memcmp(t->arena.data + s->off, p, n) == 0) return s;
+        i = (i + 1) & t->mask;
+    }
+}
+
+static int intern_grow(Intern *t) {
+    size_t ncap = (t->mask + 1) * 2;
+    Slot *ns = (Slot *)PyMem_RawCalloc(ncap, sizeof(Slot));
+    if (!ns) return -1;
+    for (size_t i = 0; i <= t->mask; i++) {
+        Slot *s = &t->slots[i];
+        if (!s->used) continue;
+        size_t j = (size_t)s->hash & (ncap - 1);
+        while (ns[j].used) j = (j + 1) & (ncap - 1);
+        ns[j] = *s;
+    }
+    PyMem_RawFree(t->slots);
+    t->slots = ns;
+    t->mask = ncap - 1;
+    return 0;
+}
+
+static int intern_add(Intern *t, Slot *s, const char *p, size_t n, uint64_t h, int32_t code) {
+    if (t->arena.len + n > 0xFFFFFFFFu) return -1;
+    s->off = (uint32_t)t->arena.len;
+    if (buf_put(&t->arena, p, n) < 0) return -1;
+    s->hash = h;
+    s->len = (uint32_t)n;
+    s->code = code;
+    s->used = 1;
+    t->count++;
+    if (t->count * 2 > t->mask + 1) return intern_grow(t);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+
+enum { OK = 0, MORE = 1, BAD = 2, ERR = 3 };  /* MORE: ran off the buffer; BAD: unsupported; ERR: Python error */
+
+enum {
+    SP_INPUT_DIMS, SP_INPUT_TYPE, SP_CALL_STACK, SP_COLLECTIVE, SP_IN_NELEMS, SP_PYTHON_ID, SP_META_NAME, N_SPARSE
+};
+
+enum { C_TS, C_DUR, C_PH, C_CAT, C_NAME, C_PID, C_TID, C_CORR, C_STREAM, C_DEVICE, C_DEVICE_ID, C_EXT, C_EXT21,
+       C_NBYTES, C_TOTAL, N_COLS };
+static const size_t COL_SIZE[N_COLS] = {8, 8, 1, 4, 4, 4, 4, 8, 8, 8, 8, 8, 8, 8, 8};
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *index[4];   /* name, cat, pid, tid: dict value -> code */
+    PyObject *decode;     /* msgspec.json.decode */
+    Intern str_tab[4];    /* raw string token -> code, per index (pid/tid: string values) */
+    Intern sp_tab[N_SPARSE];
+    PyObject *sp_uniques[N_SPARSE];  /* list of bytes: raw JSON text per uid */
+    char *cols[N_COLS];   /* columns of the events not yet taken: n_pend of cap_ev */
+    size_t n_pend, cap_ev;
+    Buf sp_pos[N_SPARSE];  /* int64 event numbers */
+    Buf sp_uid[N_SPARSE];  /* int32 */
+    int64_t n_total;       /* events parsed so far (all feeds) */
+    int64_t n_taken;       /* events handed over by take() */
+    int state;             /* 0: before an event or `]`; 1: after an event (`,` or `]` next); 2: after `,` */
+    int ended;
+    /* last pid/tid int seen and its code (consecutive events mostly share them) */
+    int64_t last_int[2];
+    int32_t last_int_code[2];
+    int last_int_valid[2];
+    Intern int_tab[2];     /* pid/tid integer (8 bytes) -> code */
+    PyThreadState *ts;     /* non-NULL while feed() runs without the GIL */
+} Parser;
+
+/* feed() parses without the GIL (the reader thread inflates and hashes meanwhile); it takes the
+ * GIL back only to register a value it has not seen before. */
+#define GIL(P) do { if ((P)->ts) { PyEval_RestoreThread((P)->ts); (P)->ts = NULL; } } while (0)
+#define NOGIL(P) do { (P)->ts = PyEval_SaveThread(); } while (0)
+
+typedef struct {
+    const char *p;
+    const char *end;
+    int final;
+} Cur;
+
+static inline void skip_ws(Cur *c) {
+    while (c->p < c->end) {
+        char ch = *c->p;
+        if (ch == ' ' || ch == '\n' || ch == '\r' || ch == '\t') c->p++;
+        else break;
+    }
+}
+
+/* UTF-8 validation (as strict as CPython's decoder: no overlongs, surrogates or > U+10FFFF) */
+static int utf8_ok(const unsigned char *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        unsigned char c = s[i];
+        if (c < 0x80) { i++; continue; }
+        if (c >= 0xC2 && c <= 0xDF) {
+            if (i + 1 >= n || (s[i + 1] & 0xC0) != 0x80) return 0;
+            i += 2;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            if (i + 2 >= n) return 0;
+            unsigned char c1 = s[i + 1], c2 = s[i + 2];
+            if ((c1 & 0xC0) != 0x80 || (c2 & 0xC0) != 0x80) return 0;
+            if (c == 0xE0 && c1 < 0xA0) return 0;
+            if (c == 0xED && c1 >= 0xA0) return 0;
+            i += 3;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            if (i + 3 >= n) return 0;
+            unsigned char c1 = s[i + 1], c2 = s[i + 2], c3 = s[i + 3];
+            if ((c1 & 0xC0) != 0x80 || (c2 & 0xC0) != 0x80 || (c3 & 0xC0) != 0x80) return 0;
+            if (c == 0xF0 && c1 < 0x90) return 0;
+            if (c == 0xF4 && c1 >= 0x90) return 0;
+            i += 4;
+        } else return 0;
+    }
+    return 1;
+}
+
+static inline int is_hex(char ch) {
+    return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f') || (ch >= 'A' && ch <= 'F');
+}
+
+/* String token at c->p (which is `"`). On OK: *s, *n = contents (without quotes), *esc = has
+ * escapes, c->p after the closing quote. Validates escapes, control characters and UTF-8. */
+static int scan_string(Cur *c, const char **s, size_t *n, int *esc) {
+    const char *p = c->p + 1;
+    const char *end = c->end;
+    int has_esc = 0, high = 0;
+    for (;;) {
+        const char *q = p;
+        /* fast run over plain characters: 16 at a time where SSE2 is there */
+#ifdef __SSE2__
+        {
+            const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\');
+            const __m128i ctl = _mm_set1_epi8(0x1F);
+            while (q + 16 <= end) {
+                __m128i v = _mm_loadu_si128((const __m128i *)q);
+                int hi = _mm_movemask_epi8(v);
+                /* bytes < 0x20 (unsigned): min(v, 0x1F) == v, only for bytes without the high bit */
+                __m128i stop = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, bslash)),
+                                            _mm_cmpeq_epi8(_mm_min_epu8(v, ctl), v));
+                int m = _mm_movemask_epi8(stop);
+                if (m) {
+                    int k = __builtin_ctz(m);
+                    high |= hi & ((1 << k) - 1);
+                    q += k;
+                    goto found;
+                }
+                high |= hi;
+                q += 16;
+            }
+        }
+#endif
+        while (q < end) {
+            unsigned char ch = (unsigned char)*q;
+            if (ch == '"' || ch == '\\' || ch < 0x20) break;
+            high |= ch & 0x80;
+            q++;
+        }
+#ifdef __SSE2__
+    found:
+#endif
+        if (q >= end) return MORE;
+        unsigned char ch = (unsigned char)*q;
+        if (ch == '"') { p = q; break; }
+        if (ch < 0x20) return BAD;
+        /* backslash */
+        has_esc = 1;
+        if (q + 1 >= end) return MORE;
+        char e = q[1];
+        if (e == 'u') {
+            if (q + 6 > end) return MORE;
+            for (int k = 2; k < 6; k++) if (!is_hex(q[k])) return BAD;
+            p = q + 6;
+        } else if (e == '"' || e == '\\' || e == '/' || e == 'b' || e == 'f' || e == 'n' || e == 'r' || e == 't') {
+            p = q + 2;
+        } else return BAD;
+    }
+    *s = c->p + 1;
+    *n = (size_t)(p - (c->p + 1));
+    *esc = has_esc;
+    if (high && !utf8_ok((const unsigned char *)*s, *n)) return BAD;
+    c->p = p + 1;
+    return OK;
+}
+
+/* Number token. On OK: *is_int, *iv (when is_int and in int64), *big (int outside int64),
+ * *dv (the value as a double, correctly rounded). A number that touches the end of the buffer
+ * is MORE unless final. */
+/* correctly rounded decimal -> double, independent of the process locale and of the GIL */
+static locale_t C_LOCALE;
+
+static int c_strtod(const char *tmp, size_t n, double *out) {
+    char *endp = NULL;
+    errno = 0;
+    double d = strtod_l(tmp, &endp, C_LOCALE);
+    if (endp != tmp + n) return 0;
+    *out = d;
+    return 1;
+}
+
+static const double POW10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
+                                1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+static int scan_number(Cur *c, int *is_int, int64_t *iv, int *big, double *dv) {
+    const char *p = c->p, *end = c->end, *start = c->p;
+    int neg = 0;
+    if (p < end && *p == '-') { neg = 1; p++; }
+    if (p >= end) return c->final ? BAD : MORE;
+    uint64_t m = 0;
+    int digits = 0, mdigits = 0, overflow = 0;
+    if (*p == '0') {
+        p++;
+        digits = 1;
+    } else if (*p >= '1' && *p <= '9') {
+        while (p < end && *p >= '0' && *p <= '9') {
+            if (m > (UINT64_MAX - 9) / 10) overflow = 1;
+            else { m = m * 10 + (uint64_t)(*p - '0'); mdigits++; }
+            digits++;
+            p++;
+        }
+    } else return BAD;
+    int frac = 0, exp10 = 0, has_exp = 0;
+    int frac_digits = 0;
+    uint64_t fm = m;
+    int fm_ok = !overflow && mdigits <= 19;
+    int sig = (m != 0) ? mdigits : 0;
+    if (p < end && *p == '.') {
+        frac = 1;
+        p++;
+        const char *f0 = p;
+        while (p < end && *p >= '0' && *p <= '9') {
+            if (fm_ok) {
+                if (fm == 0 && *p == '0') { frac_digits++; }
+                else if (sig < 19) { fm = fm * 10 + (uint64_t)(*p - '0'); sig++; frac_digits++; }
+                else fm_ok = 0;
+            }
+            p++;
+        }
+        if (p == f0) return (p >= end && !c->final) ? MORE : BAD;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        has_exp = 1;
+        p++;
+        int eneg = 0;
+        if (p < end && (*p == '+' || *p == '-')) { eneg = *p == '-'; p++; }
+        const char *e0 = p;
+        int ev = 0;
+        while (p < end && *p >= '0' && *p <= '9') {
+            if (ev < 100000) ev = ev * 10 + (*p - '0');
+            p++;
+        }
+        if (p == e0) return (p >= end && !c->final) ? MORE : BAD;
+        exp10 = eneg ? -ev : ev;
+    }
+    if (p >= end && !c->final) return MORE;
+    (void)digits;
+    c->p = p;
+    if (!frac && !has_exp) {
+        *is_int = 1;
+        if (overflow || (!neg && m > (uint64_t)INT64_MAX) || (neg && m > (uint64_t)INT64_MAX + 1)) {
+            *big = 1;
+            *iv = 0;
+            *dv = 0;
+            return OK;
+        }
+        *big = 0;
+        *iv = neg ? (int64_t)(0 - m) : (int64_t)m;
+        *dv = (double)*iv;
+        return OK;
+    }
+    *is_int = 0;
+    *big = 0;
+    /* Clinger's fast path: exact mantissa and power of ten, one rounding */
+    if (fm_ok && fm < (1ULL << 53)) {
+        int e = exp10 - frac_digits;
+        double d = (double)fm;
+        if (e >= 0 && e <= 22) { d = d * POW10[e]; *dv = neg ? -d : d; return OK; }
+        if (e < 0 && e >= -22) { d = d / POW10[-e]; *dv = neg ? -d : d; return OK; }
+    }
+    size_t n = (size_t)(p - start);
+    char small[64];
+    char *tmp = n < sizeof(small) ? small : (char *)malloc(n + 1);
+    if (!tmp) return ERR;
+    memcpy(tmp, start, n);
+    tmp[n] = 0;
+    double d;
+    int bad = !c_strtod(tmp, n, &d);
+    if (tmp != small) free(tmp);
+    if (bad || isinf(d)) return BAD;  /* msgspec and Python differ on out-of-range floats: not our subset */
+    *dv = d;
+    return OK;
+}
+
+static int skip_value(Cur *c, int depth);
+
+static int skip_literal(Cur *c, const char *lit, size_t n) {
+    size_t avail = (size_t)(c->end - c->p);
+    if (avail < n) {
+        if (memcmp(c->p, lit, avail) != 0) return BAD;
+        return c->final ? BAD : MORE;
+    }
+    if (memcmp(c->p, lit, n) != 0) return BAD;
+    c->p += n;
+    return OK;
+}
+
+static int skip_value(Cur *c, int depth) {
+    if (depth > 200) return BAD;
+    skip_ws(c);
+    if (c->p >= c->end) return MORE;
+    char ch = *c->p;
+    int r;
+    if (ch == '"') {
+        const char *s; size_t n; int esc;
+        return scan_string(c, &s, &n, &esc);
+    }
+    if (ch == '{' || ch == '[') {
+        char close = ch == '{' ? '}' : ']';
+        c->p++;
+        skip_ws(c);
+        if (c->p >= c->end) return MORE;
+        if (*c->p == close) { c->p++; return OK; }
+        for (;;) {
+            if (close == '}') {
+                skip_ws(c);
+                if (c->p >= c->end) return MORE;
+                if (*c->p != '"') return BAD;
+                const char *s; size_t n; int esc;
+                if ((r = scan_string(c, &s, &n, &esc)) != OK) return r;
+                skip_ws(c);
+                if (c->p >= c->end) return MORE;
+                if (*c->p != ':') return BAD;
+                c->p++;
+            }
+            if ((r = skip_value(c, depth + 1)) != OK) return r;
+            skip_ws(c);
+            if (c->p >= c->end) return MORE;
+            if (*c->p == ',') { c->p++; continue; }
+            if (*c->p == close) { c->p++; return OK; }
+            return BAD;
+        }
+    }
+    if (ch == 't') return skip_literal(c, "true", 4);
+    if (ch == 'f') return skip_literal(c, "false", 5);
+    if (ch == 'n') return skip_literal(c, "null", 4);
+    if (ch == '-' || (ch >= '0' && ch <= '9')) {
+        int is_int, big; int64_t iv; double dv;
+        return scan_number(c, &is_int, &iv, &big, &dv);
+    }
+    return BAD;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* values of a known type */
+
+static int code_of_new_string(Parser *P, int k, const char *s, size_t n, int esc, int32_t *code);
+
+/* code of a string token in index k (0 name, 1 cat, 2 pid, 3 tid) */
+static int code_of_string(Parser *P, int k, const char *s, size_t n, int esc, int32_t *code) {
+    Intern *t = &P->str_tab[k];
+    uint64_t h = hash_bytes(s, n);
+    Slot *slot = intern_find(t, s, n, h);
+    if (slot->used) { *code = slot->code; return OK; }
+    int released = P->ts != NULL;
+    GIL(P);
+    int r = code_of_new_string(P, k, s, n, esc, code);
+    if (r == OK && intern_add(t, slot, s, n, h, *code) < 0) r = ERR;
+    if (released) NOGIL(P);
+    return r;
+}
+
+static int code_of_new_string(Parser *P, int k, const char *s, size_t n, int esc, int32_t *code) {
+    PyObject *str;
+    if (esc) {
+        PyObject *raw = PyBytes_FromStringAndSize(s - 1, (Py_ssize_t)n + 2);
+        if (!raw) return ERR;
+        str = PyObject_CallOneArg(P->decode, raw);
+        Py_DECREF(raw);
+        if (!str) { PyErr_Clear(); return BAD; }
+        if (!PyUnicode_Check(str)) { Py_DECREF(str); return BAD; }
+    } else {
+        str = PyUnicode_DecodeUTF8(s, (Py_ssize_t)n, NULL);
+        if (!str) { PyErr_Clear(); return BAD; }
+    }
+    PyObject *d = P->index[k];
+    PyObject *next = PyLong_FromSsize_t(PyDict_GET_SIZE(d));
+    if (!next) { Py_DECREF(str); return ERR; }
+    PyObject *got = PyDict_SetDefault(d, str, next);
+    Py_DECREF(next);
+    Py_DECREF(str);
+    if (!got) return ERR;
+    long v = PyLong_AsLong(got);
+    if (v == -1 && PyErr_Occurred()) return ERR;
+    *code = (int32_t)v;
+    return OK;
+}
+
+static int read_string_code(Parser *P, Cur *c, int k, int32_t *code) {
+    skip_ws(c);
+    if (c->p >= c->end) return MORE;
+    if (*c->p != '"') return BAD;  /* msgspec: wrong type -> ValidationError */
+    const char *s; size_t n; int esc; int r;
+    if ((r = scan_string(c, &s, &n, &esc)) != OK) return r;
+    return code_of_string(P, k, s, n, esc, code);
+}
+
+static int code_of_new_int(Parser *P, int k, int64_t iv, int32_t *code);
+
+/* pid / tid: int or str (k = 2 or 3) */
+static int read_id_code(Parser *P, Cur *c, int k, int32_t *code) {
+    skip_ws(c);
+    if (c->p >= c->end) return MORE;
+    char ch = *c->p;
+    if (ch == '"') return read_string_code(P, c, k, code);
+    if (!(ch == '-' || (ch >= '0' && ch <= '9'))) return BAD;
+    int is_int, big; int64_t iv; double dv; int r;
+    if ((r = scan_number(c, &is_int, &iv, &big, &dv)) != OK) return r;
+    if (!is_int || big) return BAD;
+    int j = k - 2;
+    if (P->last_int_valid[j] && P->last_int[j] == iv) { *code = P->last_int_code[j]; return OK; }
+    Intern *t = &P->int_tab[j];
+    uint64_t h = hash_bytes((const char *)&iv, 8);
+    Slot *slot = intern_find(t, (const char *)&iv, 8, h);
+    if (slot->used) {
+        *code = slot->code;
+    } else {
+        int released = P->ts != NULL;
+        GIL(P);
+        r = code_of_new_int(P, k, iv, code);
+        if (r == OK && intern_add(t, slot, (const char *)&iv, 8, h, *code) < 0) r = ERR;
+        if (released) NOGIL(P);
+        if (r != OK) return r;
+    }
+    P->last_int[j] = iv;
+    P->last_int_code[j] = *code;
+    P->last_int_valid[j] = 1;
+    return OK;
+}
+
+static int code_of_new_int(Parser *P, int k, int64_t iv, int32_t *code) {
+    PyObject *key = PyLong_FromLongLong(iv);
+    if (!key) return ERR;
+    PyObject *d = P->index[k];
+    PyObject *next = PyLong_FromSsize_t(PyDict_GET_SIZE(d));
+    if (!next) { Py_DECREF(key); return ERR; }
+    PyObject *got = PyDict_SetDefault(d, key, next);
+    Py_DECREF(next);
+    Py_DECREF(key);
+    if (!got) return ERR;
+    long v = PyLong_AsLong(got);
+    if (v == -1 && PyErr_Occurred()) return ERR;
+    *code = (int32_t)v;
+    return OK;
+}
+
+/* ts / dur: int | float -> double */
+static int read_number(Cur *c, double *out) {
+    skip_ws(c);
+    if (c->p >= c->end) return MORE;
+    char ch = *c->p;
+    if (!(ch == '-' || (ch >= '0' && ch <= '9'))) return BAD;
+    int is_int, big; int64_t iv; double dv; int r;
+    if ((r = scan_number(c, &is_int, &iv, &big, &dv)) != OK) return r;
+    if (big) return BAD;
+    *out = dv;
+    return OK;
+}
+
+/* A numeric field given as a string (AMD traces: "stream": "0x0", "bytes": "60"). The reference
+ * path converts a column with numpy, or value by value with int()/float() where numpy refuses a
+ * value; both agree on decimal strings (the value) and on hex strings (refused: -1 / NaN), so only
+ * those are in this reader's subset. kind: 0 -> *iv (integer), 1 -> *dv (float). */
+static int numeric_string(const char *s, size_t n, int kind, int64_t *iv, double *dv) {
+    if (n >= 3 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) {
+        for (size_t i = 2; i < n; i++) if (!is_hex(s[i])) return BAD;
+        if (kind == 0) *iv = -1; else *dv = NAN;
+        return OK;
+    }
+    size_t i = 0;
+    if (i < n && s[i] == '-') i++;
+    size_t d0 = i;
+    while (i < n && s[i] >= '0' && s[i] <= '9') i++;
+    if (i == d0) return BAD;
+    if (kind == 0) {
+        if (i != n || n - d0 > 18) return BAD;
+        int64_t v = 0;
+        for (size_t k = d0; k < n; k++) v = v * 10 + (s[k] - '0');
+        *iv = s[0] == '-' ? -v : v;
+        return OK;
+    }
+    if (i < n && s[i] == '.') {
+        i++;
+        size_t f0 = i;
+        while (i < n && s[i] >= '0' && s[i] <= '9') i++;
+        if (i == f0) return BAD;
+    }
+    if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+        i++;
+        if (i < n && (s[i] == '+' || s[i] == '-')) i++;
+        size_t e0 = i;
+        while (i < n && s[i] >= '0' && s[i] <= '9') i++;
+        if (i == e0) return BAD;
+    }
+    if (i != n || n > 60) return BAD;
+    char tmp[64];
+    memcpy(tmp, s, n);
+    tmp[n] = 0;
+    double d;
+    if (!c_strtod(tmp, n, &d) || isinf(d)) return BAD;
+    *dv = d;
+    return OK;
+}
+
+/* int-column args (Scalar | None): ints and null only; -1 for null */
+static int read_int_arg(Cur *c, int64_t *out) {
+    skip_ws(c);
+    if (c->p >= c->end) return MORE;
+    char ch = *c->p;
+    if (ch == 'n') { int r = skip_literal(c, "null", 4); if (r == OK) *out = -1; return r; }
+    if (ch == '"') {
+        const char *s; size_t n; int esc; int r;
+        if ((r = scan_string(c, &s, &n, &esc)) != OK) return r;
+        if (esc) return BAD;
+        double unused;
+        return numeric_string(s, n, 0, out, &unused);
+    }
+    if (!(ch == '-' || (ch >= '0' && ch <= '9'))) return BAD;
+    int is_int, big; int64_t iv; double dv; int r;
+    if ((r = scan_number(c, &is_int, &iv, &big, &dv)) != OK) return r;
+    if (!is_int || big || iv == INT64_MIN) return BAD;
+    *out = iv;
+    return OK;
+}
+
+/* float-column args: numbers and null (NaN) */
+static int read_float_arg(Cur *c, double *out) {
+    skip_ws(c);
+    if (c->p >= c->end) return MORE;
+    char ch = *c->p;
+    if (ch == 'n') { int r = skip_literal(c, "null", 4); if (r == OK) *out = NAN; return r; }
+    if (ch == '"') {
+        const char *s; size_t n; int esc; int r;
+        if ((r = scan_string(c, &s, &n, &esc)) != OK) return r;
+        if (esc) return BAD;
+        int64_t unused;
+        return numeric_string(s, n, 1, &unused, out);
+    }
+    if (!(ch == '-' || (ch >= '0' && ch <= '9'))) return BAD;
+    int is_int, big; int64_t iv; double dv; int r;
+    if ((r = scan_number(c, &is_int, &iv, &big, &dv)) != OK) return r;
+    if (big) return BAD;
+    *out = dv;
+    return OK;
+}
+
+/* a value kept as raw JSON text for a sparse field: uid of the text. kind: 0 any JSON,
+ * 1 str|null, 2 scalar|null. JSON null gives uid -1 (absent). */
+static int read_sparse(Parser *P, Cur *c, int f, int kind, int32_t *uid) {
+    skip_ws(c);
+    if (c->p >= c->end) return MORE;
+    char ch = *c->p;
+    if (ch == 'n') { int r = skip_literal(c, "null", 4); if (r == OK) *uid = -1; return r; }
+    if (kind == 1 && ch != '"') return BAD;
+    if (kind == 2 && (ch == '{' || ch == '[' || ch == 't' || ch == 'f')) return BAD;
+    const char *start = c->p;
+    int r = skip_value(c, 0);
+    if (r != OK) return r;
+    size_t n = (size_t)(c->p - start);
+    Intern *t = &P->sp_tab[f];
+    uint64_t h = hash_bytes(start, n);
+    Slot *slot = intern_find(t, start, n, h);
+    if (slot->used) { *uid = slot->code; return OK; }
+    int released = P->ts != NULL;
+    GIL(P);
+    r = ERR;
+    PyObject *b = PyBytes_FromStringAndSize(start, (Py_ssize_t)n);
+    if (b) {
+        Py_ssize_t k = PyList_GET_SIZE(P->sp_uniques[f]);
+        if (PyList_Append(P->sp_uniques[f], b) == 0) {
+            *uid = (int32_t)k;
+            r = intern_add(t, slot, start, n, h, *uid) < 0 ? ERR : OK;
+        }
+        Py_DECREF(b);
+    }
+    if (released) NOGIL(P);
+    return r;
+}
+
+/* a scalar that is only validated (Out msg nelems, Group size, Python parent id) */
+static int skip_scalar(Cur *c) {
+    skip_ws(c);
+    if (c->p >= c->end) return MORE;
+    char ch = *c->p;
+    if (ch == '{' || ch == '[' || ch == 't' || ch == 'f') return BAD;
+    return skip_value(c, 0);
+}
+
+static inline int key_is(const char *s, size_t n, const char *lit) {
+    size_t m = strlen(lit);
+    return n == m && memcmp(s, lit, m) == 0;
+}
+
+typedef struct {
+    double ts, dur, nbytes, mem_bytes, total;
+    int64_t corr, stream, device, device_id, ext, ext21;
+    int32_t cat, name, pid, tid;
+    uint8_t ph;
+    int32_t sp[N_SPARSE];
+} Event;
+
+enum {
+    A_CORR, A_STREAM, A_DEVICE, A_DEVICE_ID, A_EXT, A_EXT21, A_BYTES, A_MEM, A_TOTAL, A_DIMS, A_TYPE, A_STACK,
+    A_COLL, A_IN, A_OUT, A_GROUP, A_PYID, A_PYPARENT, A_NAME, N_ARGKEYS
+};
+
+static int arg_key(const char *s, size_t n) {
+    switch (n) {
+    case 4: if (key_is(s, n, "name")) return A_NAME; break;
+    case 5: if (key_is(s, n, "bytes")) return A_BYTES; if (key_is(s, n, "Bytes")) return A_MEM; break;
+    case 6: if (key_is(s, n, "stream")) return A_STREAM; if (key_is(s, n, "device")) return A_DEVICE; break;
+    case 9: if (key_is(s, n, "Device Id")) return A_DEVICE_ID; if (key_is(s, n, "Python id")) return A_PYID; break;
+    case 10:
+        if (key_is(s, n, "Input Dims")) return A_DIMS;
+        if (key_is(s, n, "Input type")) return A_TYPE;
+        if (key_is(s, n, "Call stack")) return A_STACK;
+        if (key_is(s, n, "Group size")) return A_GROUP;
+        break;
+    case 11:
+        if (key_is(s, n, "correlation")) return A_CORR;
+        if (key_is(s, n, "External id")) return A_EXT;
+        if (key_is(s, n, "external id")) return A_EXT21;
+        break;
+    case 13: if (key_is(s, n, "In msg nelems")) return A_IN; break;
+    case 14: if (key_is(s, n, "Out msg nelems")) return A_OUT; break;
+    case 15:
+        if (key_is(s, n, "Total Allocated")) return A_TOTAL;
+        if (key_is(s, n, "Collective name")) return A_COLL;
+        break;
+    case 16: if (key_is(s, n, "Python parent id")) return A_PYPARENT; break;
+    }
+    return -1;
+}
+
+static int parse_args(Parser *P, Cur *c, Event *ev) {
+    skip_ws(c);
+    if (c->p >= c->end) return MORE;
+    if (*c->p != '{') return BAD;
+    c->p++;
+    uint32_t seen = 0;
+    int r;
+    skip_ws(c);
+    if (c->p >= c->end) return MORE;
+    if (*c->p == '}') { c->p++; return OK; }
+    for (;;) {
+        skip_ws(c);
+        if (c->p >= c->end) return MORE;
+        if (*c->p != '"') return BAD;
+        const char *ks; size_t kn; int kesc;
+        if ((r = scan_string(c, &ks, &kn, &kesc)) != OK) return r;
+        if (kesc) return BAD;
+        skip_ws(c);
+        if (c->p >= c->end) return MORE;
+        if (*c->p != ':') return BAD;
+        c->p++;
+        int k = arg_key(ks, kn);
+        if (k >= 0) {
+            if (seen & (1u << k)) return BAD;  /* duplicate key */
+            seen |= 1u << k;
+        }
+        switch (k) {
+        case A_CORR: r = read_int_arg(c, &ev->corr); break;
+        case A_STREAM: r = read_int_arg(c, &ev->stream); break;
+        case A_DEVICE: r = read_int_arg(c, &ev->device); break;
+        case A_DEVICE_ID: r = read_int_arg(c, &ev->device_id); break;
+        case A_EXT: r = read_int_arg(c, &ev->ext); break;
+        case A_EXT21: r = read_int_arg(c, &ev->ext21); break;
+        case A_BYTES: r = read_float_arg(c, &ev->nbytes); break;
+        case A_MEM: r = read_float_arg(c, &ev->mem_bytes); break;
+        case A_TOTAL: r = read_float_arg(c, &ev->total); break;
+        case A_DIMS: r = read_sparse(P, c, SP_INPUT_DIMS, 0, &ev->sp[SP_INPUT_DIMS]); break;
+        case A_TYPE: r = read_sparse(P, c, SP_INPUT_TYPE, 0, &ev->sp[SP_INPUT_TYPE]); break;
+        case A_STACK: r = read_sparse(P, c, SP_CALL_STACK, 1, &ev->sp[SP_CALL_STACK]); break;
+        case A_COLL: r = read_sparse(P, c, SP_COLLECTIVE, 1, &ev->sp[SP_COLLECTIVE]); break;
+        case A_IN: r = read_sparse(P, c, SP_IN_NELEMS, 2, &ev->sp[SP_IN_NELEMS]); break;
+        case A_PYID: r = read_sparse(P, c, SP_PYTHON_ID, 2, &ev->sp[SP_PYTHON_ID]); break;
+        case A_NAME: r = read_sparse(P, c, SP_META_NAME, 0, &ev->sp[SP_META_NAME]); break;
+        case A_OUT: case A_GROUP: case A_PYPARENT: r = skip_scalar(c); break;
+        default: r = skip_value(c, 0); break;
+        }
+        if (r != OK) return r;
+        skip_ws(c);
+        if (c->p >= c->end) return MORE;
+        if (*c->p == ',') { c->p++; continue; }
+        if (*c->p == '}') { c->p++; return OK; }
+        return BAD;
+    }
+}
+
+static uint8_t ph_code_of(const char *s, size_t n) {
+    if (n != 1) return 0;
+    switch (s[0]) {
+    case 'X': return 1;
+    case 'i': case 'I': return 2;
+    case 's': return 3;
+    case 'f': case 't': return 4;
+    case 'M': return 5;
+    case 'B': return 6;
+    case 'E': return 7;
+    case 'C': return 8;
+    }
+    return 0;
+}
+
+enum { K_PH, K_NAME, K_CAT, K_TS, K_DUR, K_PID, K_TID, K_ARGS };
+
+static int parse_event(Parser *P, Cur *c, Event *ev) {
+    /* c->p at `{` */
+    c->p++;
+    uint32_t seen = 0;
+    int r;
+    skip_ws(c);
+    if (c->p >= c->end) return MORE;
+    if (*c->p == '}') { c->p++; return OK; }
+    for (;;) {
+        skip_ws(c);
+        if (c->p >= c->end) return MORE;
+        if (*c->p != '"') return BAD;
+        const char *ks; size_t kn; int kesc;
+        if ((r = scan_string(c, &ks, &kn, &kesc)) != OK) return r;
+        if (kesc) return BAD;
+        skip_ws(c);
+        if (c->p >= c->end) return MORE;
+        if (*c->p != ':') return BAD;
+        c->p++;
+        int k = -1;
+        switch (kn) {
+        case 2:
+            if (ks[0] == 'p' && ks[1] == 'h') k = K_PH;
+            else if (ks[0] == 't' && ks[1] == 's') k = K_TS;
+            break;
+        case 3:
+            if (key_is(ks, kn, "cat")) k = K_CAT;
+            else if (key_is(ks, kn, "dur")) k = K_DUR;
+            else if (key_is(ks, kn, "pid")) k = K_PID;
+            else if (key_is(ks, kn, "tid")) k = K_TID;
+            break;
+        case 4:
+            if (key_is(ks, kn, "name")) k = K_NAME;
+            else if (key_is(ks, kn, "args")) k = K_ARGS;
+            break;
+        }
+        if (k >= 0) {
+            if (seen & (1u << k)) return BAD;
+            seen |= 1u << k;
+        }
+        switch (k) {
+        case K_PH: {
+            skip_ws(c);
+            if (c->p >= c->end) return MORE;
+            if (*c->p != '"') return BAD;
+            const char *s; size_t n; int esc;
+            if ((r = scan_string(c, &s, &n, &esc)) != OK) return r;
+            if (esc) return BAD;
+            ev->ph = ph_code_of(s, n);
+            break;
+        }
+        case K_NAME: r = read_string_code(P, c, 0, &ev->name); break;
+        case K_CAT: r = read_string_code(P, c, 1, &ev->cat); break;
+        case K_TS: r = read_number(c, &ev->ts); break;
+        case K_DUR: r = read_number(c, &ev->dur); break;
+        case K_PID: r = read_id_code(P, c, 2, &ev->pid); break;
+        case K_TID: r = read_id_code(P, c, 3, &ev->tid); break;
+        case K_ARGS: r = parse_args(P, c, ev); break;
+        default: r = skip_value(c, 0); break;
+        }
+        if (r != OK) return r;
+        if (k == K_NAME || k == K_CAT || k == K_PID || k == K_TID || k == K_PH) {
+            /* nothing else to do */
+        }
+        skip_ws(c);
+        if (c->p >= c->end) return MORE;
+        if (*c->p == ',') { c->p++; continue; }
+        if (*c->p == '}') { c->p++; break; }
+        return BAD;
+    }
+    return OK;
+}
+
+/* codes of the defaults ("" for name/cat, 0 for pid/tid), resolved lazily in event order */
+static int default_codes(Parser *P, Event *ev, uint32_t need) {
+    int r;
+    if (need & 1) { if ((r = code_of_string(P, 0, "", 0, 0, &ev->name)) != OK) return r; }
+    if (need & 2) { if ((r = code_of_string(P, 1, "", 0, 0, &ev->cat)) != OK) return r; }
+    for (int j = 0; j < 2; j++) {
+        if (!(need & (4u << j))) continue;
+        Cur c0 = {"0", "0" + 1, 1};
+        int32_t code;
+        if ((r = read_id_code(P, &c0, 2 + j, &code)) != OK) return r;
+        if (j == 0) ev->pid = code; else ev->tid = code;
+    }
+    return OK;
+}
+
+static int grow_cols(Parser *P) {
+    size_t cap = P->cap_ev ? P->cap_ev * 2 : 16384;
+    for (int i = 0; i < N_COLS; i++) {
+        char *d = (char *)PyMem_RawRealloc(P->cols[i], cap * COL_SIZE[i]);
+        if (!d) return ERR;
+        P->cols[i] = d;
+    }
+    P->cap_ev = cap;
+    return OK;
+}
+
+static int append_event(Parser *P, Event *ev) {
+    if (P->n_pend == P->cap_ev && grow_cols(P) != OK) return ERR;
+    size_t i = P->n_pend;
+    ((double *)P->cols[C_TS])[i] = ev->ts;
+    ((double *)P->cols[C_DUR])[i] = ev->dur;
+    ((uint8_t *)P->cols[C_PH])[i] = ev->ph;
+    ((int32_t *)P->cols[C_CAT])[i] = ev->cat;
+    ((int32_t *)P->cols[C_NAME])[i] = ev->name;
+    ((int32_t *)P->cols[C_PID])[i] = ev->pid;
+    ((int32_t *)P->cols[C_TID])[i] = ev->tid;
+    ((int64_t *)P->cols[C_CORR])[i] = ev->corr;
+    ((int64_t *)P->cols[C_STREAM])[i] = ev->stream;
+    ((int64_t *)P->cols[C_DEVICE])[i] = ev->device;
+    ((int64_t *)P->cols[C_DEVICE_ID])[i] = ev->device_id;
+    ((int64_t *)P->cols[C_EXT])[i] = ev->ext;
+    ((int64_t *)P->cols[C_EXT21])[i] = ev->ext21;
+    ((double *)P->cols[C_NBYTES])[i] = isnan(ev->nbytes) ? ev->mem_bytes : ev->nbytes;
+    ((double *)P->cols[C_TOTAL])[i] = ev->total;
+    P->n_pend++;
+    for (int f = 0; f < N_SPARSE; f++) {
+        if (ev->sp[f] < 0) continue;
+        if (buf_put(&P->sp_pos[f], &P->n_total, 8) < 0 || buf_put(&P->sp_uid[f], &ev->sp[f], 4) < 0) return ERR;
+    }
+    P->n_total++;
+    return OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+
+static PyObject *Unsupported;
+
+static int Parser_init(Parser *P, PyObject *args, PyObject *kw) {
+    PyObject *idx[4], *decode;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O", &PyDict_Type, &idx[0], &PyDict_Type, &idx[1], &PyDict_Type, &idx[2],
+                          &PyDict_Type, &idx[3], &decode))
+        return -1;
+    for (int k = 0; k < 4; k++) {
+        Py_INCREF(idx[k]);
+        Py_XSETREF(P->index[k], idx[k]);
+        intern_free(&P->str_tab[k]);
+        if (intern_init(&P->str_tab[k]) < 0) { PyErr_NoMemory(); return -1; }
+    }
+    Py_INCREF(decode);
+    Py_XSETREF(P->decode, decode);
+    for (int f = 0; f < N_SPARSE; f++) {
+        intern_free(&P->sp_tab[f]);
+        if (intern_init(&P->sp_tab[f]) < 0) { PyErr_NoMemory(); return -1; }
+        PyObject *l = PyList_New(0);
+        if (!l) return -1;
+        Py_XSETREF(P->sp_uniques[f], l);
+    }
+    for (int j = 0; j < 2; j++) {
+        intern_free(&P->int_tab[j]);
+        if (intern_init(&P->int_tab[j]) < 0) { PyErr_NoMemory(); return -1; }
+    }
+    P->state = 0;
+    P->ended = 0;
+    P->n_total = P->n_taken = 0;
+    P->last_int_valid[0] = P->last_int_valid[1] = 0;
+    return 0;
+}
+
+static void Parser_dealloc(Parser *P) {
+    for (int k = 0; k < 4; k++) { Py_XDECREF(P->index[k]); intern_free(&P->str_tab[k]); }
+    for (int j = 0; j < 2; j++) intern_free(&P->int_tab[j]);
+    Py_XDECREF(P->decode);
+    for (int f = 0; f < N_SPARSE; f++) {
+        intern_free(&P->sp_tab[f]);
+        Py_XDECREF(P->sp_uniques[f]);
+        buf_free(&P->sp_pos[f]);
+        buf_free(&P->sp_uid[f]);
+    }
+    for (int i = 0; i < N_COLS; i++) PyMem_RawFree(P->cols[i]);
+    Py_TYPE(P)->tp_free((PyObject *)P);
+}
+
+static PyObject *Parser_feed(Parser *P, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t start;
+    int final;
+    if (!PyArg_ParseTuple(args, "y*np", &view, &start, &final)) return NULL;
+    if (start < 0 || start > view.len) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "start outside the buffer");
+        return NULL;
+    }
+    if (P->ended) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "the events array has ended");
+        return NULL;
+    }
+    const char *base = (const char *)view.buf;
+    Cur c = {base + start, base + view.len, final};
+    const char *done = c.p;  /* position after the last whole event (or separator) */
+    int r = OK;
+    NOGIL(P);
+    for (;;) {
+        skip_ws(&c);
+        if (c.p >= c.end) { done = c.p; r = MORE; break; }
+        char ch = *c.p;
+        if (ch == ']' && P->state != 2) {
+            c.p++;
+            done = c.p;
+            P->ended = 1;
+            break;
+        }
+        if (P->state == 1) {
+            if (ch != ',') { r = BAD; break; }
+            c.p++;
+            P->state = 2;
+            done = c.p;
+            continue;
+        }
+        if (ch != '{') { r = BAD; break; }
+        Event ev;
+        ev.ts = ev.dur = 0.0;
+        ev.nbytes = ev.mem_bytes = ev.total = NAN;
+        ev.corr = ev.stream = ev.device = ev.device_id = ev.ext = ev.ext21 = -1;
+        ev.cat = ev.name = ev.pid = ev.tid = -1;
+        ev.ph = 0;
+        for (int f = 0; f < N_SPARSE; f++) ev.sp[f] = -1;
+        const char *ev_start = c.p;
+        r = parse_event(P, &c, &ev);
+        if (r == OK) {
+            uint32_t need = (ev.name < 0 ? 1u : 0u) | (ev.cat < 0 ? 2u : 0u) | (ev.pid < 0 ? 4u : 0u) |
+                            (ev.tid < 0 ? 8u : 0u);
+            if (need) r = default_codes(P, &ev, need);
+        }
+        if (r == OK) r = append_event(P, &ev);
+        if (r != OK) {
+            done = ev_start;
+            break;
+        }
+        P->state = 1;
+        done = c.p;
+    }
+    GIL(P);
+    Py_ssize_t pos = (Py_ssize_t)(done - base);
+    PyBuffer_Release(&view);
+    if (r == ERR) {
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        return NULL;
+    }
+    if (r == BAD || (r == MORE && final)) {
+        PyErr_Format(Unsupported, "event at byte %zd of the slice is not in the fast reader's subset", pos);
+        return NULL;
+    }
+    return Py_BuildValue("nO", pos, P->ended ? Py_True : Py_False);
+}
+
+static PyObject *take_buf(Buf *b) {
+    PyObject *o = PyBytes_FromStringAndSize(b->data ? b->data : "", (Py_ssize_t)b->len);
+    b->len = 0;
+    return o;
+}
+
+static const char *COL_NAMES[N_COLS] = {"ts", "dur", "ph", "cat", "name", "pid", "tid", "correlation", "stream",
+                                        "device", "device_id", "external_id", "external_id_2021", "nbytes",
+                                        "total_allocated"};
+static const char *SP_NAMES[N_SPARSE] = {"input_dims", "input_type", "call_stack", "collective", "in_msg_nelems",
+                                         "python_id", "meta_name"};
+
+/* take() -> (n, {column: bytes}, {sparse field: (positions bytes, uids bytes, uniques list)}) */
+static PyObject *Parser_take(Parser *P, PyObject *unused) {
+    PyObject *cols = PyDict_New(), *sparse = PyDict_New();
+    if (!cols || !sparse) goto fail;
+    for (int i = 0; i < N_COLS; i++) {
+        PyObject *b = PyBytes_FromStringAndSize(P->cols[i] ? P->cols[i] : "", (Py_ssize_t)(P->n_pend * COL_SIZE[i]));
+        if (!b || PyDict_SetItemString(cols, COL_NAMES[i], b) < 0) { Py_XDECREF(b); goto fail; }
+        Py_DECREF(b);
+    }
+    for (int f = 0; f < N_SPARSE; f++) {
+        PyObject *pos = take_buf(&P->sp_pos[f]);
+        PyObject *uid = take_buf(&P->sp_uid[f]);
+        PyObject *t = (pos && uid) ? PyTuple_Pack(3, pos, uid, P->sp_uniques[f]) : NULL;
+        Py_XDECREF(pos);
+        Py_XDECREF(uid);
+        if (!t || PyDict_SetItemString(sparse, SP_NAMES[f], t) < 0) { Py_XDECREF(t); goto fail; }
+        Py_DECREF(t);
+    }
+    P->n_pend = 0;
+    int64_t n = P->n_total - P->n_taken;
+    P->n_taken = P->n_total;
+    return Py_BuildValue("LNN", (long long)n, cols, sparse);
+fail:
+    Py_XDECREF(cols);
+    Py_XDECREF(sparse);
+    return NULL;
+}
+
+static PyObject *Parser_count(Parser *P, void *closure) { return PyLong_FromLongLong(P->n_total); }
+static PyObject *Parser_ended(Parser *P, void *closure) { return PyBool_FromLong(P->ended); }
+
+static PyMethodDef Parser_methods[] = {
+    {"feed", (PyCFunction)Parser_feed, METH_VARARGS,
+     "feed(buf, start, final) -> (position, ended): parse the whole events of buf[start:]"},
+    {"take", (PyCFunction)Parser_take, METH_NOARGS,
+     "take() -> (n, columns, sparse): the events parsed since the last take"},
+    {NULL}};
+
+static PyGetSetDef Parser_getset[] = {
+    {"count", (getter)Parser_count, NULL, "events parsed", NULL},
+    {"ended", (getter)Parser_ended, NULL, "whether the array's `]` was read", NULL},
+    {NULL}};
+
+static PyTypeObject ParserType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "zoomer_ar.load._fastjson.EventParser",
+    .tp_basicsize = sizeof(Parser),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Parses the events of a trace's traceEvents array into columns.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Parser_init,
+    .tp_dealloc = (destructor)Parser_dealloc,
+    .tp_methods = Parser_methods,
+    .tp_getset = Parser_getset,
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastjson",
+                                    "Compiled reader of Kineto trace events (optional accelerator).", -1, NULL};
+
+PyMODINIT_FUNC PyInit__fastjson(void) {
+    C_LOCALE = newlocale(LC_ALL_MASK, "C", (locale_t)0);
+    if (!C_LOCALE) { PyErr_SetString(PyExc_OSError, "cannot create the C locale"); return NULL; }
+    if (PyType_Ready(&ParserType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    Unsupported = PyErr_NewException("zoomer_ar.load._fastjson.Unsupported", PyExc_ValueError, NULL);
+    if (!Unsupported || PyModule_AddObject(m, "Unsupported", Unsupported) < 0) return NULL;
+    Py_INCREF(Unsupported);
+    Py_INCREF(&ParserType);
+    if (PyModule_AddObject(m, "EventParser", (PyObject *)&ParserType) < 0) return NULL;
+    PyModule_AddIntConstant(m, "FORMAT_VERSION", 1);
+    return m;
+}

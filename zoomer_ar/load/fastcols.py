@@ -1,0 +1,134 @@
+"""Columns from the compiled event reader (`_fastjson.c`), as ColumnBuilder would build them.
+
+The compiled reader is an optional accelerator: it parses the `traceEvents` array straight into
+columns, without a Python object per event. Without a C compiler at install time (or with
+ZOOMER_FAST_JSON=0) the loader uses msgspec and ColumnBuilder; where the reader meets an event
+outside its subset (a value of an unusual type, a duplicate key, invalid JSON...) it raises
+`Unsupported` and the loader redoes the file with msgspec. Both give the same RankTrace: the test
+suite compares them column by column on every corpus trace.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from .columns import INT_NONE, PH_META, RankTrace, _float_or_nan, _int_or_none
+
+try:  # built by setup.py where a C compiler is available
+    from . import _fastjson
+except ImportError:  # pragma: no cover - depends on the installation
+    _fastjson = None
+
+Unsupported = _fastjson.Unsupported if _fastjson is not None else type("Unsupported", (ValueError,), {})
+
+_DTYPES = {
+    "ts": np.float64, "dur": np.float64, "ph": np.uint8, "cat": np.int32, "name": np.int32, "pid": np.int32,
+    "tid": np.int32, "correlation": np.int64, "stream": np.int64, "device": np.int64, "device_id": np.int64,
+    "external_id": np.int64, "external_id_2021": np.int64, "nbytes": np.float64, "total_allocated": np.float64,
+}
+_SPARSE = ("input_dims", "input_type", "call_stack", "collective", "in_msg_nelems", "python_id", "meta_name")
+
+
+def available() -> bool:
+    """Whether the compiled reader is installed and not switched off (ZOOMER_FAST_JSON=0)."""
+    return _fastjson is not None and os.environ.get("ZOOMER_FAST_JSON", "1").strip() not in ("0", "false", "no", "off")
+
+
+class FastBuilder:
+    """Feeds JSON bytes of the events array to the compiled reader and assembles a RankTrace."""
+
+    def __init__(self, rank: int, path: str) -> None:
+        if _fastjson is None:
+            raise RuntimeError("the compiled event reader is not installed")
+        self.rank, self.path = rank, path
+        self._index: dict[str, dict] = {"name": {}, "cat": {}, "pid": {}, "tid": {}}
+        idx = self._index
+        self._parser = _fastjson.EventParser(idx["name"], idx["cat"], idx["pid"], idx["tid"], msgspec.json.decode)
+        self._parts: dict[str, list[np.ndarray]] = {k: [] for k in _DTYPES}
+        self._pos: dict[str, list[np.ndarray]] = {f: [] for f in _SPARSE}
+        self._uid: dict[str, list[np.ndarray]] = {f: [] for f in _SPARSE}
+        self._uniques: dict[str, list[bytes]] = {f: [] for f in _SPARSE}
+        self.n = 0
+
+    def feed(self, buf, start: int, final: bool) -> tuple[int, bool]:
+        """Parse the whole events of buf[start:] (buf[start-1] was `[`, `,` or an event's end).
+
+        Returns (where the first incomplete event starts, whether the array's `]` was read: then
+        the position is just after it). Raises Unsupported."""
+        pos, ended = self._parser.feed(buf, start, final)
+        self._take()
+        return pos, ended
+
+    def _take(self) -> None:
+        n, cols, sparse = self._parser.take()
+        if not n:
+            return
+        self.n += n
+        for k, dt in _DTYPES.items():
+            self._parts[k].append(np.frombuffer(cols[k], dtype=dt))
+        for f in _SPARSE:
+            pos, uid, uniques = sparse[f]
+            if pos:
+                self._pos[f].append(np.frombuffer(pos, dtype=np.int64))
+                self._uid[f].append(np.frombuffer(uid, dtype=np.int32))
+            self._uniques[f] = uniques
+
+    def _sparse(self, f: str, convert) -> dict[int, Any]:
+        if not self._pos[f]:
+            return {}
+        uniques = self._uniques[f]
+        values = msgspec.json.decode(b"[" + b",".join(uniques) + b"]")
+        if convert is not None:
+            values = [convert(v) for v in values]
+        pos = np.concatenate(self._pos.pop(f)).tolist()
+        uid = np.concatenate(self._uid.pop(f)).tolist()
+        return dict(zip(pos, map(values.__getitem__, uid)))
+
+    def finish(self) -> RankTrace:
+        parts = self._parts
+
+        def cat(k: str) -> np.ndarray:
+            p = parts.pop(k)
+            return np.concatenate(p) if p else np.empty(0, dtype=_DTYPES[k])
+
+        ext = cat("external_id")
+        ext21 = cat("external_id_2021")
+        if (ext == INT_NONE).all():
+            ext = ext21
+        del ext21
+        device = cat("device")
+        device_id = cat("device_id")
+        missing = device == INT_NONE
+        if missing.any():
+            device = np.where(missing, device_id, device)
+        del device_id, missing
+        idx = self._index
+        trace = RankTrace(
+            rank=self.rank, path=self.path, names=list(idx["name"]), cats=list(idx["cat"]),
+            ts=cat("ts"), dur=cat("dur"), ph=cat("ph"), cat=cat("cat").astype(np.int16), name=cat("name"),
+            pid=cat("pid"), tid=cat("tid"), correlation=cat("correlation"), stream=cat("stream"), device=device,
+            external_id=ext, nbytes=cat("nbytes"), total_allocated=cat("total_allocated"),
+            pid_values=list(idx["pid"]), tid_values=list(idx["tid"]),
+        )
+        trace.input_dims = self._sparse("input_dims", None)
+        trace.input_type = self._sparse("input_type", None)
+        trace.call_stack = self._sparse("call_stack", None)
+        trace.collective = self._sparse("collective", None)
+        trace.msg_nelems = self._sparse("in_msg_nelems", _float_or_nan)
+        trace.python_id = self._sparse("python_id", _int_or_none)
+        meta = self._sparse("meta_name", None)
+        if meta:
+            names = trace.names
+            for i, v in meta.items():
+                if trace.ph[i] != PH_META:
+                    continue
+                n = names[int(trace.name[i])]
+                if n == "thread_name":
+                    trace.thread_names[int(trace.tid[i])] = str(v)
+                elif n == "process_name":
+                    trace.process_names[int(trace.pid[i])] = str(v)
+        return trace
