@@ -396,6 +396,27 @@ static int scan_number(Cur *c, int *is_int, int64_t *iv, int *big, double *dv) {
         if (e >= 0 && e <= 22) { d = d * POW10[e]; *dv = neg ? -d : d; return OK; }
         if (e < 0 && e >= -22) { d = d / POW10[-e]; *dv = neg ? -d : d; return OK; }
     }
+#if defined(__x86_64__) || defined(__i386__)
+    /* Up to 19 significant digits and a power of ten exact in x87's 64-bit mantissa: one rounding
+     * to 64 bits, then one to 53; the two give the correctly rounded double unless the first
+     * lands exactly on a midpoint between two doubles (then strtod decides). */
+    if (fm_ok) {
+        int e = exp10 - frac_digits;
+        if (e >= -27 && e <= 27) {
+            long double p10 = 1.0L;
+            for (int k = 0; k < (e < 0 ? -e : e); k++) p10 *= 10.0L;
+            long double q = e < 0 ? (long double)fm / p10 : (long double)fm * p10;
+            int ex;
+            long double fr = frexpl(q, &ex);
+            uint64_t mant = (uint64_t)ldexpl(fr, 64);
+            if (fm == 0 || (mant & 0x7FF) != 0x400) {
+                double d = (double)q;
+                *dv = neg ? -d : d;
+                return OK;
+            }
+        }
+    }
+#endif
     size_t n = (size_t)(p - start);
     char small[64];
     char *tmp = n < sizeof(small) ? small : (char *)malloc(n + 1);

@@ -25,7 +25,7 @@ except ImportError:  # pragma: no cover - depends on the installation
 
 Unsupported = _fastjson.Unsupported if _fastjson is not None else type("Unsupported", (ValueError,), {})
 
-_DTYPES = {
+DTYPES = _DTYPES = {
     "ts": np.float64, "dur": np.float64, "ph": np.uint8, "cat": np.int32, "name": np.int32, "pid": np.int32,
     "tid": np.int32, "correlation": np.int64, "stream": np.int64, "device": np.int64, "device_id": np.int64,
     "external_id": np.int64, "external_id_2021": np.int64, "nbytes": np.float64, "total_allocated": np.float64,
@@ -36,6 +36,53 @@ _SPARSE = ("input_dims", "input_type", "call_stack", "collective", "in_msg_nelem
 def available() -> bool:
     """Whether the compiled reader is installed and not switched off (ZOOMER_FAST_JSON=0)."""
     return _fastjson is not None and os.environ.get("ZOOMER_FAST_JSON", "1").strip() not in ("0", "false", "no", "off")
+
+
+def feed_events(feed, buf: bytearray, next_chunk, after=None) -> bytearray:
+    """Drive a compiled reader over the events array: `buf` starts with the array's `[`, then
+    `next_chunk()` gives the following bytes (None at the end). `feed(view, start, final)` is the
+    reader's feed; `after()` runs after each call (to take the columns). Returns the bytes read
+    after the array's `]` (the top-level keys that follow it).
+
+    Chunks go through one reused buffer: the unparsed rest of the last one (an event cut in two)
+    moves to its front and the next chunk is copied after it, in place. Appending to a growing
+    bytearray instead reallocates it for every chunk, and the fresh pages' faults cost more than
+    the parsing of some traces."""
+    area = bytearray(max(4 << 20, 2 * len(buf)))
+    area[: len(buf)] = buf
+    filled, pos, final = len(buf), 1, False
+    del buf
+    while True:
+        with memoryview(area) as mv, mv[:filled] as view:
+            pos, ended = feed(view, pos, final)
+        if after is not None:
+            after()
+        if ended or final:
+            break
+        chunk = next_chunk()
+        rest = filled - pos
+        if chunk is None:
+            final = True
+            continue
+        need = rest + len(chunk)
+        if need > len(area):
+            grown = bytearray(2 * need)
+            grown[:rest] = area[pos:filled]
+            area = grown
+        elif rest:
+            area[:rest] = area[pos:filled]
+        area[rest:need] = chunk
+        filled, pos = need, 0
+    if not ended:
+        raise Unsupported("the events array is not closed")
+    return bytearray(area[pos:filled])
+
+
+def raw_parser(name_index: dict, cat_index: dict, pid_index: dict, tid_index: dict):
+    """The compiled reader itself, coding into the given tables (raises RuntimeError without it)."""
+    if _fastjson is None:
+        raise RuntimeError("the compiled event reader is not installed")
+    return _fastjson.EventParser(name_index, cat_index, pid_index, tid_index, msgspec.json.decode)
 
 
 class FastBuilder:
@@ -58,7 +105,7 @@ class FastBuilder:
         """Parse the whole events of buf[start:] (buf[start-1] was `[`, `,` or an event's end).
 
         Returns (where the first incomplete event starts, whether the array's `]` was read: then
-        the position is just after it). Raises Unsupported."""
+        the position is just after it). Raises Unsupported. See feed_events."""
         pos, ended = self._parser.feed(buf, start, final)
         self._take()
         return pos, ended

@@ -320,6 +320,8 @@ class _Consumer:
         self.sha: str | None = None
 
     def _next(self) -> bytes | None:
+        if self.sha is not None:
+            return None  # the stream has ended (asking again would wait for ever)
         data, extra = self.chunks.get()
         if data is None:
             self.sha = extra
@@ -420,25 +422,10 @@ class _Consumer:
     def _events_fast(self, buf: bytearray) -> tuple[bytearray, RawTrace]:
         """The events through the compiled reader, which finds the array's end itself; then the
         keys after the array."""
-        builder = self.builder
-        pos, final = 1, False  # buf[0] is the array's `[`
         try:
-            while True:
-                pos, ended = builder.feed(buf, pos, final)
-                if ended or final:
-                    break
-                del buf[:pos]
-                pos = 0
-                data = self._next()
-                if data is None:
-                    final = True
-                else:
-                    buf += data
+            tail = fastcols.feed_events(self.builder.feed, buf, self._next)
         except fastcols.Unsupported:
             raise _Redo from None
-        if not ended:
-            raise _Abort
-        tail = bytearray(buf[pos:])
         del buf
         while (data := self._next()) is not None:
             tail += data

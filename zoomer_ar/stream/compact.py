@@ -37,7 +37,7 @@ category and name (first-seen order, as the in-memory columns), the nanosecond-t
 from __future__ import annotations
 
 import os
-from itertools import chain, compress, repeat
+from itertools import chain, compress, islice, repeat
 from operator import attrgetter, itemgetter, ne
 from typing import Any, ClassVar, Union
 
@@ -50,6 +50,7 @@ from ..load.columns import (
     INT_NONE, PH_CODES, PH_COMPLETE, PH_FLOW_END, PH_FLOW_START, PH_INSTANT, PH_META, RankTrace, _float_column, _int_column,
     _int_or_none,
 )
+from ..load import fastcols
 from ..load.schema import EVENTS_DECODER, NAN, NO_ARGS, Number, RawArgs
 
 # category flags
@@ -355,6 +356,8 @@ class CompactBuilder:
         self._k_ph = np.zeros(0, dtype=np.uint8)
         self._k_cf = np.zeros(0, dtype=np.uint8)
         self._k_nf = np.zeros(0, dtype=np.uint8)
+        self._cf_tab = np.zeros(0, dtype=np.uint8)  # the compiled reader's path: flags by code
+        self._nf_tab = np.zeros(0, dtype=np.uint8)
         self._cat_flag_cache: dict[str, int] = {}
         self._name_flag_cache: dict[str, int] = {}
         self.main = _Block(ordinals=False)
@@ -379,6 +382,8 @@ class CompactBuilder:
         self.deferred_corr: list[np.ndarray] = []  # correlation ids of dropped runtime calls
         self.keep_corr: np.ndarray | None = None
         self._raw_cache: dict[bytes, Any] = {}
+        self._sp_vals: dict[str, list] = {}
+        self._name_list: list[str] = []
         self._strings: dict[str, str] = {}
         self.thread_names: dict[int, str] = {}
         self.process_names: dict[int, str] = {}
@@ -461,18 +466,37 @@ class CompactBuilder:
             else:
                 ords = np.arange(base, base + n, dtype=np.int64)
             if events:
-                self._add(events, ords)
+                self._add(_EventSlice(self, events, ords))
         finally:
             del events
 
-    def _add(self, events: list, ords: np.ndarray) -> None:
-        n = len(events)
+    def add_columns(self, n: int, cols: dict[str, bytes], sparse: dict[str, tuple]) -> None:
+        """Take the columns of one run of events from the compiled reader (`parser()`)."""
+        base = self.n_events
+        self.n_events += n
+        if n:
+            self._add(_ColumnSlice(self, n, base, cols, sparse))
+
+    def parser(self):
+        """A compiled event reader that codes names, categories, pids and tids into this builder's
+        tables (load/_fastjson.c); feed its columns to add_columns."""
+        return fastcols.raw_parser(self.name_index, self.cat_index, self.pid_index, self.tid_index)
+
+    def _flag_tables(self) -> tuple[np.ndarray, np.ndarray]:
+        """Flags per category code and per name code, extended to every code registered so far."""
+        for attr, index, flag_of in (("_cf_tab", self.cat_index, self._cat_flag_of),
+                                     ("_nf_tab", self.name_index, self._name_flag_of)):
+            tab = getattr(self, attr)
+            if tab.size < len(index):
+                new = list(islice(reversed(index), len(index) - tab.size))[::-1]
+                setattr(self, attr, np.concatenate([tab, np.asarray([flag_of(v) for v in new], dtype=np.uint8)]))
+        return self._cf_tab, self._nf_tab
+
+    def _add(self, S: _EventSlice | _ColumnSlice) -> None:
+        n = S.n
         self.slice_no += 1
         sn = self.slice_no
-        kc = self._kinds(events)
-        cc, nc, ph, cf, nf = self._k_cat[kc], self._k_name[kc], self._k_ph[kc], self._k_cf[kc], self._k_nf[kc]
-        ts = np.fromiter(map(_TS, events), dtype=np.float64, count=n)
-        dur = np.fromiter(map(_DUR, events), dtype=np.float64, count=n)
+        cc, nc, ph, cf, nf, ts, dur, ords = S.cc, S.nc, S.ph, S.cf, S.nf, S.ts, S.dur, S.ords
         x = ph == PH_COMPLETE
         self.n_useful += int(np.count_nonzero(x | (ph == PH_INSTANT)))
 
@@ -482,7 +506,7 @@ class CompactBuilder:
             keep |= rt & ((nf & N_RT) != 0)
             rest = np.flatnonzero(rt & ~keep)
             if rest.size:
-                corr = _int_column(list(map(_CORR, _take_list(events, rest.tolist()))))
+                corr = S.corr(rest)
                 keep[rest[np.isin(corr, self.keep_corr)]] = True
         else:
             keep |= rt & ((nf & N_RT) != 0)
@@ -507,26 +531,20 @@ class CompactBuilder:
         cp = np.flatnonzero(((nf & N_COPY_) != 0) & ~keep)
         if cp.size:
             for i in cp.tolist():
-                raw = events[i].args.input_type
-                if raw is None:
-                    continue
-                key = bytes(raw)
-                v = self._raw_cache.get(key)
-                if v is None and key not in self._raw_cache:
-                    v = self._raw_cache[key] = msgspec.json.decode(key)
+                v = S.input_type(i)
                 if isinstance(v, list) and any(isinstance(s, str) and s.startswith(_LOW_PRECISION) for s in v[:2]):
                     keep[i] = True
         # optimizer windows, then the aten ops that may lie inside one
         opt = np.flatnonzero(((nf & N_OPT) != 0) & x & ((cf & C_GPUANN) == 0))
         if opt.size:
-            tids = _codes_into(self.tid_index, list(map(_TID, _take_list(events, opt.tolist()))))
+            tids = S.tid(opt)
             for i, code in zip(opt.tolist(), tids.tolist()):
                 self.windows.setdefault(code, []).append((float(ts[i]), float(ts[i] + dur[i]), sn))
             for code in set(tids.tolist()):
                 self._update_union(code)
         cand = np.flatnonzero(((nf & N_ATEN) != 0) & ((cf & C_CPUOP) != 0) & x & ~keep)
         if cand.size:
-            ctid = _codes_into(self.tid_index, list(map(_TID, _take_list(events, cand.tolist()))))
+            ctid = S.tid(cand)
             c_ts, c_end = ts[cand], ts[cand] + dur[cand]
             inside = np.zeros(cand.size, dtype=bool)
             for code, (us, ue) in self._unions.items():
@@ -545,7 +563,7 @@ class CompactBuilder:
         if self.keep_corr is None:
             rest = np.flatnonzero(rt & ~keep)
             if rest.size:
-                corr = _int_column(list(map(_CORR, _take_list(events, rest.tolist()))))
+                corr = S.corr(rest)
                 corr = corr[corr != INT_NONE]
                 if corr.size:
                     self.deferred_corr.append(_narrow(corr))
@@ -555,8 +573,7 @@ class CompactBuilder:
             self.ns.add(xs)
             self.min_ts_all = min(self.min_ts_all, float(xs.min()))
         if not self.any_ext:
-            self.any_ext = any(_int_or_none(e.args.external_id) != INT_NONE
-                               for e in events if e.args.external_id != INT_NONE)
+            self.any_ext = S.any_ext()
         # the rank's window: earliest start and latest end among dropped complete non-Trace events
         dx = np.flatnonzero(x & ~keep & ((cf & C_TRACE) == 0))
         if dx.size:
@@ -565,7 +582,7 @@ class CompactBuilder:
             if d_ts[j] < self.t0_best:
                 self.t0_best = float(d_ts[j])
                 i = int(dx[j])
-                self.t0_row = (int(ords[i]), self._rows(events, [i], cc, ph, ts, dur, ords)[0])
+                self.t0_row = (int(ords[i]), S.rows([i])[0])
             d_end = d_ts + dur[dx]
             top = float(d_end.max())
             if top >= _floor(self.t1_best):
@@ -573,7 +590,7 @@ class CompactBuilder:
                 floor = _floor(self.t1_best)
                 near = np.flatnonzero(d_end >= floor)
                 near = near[np.argsort(-d_end[near], kind="stable")][:8].tolist()
-                rows = self._rows(events, [int(dx[j]) for j in near], cc, ph, ts, dur, ords)[0]
+                rows = S.rows([int(dx[j]) for j in near])[0]
                 self.t1_rows = [r for r in self.t1_rows if r[0] >= floor]
                 for pos, j in enumerate(near):
                     self.t1_rows.append((float(d_end[j]), int(ords[dx[j]]), _take(rows, pos)))
@@ -582,11 +599,11 @@ class CompactBuilder:
         if kept.size:
             kpy = py[kept]
             if kpy.any():
-                self._add_rows(self.extra, events, kept[kpy].tolist(), cc, ph, ts, dur, ords)
+                self._append(self.extra, *S.rows(kept[kpy].tolist()))
                 kept = kept[~kpy]
             if kept.size:
                 light = ((cf[kept] & (C_CPUOP | C_USER)) != 0) & ((nf[kept] & N_LIGHT) != 0)
-                self._add_rows(self.main, events, kept.tolist(), cc, ph, ts, dur, ords, nc=nc, light=light)
+                self._append(self.main, *S.rows(kept.tolist(), light))
 
     def _update_union(self, code: int) -> None:
         spans = self.windows[code]
@@ -693,6 +710,21 @@ class CompactBuilder:
                         self.process_names[int(pid_sel[pos])] = str(a.name)
         return cols, sparse
 
+    def _sparse_values(self, f: str, uniques: list[bytes]) -> list:
+        """Decoded values of the compiled reader's distinct texts of field f (decoded once each)."""
+        vals = self._sp_vals.setdefault(f, [])
+        if len(vals) < len(uniques):
+            new = msgspec.json.decode(b"[" + b",".join(uniques[len(vals):]) + b"]")
+            if f == "call_stack":
+                new = [self._strings.setdefault(v, v) for v in new]
+            vals.extend(new)
+        return vals
+
+    def _name_list_at(self, code: int) -> str:
+        if code >= len(self._name_list):
+            self._name_list = list(self.name_index)
+        return self._name_list[code]
+
     def _decode_raw(self, raw) -> Any:
         key = bytes(raw)
         try:
@@ -700,10 +732,6 @@ class CompactBuilder:
         except KeyError:
             v = self._raw_cache[key] = msgspec.json.decode(key)
             return v
-
-    def _add_rows(self, block: _Block, events, idx, cc, ph, ts, dur, ords, nc=None, light=None) -> None:
-        cols, sparse = self._rows(events, idx, cc, ph, ts, dur, ords, nc, light)
-        self._append(block, cols, sparse)
 
     @staticmethod
     def _append(block: _Block, cols: dict, sparse: dict) -> None:
@@ -872,6 +900,156 @@ class CompactBuilder:
     # ---------------------------------------------------------------------------------------------
     def nanoseconds(self) -> bool:
         return self.ns.nanoseconds()
+
+
+class _EventSlice:
+    """One slice of msgspec-decoded events (flow events removed), as CompactBuilder._add reads it."""
+
+    def __init__(self, b: CompactBuilder, events: list, ords: np.ndarray) -> None:
+        self.b, self.events, self.ords = b, events, ords
+        self.n = n = len(events)
+        kc = b._kinds(events)
+        self.cc, self.nc, self.ph, self.cf, self.nf = b._k_cat[kc], b._k_name[kc], b._k_ph[kc], b._k_cf[kc], b._k_nf[kc]
+        self.ts = np.fromiter(map(_TS, events), dtype=np.float64, count=n)
+        self.dur = np.fromiter(map(_DUR, events), dtype=np.float64, count=n)
+
+    def corr(self, idx: np.ndarray) -> np.ndarray:
+        return _int_column(list(map(_CORR, _take_list(self.events, idx.tolist()))))
+
+    def tid(self, idx: np.ndarray) -> np.ndarray:
+        return _codes_into(self.b.tid_index, list(map(_TID, _take_list(self.events, idx.tolist()))))
+
+    def input_type(self, i: int) -> Any:
+        raw = self.events[i].args.input_type
+        return None if raw is None else self.b._decode_raw(raw)
+
+    def any_ext(self) -> bool:
+        return any(_int_or_none(e.args.external_id) != INT_NONE for e in self.events if e.args.external_id != INT_NONE)
+
+    def rows(self, idx: list[int], light: np.ndarray | None = None) -> tuple[dict, dict]:
+        return self.b._rows(self.events, idx, self.cc, self.ph, self.ts, self.dur, self.ords, nc=self.nc, light=light)
+
+
+class _ColumnSlice:
+    """One run of events as the compiled reader's columns (flow events kept, with no flags: no
+    rule keeps them), read by CompactBuilder._add as an _EventSlice. Values are the ones
+    load.columns converts to (the reader's contract, tested on the corpus)."""
+
+    _SPARSE = ("input_dims", "input_type", "call_stack", "meta_name")
+
+    def __init__(self, b: CompactBuilder, n: int, base: int, cols: dict[str, bytes], sparse: dict[str, tuple]) -> None:
+        self.b, self.n, self.base = b, n, base
+        col = {k: np.frombuffer(v, dtype=fastcols.DTYPES[k]) for k, v in cols.items()}
+        self.col = col
+        self.cc, self.nc, self.ph, self.ts, self.dur = col["cat"], col["name"], col["ph"], col["ts"], col["dur"]
+        cf_tab, nf_tab = b._flag_tables()
+        self.cf, self.nf = cf_tab[self.cc], nf_tab[self.nc]
+        flow = (self.ph == PH_FLOW_START) | (self.ph == PH_FLOW_END)
+        if flow.any():  # flow arrows: counted, never kept
+            self.cf[flow] = 0
+            self.nf[flow] = 0
+        self.flow = flow
+        self.ords = np.arange(base, base + n, dtype=np.int64)
+        # sparse fields: event (relative) -> value, as sorted positions and values
+        self.sparse: dict[str, tuple[np.ndarray, list]] = {}
+        for f in self._SPARSE:
+            pos, uid, uniques = sparse[f]
+            if not pos:
+                continue
+            vals = b._sparse_values(f, uniques)
+            rel = np.frombuffer(pos, dtype=np.int64) - base
+            self.sparse[f] = (rel, list(map(vals.__getitem__, np.frombuffer(uid, dtype=np.int32).tolist())))
+
+    def corr(self, idx: np.ndarray) -> np.ndarray:
+        return self.col["correlation"][idx]
+
+    def tid(self, idx: np.ndarray) -> np.ndarray:
+        return self.col["tid"][idx]
+
+    def input_type(self, i: int) -> Any:
+        got = self.sparse.get("input_type")
+        if got is None:
+            return None
+        rel, vals = got
+        k = int(np.searchsorted(rel, i))
+        return vals[k] if k < rel.size and rel[k] == i else None
+
+    def any_ext(self) -> bool:
+        ext = self.col["external_id"]
+        return bool(((ext != INT_NONE) & ~self.flow).any())
+
+    def _sparse_rows(self, f: str, ia: np.ndarray) -> dict[int, Any]:
+        """{row: value} of field f for the rows ia (sorted event positions)."""
+        got = self.sparse.get(f)
+        if got is None or not ia.size:
+            return {}
+        rel, vals = got
+        k = np.searchsorted(ia, rel)
+        k_ok = np.minimum(k, ia.size - 1)
+        hit = (k < ia.size) & (ia[k_ok] == rel)
+        if not hit.any():
+            return {}
+        return dict(zip(k[hit].tolist(), map(vals.__getitem__, np.flatnonzero(hit).tolist())))
+
+    def rows(self, idx: list[int], light: np.ndarray | None = None) -> tuple[dict, dict]:
+        """As CompactBuilder._rows: the columns of the rows idx and their sparse values; `light`
+        rows get the argument columns' defaults."""
+        b, c = self.b, self.col
+        ia = np.asarray(idx, dtype=np.int64)
+        k = ia.size
+        cols = {"ts": self.ts[ia], "dur": self.dur[ia], "ph": self.ph[ia], "cat": self.cc[ia].astype(np.int16),
+                "name": self.nc[ia], "pid": c["pid"][ia], "tid": c["tid"][ia], "ordinal": self.ords[ia]}
+        full = ia if light is None or not light.any() else ia[~light]
+        device = c["device"][full]
+        missing = device == INT_NONE
+        if missing.any():
+            device = np.where(missing, c["device_id"][full], device)
+        e21 = c["external_id_2021"][full]
+        ext = c["external_id"][full]
+        if not b.any_ext and (ext != INT_NONE).any():
+            b.any_ext = True
+        args = {"correlation": _narrow(c["correlation"][full]), "stream": _narrow(c["stream"][full]),
+                "device": _narrow(device), "ext": _narrow(ext),
+                "ext21": np.full(full.size, INT_NONE, dtype=np.int16) if (e21 == INT_NONE).all() else _narrow(e21),
+                "nbytes": _f32_if_exact(c["nbytes"][full]), "total_allocated": c["total_allocated"][full]}
+        if full.size == k:
+            cols.update(args)
+        else:  # light rows: defaults, as CompactBuilder._rows gives them
+            defaults = {"correlation": np.full(k, INT_NONE, dtype=np.int16), "stream": np.full(k, INT_NONE, dtype=np.int16),
+                        "device": np.full(k, INT_NONE, dtype=np.int16), "ext": np.full(k, INT_NONE, dtype=np.int16),
+                        "ext21": np.full(k, INT_NONE, dtype=np.int16), "nbytes": np.full(k, np.nan, dtype=np.float32),
+                        "total_allocated": np.full(k, np.nan)}
+            where = np.flatnonzero(~light)
+            for f, a in args.items():
+                d = defaults[f]
+                d = d.astype(np.result_type(d, a), copy=False)
+                d[where] = a
+                defaults[f] = d
+            cols.update(defaults)
+        sparse: dict[str, dict[int, Any]] = {}
+        rows_of_full = None if full.size == k else np.flatnonzero(~light)
+        for f in ("input_dims", "input_type", "call_stack"):
+            got = self._sparse_rows(f, full)
+            if rows_of_full is not None and got:
+                back = rows_of_full.tolist()
+                got = {back[r]: v for r, v in got.items()}
+            sparse[f] = got
+        meta = cols["ph"] == PH_META
+        if light is not None:
+            meta &= ~light  # as _rows: a light row's arguments are not read
+        meta = np.flatnonzero(meta)
+        if meta.size:
+            names = self._sparse_rows("meta_name", ia)
+            for r in meta.tolist():
+                v = names.get(r)
+                if v is None:
+                    continue
+                nm = b._name_list_at(int(cols["name"][r]))
+                if nm == "thread_name":
+                    b.thread_names[int(cols["tid"][r])] = str(v)
+                elif nm == "process_name":
+                    b.process_names[int(cols["pid"][r])] = str(v)
+        return cols, sparse
 
 
 def _floor(best: float) -> float:

@@ -19,6 +19,7 @@ import numpy as np
 from pathlib import Path
 
 from ..errors import InputError
+from ..load import fastcols
 from ..load.columns import RankTrace
 from ..load.job import Job, _accelerator, _schema, assemble_job, load_trace, rank_from_name
 from ..load.reader import Progress
@@ -26,7 +27,7 @@ from ..models import RankInfo, SkippedFile
 from .compact import CompactBuilder, NeedAnotherPass, constant_columns, fix_mmap_threshold, trim_heap
 from .frames import add_frames
 from .prune import prune
-from .scan import SLICE, scan
+from .scan import SLICE, scan, scan_columns
 from .source import CHUNK, StreamError, is_trace_file
 
 MAX_PASSES = 3
@@ -42,21 +43,29 @@ def _env_int(name: str, default: int) -> int:
 
 def stream_rank(path: Path, *, rank_hint: int | None = None, progress: Progress | None = None,
                 slice_bytes: int = SLICE, chunk: int = CHUNK, frames: bool = True,
-                prune_rows: int | None = None) -> tuple[RankTrace, RankInfo]:
+                prune_rows: int | None = None, fast: bool | None = None) -> tuple[RankTrace, RankInfo]:
     """One trace file -> (compact RankTrace, RankInfo), as load_trace would give them.
 
-    Raises StreamError when the file must go to the in-memory loader, InputError for bad input
-    the streaming reader recognises itself."""
+    `fast` (default: where installed) reads events with the compiled reader; a file with an event
+    outside its subset is read again with msgspec. Raises StreamError when the file must go to the
+    in-memory loader, InputError for bad input the streaming reader recognises itself."""
     fix_mmap_threshold()
     hints = None
     passes = 0
+    fast = fastcols.available() if fast is None else fast
     while True:
         passes += 1
         b = CompactBuilder(0, str(path), hints)
         gc_was_enabled = gc.isenabled()
         gc.disable()  # millions of short-lived tuples and lists: generational passes would only cost
         try:
-            res = scan(path, b.add, slice_bytes=slice_bytes, chunk=chunk, progress=progress)
+            if fast:
+                res = scan_columns(path, b.parser(), b.add_columns, chunk=chunk, progress=progress)
+            else:
+                res = scan(path, b.add, slice_bytes=slice_bytes, chunk=chunk, progress=progress)
+        except fastcols.Unsupported:  # an event outside the compiled reader's subset: msgspec
+            fast, passes, progress = False, passes - 1, None
+            continue
         finally:
             if gc_was_enabled:
                 gc.enable()

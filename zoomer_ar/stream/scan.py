@@ -25,6 +25,7 @@ from typing import Any
 
 import msgspec
 
+from ..load.fastcols import feed_events
 from .source import CHUNK, ChunkReader, Progress, StreamError
 
 SLICE = 1 << 20  # JSON bytes per slice handed to the consumer
@@ -100,6 +101,79 @@ def _emit(buf: bytearray, end: int, consume: Consumer) -> None:
             view.release()
 
 
+def _chunks(reader: ChunkReader, progress: Progress | None, size: int) -> Callable[[], bytes | None]:
+    """next_chunk(): the reader's next chunk of JSON, None at the end (reports progress)."""
+    it = iter(reader)
+
+    def next_chunk() -> bytes | None:
+        try:
+            data, read = next(it)
+        except StopIteration:
+            return None
+        if progress is not None:
+            progress(read, size)
+        return data
+
+    return next_chunk
+
+
+def _appender(next_chunk: Callable[[], bytes | None], buf: bytearray) -> Callable[[], bool]:
+    """more(): append the next chunk to buf; False at the end."""
+
+    def more() -> bool:
+        data = next_chunk()
+        if data is None:
+            return False
+        buf.extend(data)
+        return True
+
+    return more
+
+
+def _read_head(buf: bytearray, more: Callable[[], bool], res: ScanResult) -> None:
+    """Read up to the events array: afterwards buf[0] is its `[`; res gets head, bare and top."""
+    while True:
+        if not more():
+            raise StreamError("no events array")
+        first = _skip_ws(buf, 0)
+        if first < len(buf):
+            break
+    if buf[first] == _OPEN:
+        res.bare = True
+        del buf[:first]
+    elif buf[first] == _LBRACE:
+        k = -1
+        searched = 0
+        while True:
+            if k < 0:
+                k = buf.find(_KEY, max(0, searched - len(_KEY)))
+                searched = len(buf)
+            if k >= 0:
+                j = _skip_ws(buf, k + len(_KEY))
+                if j < len(buf):
+                    if buf[j] != _COLON:
+                        raise StreamError("unexpected bytes after the traceEvents key")
+                    j = _skip_ws(buf, j + 1)
+                    if j < len(buf):
+                        if buf[j] != _OPEN:
+                            raise StreamError("traceEvents is not an array")
+                        break
+            if len(buf) > MAX_HEAD:
+                raise StreamError("no traceEvents key near the start of the document")
+            if not more():
+                raise StreamError("no traceEvents key")
+        head = bytes(buf[:j])
+        try:
+            top = _TOP.decode(head[:k] + b'"traceEvents":null}')
+        except msgspec.MsgspecError:
+            raise StreamError("the keys before traceEvents do not decode") from None
+        res.head = head
+        res.top = {f: getattr(top, f) for f in TOP_FIELDS if getattr(top, f) is not None}
+        del buf[:j]  # buf[0] is the array's `[`
+    else:
+        raise StreamError("not a JSON object or array")
+
+
 def scan(path: Path, consume: Consumer, *, slice_bytes: int = SLICE, chunk: int = CHUNK,
          progress: Progress | None = None, hash: bool = True,  # noqa: A002
          on_head: Callable[[ScanResult], None] | None = None) -> ScanResult:
@@ -112,62 +186,12 @@ def scan(path: Path, consume: Consumer, *, slice_bytes: int = SLICE, chunk: int 
     """
     reader = ChunkReader(path, chunk=chunk, hash=hash)
     res = ScanResult()
-    size = path.stat().st_size
-    it = iter(reader)
     buf = bytearray()
-
-    def more() -> bool:
-        try:
-            data, read = next(it)
-        except StopIteration:
-            return False
-        buf.extend(data)
-        if progress is not None:
-            progress(read, size)
-        return True
+    next_chunk = _chunks(reader, progress, path.stat().st_size)
+    more = _appender(next_chunk, buf)
 
     try:
-        # ---- head: everything before the events array
-        while True:
-            if not more():
-                raise StreamError("no events array")
-            first = _skip_ws(buf, 0)
-            if first < len(buf):
-                break
-        if buf[first] == _OPEN:
-            res.bare = True
-            del buf[:first]
-        elif buf[first] == _LBRACE:
-            k = -1
-            searched = 0
-            while True:
-                if k < 0:
-                    k = buf.find(_KEY, max(0, searched - len(_KEY)))
-                    searched = len(buf)
-                if k >= 0:
-                    j = _skip_ws(buf, k + len(_KEY))
-                    if j < len(buf):
-                        if buf[j] != _COLON:
-                            raise StreamError("unexpected bytes after the traceEvents key")
-                        j = _skip_ws(buf, j + 1)
-                        if j < len(buf):
-                            if buf[j] != _OPEN:
-                                raise StreamError("traceEvents is not an array")
-                            break
-                if len(buf) > MAX_HEAD:
-                    raise StreamError("no traceEvents key near the start of the document")
-                if not more():
-                    raise StreamError("no traceEvents key")
-            head = bytes(buf[:j])
-            try:
-                top = _TOP.decode(head[:k] + b'"traceEvents":null}')
-            except msgspec.MsgspecError:
-                raise StreamError("the keys before traceEvents do not decode") from None
-            res.head = head
-            res.top = {f: getattr(top, f) for f in TOP_FIELDS if getattr(top, f) is not None}
-            del buf[:j]  # buf[0] is the array's `[`
-        else:
-            raise StreamError("not a JSON object or array")
+        _read_head(buf, more, res)
         if on_head is not None:
             on_head(res)
         # ---- events, slice by slice
@@ -238,6 +262,42 @@ def scan(path: Path, consume: Consumer, *, slice_bytes: int = SLICE, chunk: int 
                 break
             else:
                 raise StreamError("the end of the events array was not found")
+    finally:
+        reader.close()
+    res.sha256 = reader.sha256 or ""
+    res.json_bytes = reader.total
+    return res
+
+
+def scan_columns(path: Path, parser, consume: Callable[[int, dict, dict], None], *, chunk: int = CHUNK,
+                 progress: Progress | None = None, hash: bool = True) -> ScanResult:  # noqa: A002
+    """scan() for the compiled event reader (load/_fastjson.c), which tracks JSON itself: each
+    chunk is fed to `parser` and the columns of its whole events go to `consume(n, columns,
+    sparse)`; the reader finds the array's end. Raises fastcols.Unsupported where an event is
+    outside the reader's subset (the caller redoes the pass with scan())."""
+    reader = ChunkReader(path, chunk=chunk, hash=hash)
+    res = ScanResult()
+    buf = bytearray()
+    next_chunk = _chunks(reader, progress, path.stat().st_size)
+    more = _appender(next_chunk, buf)
+
+    try:
+        _read_head(buf, more, res)
+
+        def after() -> None:
+            n, cols, sparse = parser.take()
+            if n:
+                consume(n, cols, sparse)
+                res.slices += 1
+
+        rest = feed_events(parser.feed, buf, next_chunk, after)
+        del buf[:]
+        buf += rest
+        while more():
+            if len(buf) > MAX_HEAD:
+                raise StreamError("too many bytes after the events array")
+        res.tail = bytes(buf)
+        _read_tail(res, res.tail)
     finally:
         reader.close()
     res.sha256 = reader.sha256 or ""
