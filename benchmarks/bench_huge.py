@@ -50,7 +50,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO))
 
-from bench_load import _status_kb, cpu_model  # noqa: E402  (the same /proc readers)
+from bench_load import _status_kb, cpu_model, reader_info  # noqa: E402  (the same /proc readers)
 
 TARGET_RSS_MB = 1000.0  # "under 1 GB resident" (1 GB = 1000 MB here; 1 GiB would be 1024)
 TARGET_MB_PER_CORE_S = 100.0
@@ -284,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Zoomer AR huge-trace benchmark - {info['date']}")
     print(f"machine: {m['cpu']}, {m['cores']} cores, {m['memory_gb']} GB RAM; Python {m['python']}, msgspec "
           f"{m['msgspec']}, numpy {m['numpy']}, traceinsight (HTA) {m['traceinsight']}")
+    print(f"reader: {reader_info()}")
     print(f"command: {info['command']}")
     print(f"load average at start: {info['loadavg_start']:.2f} on {m['cores']} cores (CPU-time figures are per core "
           "and hold under load better than wall-clock ones)")

@@ -214,6 +214,17 @@ def cpu_model() -> str:
     return platform.processor() or ""
 
 
+def reader_info() -> str:
+    """Which event reader and gzip library the loader uses in this installation (and environment)."""
+    try:
+        from zoomer_ar.load import fastcols, inflate
+    except ImportError:
+        return "unknown (zoomer_ar not importable)"
+    events = ("compiled event reader (zoomer_ar/load/_fastjson.c)" if fastcols.available()
+              else "msgspec + ColumnBuilder (compiled reader not built, or ZOOMER_FAST_JSON=0)")
+    return f"{events}; gzip: {inflate.IMPLEMENTATION}"
+
+
 def machine() -> dict:
     cpu = cpu_model()
     mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
@@ -226,7 +237,7 @@ def machine() -> dict:
         except Exception:  # noqa: BLE001 - informational only
             versions[mod] = "absent"
     return {"cpu": cpu, "cores": os.cpu_count(), "memory_gb": round(mem_gb, 1), "python": platform.python_version(),
-            "os": platform.platform(), **versions}
+            "os": platform.platform(), "reader": reader_info(), **versions}
 
 
 def part_a(traces: list[str], repeat: int, hta: bool, timeout: float) -> list[dict]:
@@ -335,6 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Zoomer AR load benchmark - {info['date']}")
     print(f"machine: {mach['cpu']}, {mach['cores']} cores, {mach['memory_gb']} GB RAM; Python {mach['python']}, "
           f"msgspec {mach['msgspec']}, numpy {mach['numpy']}, pandas {mach['pandas']}, traceinsight (HTA) {mach['hta']}")
+    print(f"reader: {mach['reader']}")
     print(f"command: {info['command']}")
     load1 = os.getloadavg()[0]
     print(f"load average at start: {load1:.2f} (other processes on the machine slow both tools alike; ratios are "

@@ -320,6 +320,12 @@ static int c_strtod(const char *tmp, size_t n, double *out) {
 static const double POW10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
                                 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
 
+#if defined(__x86_64__) || defined(__i386__)
+static const long double POW10L[28] = {1e0L, 1e1L, 1e2L, 1e3L, 1e4L, 1e5L, 1e6L, 1e7L, 1e8L, 1e9L, 1e10L, 1e11L, 1e12L,
+                                       1e13L, 1e14L, 1e15L, 1e16L, 1e17L, 1e18L, 1e19L, 1e20L, 1e21L, 1e22L, 1e23L,
+                                       1e24L, 1e25L, 1e26L, 1e27L};
+#endif
+
 static int scan_number(Cur *c, int *is_int, int64_t *iv, int *big, double *dv) {
     const char *p = c->p, *end = c->end, *start = c->p;
     int neg = 0;
@@ -331,7 +337,10 @@ static int scan_number(Cur *c, int *is_int, int64_t *iv, int *big, double *dv) {
         p++;
         digits = 1;
     } else if (*p >= '1' && *p <= '9') {
-        while (p < end && *p >= '0' && *p <= '9') {
+        const char *d0 = p;
+        while (p < end && *p >= '0' && *p <= '9' && p - d0 < 19) { m = m * 10 + (uint64_t)(*p - '0'); p++; }
+        mdigits = digits = (int)(p - d0);
+        while (p < end && *p >= '0' && *p <= '9') {  /* a 20th digit and more: rare */
             if (m > (UINT64_MAX - 9) / 10) overflow = 1;
             else { m = m * 10 + (uint64_t)(*p - '0'); mdigits++; }
             digits++;
@@ -403,12 +412,10 @@ static int scan_number(Cur *c, int *is_int, int64_t *iv, int *big, double *dv) {
     if (fm_ok) {
         int e = exp10 - frac_digits;
         if (e >= -27 && e <= 27) {
-            long double p10 = 1.0L;
-            for (int k = 0; k < (e < 0 ? -e : e); k++) p10 *= 10.0L;
+            long double p10 = POW10L[e < 0 ? -e : e];
             long double q = e < 0 ? (long double)fm / p10 : (long double)fm * p10;
-            int ex;
-            long double fr = frexpl(q, &ex);
-            uint64_t mant = (uint64_t)ldexpl(fr, 64);
+            uint64_t mant;  /* x87 extended: the 64-bit significand (explicit leading 1) comes first */
+            memcpy(&mant, &q, 8);
             if (fm == 0 || (mant & 0x7FF) != 0x400) {
                 double d = (double)q;
                 *dv = neg ? -d : d;
@@ -432,6 +439,31 @@ static int scan_number(Cur *c, int *is_int, int64_t *iv, int *big, double *dv) {
 }
 
 static int skip_value(Cur *c, int depth);
+
+/* A number whose value is not needed (arguments nobody reads): the grammar only. */
+static int skip_number(Cur *c) {
+    const char *p = c->p, *end = c->end;
+    if (p < end && *p == '-') p++;
+    if (p >= end) return c->final ? BAD : MORE;
+    if (*p == '0') p++;
+    else if (*p >= '1' && *p <= '9') { while (p < end && *p >= '0' && *p <= '9') p++; }
+    else return BAD;
+    if (p < end && *p == '.') {
+        const char *f0 = ++p;
+        while (p < end && *p >= '0' && *p <= '9') p++;
+        if (p == f0) return (p >= end && !c->final) ? MORE : BAD;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < end && (*p == '+' || *p == '-')) p++;
+        const char *e0 = p;
+        while (p < end && *p >= '0' && *p <= '9') p++;
+        if (p == e0) return (p >= end && !c->final) ? MORE : BAD;
+    }
+    if (p >= end && !c->final) return MORE;
+    c->p = p;
+    return OK;
+}
 
 static int skip_literal(Cur *c, const char *lit, size_t n) {
     size_t avail = (size_t)(c->end - c->p);
@@ -483,10 +515,7 @@ static int skip_value(Cur *c, int depth) {
     if (ch == 't') return skip_literal(c, "true", 4);
     if (ch == 'f') return skip_literal(c, "false", 5);
     if (ch == 'n') return skip_literal(c, "null", 4);
-    if (ch == '-' || (ch >= '0' && ch <= '9')) {
-        int is_int, big; int64_t iv; double dv;
-        return scan_number(c, &is_int, &iv, &big, &dv);
-    }
+    if (ch == '-' || (ch >= '0' && ch <= '9')) return skip_number(c);
     return BAD;
 }
 
