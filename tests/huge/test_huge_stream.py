@@ -21,6 +21,7 @@ import pytest
 from zoomer_ar.analyze import analyze_job, analyze_path
 from zoomer_ar.cli import main
 from zoomer_ar.errors import InputError
+from zoomer_ar.load import fastcols
 from zoomer_ar.load import load_job
 from zoomer_ar.stream import load_job_streaming, should_stream
 from zoomer_ar.stream.load import stream_rank
@@ -84,9 +85,10 @@ def test_corpus_trace_streams_to_the_same_results(path, shared_traces):
     assert_same(ref, got, str(path))
 
 
-def test_corpus_rank_folder_in_parallel_processes(shared_traces):
+@pytest.mark.parametrize("fast", [True, False], ids=["compiled-reader", "msgspec-reader"])
+def test_corpus_rank_folder_in_parallel_processes(shared_traces, fast):
     folder = SHARED_TRACES / "param/dlrm_8ranks"
-    ref, got = both(folder, workers=2, slice_bytes=64 << 10, prune_rows=0)
+    ref, got = both(folder, workers=2, slice_bytes=64 << 10, prune_rows=0, fast=fast)
     assert_same(ref, got, str(folder))
 
 
@@ -167,9 +169,12 @@ def _generate(d: Path) -> None:
 
 @pytest.mark.parametrize("kind", ["tiled", "synthetic", "stacks", "ns", "late_windows", "gzip"])
 @pytest.mark.parametrize("prune", [True, False], ids=["pruned", "unpruned"])
-def test_generated_trace_streams_to_the_same_results(generated, kind, prune):
+@pytest.mark.parametrize("fast", [True, False], ids=["compiled-reader", "msgspec-reader"])
+def test_generated_trace_streams_to_the_same_results(generated, kind, prune, fast):
+    if fast and not fastcols.available():
+        pytest.skip("the compiled event reader is not built")
     path = generated[kind]
-    ref, got = both(path, slice_bytes=16 << 10, prune_rows=0 if prune else 10**12)
+    ref, got = both(path, slice_bytes=16 << 10, prune_rows=0 if prune else 10**12, fast=fast)
     assert not isinstance(ref, InputError) and not isinstance(got, InputError)
     assert_same(ref, got, f"{kind} ({'pruned' if prune else 'unpruned'})")
 

@@ -320,6 +320,21 @@ static int c_strtod(const char *tmp, size_t n, double *out) {
 static const double POW10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
                                 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
 
+/* eight ASCII digits at once (the SWAR trick of simdjson and fast_float; little-endian loads) */
+static inline int eight_digits(const char *p, uint64_t *out) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    if ((((v & 0xF0F0F0F0F0F0F0F0ULL) | (((v + 0x0606060606060606ULL) & 0xF0F0F0F0F0F0F0F0ULL) >> 4)) !=
+         0x3333333333333333ULL))
+        return 0;
+    v -= 0x3030303030303030ULL;
+    v = (v * 10) + (v >> 8);
+    v = (((v & 0x000000FF000000FFULL) * 0x000F424000000064ULL) +
+         (((v >> 16) & 0x000000FF000000FFULL) * 0x0000271000000001ULL)) >> 32;
+    *out = v;
+    return 1;
+}
+
 #if defined(__x86_64__) || defined(__i386__)
 static const long double POW10L[28] = {1e0L, 1e1L, 1e2L, 1e3L, 1e4L, 1e5L, 1e6L, 1e7L, 1e8L, 1e9L, 1e10L, 1e11L, 1e12L,
                                        1e13L, 1e14L, 1e15L, 1e16L, 1e17L, 1e18L, 1e19L, 1e20L, 1e21L, 1e22L, 1e23L,
@@ -338,6 +353,8 @@ static int scan_number(Cur *c, int *is_int, int64_t *iv, int *big, double *dv) {
         digits = 1;
     } else if (*p >= '1' && *p <= '9') {
         const char *d0 = p;
+        uint64_t eight;
+        while (end - p >= 8 && p - d0 <= 11 && eight_digits(p, &eight)) { m = m * 100000000ULL + eight; p += 8; }
         while (p < end && *p >= '0' && *p <= '9' && p - d0 < 19) { m = m * 10 + (uint64_t)(*p - '0'); p++; }
         mdigits = digits = (int)(p - d0);
         while (p < end && *p >= '0' && *p <= '9') {  /* a 20th digit and more: rare */
@@ -356,6 +373,13 @@ static int scan_number(Cur *c, int *is_int, int64_t *iv, int *big, double *dv) {
         frac = 1;
         p++;
         const char *f0 = p;
+        uint64_t eight;
+        while (fm_ok && fm != 0 && sig <= 11 && end - p >= 8 && eight_digits(p, &eight)) {
+            fm = fm * 100000000ULL + eight;
+            sig += 8;
+            frac_digits += 8;
+            p += 8;
+        }
         while (p < end && *p >= '0' && *p <= '9') {
             if (fm_ok) {
                 if (fm == 0 && *p == '0') { frac_digits++; }

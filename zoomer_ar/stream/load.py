@@ -31,6 +31,10 @@ from .scan import SLICE, scan, scan_columns
 from .source import CHUNK, StreamError, is_trace_file
 
 MAX_PASSES = 3
+# JSON bytes per chunk for the compiled reader: each chunk's events go to the compact builder as
+# one run, and its per-run numpy work costs less over bigger runs (1 GB tiled trace: 4 MB chunks
+# took 15% less CPU than 1 MB ones, at the same peak RSS)
+FAST_CHUNK = 4 << 20
 PRUNE_ROWS = 1_000_000  # compact rows above which prune.py drops those no feature can select
 
 
@@ -42,7 +46,7 @@ def _env_int(name: str, default: int) -> int:
 
 
 def stream_rank(path: Path, *, rank_hint: int | None = None, progress: Progress | None = None,
-                slice_bytes: int = SLICE, chunk: int = CHUNK, frames: bool = True,
+                slice_bytes: int = SLICE, chunk: int | None = None, frames: bool = True,
                 prune_rows: int | None = None, fast: bool | None = None) -> tuple[RankTrace, RankInfo]:
     """One trace file -> (compact RankTrace, RankInfo), as load_trace would give them.
 
@@ -60,9 +64,9 @@ def stream_rank(path: Path, *, rank_hint: int | None = None, progress: Progress 
         gc.disable()  # millions of short-lived tuples and lists: generational passes would only cost
         try:
             if fast:
-                res = scan_columns(path, b.parser(), b.add_columns, chunk=chunk, progress=progress)
+                res = scan_columns(path, b.parser(), b.add_columns, chunk=chunk or FAST_CHUNK, progress=progress)
             else:
-                res = scan(path, b.add, slice_bytes=slice_bytes, chunk=chunk, progress=progress)
+                res = scan(path, b.add, slice_bytes=slice_bytes, chunk=chunk or CHUNK, progress=progress)
         except fastcols.Unsupported:  # an event outside the compiled reader's subset: msgspec
             fast, passes, progress = False, passes - 1, None
             continue
