@@ -60,7 +60,8 @@ class _Ctx:
         return None
 
     def name_mask(self, pred, base: np.ndarray | None = None) -> np.ndarray:
-        m = self.t.mask_names(pred)
+        """Rows whose name satisfies pred (a function), or is one of pred (a str or a collection)."""
+        m = self.t.mask_names(pred) if callable(pred) else self.t.mask_name_in(pred)
         return m & (self.x if base is None else base)
 
     def ev(self, i: int, detail: str = "", frames: bool = True) -> EvidenceEvent:
@@ -201,8 +202,8 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
     c.launch_lookup = (rt_corr_sorted, rt_idx[corr_order])
     del rt_idx, rt_corr, ok, corr_order
     # syncs: host calls that block until the GPU drains
-    sync_mask = c.name_mask(lambda n: n in N.SYNC_APIS, runtime)
-    item_mask = c.name_mask(lambda n: n in N.ITEM_OPS, t.mask_cat(*N.CPU_OP_CATS))
+    sync_mask = c.name_mask(N.SYNC_APIS, runtime)
+    item_mask = c.name_mask(N.ITEM_OPS, t.mask_cat(*N.CPU_OP_CATS))
     sync_like = np.flatnonzero(sync_mask | item_mask)
     del sync_mask, item_mask
     sync_caused = np.zeros(glen.size, dtype=bool)
@@ -317,7 +318,7 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
         rf.evidence["fp32_gemm"] = c.worst(fp32, detail=lambda i: "FP32 GEMM kernel (no TF32/half precision)")
 
     # --- allocator calls in steady-state steps
-    alloc = np.flatnonzero(c.name_mask(lambda n: n in N.ALLOCATOR_APIS, runtime))
+    alloc = np.flatnonzero(c.name_mask(N.ALLOCATOR_APIS, runtime))
     if step_starts.size >= 2:
         steady_start = step_starts[1]
         in_steady = (t.ts[alloc] >= steady_start) & (t.ts[alloc] <= step_ends[-1])
@@ -337,14 +338,14 @@ def _host(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndar
     cpu_ops = t.mask_cat(*N.CPU_OP_CATS) & c.x
     runtime = t.mask_cat(*N.RUNTIME_CATS) & c.x
     # syncs
-    sync = np.flatnonzero(c.name_mask(lambda n: n in N.SYNC_APIS, runtime))
+    sync = np.flatnonzero(c.name_mask(N.SYNC_APIS, runtime))
     v["sync_calls"] = int(sync.size)
     v["sync_blocked_ms_total"] = float(t.dur[sync].sum()) / 1000.0
-    item = np.flatnonzero(c.name_mask(lambda n: n in N.ITEM_OPS, cpu_ops))
+    item = np.flatnonzero(c.name_mask(N.ITEM_OPS, cpu_ops))
     if item.size == 0:
-        item = np.flatnonzero(c.name_mask(lambda n: n in N.ITEM_FALLBACK_OPS, cpu_ops))
+        item = np.flatnonzero(c.name_mask(N.ITEM_FALLBACK_OPS, cpu_ops))
     v["item_calls"] = int(item.size)
-    item_outer = np.flatnonzero(c.name_mask(lambda n: n in N.ITEM_FALLBACK_OPS, cpu_ops))
+    item_outer = np.flatnonzero(c.name_mask(N.ITEM_FALLBACK_OPS, cpu_ops))
     rf.evidence["sync"] = c.worst(np.concatenate([sync, item_outer if item_outer.size else item]))
     # dataloader
     dl = np.flatnonzero(c.name_mask(N.is_dataloader_next))
@@ -371,12 +372,12 @@ def _host(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndar
     zg = np.flatnonzero(c.name_mask(N.is_zero_grad))
     zg = zg[~t.mask_cat("gpu_user_annotation")[zg]]
     v["zero_grad_calls"] = int(zg.size)
-    fills = _inside(c, zg, cpu_ops & t.mask_names(lambda n: n == "aten::zero_"))
+    fills = _inside(c, zg, cpu_ops & t.mask_name_in("aten::zero_"))
     v["zero_grad_fill_ops"] = int(fills.size)
     v["zero_grad_fill_ms_total"] = (float(t.dur[fills].sum()) + _gpu_time_of(c, fills)) / 1000.0
     rf.evidence["zero_grad"] = c.worst(zg) if fills.size else []
     # host-side copies (outside optimizer and dataloader)
-    copies = np.flatnonzero(cpu_ops & t.mask_names(lambda n: n in N.COPY_OPS))
+    copies = np.flatnonzero(cpu_ops & t.mask_name_in(N.COPY_OPS))
     excluded = np.concatenate([opt, dl, zg])
     if excluded.size and copies.size:
         cov = iv.union(t.ts[excluded], c.end[excluded])
@@ -403,7 +404,7 @@ def _holds_precision_cast(c: _Ctx, outer: np.ndarray, cpu_ops: np.ndarray) -> np
     out = np.zeros(outer.size, dtype=bool)
     if outer.size == 0:
         return out
-    inner = np.flatnonzero(cpu_ops & t.mask_names(lambda n: n == "aten::copy_"))
+    inner = np.flatnonzero(cpu_ops & t.mask_name_in("aten::copy_"))
     casts = np.asarray(
         [i for i in inner.tolist() if any(isinstance(x, str) and x.startswith(_LOW_PRECISION) for x in (t.input_type.get(i) or [])[:2])],
         dtype=np.int64,
@@ -482,8 +483,8 @@ def _gpu_time_of(c: _Ctx, ops: np.ndarray) -> float:
 
 def _factory_then_move(c: _Ctx, cpu_ops: np.ndarray) -> tuple[int, np.ndarray]:
     t = c.t
-    to_copy = np.flatnonzero(cpu_ops & t.mask_names(lambda n: n == "aten::_to_copy"))
-    factory = np.flatnonzero(cpu_ops & t.mask_names(lambda n: n in N.FACTORY_OPS))
+    to_copy = np.flatnonzero(cpu_ops & t.mask_name_in("aten::_to_copy"))
+    factory = np.flatnonzero(cpu_ops & t.mask_name_in(N.FACTORY_OPS))
     if to_copy.size == 0 or factory.size == 0:
         return 0, np.empty(0, dtype=np.int64)
     hits = []
@@ -506,7 +507,7 @@ def _operators(c: _Ctx, rf: RankFeatures) -> None:
     t = c.t
     v = rf.v
     cpu_ops = t.mask_cat(*N.CPU_OP_CATS) & c.x
-    gemm_ops = np.flatnonzero(cpu_ops & t.mask_names(lambda n: n in N.GEMM_OPS))
+    gemm_ops = np.flatnonzero(cpu_ops & t.mask_name_in(N.GEMM_OPS))
     has_gpu = v.get("has_gpu", False)
     # op time: GPU kernel time when on a GPU, else host op time
     op_times = _gpu_time_by_op(c, gemm_ops) if has_gpu else t.dur[gemm_ops]
@@ -544,11 +545,11 @@ def _operators(c: _Ctx, rf: RankFeatures) -> None:
                 np.asarray(fp32_ops, dtype=np.int64), detail=lambda i: f"fp32 inputs, shapes {t.input_dims.get(i)}"
             )
     # conv (with bias) directly followed by batch norm
-    convs = np.flatnonzero(cpu_ops & t.mask_names(lambda n: n in N.CONV_OPS))
+    convs = np.flatnonzero(cpu_ops & t.mask_name_in(N.CONV_OPS))
     pairs: list[int] = []
     bias_time = 0.0
     if convs.size:
-        layer = np.flatnonzero(cpu_ops & t.mask_names(lambda n: n in N.LAYER_OPS))
+        layer = np.flatnonzero(cpu_ops & t.mask_name_in(N.LAYER_OPS))
         for tid in np.unique(t.tid[convs]):
             lay = layer[t.tid[layer] == tid]
             lay = lay[np.argsort(t.ts[lay], kind="stable")]
@@ -564,7 +565,7 @@ def _operators(c: _Ctx, rf: RankFeatures) -> None:
                 if k < lay.size and t.name_of(int(lay[k])) in N.BN_OPS:
                     pairs.append(int(i))
         if pairs:
-            adds = np.flatnonzero(cpu_ops & t.mask_names(lambda n: n in ("aten::add_", "aten::add")))
+            adds = np.flatnonzero(cpu_ops & t.mask_name_in(("aten::add_", "aten::add")))
             bias_adds = _inside(c, np.asarray(pairs), np.isin(np.arange(len(t)), adds))
             bias_time = (_gpu_time_of(c, bias_adds) if has_gpu else float(t.dur[bias_adds].sum()))
     v["conv_bias_bn_pairs"] = len(pairs)
@@ -593,7 +594,7 @@ def _gemm_kn(name: str, dims) -> tuple[int, ...] | None:
 def _memory(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarray) -> None:
     t = c.t
     v = rf.v
-    mem = np.flatnonzero((t.ph == PH_INSTANT) & t.mask_names(lambda n: n == "[memory]"))
+    mem = np.flatnonzero((t.ph == PH_INSTANT) & t.mask_name_in("[memory]"))
     v["memory_events"] = int(mem.size)
     tot = t.total_allocated[mem]
     ok = ~np.isnan(tot)

@@ -67,22 +67,52 @@ class RankTrace:
         codes = self.cat_code(*cats)
         if not codes:
             return np.zeros(len(self), dtype=bool)
-        return np.isin(self.cat, np.asarray(codes, dtype=self.cat.dtype))
+        return _code_mask(self.cat, codes, len(self.cats))
 
     def name_codes(self, predicate) -> np.ndarray:
-        return np.asarray([i for i, n in enumerate(self.names) if predicate(n)], dtype=np.int32)
+        """Codes of the names that satisfy predicate; remembered for named (module-level) predicates,
+        which several features ask about."""
+        named = getattr(predicate, "__name__", "<lambda>") != "<lambda>"
+        cache = self.__dict__.setdefault("_name_codes", {}) if named else None
+        if cache is not None:
+            hit = cache.get(predicate)
+            if hit is not None and hit[0] == len(self.names):
+                return hit[1]
+        codes = np.asarray([i for i, n in enumerate(self.names) if predicate(n)], dtype=np.int32)
+        if cache is not None:
+            codes.flags.writeable = False
+            cache[predicate] = (len(self.names), codes)
+        return codes
 
     def mask_names(self, predicate) -> np.ndarray:
         codes = self.name_codes(predicate)
         if codes.size == 0:
             return np.zeros(len(self), dtype=bool)
-        return np.isin(self.name, codes)
+        return _code_mask(self.name, codes, len(self.names))
+
+    def mask_name_in(self, names) -> np.ndarray:
+        """Rows whose name is one of `names` (exact): a lookup per name, not a scan of all names."""
+        index = self.__dict__.get("_name_index")
+        if index is None or len(index) != len(self.names):
+            index = self.__dict__["_name_index"] = {n: i for i, n in enumerate(self.names)}
+        codes = [index[n] for n in ((names,) if isinstance(names, str) else names) if n in index]
+        if not codes:
+            return np.zeros(len(self), dtype=bool)
+        return _code_mask(self.name, codes, len(self.names))
 
     def name_of(self, i: int) -> str:
         return self.names[int(self.name[i])]
 
     def cat_of(self, i: int) -> str:
         return self.cats[int(self.cat[i])]
+
+
+def _code_mask(column: np.ndarray, codes, n_codes: int) -> np.ndarray:
+    """column isin codes, for a coded column (every value in [0, n_codes)): one table lookup per
+    row instead of np.isin's sort or search."""
+    table = np.zeros(n_codes, dtype=bool)
+    table[np.asarray(codes, dtype=np.int64)] = True
+    return table[column]
 
 
 def _int_or_none(v: Any) -> int:
