@@ -49,6 +49,7 @@ static int buf_reserve(Buf *b, size_t extra) {
 }
 
 static int buf_put(Buf *b, const void *p, size_t n) {
+    if (n == 0) return 0;
     if (buf_reserve(b, n) < 0) return -1;
     memcpy(b->data + b->len, p, n);
     b->len += n;
@@ -117,7 +118,7 @@ static Slot *intern_find(Intern *t, const char *p, size_t n, uint64_t h) {
     for (;;) {
         Slot *s = &t->slots[i];
         if (!s->used) return s;
-        if (s->hash == h && s->len == n && memcmp(t->arena.data + s->off, p, n) == 0) return s;
+        if (s->hash == h && s->len == n && (n == 0 || memcmp(t->arena.data + s->off, p, n) == 0)) return s;
         i = (i + 1) & t->mask;
     }
 }
@@ -756,7 +757,14 @@ static int read_sparse(Parser *P, Cur *c, int f, int kind, int32_t *uid) {
     if (kind == 1 && ch != '"') return BAD;
     if (kind == 2 && (ch == '{' || ch == '[' || ch == 't' || ch == 'f')) return BAD;
     const char *start = c->p;
-    int r = skip_value(c, 0);
+    int r;
+    if (kind == 2 && (ch == '-' || (ch >= '0' && ch <= '9'))) {
+        /* a typed scalar: msgspec refuses a float out of range (1e400), so must we */
+        int is_int, big; int64_t iv; double dv;
+        r = scan_number(c, &is_int, &iv, &big, &dv);
+    } else {
+        r = skip_value(c, 0);
+    }
     if (r != OK) return r;
     size_t n = (size_t)(c->p - start);
     Intern *t = &P->sp_tab[f];
@@ -779,12 +787,17 @@ static int read_sparse(Parser *P, Cur *c, int f, int kind, int32_t *uid) {
     return r;
 }
 
-/* a scalar that is only validated (Out msg nelems, Group size, Python parent id) */
+/* a scalar that is only validated (Out msg nelems, Group size, Python parent id); a float out of
+ * range is refused as msgspec refuses it */
 static int skip_scalar(Cur *c) {
     skip_ws(c);
     if (c->p >= c->end) return MORE;
     char ch = *c->p;
     if (ch == '{' || ch == '[' || ch == 't' || ch == 'f') return BAD;
+    if (ch == '-' || (ch >= '0' && ch <= '9')) {
+        int is_int, big; int64_t iv; double dv;
+        return scan_number(c, &is_int, &iv, &big, &dv);
+    }
     return skip_value(c, 0);
 }
 

@@ -306,12 +306,28 @@ def _raw_sparse(values: list, offset: int, cache: dict[bytes, Any]) -> dict[int,
     return dict(zip(map(offset.__add__, idx), got))
 
 
+def decode_json_texts(texts: list[bytes]) -> list[Any]:
+    """The values of JSON texts that a decoder cut out of a trace (so valid JSON), in one call. A
+    text msgspec cannot turn into a value (a number out of range, e.g. `[[1e400]]` as a shape)
+    gives None: the field is then absent, as for JSON null, rather than the whole trace failing."""
+    try:
+        return msgspec.json.decode(b"[" + b",".join(texts) + b"]")
+    except msgspec.MsgspecError:
+        out = []
+        for t in texts:
+            try:
+                out.append(msgspec.json.decode(t))
+            except msgspec.MsgspecError:
+                out.append(None)
+        return out
+
+
 def _decode_raws(values: list, cache: dict[bytes, Any]) -> list[Any]:
     """Decoded msgspec.Raw values; each distinct JSON text is decoded once and the value shared."""
     keys = list(map(bytes, values))
     new = list(set(keys).difference(cache))
     if new:  # one decoder call for all new texts (they are valid JSON values, msgspec cut them out)
-        cache.update(zip(new, msgspec.json.decode(b"[" + b",".join(new) + b"]")))
+        cache.update(zip(new, decode_json_texts(new)))
     return list(map(cache.__getitem__, keys))
 
 

@@ -11,12 +11,13 @@ suite compares them column by column on every corpus trace.
 from __future__ import annotations
 
 import os
+from itertools import compress
 from typing import Any
 
 import msgspec
 import numpy as np
 
-from .columns import INT_NONE, PH_META, RankTrace, _float_or_nan, _int_or_none
+from .columns import INT_NONE, PH_META, RankTrace, _float_or_nan, _int_or_none, decode_json_texts
 
 try:  # built by setup.py where a C compiler is available
     from . import _fastjson
@@ -127,12 +128,14 @@ class FastBuilder:
     def _sparse(self, f: str, convert) -> dict[int, Any]:
         if not self._pos[f]:
             return {}
-        uniques = self._uniques[f]
-        values = msgspec.json.decode(b"[" + b",".join(uniques) + b"]")
-        if convert is not None:
-            values = [convert(v) for v in values]
+        values = decode_json_texts(self._uniques[f])
         pos = np.concatenate(self._pos.pop(f)).tolist()
         uid = np.concatenate(self._uid.pop(f)).tolist()
+        if None in values:  # a text that does not decode to a value: absent, as in ColumnBuilder
+            keep = [values[u] is not None for u in uid]
+            pos, uid = list(compress(pos, keep)), list(compress(uid, keep))
+        if convert is not None:
+            values = [None if v is None else convert(v) for v in values]
         return dict(zip(pos, map(values.__getitem__, uid)))
 
     def finish(self) -> RankTrace:

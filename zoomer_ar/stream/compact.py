@@ -47,7 +47,7 @@ import numpy as np
 from ..features import names as N
 from ..features.phases import is_backward_op
 from ..load.columns import (
-    INT_NONE, PH_CODES, PH_COMPLETE, PH_FLOW_END, PH_FLOW_START, PH_INSTANT, PH_META, RankTrace, _float_column, _int_column,
+    decode_json_texts, INT_NONE, PH_CODES, PH_COMPLETE, PH_FLOW_END, PH_FLOW_START, PH_INSTANT, PH_META, RankTrace, _float_column, _int_column,
     _int_or_none,
 )
 from ..load import fastcols
@@ -714,9 +714,9 @@ class CompactBuilder:
         """Decoded values of the compiled reader's distinct texts of field f (decoded once each)."""
         vals = self._sp_vals.setdefault(f, [])
         if len(vals) < len(uniques):
-            new = msgspec.json.decode(b"[" + b",".join(uniques[len(vals):]) + b"]")
+            new = decode_json_texts(uniques[len(vals):])
             if f == "call_stack":
-                new = [self._strings.setdefault(v, v) for v in new]
+                new = [v if v is None else self._strings.setdefault(v, v) for v in new]
             vals.extend(new)
         return vals
 
@@ -730,7 +730,7 @@ class CompactBuilder:
         try:
             return self._raw_cache[key]
         except KeyError:
-            v = self._raw_cache[key] = msgspec.json.decode(key)
+            v = self._raw_cache[key] = decode_json_texts([key])[0]
             return v
 
     @staticmethod
@@ -958,7 +958,11 @@ class _ColumnSlice:
                 continue
             vals = b._sparse_values(f, uniques)
             rel = np.frombuffer(pos, dtype=np.int64) - base
-            self.sparse[f] = (rel, list(map(vals.__getitem__, np.frombuffer(uid, dtype=np.int32).tolist())))
+            got = list(map(vals.__getitem__, np.frombuffer(uid, dtype=np.int32).tolist()))
+            if None in got:  # texts that decode to no value: absent (load.columns.decode_json_texts)
+                keep = np.asarray([v is not None for v in got], dtype=bool)
+                rel, got = rel[keep], list(compress(got, keep))
+            self.sparse[f] = (rel, got)
 
     def corr(self, idx: np.ndarray) -> np.ndarray:
         return self.col["correlation"][idx]
