@@ -217,12 +217,10 @@ def cpu_model() -> str:
 def reader_info() -> str:
     """Which event reader and gzip library the loader uses in this installation (and environment)."""
     try:
-        from zoomer_ar.load import fastcols, inflate
+        from zoomer_ar.load.fastcols import describe
     except ImportError:
         return "unknown (zoomer_ar not importable)"
-    events = ("compiled event reader (zoomer_ar/load/_fastjson.c)" if fastcols.available()
-              else "msgspec + ColumnBuilder (compiled reader not built, or ZOOMER_FAST_JSON=0)")
-    return f"{events}; gzip: {inflate.IMPLEMENTATION}"
+    return describe()
 
 
 def machine() -> dict:

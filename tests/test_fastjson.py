@@ -362,3 +362,18 @@ def test_mutated_input_parses_as_msgspec_or_is_refused():
         _assert_same_trace(b.finish(), ref, repr(doc[:80]), ignore=("path",))
         accepted += 1
     assert accepted >= 20  # some mutations (spaces, a changed digit, a valid token) stay valid
+
+
+def test_version_names_the_reader_in_use():
+    import subprocess
+    import sys
+
+    def version(env_extra):
+        env = dict(os.environ, **env_extra)
+        out = subprocess.run([sys.executable, "-m", "zoomer_ar", "--version"], capture_output=True, text=True,
+                             env=env, timeout=120)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    assert "reader: compiled event reader" in version({})
+    assert "reader: msgspec + ColumnBuilder (ZOOMER_FAST_JSON=0)" in version({"ZOOMER_FAST_JSON": "0"})

@@ -40,6 +40,8 @@ def site(tmp_path_factory) -> Path:
                  "zoomer_ar/store/migrations/script.py.mako", "zoomer_ar/synth/params.json"):
         assert must in names, f"{must} missing from the wheel"
     assert not any("__pycache__" in n or n.startswith(("tests/", "training_data/")) for n in names)
+    # the compiled event reader is built into the wheel (gcc and the Python headers are here and in CI)
+    assert any(n.startswith("zoomer_ar/load/_fastjson.") and n.endswith(".so") for n in names), sorted(names)[:20]
     return root / "site"
 
 
@@ -54,6 +56,8 @@ def test_installed_package_reads_its_bundled_data(site, tmp_path):
     assert r.returncode == 0, r.stderr
     data_dir, rules_dir = r.stdout.split()
     assert Path(data_dir) == site / "zoomer_ar" / "_bundled" and Path(rules_dir).is_dir()
+    r = _run(site, tmp_path, "-m", "zoomer_ar", "--version")
+    assert r.returncode == 0 and "reader: compiled event reader" in r.stdout, r.stdout + r.stderr
 
 
 def test_installed_package_analyses_and_patches_outside_the_checkout(site, tmp_path):

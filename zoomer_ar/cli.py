@@ -15,6 +15,7 @@ import click
 
 from . import __version__
 from .errors import ZoomerError
+from .load.fastcols import describe as describe_reader
 
 COMMAND_MODULES = (
     "zoomer_ar.analyze_cli",
@@ -31,7 +32,8 @@ COMMAND_MODULES = (
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="zoomer-ar")
+@click.version_option(__version__, prog_name="zoomer-ar",
+                      message="%(prog)s, version %(version)s\nreader: " + describe_reader())
 def cli() -> None:
     """Zoomer AR: turn PyTorch profiler traces into ranked findings, patches and relaunch specs."""
 

@@ -39,6 +39,19 @@ def available() -> bool:
     return _fastjson is not None and os.environ.get("ZOOMER_FAST_JSON", "1").strip() not in ("0", "false", "no", "off")
 
 
+def describe() -> str:
+    """Which event reader and gzip library loads traces here (for --version and the benchmarks)."""
+    from .inflate import IMPLEMENTATION
+
+    if available():
+        reader = "compiled event reader (zoomer_ar/load/_fastjson.c)"
+    elif _fastjson is not None:
+        reader = "msgspec + ColumnBuilder (ZOOMER_FAST_JSON=0)"
+    else:
+        reader = "msgspec + ColumnBuilder (the compiled reader is not built)"
+    return f"{reader}; gzip: {IMPLEMENTATION}"
+
+
 def feed_events(feed, buf: bytearray, next_chunk, after=None) -> bytearray:
     """Drive a compiled reader over the events array: `buf` starts with the array's `[`, then
     `next_chunk()` gives the following bytes (None at the end). `feed(view, start, final)` is the
