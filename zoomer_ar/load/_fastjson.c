@@ -13,7 +13,10 @@
  *                                            # the index just after the array's `]`)
  *   cols = p.take()                          # columns of the events parsed since the last take
  * The index dicts map a value (str or int) to its code in first-seen order, as the Python
- * builder's; `decode` is msgspec.json.decode, used for strings with escapes.
+ * builder's; `decode` is msgspec.json.decode, used for strings with escapes. The parser caches
+ * codes by the raw bytes of each value: while it is in use, other code may add entries to the
+ * dicts but must not remove or renumber any. One feed() at a time per parser (it runs without
+ * the GIL; a second call from another thread is refused).
  */
 #define _GNU_SOURCE
 #define PY_SSIZE_T_CLEAN
@@ -186,6 +189,7 @@ typedef struct {
     int last_int_valid[2];
     Intern int_tab[2];     /* pid/tid integer (8 bytes) -> code */
     PyThreadState *ts;     /* non-NULL while feed() runs without the GIL */
+    int busy;              /* feed() is running (it releases the GIL: no second call meanwhile) */
 } Parser;
 
 /* feed() parses without the GIL (the reader thread inflates and hashes meanwhile); it takes the
@@ -1054,6 +1058,10 @@ static int Parser_init(Parser *P, PyObject *args, PyObject *kw) {
     if (!PyArg_ParseTuple(args, "O!O!O!O!O", &PyDict_Type, &idx[0], &PyDict_Type, &idx[1], &PyDict_Type, &idx[2],
                           &PyDict_Type, &idx[3], &decode))
         return -1;
+    if (P->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "EventParser.__init__() while feed() runs");
+        return -1;
+    }
     for (int k = 0; k < 4; k++) {
         Py_INCREF(idx[k]);
         Py_XSETREF(P->index[k], idx[k]);
@@ -1109,6 +1117,12 @@ static PyObject *Parser_feed(Parser *P, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "the events array has ended");
         return NULL;
     }
+    if (P->busy) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_RuntimeError, "EventParser.feed() is already running in another thread");
+        return NULL;
+    }
+    P->busy = 1;
     const char *base = (const char *)view.buf;
     Cur c = {base + start, base + view.len, final};
     const char *done = c.p;  /* position after the last whole event (or separator) */
@@ -1155,6 +1169,7 @@ static PyObject *Parser_feed(Parser *P, PyObject *args) {
         done = c.p;
     }
     GIL(P);
+    P->busy = 0;
     Py_ssize_t pos = (Py_ssize_t)(done - base);
     PyBuffer_Release(&view);
     if (r == ERR) {
@@ -1182,6 +1197,10 @@ static const char *SP_NAMES[N_SPARSE] = {"input_dims", "input_type", "call_stack
 
 /* take() -> (n, {column: bytes}, {sparse field: (positions bytes, uids bytes, uniques list)}) */
 static PyObject *Parser_take(Parser *P, PyObject *unused) {
+    if (P->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "EventParser.take() while feed() runs in another thread");
+        return NULL;
+    }
     PyObject *cols = PyDict_New(), *sparse = PyDict_New();
     if (!cols || !sparse) goto fail;
     for (int i = 0; i < N_COLS; i++) {
