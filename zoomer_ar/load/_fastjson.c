@@ -851,27 +851,50 @@ static int arg_key(const char *s, size_t n) {
     return -1;
 }
 
-static int parse_args(Parser *P, Cur *c, Event *ev) {
+/* An object's `{`; *empty when `}` follows at once (consumed). */
+static int open_object(Cur *c, int *empty) {
     skip_ws(c);
     if (c->p >= c->end) return MORE;
     if (*c->p != '{') return BAD;
     c->p++;
-    uint32_t seen = 0;
-    int r;
     skip_ws(c);
     if (c->p >= c->end) return MORE;
-    if (*c->p == '}') { c->p++; return OK; }
-    for (;;) {
-        skip_ws(c);
-        if (c->p >= c->end) return MORE;
-        if (*c->p != '"') return BAD;
-        const char *ks; size_t kn; int kesc;
-        if ((r = scan_string(c, &ks, &kn, &kesc)) != OK) return r;
-        if (kesc) return BAD;
-        skip_ws(c);
-        if (c->p >= c->end) return MORE;
-        if (*c->p != ':') return BAD;
-        c->p++;
+    *empty = *c->p == '}';
+    if (*empty) c->p++;
+    return OK;
+}
+
+/* A member's key (without escapes: the keys read here have none) and its `:`. */
+static int read_key(Cur *c, const char **ks, size_t *kn) {
+    skip_ws(c);
+    if (c->p >= c->end) return MORE;
+    if (*c->p != '"') return BAD;
+    int kesc, r;
+    if ((r = scan_string(c, ks, kn, &kesc)) != OK) return r;
+    if (kesc) return BAD;
+    skip_ws(c);
+    if (c->p >= c->end) return MORE;
+    if (*c->p != ':') return BAD;
+    c->p++;
+    return OK;
+}
+
+/* After a member: `,` (*more = 1) or the object's `}` (*more = 0). */
+static int after_member(Cur *c, int *more) {
+    skip_ws(c);
+    if (c->p >= c->end) return MORE;
+    if (*c->p == ',') { c->p++; *more = 1; return OK; }
+    if (*c->p == '}') { c->p++; *more = 0; return OK; }
+    return BAD;
+}
+
+static int parse_args(Parser *P, Cur *c, Event *ev) {
+    uint32_t seen = 0;
+    int r, empty, more = 1;
+    if ((r = open_object(c, &empty)) != OK || empty) return r;
+    while (more) {
+        const char *ks; size_t kn;
+        if ((r = read_key(c, &ks, &kn)) != OK) return r;
         int k = arg_key(ks, kn);
         if (k >= 0) {
             if (seen & (1u << k)) return BAD;  /* duplicate key */
@@ -898,12 +921,9 @@ static int parse_args(Parser *P, Cur *c, Event *ev) {
         default: r = skip_value(c, 0); break;
         }
         if (r != OK) return r;
-        skip_ws(c);
-        if (c->p >= c->end) return MORE;
-        if (*c->p == ',') { c->p++; continue; }
-        if (*c->p == '}') { c->p++; return OK; }
-        return BAD;
+        if ((r = after_member(c, &more)) != OK) return r;
     }
+    return OK;
 }
 
 static uint8_t ph_code_of(const char *s, size_t n) {
@@ -924,24 +944,12 @@ static uint8_t ph_code_of(const char *s, size_t n) {
 enum { K_PH, K_NAME, K_CAT, K_TS, K_DUR, K_PID, K_TID, K_ARGS };
 
 static int parse_event(Parser *P, Cur *c, Event *ev) {
-    /* c->p at `{` */
-    c->p++;
     uint32_t seen = 0;
-    int r;
-    skip_ws(c);
-    if (c->p >= c->end) return MORE;
-    if (*c->p == '}') { c->p++; return OK; }
-    for (;;) {
-        skip_ws(c);
-        if (c->p >= c->end) return MORE;
-        if (*c->p != '"') return BAD;
-        const char *ks; size_t kn; int kesc;
-        if ((r = scan_string(c, &ks, &kn, &kesc)) != OK) return r;
-        if (kesc) return BAD;
-        skip_ws(c);
-        if (c->p >= c->end) return MORE;
-        if (*c->p != ':') return BAD;
-        c->p++;
+    int r, empty, more = 1;
+    if ((r = open_object(c, &empty)) != OK || empty) return r;
+    while (more) {
+        const char *ks; size_t kn;
+        if ((r = read_key(c, &ks, &kn)) != OK) return r;
         int k = -1;
         switch (kn) {
         case 2:
@@ -984,14 +992,7 @@ static int parse_event(Parser *P, Cur *c, Event *ev) {
         default: r = skip_value(c, 0); break;
         }
         if (r != OK) return r;
-        if (k == K_NAME || k == K_CAT || k == K_PID || k == K_TID || k == K_PH) {
-            /* nothing else to do */
-        }
-        skip_ws(c);
-        if (c->p >= c->end) return MORE;
-        if (*c->p == ',') { c->p++; continue; }
-        if (*c->p == '}') { c->p++; break; }
-        return BAD;
+        if ((r = after_member(c, &more)) != OK) return r;
     }
     return OK;
 }

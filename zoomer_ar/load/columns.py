@@ -344,6 +344,19 @@ def _sparse(values: list, offset: int) -> dict[int, Any]:
     return {offset + i: v for i, v in enumerate(values) if v is not None}
 
 
+def trace_from_columns(rank: int, path: str, index: dict[str, dict], column, device: np.ndarray,
+                       external_id: np.ndarray) -> RankTrace:
+    """A RankTrace from the builders' coding tables (`index`: name, cat, pid, tid) and `column(k)`,
+    which gives each remaining column once (ColumnBuilder and fastcols.FastBuilder)."""
+    return RankTrace(
+        rank=rank, path=path, names=list(index["name"]), cats=list(index["cat"]),
+        ts=column("ts"), dur=column("dur"), ph=column("ph"), cat=column("cat").astype(np.int16), name=column("name"),
+        pid=column("pid"), tid=column("tid"), correlation=column("correlation"), stream=column("stream"),
+        device=device, external_id=external_id, nbytes=column("nbytes"), total_allocated=column("total_allocated"),
+        pid_values=list(index["pid"]), tid_values=list(index["tid"]),
+    )
+
+
 class ColumnBuilder:
     """Builds the RankTrace that `build_columns` would build, one slice of events at a time."""
 
@@ -462,14 +475,7 @@ class ColumnBuilder:
                 return None
             device = np.where(device == INT_NONE, np.concatenate(device_id), device)
         del device_id
-        idx = self._index
-        trace = RankTrace(
-            rank=self.rank, path=self.path, names=list(idx["name"]), cats=list(idx["cat"]),
-            ts=cat("ts"), dur=cat("dur"), ph=cat("ph"), cat=cat("cat").astype(np.int16), name=cat("name"),
-            pid=cat("pid"), tid=cat("tid"), correlation=cat("correlation"), stream=cat("stream"), device=device,
-            external_id=ext, nbytes=cat("nbytes"), total_allocated=cat("total_allocated"),
-            pid_values=list(idx["pid"]), tid_values=list(idx["tid"]),
-        )
+        trace = trace_from_columns(self.rank, self.path, self._index, cat, device, ext)
         trace.input_dims, trace.input_type, trace.call_stack = self.input_dims, self.input_type, self.call_stack
         trace.collective, trace.msg_nelems, trace.python_id = self.collective, self.msg_nelems, self.python_id
         trace.thread_names, trace.process_names = self.thread_names, self.process_names

@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from .columns import INT_NONE, PH_META, RankTrace, _float_or_nan, _int_or_none, decode_json_texts
+from .columns import INT_NONE, PH_META, RankTrace, _float_or_nan, _int_or_none, decode_json_texts, trace_from_columns
 
 try:  # built by setup.py where a C compiler is available
     from . import _fastjson
@@ -169,14 +169,7 @@ class FastBuilder:
         if missing.any():
             device = np.where(missing, device_id, device)
         del device_id, missing
-        idx = self._index
-        trace = RankTrace(
-            rank=self.rank, path=self.path, names=list(idx["name"]), cats=list(idx["cat"]),
-            ts=cat("ts"), dur=cat("dur"), ph=cat("ph"), cat=cat("cat").astype(np.int16), name=cat("name"),
-            pid=cat("pid"), tid=cat("tid"), correlation=cat("correlation"), stream=cat("stream"), device=device,
-            external_id=ext, nbytes=cat("nbytes"), total_allocated=cat("total_allocated"),
-            pid_values=list(idx["pid"]), tid_values=list(idx["tid"]),
-        )
+        trace = trace_from_columns(self.rank, self.path, self._index, cat, device, ext)
         trace.input_dims = self._sparse("input_dims", None)
         trace.input_type = self._sparse("input_type", None)
         trace.call_stack = self._sparse("call_stack", None)

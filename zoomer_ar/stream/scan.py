@@ -130,6 +130,15 @@ def _appender(next_chunk: Callable[[], bytes | None], buf: bytearray) -> Callabl
     return more
 
 
+def _open(path: Path, chunk: int, hash: bool, progress: Progress | None):  # noqa: A002
+    """(reader, result, buffer, next_chunk, more) for one scan of path: next_chunk() returns the
+    next chunk, more() appends it to the buffer."""
+    reader = ChunkReader(path, chunk=chunk, hash=hash)
+    buf = bytearray()
+    next_chunk = _chunks(reader, progress, path.stat().st_size)
+    return reader, ScanResult(), buf, next_chunk, _appender(next_chunk, buf)
+
+
 def _read_head(buf: bytearray, more: Callable[[], bool], res: ScanResult) -> None:
     """Read up to the events array: afterwards buf[0] is its `[`; res gets head, bare and top."""
     while True:
@@ -184,11 +193,7 @@ def scan(path: Path, consume: Consumer, *, slice_bytes: int = SLICE, chunk: int 
     `on_head(result)` is called once the bytes before the events (`head`, `bare`, the top-level
     keys found so far) are known, before the first slice.
     """
-    reader = ChunkReader(path, chunk=chunk, hash=hash)
-    res = ScanResult()
-    buf = bytearray()
-    next_chunk = _chunks(reader, progress, path.stat().st_size)
-    more = _appender(next_chunk, buf)
+    reader, res, buf, next_chunk, more = _open(path, chunk, hash, progress)
 
     try:
         _read_head(buf, more, res)
@@ -275,11 +280,7 @@ def scan_columns(path: Path, parser, consume: Callable[[int, dict, dict], None],
     chunk is fed to `parser` and the columns of its whole events go to `consume(n, columns,
     sparse)`; the reader finds the array's end. Raises fastcols.Unsupported where an event is
     outside the reader's subset (the caller redoes the pass with scan())."""
-    reader = ChunkReader(path, chunk=chunk, hash=hash)
-    res = ScanResult()
-    buf = bytearray()
-    next_chunk = _chunks(reader, progress, path.stat().st_size)
-    more = _appender(next_chunk, buf)
+    reader, res, buf, next_chunk, more = _open(path, chunk, hash, progress)
 
     try:
         _read_head(buf, more, res)
