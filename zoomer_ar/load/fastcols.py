@@ -62,8 +62,7 @@ def feed_events(feed, buf: bytearray, next_chunk, after=None) -> bytearray:
     moves to its front and the next chunk is copied after it, in place. Appending to a growing
     bytearray instead reallocates it for every chunk, and the fresh pages' faults cost more than
     the parsing of some traces."""
-    area = bytearray(max(4 << 20, 2 * len(buf)))
-    area[: len(buf)] = buf
+    area = bytearray(buf)  # grows to a chunk plus a margin on the first chunk, then stays
     filled, pos, final = len(buf), 1, False
     del buf
     while True:
@@ -80,7 +79,7 @@ def feed_events(feed, buf: bytearray, next_chunk, after=None) -> bytearray:
             continue
         need = rest + len(chunk)
         if need > len(area):
-            grown = bytearray(2 * need)
+            grown = bytearray(need + need // 4)
             grown[:rest] = area[pos:filled]
             area = grown
         elif rest:
