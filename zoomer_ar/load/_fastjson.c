@@ -551,7 +551,37 @@ static int skip_value(Cur *c, int depth) {
 /* ------------------------------------------------------------------------------------------ */
 /* values of a known type */
 
+/* Whitespace up to the next value: MORE when the buffer ends first. */
+static inline int next_value(Cur *c) {
+    skip_ws(c);
+    return c->p < c->end ? OK : MORE;
+}
+
+/* A number token at c->p (anything else: BAD, msgspec's type error). */
+static int number_token(Cur *c, int *is_int, int64_t *iv, int *big, double *dv) {
+    char ch = *c->p;
+    if (!(ch == '-' || (ch >= '0' && ch <= '9'))) return BAD;
+    return scan_number(c, is_int, iv, big, dv);
+}
+
 static int code_of_new_string(Parser *P, int k, const char *s, size_t n, int esc, int32_t *code);
+
+/* The code of `key` (a new reference, consumed; NULL: ERR) in index k: its code, or the next one
+ * when the key is new (first-seen order, as the Python builders' setdefault). GIL held. */
+static int register_key(Parser *P, int k, PyObject *key, int32_t *code) {
+    if (!key) return ERR;
+    PyObject *d = P->index[k];
+    PyObject *next = PyLong_FromSsize_t(PyDict_GET_SIZE(d));
+    if (!next) { Py_DECREF(key); return ERR; }
+    PyObject *got = PyDict_SetDefault(d, key, next);
+    Py_DECREF(next);
+    Py_DECREF(key);
+    if (!got) return ERR;
+    long v = PyLong_AsLong(got);
+    if (v == -1 && PyErr_Occurred()) return ERR;
+    *code = (int32_t)v;
+    return OK;
+}
 
 /* code of a string token in index k (0 name, 1 cat, 2 pid, 3 tid) */
 static int code_of_string(Parser *P, int k, const char *s, size_t n, int esc, int32_t *code) {
@@ -580,17 +610,7 @@ static int code_of_new_string(Parser *P, int k, const char *s, size_t n, int esc
         str = PyUnicode_DecodeUTF8(s, (Py_ssize_t)n, NULL);
         if (!str) { PyErr_Clear(); return BAD; }
     }
-    PyObject *d = P->index[k];
-    PyObject *next = PyLong_FromSsize_t(PyDict_GET_SIZE(d));
-    if (!next) { Py_DECREF(str); return ERR; }
-    PyObject *got = PyDict_SetDefault(d, str, next);
-    Py_DECREF(next);
-    Py_DECREF(str);
-    if (!got) return ERR;
-    long v = PyLong_AsLong(got);
-    if (v == -1 && PyErr_Occurred()) return ERR;
-    *code = (int32_t)v;
-    return OK;
+    return register_key(P, k, str, code);
 }
 
 static int read_string_code(Parser *P, Cur *c, int k, int32_t *code) {
@@ -606,13 +626,10 @@ static int code_of_new_int(Parser *P, int k, int64_t iv, int32_t *code);
 
 /* pid / tid: int or str (k = 2 or 3) */
 static int read_id_code(Parser *P, Cur *c, int k, int32_t *code) {
-    skip_ws(c);
-    if (c->p >= c->end) return MORE;
-    char ch = *c->p;
-    if (ch == '"') return read_string_code(P, c, k, code);
-    if (!(ch == '-' || (ch >= '0' && ch <= '9'))) return BAD;
     int is_int, big; int64_t iv; double dv; int r;
-    if ((r = scan_number(c, &is_int, &iv, &big, &dv)) != OK) return r;
+    if ((r = next_value(c)) != OK) return r;
+    if (*c->p == '"') return read_string_code(P, c, k, code);
+    if ((r = number_token(c, &is_int, &iv, &big, &dv)) != OK) return r;
     if (!is_int || big) return BAD;
     int j = k - 2;
     if (P->last_int_valid[j] && P->last_int[j] == iv) { *code = P->last_int_code[j]; return OK; }
@@ -636,32 +653,15 @@ static int read_id_code(Parser *P, Cur *c, int k, int32_t *code) {
 }
 
 static int code_of_new_int(Parser *P, int k, int64_t iv, int32_t *code) {
-    PyObject *key = PyLong_FromLongLong(iv);
-    if (!key) return ERR;
-    PyObject *d = P->index[k];
-    PyObject *next = PyLong_FromSsize_t(PyDict_GET_SIZE(d));
-    if (!next) { Py_DECREF(key); return ERR; }
-    PyObject *got = PyDict_SetDefault(d, key, next);
-    Py_DECREF(next);
-    Py_DECREF(key);
-    if (!got) return ERR;
-    long v = PyLong_AsLong(got);
-    if (v == -1 && PyErr_Occurred()) return ERR;
-    *code = (int32_t)v;
-    return OK;
+    return register_key(P, k, PyLong_FromLongLong(iv), code);
 }
 
 /* ts / dur: int | float -> double */
 static int read_number(Cur *c, double *out) {
-    skip_ws(c);
-    if (c->p >= c->end) return MORE;
-    char ch = *c->p;
-    if (!(ch == '-' || (ch >= '0' && ch <= '9'))) return BAD;
-    int is_int, big; int64_t iv; double dv; int r;
-    if ((r = scan_number(c, &is_int, &iv, &big, &dv)) != OK) return r;
-    if (big) return BAD;
-    *out = dv;
-    return OK;
+    int is_int, big; int64_t iv; int r;
+    if ((r = next_value(c)) != OK) return r;
+    if ((r = number_token(c, &is_int, &iv, &big, out)) != OK) return r;
+    return big ? BAD : OK;
 }
 
 /* A numeric field given as a string (AMD traces: "stream": "0x0", "bytes": "60"). The reference
@@ -709,46 +709,40 @@ static int numeric_string(const char *s, size_t n, int kind, int64_t *iv, double
     return OK;
 }
 
-/* int-column args (Scalar | None): ints and null only; -1 for null */
-static int read_int_arg(Cur *c, int64_t *out) {
-    skip_ws(c);
-    if (c->p >= c->end) return MORE;
+/* A numeric argument (Scalar | None) for an int column (kind 0: *iout, -1 for null) or a float
+ * column (kind 1: *dout, NaN for null): numbers, null, and the strings numeric_string takes. */
+static int read_numeric_arg(Cur *c, int kind, int64_t *iout, double *dout) {
+    int r;
+    if ((r = next_value(c)) != OK) return r;
     char ch = *c->p;
-    if (ch == 'n') { int r = skip_literal(c, "null", 4); if (r == OK) *out = -1; return r; }
-    if (ch == '"') {
-        const char *s; size_t n; int esc; int r;
-        if ((r = scan_string(c, &s, &n, &esc)) != OK) return r;
-        if (esc) return BAD;
-        double unused;
-        return numeric_string(s, n, 0, out, &unused);
+    if (ch == 'n') {
+        if ((r = skip_literal(c, "null", 4)) == OK) {
+            if (kind == 0) *iout = -1; else *dout = NAN;
+        }
+        return r;
     }
-    if (!(ch == '-' || (ch >= '0' && ch <= '9'))) return BAD;
-    int is_int, big; int64_t iv; double dv; int r;
-    if ((r = scan_number(c, &is_int, &iv, &big, &dv)) != OK) return r;
-    if (!is_int || big || iv == INT64_MIN) return BAD;
-    *out = iv;
+    if (ch == '"') {
+        const char *s; size_t n; int esc;
+        if ((r = scan_string(c, &s, &n, &esc)) != OK) return r;
+        return esc ? BAD : numeric_string(s, n, kind, iout, dout);
+    }
+    int is_int, big; int64_t iv; double dv;
+    if ((r = number_token(c, &is_int, &iv, &big, &dv)) != OK) return r;
+    if (big) return BAD;
+    if (kind == 1) { *dout = dv; return OK; }
+    if (!is_int || iv == INT64_MIN) return BAD;
+    *iout = iv;
     return OK;
 }
 
-/* float-column args: numbers and null (NaN) */
+static int read_int_arg(Cur *c, int64_t *out) {
+    double unused;
+    return read_numeric_arg(c, 0, out, &unused);
+}
+
 static int read_float_arg(Cur *c, double *out) {
-    skip_ws(c);
-    if (c->p >= c->end) return MORE;
-    char ch = *c->p;
-    if (ch == 'n') { int r = skip_literal(c, "null", 4); if (r == OK) *out = NAN; return r; }
-    if (ch == '"') {
-        const char *s; size_t n; int esc; int r;
-        if ((r = scan_string(c, &s, &n, &esc)) != OK) return r;
-        if (esc) return BAD;
-        int64_t unused;
-        return numeric_string(s, n, 1, &unused, out);
-    }
-    if (!(ch == '-' || (ch >= '0' && ch <= '9'))) return BAD;
-    int is_int, big; int64_t iv; double dv; int r;
-    if ((r = scan_number(c, &is_int, &iv, &big, &dv)) != OK) return r;
-    if (big) return BAD;
-    *out = dv;
-    return OK;
+    int64_t unused;
+    return read_numeric_arg(c, 1, &unused, out);
 }
 
 /* a value kept as raw JSON text for a sparse field: uid of the text. kind: 0 any JSON,

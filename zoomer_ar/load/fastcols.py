@@ -26,7 +26,7 @@ except ImportError:  # pragma: no cover - depends on the installation
 
 Unsupported = _fastjson.Unsupported if _fastjson is not None else type("Unsupported", (ValueError,), {})
 
-DTYPES = _DTYPES = {
+DTYPES = {  # column -> dtype of the compiled reader's output
     "ts": np.float64, "dur": np.float64, "ph": np.uint8, "cat": np.int32, "name": np.int32, "pid": np.int32,
     "tid": np.int32, "correlation": np.int64, "stream": np.int64, "device": np.int64, "device_id": np.int64,
     "external_id": np.int64, "external_id_2021": np.int64, "nbytes": np.float64, "total_allocated": np.float64,
@@ -108,7 +108,7 @@ class FastBuilder:
         self._index: dict[str, dict] = {"name": {}, "cat": {}, "pid": {}, "tid": {}}
         idx = self._index
         self._parser = _fastjson.EventParser(idx["name"], idx["cat"], idx["pid"], idx["tid"], msgspec.json.decode)
-        self._parts: dict[str, list[np.ndarray]] = {k: [] for k in _DTYPES}
+        self._parts: dict[str, list[np.ndarray]] = {k: [] for k in DTYPES}
         self._pos: dict[str, list[np.ndarray]] = {f: [] for f in _SPARSE}
         self._uid: dict[str, list[np.ndarray]] = {f: [] for f in _SPARSE}
         self._uniques: dict[str, list[bytes]] = {f: [] for f in _SPARSE}
@@ -128,7 +128,7 @@ class FastBuilder:
         if not n:
             return
         self.n += n
-        for k, dt in _DTYPES.items():
+        for k, dt in DTYPES.items():
             self._parts[k].append(np.frombuffer(cols[k], dtype=dt))
         for f in _SPARSE:
             pos, uid, uniques = sparse[f]
@@ -155,7 +155,7 @@ class FastBuilder:
 
         def cat(k: str) -> np.ndarray:
             p = parts.pop(k)
-            return np.concatenate(p) if p else np.empty(0, dtype=_DTYPES[k])
+            return np.concatenate(p) if p else np.empty(0, dtype=DTYPES[k])
 
         ext = cat("external_id")
         ext21 = cat("external_id_2021")

@@ -367,8 +367,7 @@ class _Consumer:
             del buf[:j]  # buf[0] is the array's `[`
             break
         if self.fast:
-            buf, tail_doc = self._events_fast(buf)
-            return self._result(head, tail_doc)
+            return self._result(head, self._events_fast(buf))
         # --- events, slice by slice
         while True:
             data = self._next()
@@ -419,7 +418,7 @@ class _Consumer:
         del buf
         return self._result(head, tail_doc)
 
-    def _events_fast(self, buf: bytearray) -> tuple[bytearray, RawTrace]:
+    def _events_fast(self, buf: bytearray) -> RawTrace:
         """The events through the compiled reader, which finds the array's end itself; then the
         keys after the array."""
         try:
@@ -437,7 +436,7 @@ class _Consumer:
             tail_doc = TOP_DECODER.decode(b'{"traceEvents":[]' + bytes(tail))
         except msgspec.MsgspecError:
             raise _Abort from None
-        return tail, tail_doc
+        return tail_doc
 
     def _result(self, head: RawTrace, tail_doc: RawTrace) -> tuple[str, RawTrace, RankTrace]:
         for f in _TOP_FIELDS:
