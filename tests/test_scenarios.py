@@ -33,6 +33,7 @@ EXAMPLES = REPO / "examples" / "traces"
 MANIFEST = yaml.safe_load((SCENARIOS / "MANIFEST.yaml").read_text(encoding="utf-8"))
 ENTRIES: dict[str, dict] = MANIFEST["scenarios"]
 PLANTED = {n: e for n, e in ENTRIES.items() if e["pattern"] != "clean"}
+GPU_ENTRIES: dict[str, dict] = MANIFEST["gpu_scenarios"]  # GPU-only programs (examples/gpu)
 GPU_OR_MULTI_RANK = {"idle-gpu", "launch-bound", "pageable-memcpy", "allocator-churn",
                      "exposed-communication", "sharding-imbalance", "straggler"}
 STEPS = MANIFEST["defaults"]["steps"]
@@ -161,9 +162,23 @@ def _is_code_line(tree: ast.Module, line: int) -> bool:
     return False
 
 
-@pytest.mark.parametrize("name", list(ENTRIES))
+def test_gpu_manifest_shape():
+    assert not set(GPU_ENTRIES) & set(ENTRIES)
+    planted = {n: e for n, e in GPU_ENTRIES.items() if e["pattern"] != "clean"}
+    assert {e["pattern"] for e in planted.values()} == {"pageable-memcpy", "allocator-churn"}
+    for name, e in planted.items():
+        twin = GPU_ENTRIES[e["twin"]]
+        assert twin["twin_of"] == name and e["pattern"] in twin["must_not_show"] == e["twin_must_not_show"]
+        assert e["pattern"] not in e["must_not_show"] and e["signal"]
+    for name, e in GPU_ENTRIES.items():
+        assert (SCENARIOS / e["file"]).is_file(), name
+        assert set(e["must_not_show"]) | set(e["incidental"]) <= set(PATTERN_IDS), name
+        assert not set(e["must_not_show"]) & set(e["incidental"]), name
+
+
+@pytest.mark.parametrize("name", [*ENTRIES, *GPU_ENTRIES])
 def test_manifest_lines_match_sources(name):
-    e = ENTRIES[name]
+    e = {**ENTRIES, **GPU_ENTRIES}[name]
     src = (SCENARIOS / e["file"]).read_text(encoding="utf-8")
     lines = src.splitlines()
     tree = ast.parse(src)
@@ -186,6 +201,35 @@ def test_twin_differs_only_where_planted(name):
     if e["pattern"] != "fp32-matmul":
         assert planted_line not in [t.strip() for t in twin_src], name
     assert twin["contains"] in twin_src[twin["line"] - 1]
+
+
+def _record_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("scenario_record", SCENARIOS / "record.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_gpu_variants_change_only_device_lines(tmp_path):
+    """record.py --device cuda runs each CPU program as a copy whose device lines say cuda: same
+    lines (the traces' stacks map onto the committed files), nothing else changed."""
+    record = _record_module()
+    out = record.gpu_variants(tmp_path / "cuda")
+    olds = [old for old, _ in record.GPU_SUBSTITUTIONS]
+    for e in [*ENTRIES.values(), *GPU_ENTRIES.values()]:
+        src = (SCENARIOS / e["file"]).read_text(encoding="utf-8").splitlines()
+        var = (out / e["file"]).read_text(encoding="utf-8").splitlines()
+        ast.parse("\n".join(var))
+        assert len(var) == len(src), e["file"]
+        changed = [(a, b) for a, b in zip(src, var) if a != b]
+        if e["file"] in {g["file"] for g in GPU_ENTRIES.values()}:
+            assert not changed and 'torch.device(args.device)' in "\n".join(src), e["file"]
+            continue
+        assert any('torch.device("cuda")' in b for _, b in changed), e["file"]
+        assert all(any(old in a for old in olds) and "cpu" not in b.replace("pin_memory", "") for a, b in changed), changed
+    assert (out / "_common.py").read_text() == (SCENARIOS / "_common.py").read_text()
 
 
 def test_programs_are_torch_only():

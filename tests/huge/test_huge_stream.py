@@ -85,6 +85,16 @@ def test_corpus_trace_streams_to_the_same_results(path, shared_traces):
     assert_same(ref, got, str(path))
 
 
+GPU_EXAMPLES = sorted(p for p in (REPO / "examples" / "gpu").glob("*/rank-0.pt.trace.json.gz"))
+
+
+@pytest.mark.parametrize("path", GPU_EXAMPLES, ids=[p.parent.name for p in GPU_EXAMPLES])
+def test_gpu_recordings_stream_to_the_same_results(path):
+    """The project's own H200 recordings (examples/gpu): kernels, memcpys, [memory] events, stacks."""
+    ref, got = both(path, slice_bytes=_slice_for(path), prune_rows=0)
+    assert_same(ref, got, str(path))
+
+
 @pytest.mark.parametrize("fast", [True, False], ids=["compiled-reader", "msgspec-reader"])
 def test_corpus_rank_folder_in_parallel_processes(shared_traces, fast):
     folder = SHARED_TRACES / "param/dlrm_8ranks"

@@ -9,6 +9,10 @@ Every scenario takes the same options:
     --severity LEVEL   low | mid | high: how strongly the anti-pattern is planted (default mid)
     --seed N           random seed (default 0)
     --threads N        torch intra-op threads (default 1)
+    --device DEV       cpu (default), cuda, or auto (cuda when torch sees a GPU, else cpu): where the
+                       GPU-only programs run. The CPU programs spell their CPU device out; on a GPU
+                       they run as record.py's GPU variants. The profiler records CUDA activity
+                       (kernels, memcpys, runtime calls) whenever torch sees a GPU.
 
 One intra-op thread by default: these models are small, and on a shared 2-core machine a second
 OpenMP thread makes every op wait whenever another process holds the other core, which turns a
@@ -42,6 +46,8 @@ def parse_args(description: str | None = None, argv: list[str] | None = None) ->
     parser.add_argument("--severity", choices=SEVERITIES, default="mid", help="strength of the planted pattern")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    parser.add_argument("--device", choices=("cpu", "cuda", "auto"), default="cpu",
+                        help="where the GPU-only programs run: cpu (default), cuda, auto (cuda when available)")
     args = parser.parse_args(argv)
     if args.steps < 1:
         parser.error("--steps must be >= 1")
@@ -50,6 +56,10 @@ def parse_args(description: str | None = None, argv: list[str] | None = None) ->
     import torch
 
     torch.set_num_threads(args.threads)
+    if args.device == "auto":
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    elif args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch sees no GPU here")
     return args
 
 

@@ -3,6 +3,15 @@
     python training_data/scenarios/record.py                      # all, into examples/traces/
     python training_data/scenarios/record.py --out /tmp/traces --only sync_point,sync_point_clean
     python training_data/scenarios/record.py --list
+    python training_data/scenarios/record.py --device cuda --out examples/gpu   # on a GPU machine
+
+With `--device cuda` every program runs on the GPU (the profiler then records kernels, memcpys and
+runtime calls too) and the GPU-only programs (MANIFEST.yaml `gpu_scenarios`: patterns a CPU cannot
+show, such as pageable-memcpy and allocator-churn) are recorded as well. The CPU programs spell
+their device out (`torch.device("cpu")`: the CPU-only fixers key on it), so on a GPU each runs as
+its *GPU variant*: a copy, in a temporary folder, with the line-preserving substitutions in
+GPU_SUBSTITUTIONS (the device, the autocast device type, pinned DataLoader memory). Line numbers
+and function names are those of the committed programs, so the traces' stacks map onto them.
 
 Each program in MANIFEST.yaml runs as its own subprocess (the project's .venv python when there is
 one, else this interpreter) and writes `<out>/<name>/rank-0.pt.trace.json.gz` and
@@ -22,6 +31,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -30,6 +40,27 @@ REPO = HERE.parents[1]
 MANIFEST = HERE / "MANIFEST.yaml"
 DEFAULT_OUT = REPO / "examples" / "traces"
 TRACE_NAME = "rank-0.pt.trace.json.gz"
+
+
+# A CPU program's GPU variant: these replacements, each within one line, in every program that
+# spells out the CPU device. The GPU-only programs read `--device` and are copied unchanged.
+GPU_SUBSTITUTIONS = (
+    ('torch.device("cpu")', 'torch.device("cuda")'),
+    ('torch.autocast("cpu", ', 'torch.autocast("cuda", '),
+    ("pin_memory=False", "pin_memory=True"),
+)
+
+
+def gpu_variants(dest: Path, src: Path = HERE) -> Path:
+    """Write the GPU variant of every program (and _common.py) in `src` into `dest`."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for path in sorted(src.glob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        if 'torch.device("cpu")' in text:
+            for old, new in GPU_SUBSTITUTIONS:
+                text = text.replace(old, new)
+        (dest / path.name).write_text(text, encoding="utf-8")
+    return dest
 
 
 def load_manifest(path: Path = MANIFEST) -> dict:
@@ -58,11 +89,12 @@ def select(scenarios: dict, only: list[str] | None) -> list[str]:
 
 
 def step_durations(trace: Path) -> list[float]:
-    """Durations (ms) of the ProfilerStep#N annotations in a trace, in order."""
+    """Durations (ms) of the host-side ProfilerStep#N annotations in a trace, in order."""
     with gzip.open(trace, "rt", encoding="utf-8") as fh:
         events = json.load(fh)["traceEvents"]
     steps = sorted(
-        (e for e in events if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")),
+        (e for e in events if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")
+         and e.get("cat") != "gpu_user_annotation"),  # a GPU trace repeats each step on the GPU's timeline
         key=lambda e: e["ts"],
     )
     return [e["dur"] / 1000.0 for e in steps]
@@ -115,12 +147,14 @@ def record_one(
     warmup: int | None,
     severity: str | None,
     timeout: float,
+    device: str = "cpu",
+    programs: Path = HERE,
 ) -> dict:
     out_dir = out_root / name
     if out_dir.exists():
         shutil.rmtree(out_dir)
     out_dir.mkdir(parents=True)
-    cmd = [python, entry["file"], "--out", str(out_dir)]
+    cmd = [python, entry["file"], "--out", str(out_dir), "--device", device]
     for flag, value in (("--steps", steps), ("--skip", skip), ("--warmup", warmup), ("--severity", severity)):
         if value is not None:
             cmd += [flag, str(value)]
@@ -129,7 +163,7 @@ def record_one(
     env.setdefault("PYTHONUNBUFFERED", "1")
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run(cmd, cwd=HERE, env=env, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, cwd=programs, env=env, capture_output=True, text=True, timeout=timeout)
         rc, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
     except subprocess.TimeoutExpired as exc:
         rc, stdout, stderr = 124, exc.stdout or "", (exc.stderr or "") + f"\ntimed out after {timeout}s"
@@ -174,11 +208,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quiet-wait", type=float, default=30.0,
                         help="seconds to wait, before each recording, for other processes to leave the "
                              "CPUs idle (default 30; 0 = do not wait)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="run the programs on the CPU (default) or the GPU; cuda adds the GPU-only programs")
     parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
     args = parser.parse_args(argv)
 
     manifest = load_manifest()
-    scenarios = manifest["scenarios"]
+    scenarios = dict(manifest["scenarios"])
+    if args.device == "cuda" or args.list:
+        scenarios.update(manifest.get("gpu_scenarios") or {})
     if args.list:
         for name, entry in scenarios.items():
             extra = f"twin of {entry['twin_of']}" if entry.get("twin_of") else entry.get("pattern", "")
@@ -188,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     names = select(scenarios, args.only)
     out_root = Path(args.out).resolve()
     out_root.mkdir(parents=True, exist_ok=True)
+    programs = gpu_variants(Path(tempfile.mkdtemp(prefix="zoomer-scenarios-cuda-"))) if args.device == "cuda" else HERE
     results = []
     t0 = time.perf_counter()
     if hasattr(os, "getloadavg") and os.getloadavg()[0] > 0.75 * (os.cpu_count() or 1):
@@ -208,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
                 warmup=args.warmup,
                 severity=args.severity,
                 timeout=args.timeout,
+                device=args.device,
+                programs=programs,
             )
             if attempt and res["ok"] and (best is None or not best["ok"] or res["jitter"] < best["jitter"]):
                 # keep the steadier attempt in place
@@ -230,6 +271,8 @@ def main(argv: list[str] | None = None) -> int:
               f"steps ms: {steps_ms}{uneven}", flush=True)
         if not res["ok"]:
             print("     " + res.get("log_tail", "").replace("\n", "\n     "), file=sys.stderr)
+    if programs != HERE:
+        shutil.rmtree(programs, ignore_errors=True)
     total = sum(r["size_bytes"] for r in results)
     failed = [r["name"] for r in results if not r["ok"]]
     print(f"{len(results) - len(failed)}/{len(results)} recorded into {out_root}: "

@@ -38,6 +38,9 @@ FACTORY_OPS = frozenset(
      "aten::lift_fresh", "aten::scalar_tensor"}
 )
 COPY_OPS = frozenset({"aten::_to_copy", "aten::clone"})
+# gradients zeroed instead of set to None: one aten::zero_ per tensor on a CPU, one
+# aten::_foreach_zero_ per device and dtype group on a GPU (torch.optim groups the grads)
+ZERO_FILL_OPS = frozenset({"aten::zero_", "aten::_foreach_zero_"})
 GEMM_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_scaled_mm"})
 CONV_OPS = frozenset({"aten::convolution"})
 BN_OPS = frozenset({"aten::batch_norm"})

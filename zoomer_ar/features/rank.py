@@ -372,7 +372,7 @@ def _host(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndar
     zg = np.flatnonzero(c.name_mask(N.is_zero_grad))
     zg = zg[~t.mask_cat("gpu_user_annotation")[zg]]
     v["zero_grad_calls"] = int(zg.size)
-    fills = _inside(c, zg, cpu_ops & t.mask_name_in("aten::zero_"))
+    fills = _inside(c, zg, cpu_ops & t.mask_name_in(N.ZERO_FILL_OPS))
     v["zero_grad_fill_ops"] = int(fills.size)
     v["zero_grad_fill_ms_total"] = (float(t.dur[fills].sum()) + _gpu_time_of(c, fills)) / 1000.0
     rf.evidence["zero_grad"] = c.worst(zg) if fills.size else []

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-FEATURE_SCHEMA_VERSION = "1.0.0"
+FEATURE_SCHEMA_VERSION = "1.0.1"
 
 
 def F(description: str, unit: str = "", group: str = "", default=None):  # noqa: N802 - reads like a column spec
@@ -117,7 +117,7 @@ class FeatureVector(BaseModel):
     optimizer_foreach_ops: int = F("aten::_foreach_* / _fused_* ops under Optimizer.step.", "ops", "optimizer", 0)
     optimizer_per_param_ops: int = F("Other aten ops under Optimizer.step (per-parameter math).", "ops", "optimizer", 0)
     zero_grad_calls: int = F("Optimizer.zero_grad# annotations.", "calls", "optimizer", 0)
-    zero_grad_fill_ops: int = F("aten::zero_/fill_ ops under zero_grad (grads kept and zeroed, not set to None).", "ops", "optimizer", 0)
+    zero_grad_fill_ops: int = F("aten::zero_ (CPU) / aten::_foreach_zero_ (GPU) ops under zero_grad (grads kept and zeroed, not set to None).", "ops", "optimizer", 0)
     zero_grad_fill_ms_per_step: float = F("Time of those fills per step (host op time, plus kernels on GPU).", "ms", "optimizer", 0.0)
 
     # --- allocator -------------------------------------------------------------------------------

@@ -61,13 +61,13 @@ N_ANY, N_OP, N_COPY_, N_RT, N_ATEN, N_SINGLE, N_OPT, N_LIGHT = 1, 2, 4, 8, 16, 3
 # to_copy test and the conv -> batch norm test read names and times, phases read backward ops'
 # times and threads. Rows of these names (in cpu-op and user-annotation categories) are kept
 # "light": their argument columns hold the defaults (-1, NaN) instead of the event's values.
-_ARG_READ = (N.ITEM_OPS | N.ITEM_FALLBACK_OPS | N.COPY_OPS | N.GEMM_OPS | N.CONV_OPS
-             | {"aten::_to_copy", "aten::zero_", "aten::add_", "aten::add", "aten::copy_"})
+_ARG_READ = (N.ITEM_OPS | N.ITEM_FALLBACK_OPS | N.COPY_OPS | N.GEMM_OPS | N.CONV_OPS | N.ZERO_FILL_OPS
+             | {"aten::_to_copy", "aten::add_", "aten::add", "aten::copy_"})
 
 _LOW_PRECISION = ("c10::BFloat16", "c10::Half", "c10::Float8")  # as features.rank._holds_precision_cast
 _NAMED_OPS = (
     N.ITEM_OPS | N.ITEM_FALLBACK_OPS | N.COPY_OPS | N.FACTORY_OPS | N.GEMM_OPS | N.CONV_OPS | N.BN_OPS | N.LAYER_OPS
-    | {"aten::_to_copy", "aten::zero_", "aten::add_", "aten::add"}
+    | N.ZERO_FILL_OPS | {"aten::_to_copy", "aten::add_", "aten::add"}
 )
 _RT_WORDS = ("Memcpy", "memcpy", "Memset", "memset", "Launch", "launch", "Synchronize", "Malloc", "Free", "runFunction")
 HOST_BUDGET = 1 << 18  # host ops kept before the first device event (then: a second pass if none comes)

@@ -37,8 +37,8 @@ from ..load.columns import INT_NONE, PH_COMPLETE, RankTrace
 
 # name roles
 R_PROTECT, R_WINDOW, R_FACTORY, R_BW, R_LAYER, R_ADD, R_COPY_ = 1, 2, 4, 8, 16, 32, 64
-_PROTECTED = (N.ITEM_OPS | N.ITEM_FALLBACK_OPS | N.COPY_OPS | N.GEMM_OPS | N.CONV_OPS
-              | {"aten::_to_copy", "aten::zero_"})
+_PROTECTED = (N.ITEM_OPS | N.ITEM_FALLBACK_OPS | N.COPY_OPS | N.GEMM_OPS | N.CONV_OPS | N.ZERO_FILL_OPS
+              | {"aten::_to_copy"})
 
 
 def _role(name: str) -> int:

@@ -1,0 +1,155 @@
+"""The scenario programs recorded on a real GPU (examples/gpu: an NVIDIA H200, torch 2.11+cu130,
+`record.py --device cuda`), analysed here without a GPU.
+
+* the GPU-level signature each program plants is in its trace (syncs + DtoH copies, pageable vs
+  pinned copies, cudaMalloc/cudaFree), and absent from its twin's;
+* the analyzer finds the planted pattern where it costs measurable time on that GPU, and the
+  twin does not show it;
+* where it does not (extra_copy, fp32_matmul: a few microseconds of GPU time in a launch-bound
+  step), the feature carrying the signature still shows it, and the twin's does not;
+* the streaming path gives the in-memory results on every GPU recording (tests/huge covers it
+  for the corpus).
+
+What these recordings show is described in examples/gpu/README.md.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+
+from zoomer_ar.analyze import analyze_path
+
+REPO = Path(__file__).resolve().parents[1]
+GPU = REPO / "examples" / "gpu"
+MANIFEST = yaml.safe_load((REPO / "training_data" / "scenarios" / "MANIFEST.yaml").read_text(encoding="utf-8"))
+ALL = {**MANIFEST["scenarios"], **MANIFEST["gpu_scenarios"]}
+PLANTED = sorted(n for n, e in ALL.items() if e["pattern"] != "clean")
+
+# Patterns every small model shows on an H200 (a 1-10 ms step of microsecond kernels leaves the GPU
+# idle while Python launches the next one), with or without the planted statement.
+LAUNCH_BOUND = {"idle-gpu", "launch-bound"}
+# Planted, present in the trace, but below the rule's threshold on this GPU: the feature that
+# carries the signature, its value on the planted program, and on the twin.
+SIGNATURE_ONLY = {
+    "extra_copy": ("cpu_copy_ops_per_step", 5.0, 0.0),
+    "fp32_matmul": ("fp32_gemm_share", 1.0, 0.0),
+}
+# What a twin shows on the H200 beyond LAUNCH_BOUND, and why:
+TWIN_ALSO = {
+    # two workers cannot keep up with a 1.5 ms GPU step: the input wait drops from 86% to 33% of
+    # the step but stays (the finding's impact is checked to be lower below), and the pinned-memory
+    # thread hands over batches with a stream synchronisation.
+    "dataloader_bound_clean": {"dataloader-bound", "sync-point"},
+    # fp32 models on a TF32-capable GPU: their GEMMs are a real fp32-matmul finding.
+    "allocator_churn_clean": {"fp32-matmul"},
+    "pageable_memcpy_clean": {"fp32-matmul"},
+}
+
+
+def _dir(name: str) -> Path:
+    return GPU / name
+
+
+@functools.lru_cache(maxsize=None)
+def _analysis(name: str):
+    return analyze_path(_dir(name))
+
+
+def _features(name: str) -> dict:
+    return _analysis(name).features
+
+
+def _found(name: str) -> dict[str, float]:
+    return {f.pattern: f.impact.pct_of_step for f in _analysis(name).findings}
+
+
+@functools.lru_cache(maxsize=None)
+def _in_steps(name: str) -> Counter:
+    """Runtime calls and memcpys inside the host-side ProfilerStep spans, by name."""
+    with gzip.open(_dir(name) / "rank-0.pt.trace.json.gz", "rt", encoding="utf-8") as fh:
+        events = json.load(fh)["traceEvents"]
+    steps = [e for e in events if e.get("ph") == "X" and e["name"].startswith("ProfilerStep#")
+             and e.get("cat") != "gpu_user_annotation"]
+    out: Counter = Counter()
+    for e in events:
+        if e.get("ph") != "X" or e.get("cat") not in ("cuda_runtime", "gpu_memcpy"):
+            continue
+        if any(s["ts"] <= e["ts"] < s["ts"] + s["dur"] for s in steps):
+            out[e["name"]] += 1
+    return out
+
+
+def test_every_program_was_recorded_on_the_gpu():
+    recorded = sorted(p.name for p in GPU.iterdir() if p.is_dir())
+    assert recorded == sorted(ALL), "examples/gpu must hold one recording per MANIFEST program"
+    for name in recorded:
+        meta = json.loads((_dir(name) / "job.json").read_text(encoding="utf-8"))
+        assert meta["cuda_available"] is True and meta["argv"][-2:] == ["--device", "cuda"]
+
+
+@pytest.mark.parametrize("name", sorted(ALL))
+def test_recording_is_a_gpu_job(name):
+    feats = _features(name)
+    assert feats["has_gpu"] and feats["accelerator"] == "nvidia" and feats["tf32_capable"]
+    assert feats["profiler_steps"] == MANIFEST["defaults"]["steps"]
+    assert feats["kernel_count"] > 0 and feats["launch_count"] > 0
+
+
+def test_gpu_signatures_in_the_traces():
+    steps = MANIFEST["defaults"]["steps"]
+    micro = ALL["sync_point"]["severity"]["mid"]
+    sp, spc = _in_steps("sync_point"), _in_steps("sync_point_clean")
+    assert sp["cudaStreamSynchronize"] == steps * micro and sp["Memcpy DtoH (Device -> Pinned)"] == steps * micro
+    assert spc["cudaStreamSynchronize"] == 0 and spc["Memcpy DtoH (Device -> Pinned)"] == 0
+    pm, pmc = _in_steps("pageable_memcpy"), _in_steps("pageable_memcpy_clean")
+    assert pm["Memcpy HtoD (Pageable -> Device)"] == 2 * steps and pm["Memcpy HtoD (Pinned -> Device)"] == 0
+    assert pmc["Memcpy HtoD (Pinned -> Device)"] == 2 * steps and pmc["Memcpy HtoD (Pageable -> Device)"] == 0
+    ac, acc = _in_steps("allocator_churn"), _in_steps("allocator_churn_clean")
+    assert ac["cudaMalloc"] >= steps and ac["cudaFree"] >= steps
+    assert acc["cudaMalloc"] == 0 and acc["cudaFree"] == 0
+
+
+@pytest.mark.parametrize("name", PLANTED)
+def test_planted_pattern_on_the_gpu(name):
+    entry = ALL[name]
+    found, twin = _found(name), _found(entry["twin"])
+    if name in SIGNATURE_ONLY:
+        feature, planted, clean = SIGNATURE_ONLY[name]
+        assert _features(name)[feature] == pytest.approx(planted)
+        assert _features(entry["twin"])[feature] == pytest.approx(clean)
+    else:
+        assert entry["pattern"] in found, f"{name}: planted {entry['pattern']} not found; found {sorted(found)}"
+        finding = next(f for f in _analysis(name).findings if f.pattern == entry["pattern"])
+        assert finding.evidence.figures and finding.evidence.events
+    if entry["pattern"] in twin:
+        assert entry["pattern"] in TWIN_ALSO.get(entry["twin"], set()), f"twin {entry['twin']} shows {entry['pattern']}"
+        assert twin[entry["pattern"]] < found[entry["pattern"]] / 1.5
+
+
+@pytest.mark.parametrize("name", sorted(n for n in ALL if ALL[n]["pattern"] == "clean"))
+def test_twins_show_nothing_beyond_launch_bound(name):
+    extra = set(_found(name)) - LAUNCH_BOUND - TWIN_ALSO.get(name, set())
+    assert not extra, f"{name} shows {sorted(extra)} on the GPU"
+
+
+def test_zero_grad_fills_counted_as_foreach_on_the_gpu():
+    # on a GPU torch.optim zeroes the grads with one aten::_foreach_zero_ per device/dtype group
+    steps = MANIFEST["defaults"]["steps"]
+    assert _features("zero_grad_not_none")["zero_grad_fill_ops"] == steps
+    assert _features("zero_grad_not_none_clean")["zero_grad_fill_ops"] == 0
+
+
+def test_memory_growth_rate_matches_the_planted_leak():
+    classes = ALL["memory_growth"]["severity"]["mid"]
+    leak = 64 * classes * 4  # BATCH x CLASSES float32 softmax output kept per step
+    feats = _features("memory_growth")
+    assert feats["memory_growth_monotonic"]
+    assert feats["memory_growth_bytes_per_step"] == pytest.approx(leak, rel=0.02)
+    assert _features("memory_growth_clean")["memory_growth_bytes_per_step"] < 4096
