@@ -30,7 +30,8 @@ def site(tmp_path_factory) -> Path:
     cmd = [sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "-q", "-w", str(root / "dist")]
     if _setuptools_ok():
         cmd.append("--no-build-isolation")  # no download needed
-    subprocess.run(cmd, check=True, capture_output=True, timeout=600)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"pip wheel failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     wheel = next((root / "dist").glob("zoomer_ar-*.whl"))
     with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())
