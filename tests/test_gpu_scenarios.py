@@ -154,3 +154,21 @@ def test_memory_growth_rate_matches_the_planted_leak():
     assert feats["memory_growth_monotonic"]
     assert feats["memory_growth_bytes_per_step"] == pytest.approx(leak, rel=0.02)
     assert _features("memory_growth_clean")["memory_growth_bytes_per_step"] < 4096
+
+
+def test_gpu_trace_with_source_patches_the_program_that_ran(tmp_path, capsys):
+    """analyze examples/gpu/allocator_churn --source training_data/scenarios: the empty_cache() call
+    goes; the fp32-matmul finding does not bring in cpu-autocast (the job ran on a GPU, even though
+    the recording host's CPU has native bf16), and no other program of the folder is touched."""
+    from zoomer_ar.cli import main
+
+    meta = json.loads((_dir("allocator_churn") / "job.json").read_text(encoding="utf-8"))
+    assert meta["cpu"]["native_bf16"] is True  # the fact that used to unlock cpu-autocast
+    rc = main(["analyze", str(_dir("allocator_churn")), "--source", str(REPO / "training_data" / "scenarios"),
+               "--out", str(tmp_path), "--no-progress"])
+    assert rc in (0, None)
+    out = capsys.readouterr().out
+    diff = (tmp_path / "patch.diff").read_text(encoding="utf-8")
+    assert {l[6:] for l in diff.splitlines() if l.startswith("+++ b/")} == {"allocator_churn.py"}
+    assert "-        torch.cuda.empty_cache()" in diff and "autocast" not in diff
+    assert "cpu-autocast" in out.split("opt-in fixes left out of patch.diff:")[1].splitlines()[0]

@@ -135,3 +135,35 @@ def test_job_facts_unlock_only_fixers_of_patterns_found(tmp_path):
     fp32 = analyze_path(EXAMPLES / "fp32_matmul").findings
     assert "cpu-autocast" in patch_fixers(fp32, None, {"cpu-autocast"})[0]
     assert "cpu-autocast" in patch_fixers(fp32)[1]
+
+
+def _patched_files(diff: str) -> set[str]:
+    return {line[len("+++ b/"):] for line in diff.splitlines() if line.startswith("+++ b/")}
+
+
+def test_patch_changes_only_the_files_the_trace_ran(tmp_path, capsys):
+    """The scenario folder holds 23 programs; the sync_point trace ran one of them. Other programs
+    with an .item() in a loop or an fp32 model are left alone."""
+    diff, _ = _patch(tmp_path, capsys, "sync_point")
+    assert _patched_files(diff) == {"sync_point.py"}
+    assert "-        stats[\"loss\"] += loss.item()" in diff
+
+
+def test_files_ran_falls_back_to_the_whole_folder_without_resolved_frames():
+    from zoomer_ar.analyze_cli import files_ran
+
+    analysis = map_sources(analyze_path(EXAMPLES / "sync_point"), SCEN)
+    assert files_ran(analysis) == ["sync_point.py"]
+    unmapped = analyze_path(EXAMPLES / "sync_point")  # not source-mapped: nothing resolved
+    assert files_ran(unmapped) is None
+    elsewhere = map_sources(analyze_path(EXAMPLES / "sync_point"), REPO / "zoomer_ar" / "fix")
+    assert all(not fr.resolved_path for f in elsewhere.findings for fr in f.evidence.frames if fr.file.endswith("sync_point.py"))
+
+
+def test_cpu_autocast_is_not_unlocked_for_a_gpu_job():
+    from zoomer_ar.analyze_cli import unlocked_by_facts
+
+    facts = {"cpu": {"native_bf16": True}}
+    assert unlocked_by_facts(facts) == {"cpu-autocast"}
+    assert unlocked_by_facts(facts, has_accelerator=True) == set()
+    assert unlocked_by_facts({"cpu": {"native_bf16": False}}) == set()

@@ -44,18 +44,25 @@ def _progress_factory(enabled: bool):
     return factory
 
 
-#: opt-in fixers that the job's recorded facts (the capture helper's job.json) make safe to apply
-FACT_UNLOCKS = {"cpu-autocast": ("cpu", "native_bf16")}
+#: opt-in fixers that the job's recorded facts (the capture helper's job.json) make safe to apply:
+#: name -> (section, key that must be true, whether the trace must be host-only). cpu-autocast
+#: speeds up CPU matmuls: a job that ran on an accelerator gains nothing from it, whatever the
+#: host CPU supports.
+FACT_UNLOCKS = {"cpu-autocast": ("cpu", "native_bf16", True)}
 
 
-def unlocked_by_facts(job_facts: dict) -> set[str]:
-    """The opt-in fixers whose FACT_UNLOCKS condition the recorded job facts meet."""
+def unlocked_by_facts(job_facts: dict, has_accelerator: bool = False) -> set[str]:
+    """The opt-in fixers whose FACT_UNLOCKS condition the recorded job facts (and the trace) meet."""
     out = set()
-    for name, (section, key) in FACT_UNLOCKS.items():
+    for name, (section, key, host_only) in FACT_UNLOCKS.items():
         value = job_facts.get(section)
-        if isinstance(value, dict) and value.get(key) is True:
+        if isinstance(value, dict) and value.get(key) is True and not (host_only and has_accelerator):
             out.add(name)
     return out
+
+
+def _ran_on_accelerator(analysis) -> bool:
+    return bool((analysis.features or {}).get("has_accelerator"))
 
 
 def patch_fixers(findings, fix_select: str | None = None, unlocked: set[str] | frozenset = frozenset()
@@ -92,8 +99,8 @@ def write_fix_outputs(analysis, target: Path, source_dir: Path | None, trace_pat
         from .fix.api import run_directory
 
         if fixers is None:
-            fixers = patch_fixers(analysis.findings, None, unlocked_by_facts(recorded_job(trace_path)))[0]
-        diff = run_directory(source_dir, select=fixers).diff_bytes() if fixers else b""
+            fixers = patch_fixers(analysis.findings, None, unlocked_by_facts(recorded_job(trace_path), _ran_on_accelerator(analysis)))[0]
+        diff = run_directory(source_dir, select=fixers, only=files_ran(analysis)).diff_bytes() if fixers else b""
         if diff:
             target.mkdir(parents=True, exist_ok=True)
             (target / "patch.diff").write_bytes(diff)
@@ -105,6 +112,25 @@ def write_fix_outputs(analysis, target: Path, source_dir: Path | None, trace_pat
     atomic_write(target / "optimize.ipynb", notebook_json(analysis, has_patch=patch_name is not None))
     out["optimize.ipynb"] = target / "optimize.ipynb"
     return out
+
+
+def files_ran(analysis) -> list[str] | None:
+    """The source files (relative to --source) that the findings with fixers were traced to; None
+    (patch the whole folder) when any such finding could not be traced to a file there.
+
+    A source folder often holds more than the program that was profiled (other entry points,
+    scenario programs side by side, old experiments): patch.diff changes only the code the trace
+    shows running into the problem, where the trace says which code that is."""
+    files: set[str] = set()
+    for finding in analysis.findings:
+        if not finding.fixers:
+            continue
+        frames = [*finding.evidence.frames, *(f for e in finding.evidence.events for f in e.frames)]
+        resolved = {f.resolved_path for f in frames if f.resolved_path}
+        if not resolved:
+            return None
+        files |= resolved
+    return sorted(files) or None
 
 
 def recorded_job(trace_path: Path) -> dict:
@@ -171,7 +197,7 @@ def analyze(path: Path, out_dir: Path | None, fmt: str, name: str | None, source
 
         analysis = map_sources(analysis, source_dir)
     analysis = apply_store_options(analysis, store_opts)  # cost attribution; stores it with --record
-    unlocked = unlocked_by_facts(recorded_job(path)) if source_dir is not None else set()
+    unlocked = unlocked_by_facts(recorded_job(path), _ran_on_accelerator(analysis)) if source_dir is not None else set()
     chosen, held = patch_fixers(analysis.findings, fix_select, unlocked) if source_dir is not None else ([], [])
     if not no_files:
         target = out_dir or Path("zoomer-out") / analysis.job.name
@@ -192,8 +218,9 @@ def analyze(path: Path, out_dir: Path | None, fmt: str, name: str | None, source
         if not no_files:
             click.echo(f"\nwrote {', '.join(str(p) for p in written.values())}")
             for name in sorted(unlocked & set(chosen)):
-                section, key = FACT_UNLOCKS[name]
-                click.echo(f"opt-in fix {name} included: job.json records {section}.{key} = true")
+                section, key, host_only = FACT_UNLOCKS[name]
+                why = " and the trace shows no accelerator" if host_only else ""
+                click.echo(f"opt-in fix {name} included: job.json records {section}.{key} = true{why}")
             if held:
                 click.echo(f"opt-in fixes left out of patch.diff: {', '.join(held)} (add them with --fix-select; "
                            "docs/fixers.md says why each is opt-in)")

@@ -47,6 +47,10 @@ def is_backward_op(name: str) -> bool:
     return name.startswith("autograd::engine::evaluate_function") or bool(_BACKWARD_NODE_RE.search(name))
 
 
+def _is_optimizer_window(name: str) -> bool:
+    return N.is_optimizer_step(name) or N.is_zero_grad(name)
+
+
 def _plausible_epoch_s(v: float | None) -> bool:
     return v is not None and np.isfinite(v) and _EPOCH_MIN_S <= v <= _EPOCH_MAX_S
 
@@ -137,7 +141,7 @@ def rank_phases(trace: RankTrace) -> dict[str, Any]:
     t0, t1 = float(t.ts[allx].min()), float(end[allx].max())
     out["wall_us"] = t1 - t0
     host_ops = (t.mask_cat(*N.CPU_OP_CATS, "user_annotation") & x) & ~t.mask_cat("gpu_user_annotation")
-    opt = np.flatnonzero(host_ops & t.mask_names(lambda n: N.is_optimizer_step(n) or N.is_zero_grad(n)))
+    opt = np.flatnonzero(host_ops & t.mask_names(_is_optimizer_window))
     dl = np.flatnonzero(x & t.mask_names(N.is_dataloader_next) & ~t.mask_cat("gpu_user_annotation"))
     bw = np.flatnonzero(host_ops & t.mask_names(is_backward_op))
     steps = np.flatnonzero(host_ops & t.mask_names(N.is_profiler_step))

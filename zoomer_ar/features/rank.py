@@ -149,9 +149,9 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
     bins = 120
     edges = np.linspace(float(us.min()), float(ue.max()), bins + 1)
     cov = iv.overlap_with(edges[:-1], edges[1:], (us, ue)) / np.maximum(np.diff(edges), 1e-9) * 100.0
-    rf.timeline = [
-        TimelineBin(t_ms=round((float(a) - c.t0) / 1000.0, 3), busy_pct=round(float(b), 2))
-        for a, b in zip(edges[:-1], cov)
+    rf.timeline = [  # plain floats, validated by construction: model_construct skips pydantic's checks
+        TimelineBin.model_construct(t_ms=round((a - c.t0) / 1000.0, 3), busy_pct=round(b, 2))
+        for a, b in zip(edges[:-1].tolist(), cov.tolist())
     ]
 
     # --- kernels / launches

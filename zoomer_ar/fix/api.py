@@ -71,9 +71,12 @@ def locate_file(path: str | Path, function_def_line: int, pattern: str, *, funct
     return locate(text, function_def_line, pattern, function=function, path=str(p))
 
 
-def run_directory(root: str | Path, select: Ids = None, *, ignore: Ids = None, options: Options = None, fix: bool = True) -> engine.RunResult:
-    """:func:`zoomer_ar.fix.engine.run`: findings, ``.diff()`` / ``.diff_bytes()`` for a tree."""
-    return engine.run(root, select=select, ignore=ignore, options=options, fix=fix)
+def run_directory(root: str | Path, select: Ids = None, *, ignore: Ids = None, options: Options = None, fix: bool = True,
+                  only: Iterable[str | Path] | None = None) -> engine.RunResult:
+    """:func:`zoomer_ar.fix.engine.run`: findings, ``.diff()`` / ``.diff_bytes()`` for a tree (with
+    ``only``: for those files of it)."""
+    return engine.run(root, select=select, ignore=ignore, options=options, fix=fix,
+                      only=None if only is None else [Path(root) / q for q in only])
 
 
 def fixers(registry: Registry | None = None) -> list[dict[str, Any]]:

@@ -293,15 +293,21 @@ def run(
     options: Mapping[str, Mapping[str, Any]] | None = None,
     fix: bool = False,
     registry: Registry | None = None,
+    only: Iterable[Path] | None = None,
 ) -> RunResult:
-    """Detect (and with ``fix=True`` compute fixes) for every Python file under ``root``."""
+    """Detect (and with ``fix=True`` compute fixes) for every Python file under ``root`` (with
+    ``only``: those of them, and no others)."""
     root = Path(root)
     if not root.exists():
         raise InputError(str(root), "no such file or directory")
     if not (root.is_dir() or root.is_file()):
         raise InputError(str(root), "not a directory or a file")
     selection = select_fixers(select, ignore, options, registry)
-    files = [process_file(root, p, selection, fix=fix) for p in iter_python_files(root)]
+    paths = iter_python_files(root)
+    if only is not None:
+        keep = {Path(q).resolve() for q in only}
+        paths = [q for q in paths if q.resolve() in keep]
+    files = [process_file(root, q, selection, fix=fix) for q in paths]
     return RunResult(root, files, selection)
 
 

@@ -78,7 +78,10 @@ class RankTrace:
             hit = cache.get(predicate)
             if hit is not None and hit[0] == len(self.names):
                 return hit[1]
-        codes = np.asarray([i for i, n in enumerate(self.names) if predicate(n)], dtype=np.int32)
+        if named and "<locals>" not in getattr(predicate, "__qualname__", "<locals>"):
+            codes = np.asarray(_matching(predicate, self.names), dtype=np.int32)
+        else:
+            codes = np.asarray([i for i, n in enumerate(self.names) if predicate(n)], dtype=np.int32)
         if cache is not None:
             codes.flags.writeable = False
             cache[predicate] = (len(self.names), codes)
@@ -105,6 +108,28 @@ class RankTrace:
 
     def cat_of(self, i: int) -> str:
         return self.cats[int(self.cat[i])]
+
+
+# Verdicts of module-level name predicates (pure functions of the name: features.names, phases),
+# shared by every trace of the process: the ranks of a job repeat each other's names, and each
+# verdict (often a regex search) is then computed once per name, not once per rank.
+_VERDICTS: dict[Any, dict[str, bool]] = {}
+_VERDICTS_MAX = 1 << 18  # names remembered per predicate; beyond it the memo starts again
+
+
+def _matching(predicate, names: list[str]) -> list[int]:
+    """Indices of the names that satisfy a module-level predicate, through _VERDICTS."""
+    memo = _VERDICTS.get(predicate)
+    if memo is None or len(memo) > _VERDICTS_MAX:
+        memo = _VERDICTS[predicate] = {}
+    out = []
+    for i, n in enumerate(names):
+        v = memo.get(n)
+        if v is None:
+            v = memo[n] = bool(predicate(n))
+        if v:
+            out.append(i)
+    return out
 
 
 def _code_mask(column: np.ndarray, codes, n_codes: int) -> np.ndarray:
