@@ -140,6 +140,13 @@ def patch_selection(analysis, fix_select: str | None = None) -> list[str]:
     return patch_fixers(analysis.findings, fix_select)[0]
 
 
+def patch_files(analysis) -> list[str] | None:
+    """The files `analyze --source` patches (None: the whole folder): see analyze_cli.files_ran."""
+    from zoomer_ar.analyze_cli import files_ran
+
+    return files_ran(analysis)
+
+
 def finding(analysis, pattern: str):
     return next((f for f in analysis.findings if f.pattern == pattern), None)
 

@@ -48,7 +48,8 @@ SIGNATURE_ONLY = {
 TWIN_ALSO = {
     # two workers cannot keep up with a GPU step of a few ms: the input wait drops (dataloader-bound
     # 71% -> 45% of the step in the committed recording) but stays (the finding's impact is checked
-    # to be lower below), and the pinned-memory thread hands over batches with a stream sync.
+    # to be lower below); and its pinned batches are copied with a blocking `x.to(device)` (no
+    # non_blocking=True), a stream synchronisation per copy.
     "dataloader_bound_clean": {"dataloader-bound", "sync-point"},
 }
 
@@ -172,3 +173,21 @@ def test_gpu_trace_with_source_patches_the_program_that_ran(tmp_path, capsys):
     assert {l[6:] for l in diff.splitlines() if l.startswith("+++ b/")} == {"allocator_churn.py"}
     assert "-        torch.cuda.empty_cache()" in diff and "autocast" not in diff
     assert "cpu-autocast" in out.split("opt-in fixes left out of patch.diff:")[1].splitlines()[0]
+
+
+def test_syncs_that_are_not_the_jobs_own():
+    """Three kinds of synchronisation the recordings hold that the job did not write:
+    torch.profiler's cudaDeviceSynchronize when it stops (one per trace, after the last step), the
+    stream syncs of host-to-device copies from pageable memory (pageable-memcpy's cost), and
+    `.item()` on CPU tensors (single-tensor Adam reads its step counters), which calls no runtime."""
+    steps = MANIFEST["defaults"]["steps"]
+    micro = ALL["sync_point"]["severity"]["mid"]
+    assert all(_in_steps(n)["cudaDeviceSynchronize"] == 0 for n in ("sync_point", "single_tensor_optimizer"))
+    assert _features("sync_point")["sync_calls"] == steps * micro  # the profiler's stop sync not among them
+    assert _in_steps("pageable_memcpy")["cudaStreamSynchronize"] == 2 * steps
+    assert _features("pageable_memcpy")["sync_calls"] == 0
+    assert "sync-point" not in _found("pageable_memcpy") and "sync-point" not in _found("extra_copy")
+    assert _features("single_tensor_optimizer")["item_calls"] > 0
+    assert _features("single_tensor_optimizer")["idle_sync_ms_per_step"] == 0
+    assert "sync-point" not in _found("single_tensor_optimizer")
+    assert "sync-point" in _found("sync_point")  # .item() on a GPU tensor still is one

@@ -27,7 +27,13 @@ def _setuptools_ok() -> bool:
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("wheel")
-    cmd = [sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "-q", "-w", str(root / "dist")]
+    # built from a copy: pip builds in the source tree (build/, *.egg-info), and a build of the
+    # checkout itself meets whatever another build or an editable install left or is writing there
+    tree = root / "src"
+    shutil.copytree(REPO, tree, symlinks=True, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", "*.so", ".pytest_cache", "training_data",
+        "examples", "node_modules", "zoomer-out"))
+    cmd = [sys.executable, "-m", "pip", "wheel", str(tree), "--no-deps", "-q", "-w", str(root / "dist")]
     if _setuptools_ok():
         cmd.append("--no-build-isolation")  # no download needed
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)

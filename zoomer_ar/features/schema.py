@@ -97,7 +97,11 @@ class FeatureVector(BaseModel):
     )
 
     # --- host synchronisation ------------------------------------------------------------------
-    sync_calls: int = F("Host synchronisation API calls (cuda/hip Device/Stream/Event Synchronize, cudaMemcpy).", "calls", "sync", 0)
+    sync_calls: int = F(
+        "Host synchronisation API calls (cuda/hip Device/Stream/Event Synchronize, cudaMemcpy), without the stream "
+        "syncs of host-to-device copies from pageable memory (counted under pageable-memcpy).",
+        "calls", "sync", 0,
+    )
     sync_calls_per_step: float = F("Synchronisation calls per step.", "calls", "sync", 0.0)
     sync_blocked_ms_per_step: float = F("Host time blocked in synchronisation calls per step.", "ms", "sync", 0.0)
     item_calls: int = F("aten::item / aten::_local_scalar_dense calls (tensor -> Python scalar).", "calls", "sync", 0)
