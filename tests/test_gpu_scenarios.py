@@ -80,7 +80,7 @@ def _in_steps(name: str) -> Counter:
              and e.get("cat") != "gpu_user_annotation"]
     out: Counter = Counter()
     for e in events:
-        if e.get("ph") != "X" or e.get("cat") not in ("cuda_runtime", "gpu_memcpy"):
+        if e.get("ph") != "X" or e.get("cat") not in ("cuda_runtime", "cuda_driver", "gpu_memcpy"):
             continue
         if any(s["ts"] <= e["ts"] < s["ts"] + s["dur"] for s in steps):
             out[e["name"]] += 1
@@ -136,7 +136,8 @@ def test_planted_pattern_on_the_gpu(name):
 
 @pytest.mark.parametrize("name", sorted(n for n in ALL if ALL[n]["pattern"] == "clean"))
 def test_twins_show_nothing_beyond_incidental(name):
-    incidental = INCIDENTAL - {"fp32-matmul"} if name == "fp32_matmul_clean" else INCIDENTAL
+    fixed = {ALL[ALL[name]["twin_of"]]["pattern"]} if ALL[name].get("twin_of") else set()
+    incidental = INCIDENTAL - fixed  # a twin must not show what it fixes, incidental elsewhere or not
     extra = set(_found(name)) - incidental - TWIN_ALSO.get(name, set())
     assert not extra, f"{name} shows {sorted(extra)} on the GPU"
 
@@ -191,3 +192,19 @@ def test_syncs_that_are_not_the_jobs_own():
     assert _features("single_tensor_optimizer")["idle_sync_ms_per_step"] == 0
     assert "sync-point" not in _found("single_tensor_optimizer")
     assert "sync-point" in _found("sync_point")  # .item() on a GPU tensor still is one
+
+
+def test_cuda_graph_twin_is_not_launch_bound():
+    """launch_bound replays nothing: ~140 cudaLaunchKernel per step for ~140 kernels of 2-3 us, each
+    launch longer than its kernel. Its twin replays the same step as one CUDA graph: one
+    cudaGraphLaunch per step, the GPU busy most of the step, the step many times shorter."""
+    steps = MANIFEST["defaults"]["steps"]
+    planted, twin = _features("launch_bound"), _features("launch_bound_clean")
+    launches = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel")  # cuBLAS uses the latter two
+    assert sum(_in_steps("launch_bound")[n] for n in launches) >= 100 * steps
+    assert _in_steps("launch_bound_clean")["cudaGraphLaunch"] == steps
+    assert sum(_in_steps("launch_bound_clean")[n] for n in launches) == 0
+    assert twin["kernels_per_step"] == pytest.approx(planted["kernels_per_step"], rel=0.05)
+    assert planted["kernel_to_launch_ratio"] < 1 < twin["kernel_to_launch_ratio"]
+    assert planted["gpu_busy_pct"] < 20 and twin["gpu_busy_pct"] > 50
+    assert twin["step_ms"] * 5 < planted["step_ms"]

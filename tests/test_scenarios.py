@@ -165,7 +165,7 @@ def _is_code_line(tree: ast.Module, line: int) -> bool:
 def test_gpu_manifest_shape():
     assert not set(GPU_ENTRIES) & set(ENTRIES)
     planted = {n: e for n, e in GPU_ENTRIES.items() if e["pattern"] != "clean"}
-    assert {e["pattern"] for e in planted.values()} == {"pageable-memcpy", "allocator-churn"}
+    assert {e["pattern"] for e in planted.values()} == {"pageable-memcpy", "allocator-churn", "launch-bound"}
     for name, e in planted.items():
         twin = GPU_ENTRIES[e["twin"]]
         assert twin["twin_of"] == name and e["pattern"] in twin["must_not_show"] == e["twin_must_not_show"]

@@ -180,9 +180,10 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
     v["launch_count"] = int(launch.size)
     v["launch_dur_p50_us"] = _pct(t.dur[launch], 50)
     v["launch_ms_total"] = float(t.dur[launch].sum()) / 1000.0
+    per_kernel = _launch_cost_per_kernel(c, launch, kern)
     del launch
-    if v["kernel_dur_p50_us"] is not None and v["launch_dur_p50_us"]:
-        v["kernel_to_launch_ratio"] = v["kernel_dur_p50_us"] / v["launch_dur_p50_us"]
+    if v["kernel_dur_p50_us"] is not None and per_kernel.size and float(np.median(per_kernel)) > 0:
+        v["kernel_to_launch_ratio"] = v["kernel_dur_p50_us"] / float(np.median(per_kernel))
 
     # --- idle gaps and their causes
     g0, g1 = iv.gaps(us, ue)
@@ -434,6 +435,25 @@ def _holds_precision_cast(c: _Ctx, outer: np.ndarray, cpu_ops: np.ndarray) -> np
         hi = np.searchsorted(ks, c.end[o], side="right")
         out[sel] = hi > lo
     return out
+
+
+def _launch_cost_per_kernel(c: _Ctx, launch: np.ndarray, kern: np.ndarray) -> np.ndarray:
+    """Each launch call's duration divided by the kernels it launched (matched by correlation id;
+    at least one). A cudaLaunchKernel launches one kernel; a cudaGraphLaunch replays a whole
+    captured graph (every kernel of a CUDA-graphed training step), so its host cost is spread
+    over all of them and the step is no longer launch-bound however short its kernels are."""
+    t = c.t
+    cost = t.dur[launch].astype(np.float64)
+    if launch.size == 0 or kern.size == 0:
+        return cost
+    kc = t.correlation[kern]
+    keys, counts = np.unique(kc[kc != INT_NONE], return_counts=True)
+    if keys.size == 0:
+        return cost
+    lc = t.correlation[launch]
+    pos = np.clip(np.searchsorted(keys, lc), 0, keys.size - 1)
+    n = np.where((keys[pos] == lc) & (lc != INT_NONE), counts[pos], 1)
+    return cost / np.maximum(n, 1)
 
 
 def _device_waits(c: _Ctx, ops: np.ndarray, runtime: np.ndarray) -> np.ndarray:

@@ -68,7 +68,8 @@ class FeatureVector(BaseModel):
     launch_dur_p50_us: float | None = F("Median launch API call duration (CPU side).", "us", "kernels")
     launch_ms_per_step: float | None = F("CPU time in launch API calls per step.", "ms", "kernels")
     kernel_to_launch_ratio: float | None = F(
-        "Median kernel duration / median launch duration (< 1: kernels finish faster than they launch).",
+        "Median kernel duration / median launch cost per kernel: a launch call's duration over the kernels it "
+        "launched, so a CUDA graph launch counts once for its whole graph (< 1: kernels finish faster than they launch).",
         "ratio",
         "kernels",
     )
