@@ -11,6 +11,7 @@ from ..load.columns import INT_NONE, PH_COMPLETE, PH_INSTANT, RankTrace
 from ..models import EvidenceEvent, TimelineBin
 from . import intervals as iv
 from . import names as N
+from . import syncs as S
 from .frames import FrameIndex
 
 TOL_US = 50.0  # tolerance when relating host calls to GPU idle edges
@@ -53,12 +54,12 @@ class _Ctx:
     def sync_calls(self) -> np.ndarray:
         """Host synchronisation API calls, without the profiler's own stop synchronisation and
         those that are the mechanics of a host-to-device copy from pageable memory (see
-        _profiler_stop_syncs, _pageable_copy_syncs); computed once per rank."""
+        zoomer_ar/features/syncs.py); computed once per rank."""
         if self._syncs is None:
             t = self.t
             runtime = t.mask_cat(*N.RUNTIME_CATS) & self.x
             sync = np.flatnonzero(self.name_mask(N.SYNC_APIS, runtime))
-            drop = np.union1d(_profiler_stop_syncs(self, sync), _pageable_copy_syncs(self, runtime, sync))
+            drop = np.union1d(S.profiler_stop_syncs(self, sync), S.pageable_copy_syncs(self, runtime, sync, TOL_US))
             self._syncs = np.setdiff1d(sync, drop, assume_unique=True)
         return self._syncs
 
@@ -216,7 +217,7 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
     c.launch_lookup = (rt_corr_sorted, rt_idx[corr_order])
     del rt_idx, rt_corr, ok, corr_order
     # syncs: host calls that block until the GPU drains
-    item = _device_waits(c, np.flatnonzero(c.name_mask(N.ITEM_OPS, t.mask_cat(*N.CPU_OP_CATS))), runtime)
+    item = S.device_waits(c, np.flatnonzero(c.name_mask(N.ITEM_OPS, t.mask_cat(*N.CPU_OP_CATS))), runtime)
     sync_like = np.union1d(c.sync_calls(), item)
     del item
     sync_caused = np.zeros(glen.size, dtype=bool)
@@ -454,83 +455,6 @@ def _launch_cost_per_kernel(c: _Ctx, launch: np.ndarray, kern: np.ndarray) -> np
     pos = np.clip(np.searchsorted(keys, lc), 0, keys.size - 1)
     n = np.where((keys[pos] == lc) & (lc != INT_NONE), counts[pos], 1)
     return cost / np.maximum(n, 1)
-
-
-def _device_waits(c: _Ctx, ops: np.ndarray, runtime: np.ndarray) -> np.ndarray:
-    """The ops (of `ops`) that called the device runtime: a `.item()` on a GPU tensor copies the
-    value back and synchronises inside `aten::_local_scalar_dense`; on a CPU tensor (an optimizer's
-    step counter, a Python-side metric) it calls nothing and cannot make the GPU wait. A rank whose
-    trace records no runtime calls keeps every op (nothing to tell them apart by)."""
-    t = c.t
-    rt = np.flatnonzero(runtime)
-    if ops.size == 0 or rt.size == 0:
-        return ops
-    keep = np.zeros(ops.size, dtype=bool)
-    for tid in np.unique(t.tid[ops]):
-        on = np.flatnonzero(t.tid[ops] == tid)
-        starts = np.sort(t.ts[rt[t.tid[rt] == tid]])
-        if starts.size:
-            o = ops[on]
-            keep[on] = np.searchsorted(starts, c.end[o], side="right") > np.searchsorted(starts, t.ts[o], side="left")
-    return ops[keep]
-
-
-_DEVICE_SYNCS = ("cudaDeviceSynchronize", "hipDeviceSynchronize", "cuCtxSynchronize")
-
-
-def _profiler_stop_syncs(c: _Ctx, sync: np.ndarray) -> np.ndarray:
-    """The device synchronisation torch.profiler makes when it stops tracing (stop_trace ->
-    torch.cuda.synchronize): a device-wide sync call that begins after the last ProfilerStep on
-    its thread has ended. Nearly every Kineto trace ends with one (29 of the corpus's step-annotated
-    traces, every examples/gpu recording); it is the profiler's, not the job's."""
-    t = c.t
-    dev = sync[np.isin(t.name[sync], np.asarray([k for k, n in enumerate(t.names) if n in _DEVICE_SYNCS] or [-1],
-                                                      dtype=np.int32))] if sync.size else sync
-    if dev.size == 0:
-        return dev
-    steps = np.flatnonzero(c.name_mask(N.is_profiler_step) & ~t.mask_cat("gpu_user_annotation"))
-    out = []
-    for tid in np.unique(t.tid[dev]):
-        on = steps[t.tid[steps] == tid]
-        if on.size:
-            d = dev[t.tid[dev] == tid]
-            out.append(d[t.ts[d] >= c.end[on].max()])
-    return np.concatenate(out) if out else dev[:0]
-
-
-def _pageable_copy_syncs(c: _Ctx, runtime: np.ndarray, sync: np.ndarray) -> np.ndarray:
-    """The sync calls (of `sync`) that belong to a host-to-device copy from pageable memory.
-
-    PyTorch copies a pageable host tensor to the GPU with cudaMemcpyAsync (hipMemcpyAsync) and then
-    synchronises the stream (the staging buffer must outlive the copy); a synchronous cudaMemcpy is
-    the copy itself. Such a call is the pageable copy's cost (pageable-memcpy: pin the memory and
-    copy with non_blocking=True), not a synchronisation the user wrote (sync-point): a sync call
-    that is itself a pageable HtoD copy's runtime call, or that begins within TOL_US of the end of
-    one on the same thread, with no other runtime call between them. Device-to-host copies keep
-    their syncs: the host waits for data it asked for (`.cpu()`, `.item()`)."""
-    t = c.t
-    if sync.size == 0:
-        return sync
-    mc = np.flatnonzero(t.mask_cat(*N.MEMCPY_CATS) & c.x)
-    codes = [k for k in np.unique(t.name[mc]).tolist()
-             if N.is_pageable(t.names[k]) and N.memcpy_kind(t.names[k]) == "htod"]
-    if not codes:
-        return sync[:0]
-    corr = t.correlation[mc[np.isin(t.name[mc], np.asarray(codes, dtype=np.int32))]]
-    corr = corr[corr != INT_NONE]
-    rt = np.flatnonzero(runtime)
-    is_copy = np.isin(t.correlation[rt], corr) & (t.correlation[rt] != INT_NONE)
-    if not is_copy.any():
-        return sync[:0]
-    is_sync = np.isin(rt, sync)
-    out = [rt[is_sync & is_copy]]
-    for tid in np.unique(t.tid[rt[is_copy]]):
-        on = rt[t.tid[rt] == tid]
-        on = on[np.argsort(t.ts[on], kind="stable")]
-        prev_copy = np.isin(on[:-1], rt[is_copy])
-        after = np.isin(on[1:], sync) & prev_copy & (t.ts[on[1:]] - c.end[on[:-1]] <= TOL_US)
-        out.append(on[1:][after])
-    return np.unique(np.concatenate(out))
 
 
 def _inside(c: _Ctx, outer: np.ndarray, candidates: np.ndarray) -> np.ndarray:
