@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from .analyze import analyze_path
+from .detect.combine import combined_impact
 from .errors import InputError
 from .models import Analysis
 
@@ -40,7 +41,7 @@ def compare(before: Analysis, after: Analysis) -> dict:
             {"pattern": p, "before_ms": pb[p].impact.ms_per_step, "after_ms": pa[p].impact.ms_per_step}
             for p in sorted(set(pb) & set(pa))
         ],
-        "predicted_gain_ms": round(sum(pb[p].impact.ms_per_step for p in set(pb) - set(pa)), 4),
+        "predicted_gain_ms": round(combined_impact(pb[p] for p in set(pb) - set(pa)).ms_per_step, 4),
         "measured_gain_ms": round(b_step - a_step, 4),
     }
 

@@ -37,6 +37,8 @@ def explain_text(rule_id: str) -> str:
               f"- impact (ms per step): `{r.impact_ms}`", f"- confidence: `{r.confidence}`"]
     if r.figures:
         lines += [f"- evidence figures: {', '.join(r.figures)}"]
+    if r.within:
+        lines += [f"- part of `{r.within}`: its time is a part of {r.within}'s, and combined gains count the two once"]
     if r.references:
         lines += ["", "## References", ""] + [f"- {u}" for u in r.references]
     return "\n".join(lines) + "\n"

@@ -80,6 +80,9 @@ class Rule(BaseModel):
     recommendation: str
     fix: Fix = Field(default_factory=Fix)
     references: list[str] = Field(default_factory=list)
+    # the pattern whose impact already contains this one's (its time is a part of that time):
+    # combined totals (zoomer_ar.detect.combine) count the two once
+    within: str | None = None
     valid: list[RuleExample] = Field(default_factory=list)
     invalid: list[RuleExample] = Field(default_factory=list)
 
@@ -96,6 +99,13 @@ class Rule(BaseModel):
             raise ValueError(f"{v!r} is not an anti-pattern id ({', '.join(PATTERN_IDS)})")
         return v
 
+    @field_validator("within")
+    @classmethod
+    def _within_known(cls, v: str | None) -> str | None:
+        if v is not None and v not in PATTERN_IDS:
+            raise ValueError(f"{v!r} is not an anti-pattern id")
+        return v
+
     @field_validator("figures")
     @classmethod
     def _figures_known(cls, v: list[str]) -> list[str]:
@@ -106,6 +116,8 @@ class Rule(BaseModel):
 
     @model_validator(mode="after")
     def _parse(self) -> "Rule":
+        if self.within == self.id:
+            raise ValueError("within: a rule cannot be within itself")
         if not self.valid or not self.invalid:
             raise ValueError("a rule needs at least one VALID and one INVALID example")
         parsed = {}

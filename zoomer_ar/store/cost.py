@@ -5,7 +5,9 @@
   profiled wall time x GPU count.
 - By phase: GPU-hours x the phase's share of wall time (zoomer_ar/features/phases.py).
 - By anti-pattern: GPU-hours x the finding's `impact.pct_of_step` / 100 (its avoidable time).
-  Patterns may overlap, so their sum is an upper bound.
+  The avoidable total combines them (zoomer_ar.detect.combine): a finding within another
+  (launch-bound, sync-point and dataloader-bound within idle-gpu's idle time) counts once, and
+  the total stays under the step; other overlaps remain, so it is an upper bound.
 - Dollars: GPU-hours x the hourly price (`--gpu-hour-cost`, else the job's stored price); none without a price.
 
 Pure Python: importable without the database packages.
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..detect.combine import combined_impact
 from ..features.phases import PHASES
 from ..models import Finding
 
@@ -58,7 +61,8 @@ def cost_attribution(
     for f in findings:
         h = hours * f.impact.pct_of_step / 100.0
         patterns.append({"pattern": f.pattern, "pct": f.impact.pct_of_step, "gpu_hours": h, "usd": _usd(h, gpu_hour_cost)})
-    avoidable = sum(x["gpu_hours"] for x in patterns)
+    combined = combined_impact(findings)
+    avoidable = hours * combined.pct_of_step / 100.0
     return {
         "gpus": n,
         "gpu_hours": hours,
@@ -74,5 +78,5 @@ def cost_attribution(
         "patterns": patterns,
         "avoidable_gpu_hours": avoidable,
         "avoidable_usd": _usd(avoidable, gpu_hour_cost),
-        "avoidable_pct": sum(f.impact.pct_of_step for f in findings),
+        "avoidable_pct": combined.pct_of_step,
     }
