@@ -18,7 +18,9 @@ $(STAMP): pyproject.toml setup.py zoomer_ar/load/_fastjson.c
 
 demo: setup
 	$(BIN)/zoomer-ar analyze examples/traces/dataloader_bound --source training_data/scenarios --out zoomer-out/demo
+	$(BIN)/zoomer-ar analyze examples/gpu/sync_point --source training_data/scenarios --out zoomer-out/demo-gpu
 	@echo "Reports: zoomer-out/demo/report.html zoomer-out/demo/report.md zoomer-out/demo/findings.json"
+	@echo "GPU (H200 recording): zoomer-out/demo-gpu/report.html zoomer-out/demo-gpu/patch.diff"
 
 test: setup
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup

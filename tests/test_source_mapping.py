@@ -167,3 +167,13 @@ def test_cpu_autocast_is_not_unlocked_for_a_gpu_job():
     assert unlocked_by_facts(facts) == {"cpu-autocast"}
     assert unlocked_by_facts(facts, has_accelerator=True) == set()
     assert unlocked_by_facts({"cpu": {"native_bf16": False}}) == set()
+
+
+def test_frameless_finding_is_looked_for_in_the_code_that_ran():
+    """launch-bound's evidence (short kernels) carries no Python frame. It used to be looked for in
+    every file of the folder and pointed at extra_copy.py for a trace of sync_point.py; now only
+    the files the trace's frames resolve to are searched."""
+    analysis = map_sources(analyze_path(REPO / "examples" / "gpu" / "sync_point"), SCEN)
+    lb = next(f for f in analysis.findings if f.pattern == "launch-bound")
+    resolved = {fr.resolved_path for fr in lb.evidence.frames if fr.resolved_path}
+    assert resolved <= {"sync_point.py"}

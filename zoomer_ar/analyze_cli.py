@@ -115,21 +115,19 @@ def write_fix_outputs(analysis, target: Path, source_dir: Path | None, trace_pat
 
 
 def files_ran(analysis) -> list[str] | None:
-    """The source files (relative to --source) that the findings with fixers were traced to; None
-    (patch the whole folder) when any such finding could not be traced to a file there.
+    """The source files (relative to --source) that the findings' frames resolved to: the code the
+    trace shows running. None (patch the whole folder) when no frame resolved there (a trace
+    recorded without Python stacks, or a source folder that does not hold the traced code).
 
     A source folder often holds more than the program that was profiled (other entry points,
     scenario programs side by side, old experiments): patch.diff changes only the code the trace
-    shows running into the problem, where the trace says which code that is."""
-    files: set[str] = set()
-    for finding in analysis.findings:
-        if not finding.fixers:
-            continue
-        frames = [*finding.evidence.frames, *(f for e in finding.evidence.events for f in e.frames)]
-        resolved = {f.resolved_path for f in frames if f.resolved_path}
-        if not resolved:
-            return None
-        files |= resolved
+    shows running, where the trace says which code that is."""
+    files = {
+        fr.resolved_path
+        for f in analysis.findings
+        for fr in (*f.evidence.frames, *(x for e in f.evidence.events for x in e.frames))
+        if fr.resolved_path
+    }
     return sorted(files) or None
 
 

@@ -101,12 +101,13 @@ def _has_detector(pattern: str) -> bool:
     return bool(fixers_for(pattern))
 
 
-def _folder_fallback(index: SourceIndex, pattern: str) -> list[SourceFrame]:
-    """No usable frame in the trace: search the folder statically for the pattern."""
+def _folder_fallback(index: SourceIndex, pattern: str, ran: list[Path] | None = None) -> list[SourceFrame]:
+    """No usable frame in the trace: search the folder statically for the pattern, in the files the
+    trace shows running (`ran`: other findings' resolved frames) where there are any, else in all."""
     if not _has_detector(pattern):
         return []
     out = []
-    for path in index.files:
+    for path in ran or index.files:
         text = index.text(path)
         if text is None:
             continue
@@ -121,11 +122,11 @@ def _folder_fallback(index: SourceIndex, pattern: str) -> list[SourceFrame]:
     return out[:5]
 
 
-def map_finding(index: SourceIndex, finding: Finding) -> Finding:
+def map_finding(index: SourceIndex, finding: Finding, ran: list[Path] | None = None) -> Finding:
     frames = [_map_frame(index, f, finding.pattern) for f in finding.evidence.frames]
     resolved = [f for f in frames if f.resolved_path]
     if not resolved:
-        frames = _folder_fallback(index, finding.pattern) + frames
+        frames = _folder_fallback(index, finding.pattern, ran) + frames
     events = []
     for e in finding.evidence.events:
         events.append(e.model_copy(update={"frames": [_map_frame(index, f, finding.pattern) for f in e.frames[:1]]}))
@@ -134,6 +135,15 @@ def map_finding(index: SourceIndex, finding: Finding) -> Finding:
 
 
 def map_sources(analysis: Analysis, source_dir: Path) -> Analysis:
+    """Every finding's frames resolved under source_dir. A finding whose evidence has no Python
+    frame is looked for statically in the files the other findings' frames resolved to (the code
+    the trace shows running); only when no frame resolves at all is the whole folder searched."""
     index = SourceIndex(Path(source_dir))
-    findings = [map_finding(index, f) for f in analysis.findings]
+    ran: list[Path] = []
+    for f in analysis.findings:
+        for fr in (*f.evidence.frames, *(x for e in f.evidence.events for x in e.frames)):
+            path = index.resolve(fr.file)
+            if path is not None and path not in ran:
+                ran.append(path)
+    findings = [map_finding(index, f, ran) for f in analysis.findings]
     return analysis.model_copy(update={"findings": findings})
