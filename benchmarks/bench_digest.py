@@ -93,7 +93,8 @@ def rows(p):
         pct = float(p["f_pct"][i])
         wasted = pct / 100.0 * float(p["gpu_hours"][r])
         findings.append((r + 1, int(p["run_job"][r]) + 1, run_week[r], int(p["f_ord"][i]), PATTERN_IDS[int(p["f_pat"][i])],
-                         "t", "medium", 0.9, pct, pct, 0.001, wasted, wasted * price[r], "rules"))
+                         "t", "medium", 0.9, pct, pct, 0.001, wasted, wasted * price[r], wasted, wasted * price[r],
+                         "rules"))  # counted = wasted: the synthetic findings are not combined (a benchmark of the SQL)
     return jobs, traces, analyses, findings
 
 
@@ -104,7 +105,7 @@ ANALYSIS_COLS = ("id, trace_id, job_id, week, recorded_at, tool_version, finding
                  "phase_basis, phase_dataloader_pct, phase_forward_pct, phase_backward_pct, phase_optimizer_pct, "
                  "phase_communication_pct, phase_idle_pct, features, notes, created_at")
 FINDING_COLS = ("analysis_id, job_id, week, ordinal, pattern, title, severity, confidence, ms_per_step, pct_of_step, "
-                "gpu_hours_per_1000_steps, wasted_gpu_hours, wasted_usd, detected_by")
+                "gpu_hours_per_1000_steps, wasted_gpu_hours, wasted_usd, counted_gpu_hours, counted_usd, detected_by")
 
 
 def seed_sqlite(engine, data) -> None:

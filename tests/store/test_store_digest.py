@@ -162,3 +162,16 @@ def test_sparkline():
     assert sparkline([0, 1, 2, 4]) == "▁▃▅█"
     assert sparkline([0, 0]) == "▁▁"
     assert sparkline([]) == ""
+
+
+def test_totals_count_a_finding_within_another_once(store_url):
+    """launch-bound's host-bound idle is part of idle-gpu's idle: a run with both wastes the idle
+    once in the week's, the job's and the owner's totals; each pattern's row keeps its own waste."""
+    a = make_analysis("graphs", key="overlap", findings={"idle-gpu": 60.0, "launch-bound": 55.0, "fp32-matmul": 10.0})
+    record_analysis(a, RecordOptions(team="G", owner="gus", gpu_hour_cost=2.0, gpu_hours=100.0, week="2026-W48"), db=store_url)
+    d = build_digest(store_url, week="2026-W48", team="G")
+    p = {x.pattern: x.wasted_gpu_hours for x in d.patterns}
+    assert p == {"idle-gpu": pytest.approx(60.0), "launch-bound": pytest.approx(55.0), "fp32-matmul": pytest.approx(10.0)}
+    assert d.wasted_gpu_hours == pytest.approx(70.0) and d.wasted_usd == pytest.approx(140.0)
+    assert d.jobs[0].wasted_gpu_hours == pytest.approx(70.0) and d.owners[0].wasted_gpu_hours == pytest.approx(70.0)
+    assert d.series[-1].wasted_gpu_hours == pytest.approx(70.0)

@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from zoomer_ar.cli import main
+from zoomer_ar.detect.combine import combined_impact
 from zoomer_ar.features.phases import PHASES
+from zoomer_ar.models import Finding
 from zoomer_ar.store.cost import default_gpus, profiled_gpu_hours
 
 from store_support import TRACES, pg_server_url, pg_url, sqlite_url, store_url  # noqa: F401 - fixtures
@@ -129,15 +131,19 @@ def test_real_trace_digest_adds_up(store_url, analysed, shared_traces_dir, tmp_p
                 assert got[pat]["wasted_gpu_hours"] == pytest.approx(waste[pat], rel=1e-9, abs=1e-12), (team, week, pat)
                 assert got[pat]["wasted_usd"] == pytest.approx(usd[pat], rel=1e-9, abs=1e-12), (team, week, pat)
                 assert got[pat]["findings"] == count[pat]
-            assert d["wasted_gpu_hours"] == pytest.approx(sum(waste.values()), rel=1e-9)
-            assert d["wasted_usd"] == pytest.approx(sum(usd.values()), rel=1e-9)
+            # totals count each run's findings combined (a finding within another once)
+            combined = {id(doc): combined_impact(Finding.model_validate(f) for f in doc["findings"]).pct_of_step / 100.0
+                        for doc, *_ in sel}
+            assert d["wasted_gpu_hours"] == pytest.approx(sum(combined[id(doc)] * h for doc, h, _p, _r in sel), rel=1e-9)
+            assert d["wasted_usd"] == pytest.approx(sum(combined[id(doc)] * h * p for doc, h, p, _r in sel), rel=1e-9)
+            assert d["wasted_gpu_hours"] <= sum(waste.values()) + 1e-9
             assert d["gpu_hours"] == pytest.approx(sum(h for _d, h, _p, _r in sel), rel=1e-9)
             assert d["usd"] == pytest.approx(sum(h * p for _d, h, p, _r in sel), rel=1e-9)
             assert d["runs"] == len(sel)
             # the job table is the same sums by job
             for j in d["jobs"]:
                 mine = [(doc, h, p) for doc, h, p, row in sel if row[1] == j["job"]]
-                wj = sum(f["impact"]["pct_of_step"] / 100.0 * h for doc, h, _p in mine for f in doc["findings"])
+                wj = sum(combined[id(doc)] * h for doc, h, _p in mine)
                 assert j["wasted_gpu_hours"] == pytest.approx(wj, rel=1e-9, abs=1e-12)
                 assert j["gpu_hours"] == pytest.approx(sum(h for _d, h, _p in mine), rel=1e-9)
             # phases: each run's GPU-hours split by its trace's phase shares

@@ -28,27 +28,34 @@ class CombinedImpact:
     patterns: tuple[str, ...]
 
 
-def _triple(fs: list[Finding]) -> tuple[float, float, float]:
-    return (sum(f.impact.ms_per_step for f in fs), sum(f.impact.pct_of_step for f in fs),
-            sum(f.impact.gpu_hours_per_1000_steps for f in fs))
+def counted_shares(findings: Iterable[Finding]) -> list[float]:
+    """For each finding (in order), the share of its own impact that the combined total counts:
+    1 or 0 within a group (a finding and those within it: the larger side counts), times the cap's
+    scale. Stored per finding, these let a SQL sum give combined totals (zoomer_ar.store)."""
+    findings = list(findings)
+    within = {r.id: r.within for r in load_rules()}
+    present = {f.pattern for f in findings}
+    key = [within.get(f.pattern) if within.get(f.pattern) in present else f.pattern for f in findings]
+    shares = [1.0] * len(findings)
+    for k in set(key):
+        whole = [i for i, g in enumerate(key) if g == k and findings[i].pattern == k]
+        parts = [i for i, g in enumerate(key) if g == k and findings[i].pattern != k]
+        if whole and parts:
+            ms = lambda idx: sum(findings[i].impact.ms_per_step for i in idx)  # noqa: E731
+            for i in parts if ms(whole) >= ms(parts) else whole:
+                shares[i] = 0.0
+    pct = sum(s * f.impact.pct_of_step for s, f in zip(shares, findings))
+    if pct > 100.0:
+        shares = [s * 100.0 / pct for s in shares]
+    return shares
 
 
 def combined_impact(findings: Iterable[Finding]) -> CombinedImpact:
     findings = list(findings)
-    within = {r.id: r.within for r in load_rules()}
-    present = {f.pattern for f in findings}
-    groups: dict[str, list[Finding]] = {}
-    for f in findings:
-        parent = within.get(f.pattern)
-        groups.setdefault(parent if parent in present else f.pattern, []).append(f)
-    ms = pct = hours = 0.0
-    for key, members in groups.items():
-        whole = [f for f in members if f.pattern == key]
-        parts = [f for f in members if f.pattern != key]
-        a, b = _triple(whole), _triple(parts)
-        m, p, h = a if a[0] >= b[0] else b
-        ms, pct, hours = ms + m, pct + p, hours + h
-    if pct > 100.0:
-        scale = 100.0 / pct
-        ms, pct, hours = ms * scale, 100.0, hours * scale
-    return CombinedImpact(ms, pct, hours, tuple(sorted(present)))
+    shares = counted_shares(findings)
+    return CombinedImpact(
+        ms_per_step=sum(s * f.impact.ms_per_step for s, f in zip(shares, findings)),
+        pct_of_step=sum(s * f.impact.pct_of_step for s, f in zip(shares, findings)),
+        gpu_hours_per_1000_steps=sum(s * f.impact.gpu_hours_per_1000_steps for s, f in zip(shares, findings)),
+        patterns=tuple(sorted({f.pattern for f in findings})),
+    )

@@ -7,6 +7,10 @@ Definitions (docs/store.md):
 - Dollars = wasted GPU-hours x the run's hourly price: the one in effect when it was recorded
   (--gpu-hour-cost, else the job's stored price); runs recorded before their job had any price take
   the job's first price when it is set; $0 while none is known.
+- Totals (the week's waste, each job's and owner's, the weekly series) sum findings.counted_gpu_hours
+  / counted_usd: a finding within another of the same analysis (launch-bound, sync-point and
+  dataloader-bound are parts of idle-gpu's idle time; zoomer_ar/detect/combine.py) counts once.
+  Per-pattern rows and resolved rows sum each pattern's own waste.
 - Trend: the same sums for each of the four previous weeks.
 - New vs recurring: per (job, pattern); a pattern is "new" in the digest when no job had it in the
   previous four weeks.
@@ -155,7 +159,7 @@ def build_digest(db: str | Engine | None = None, *, week: str | None = None, tea
         ).all()
         # waste per week over the chart window
         waste_w = {r[0]: (float(r[1] or 0.0), float(r[2] or 0.0)) for r in c.execute(scoped(
-            select(F.week, func.sum(F.wasted_gpu_hours), func.sum(F.wasted_usd))
+            select(F.week, func.sum(F.counted_gpu_hours), func.sum(F.counted_usd))
             .where(F.week >= chart[0], F.week <= week), F.job_id).group_by(F.week)
         ).all()}
         # GPU-hours and dollars per week (all recorded runs, wasteful or not)
@@ -181,8 +185,8 @@ def build_digest(db: str | Engine | None = None, *, week: str | None = None, tea
                    func.sum(A.usd).label("usd")).where(A.week == week), A.job_id
         ).group_by(A.job_id).subquery()
         waste = scoped(
-            select(F.job_id.label("job_id"), func.sum(F.wasted_gpu_hours).label("wgh"),
-                   func.sum(F.wasted_usd).label("wusd")).where(F.week == week), F.job_id
+            select(F.job_id.label("job_id"), func.sum(F.counted_gpu_hours).label("wgh"),
+                   func.sum(F.counted_usd).label("wusd")).where(F.week == week), F.job_id
         ).group_by(F.job_id).subquery()
         wgh = func.coalesce(waste.c.wgh, 0.0)
         wusd = func.coalesce(waste.c.wusd, 0.0)
@@ -267,7 +271,7 @@ def build_digest(db: str | Engine | None = None, *, week: str | None = None, tea
         week=week, team=team, generated_at=W.now(), trend_weeks=trend,
         jobs_recorded=int(this[3] or 0), runs=int(this[2] or 0), findings=sum(p.findings for p in patterns),
         gpu_hours=total_gh, usd=float(this[1] or 0.0),
-        wasted_gpu_hours=sum(p.wasted_gpu_hours for p in patterns), wasted_usd=sum(p.wasted_usd for p in patterns),
+        wasted_gpu_hours=waste_w.get(week, (0.0, 0.0))[0], wasted_usd=waste_w.get(week, (0.0, 0.0))[1],
         patterns=patterns,
         jobs=[JobRow(job=r[1], team=r[2], owner=r[3], runs=int(r[4]), gpu_hours=float(r[5] or 0.0), usd=float(r[6] or 0.0),
                      wasted_gpu_hours=float(r[7] or 0.0), wasted_usd=float(r[8] or 0.0), top_pattern=top_pattern.get(r[0]))

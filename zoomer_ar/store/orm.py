@@ -143,7 +143,8 @@ class Finding(Base):
     __table_args__ = (
         UniqueConstraint("analysis_id", "ordinal", name="uq_findings_analysis_ordinal"),
         # covering: the digest aggregates waste per week/pattern/job from this index alone
-        Index("ix_findings_week_pattern", "week", "pattern", "job_id", "wasted_gpu_hours", "wasted_usd"),
+        Index("ix_findings_week_pattern", "week", "pattern", "job_id", "wasted_gpu_hours", "wasted_usd",
+              "counted_gpu_hours", "counted_usd"),
         Index("ix_findings_job_week_pattern", "job_id", "week", "pattern"),
     )
 
@@ -161,6 +162,12 @@ class Finding(Base):
     gpu_hours_per_1000_steps: Mapped[float] = mapped_column(Float)
     wasted_gpu_hours: Mapped[float] = mapped_column(Float, comment="pct_of_step / 100 x the analysis' GPU-hours")
     wasted_usd: Mapped[float] = mapped_column(Float, default=0.0, comment="wasted_gpu_hours x the analysis' price")
+    # what the analysis' combined total counts of it (zoomer_ar/detect/combine.py): the digest's totals
+    counted_gpu_hours: Mapped[float] = mapped_column(
+        Float, default=0.0, server_default="0",
+        comment="wasted_gpu_hours x the finding's share in its analysis' combined total")
+    counted_usd: Mapped[float] = mapped_column(Float, default=0.0, server_default="0",
+                                               comment="counted_gpu_hours x the analysis' price")
     detected_by: Mapped[str] = mapped_column(String(20), default="rules")
     figures: Mapped[dict | None] = mapped_column(Json)
 

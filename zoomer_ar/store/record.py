@@ -19,6 +19,7 @@ from typing import Any
 from sqlalchemy import Engine, Integer, String, delete, func, literal, select, update
 from sqlalchemy.orm import Session
 
+from ..detect.combine import counted_shares
 from ..features.phases import PHASES
 from ..features.schema import FeatureVector
 from ..models import Analysis
@@ -190,14 +191,17 @@ def _analysis_values(analysis: Analysis, *, feats: dict[str, Any], gpus: int, gp
 def _finding_rows(analysis: Analysis, analysis_id: int, job_id: int, week: str, gpu_hours: float,
                   price: float | None) -> list[dict]:
     rows = []
+    shares = counted_shares(analysis.findings)
     for i, f in enumerate(analysis.findings):
         wasted = f.impact.pct_of_step / 100.0 * gpu_hours
+        counted = wasted * shares[i]
         rows.append({
             "analysis_id": analysis_id, "job_id": job_id, "week": week, "ordinal": i, "pattern": f.pattern,
             "title": f.title, "severity": f.severity, "confidence": f.confidence,
             "ms_per_step": f.impact.ms_per_step, "pct_of_step": f.impact.pct_of_step,
             "gpu_hours_per_1000_steps": f.impact.gpu_hours_per_1000_steps,
             "wasted_gpu_hours": wasted, "wasted_usd": wasted * (price or 0.0),
+            "counted_gpu_hours": counted, "counted_usd": counted * (price or 0.0),
             "detected_by": "+".join(f.detected_by), "figures": _clean(dict(f.evidence.figures)),
         })
     return rows
@@ -207,7 +211,8 @@ def _price_unpriced_runs(session: Session, job_id: int, price: float) -> None:
     """A job's first known price also prices its earlier runs recorded without one (later changes do not reprice)."""
     unpriced = select(AnalysisRow.id).where(AnalysisRow.job_id == job_id, AnalysisRow.gpu_hour_cost.is_(None))
     session.execute(update(FindingRow).where(FindingRow.job_id == job_id, FindingRow.analysis_id.in_(unpriced))
-                    .values(wasted_usd=FindingRow.wasted_gpu_hours * price))
+                    .values(wasted_usd=FindingRow.wasted_gpu_hours * price,
+                            counted_usd=FindingRow.counted_gpu_hours * price))
     session.execute(update(AnalysisRow).where(AnalysisRow.job_id == job_id, AnalysisRow.gpu_hour_cost.is_(None))
                     .values(gpu_hour_cost=price, usd=AnalysisRow.gpu_hours * price))
 
