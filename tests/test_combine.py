@@ -67,3 +67,18 @@ def test_predicted_gain_of_a_real_gpu_fix():
     before = result["step_ms"]["before"]
     assert result["predicted_gain_ms"] <= before
     assert result["predicted_gain_ms"] == pytest.approx(result["measured_gain_ms"], rel=0.15)
+
+
+def test_reports_say_which_findings_lie_within_another(tmp_path):
+    from zoomer_ar.detect.combine import within_present
+    from zoomer_ar.render import render_markdown, render_text
+
+    analysis = analyze_path(REPO / "examples" / "gpu" / "sync_point")
+    assert within_present(analysis.findings) == {"launch-bound": "idle-gpu", "sync-point": "idle-gpu"}
+    text = render_text(analysis)
+    line = next(l for l in text.splitlines() if "impact" in l and "90.3%" in l)
+    assert line.endswith("part of idle-gpu's time")
+    assert "part of idle-gpu" not in next(l for l in text.splitlines() if "95.0% of step" in l)
+    assert render_markdown(analysis).count("part of `idle-gpu`'s time") == 2
+    # without idle-gpu among the findings nothing is within anything
+    assert within_present([f for f in analysis.findings if f.pattern != "idle-gpu"]) == {}

@@ -28,6 +28,14 @@ class CombinedImpact:
     patterns: tuple[str, ...]
 
 
+def within_present(findings: Iterable[Finding]) -> dict[str, str]:
+    """pattern -> the pattern it lies within, for the findings whose container is among them."""
+    findings = list(findings)
+    within = {r.id: r.within for r in load_rules()}
+    present = {f.pattern for f in findings}
+    return {f.pattern: within[f.pattern] for f in findings if within.get(f.pattern) in present}
+
+
 def counted_shares(findings: Iterable[Finding]) -> list[float]:
     """For each finding (in order), the share of its own impact that the combined total counts:
     1 or 0 within a group (a finding and those within it: the larger side counts), times the cap's

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
-from ..detect.combine import combined_impact
+from ..detect.combine import combined_impact, within_present
 from ..models import Analysis
 from ..paths import REPORTS_DIR
 
@@ -63,7 +63,8 @@ def _fixer_names(analysis: Analysis) -> dict[str, list[tuple[str, bool]]]:
 
 def _context(analysis: Analysis) -> dict:
     return {"a": analysis, "findings": analysis.findings, "job": analysis.job, "f": analysis.features,
-            "fixer_names": _fixer_names(analysis), "avoidable": combined_impact(analysis.findings)}
+            "fixer_names": _fixer_names(analysis), "avoidable": combined_impact(analysis.findings),
+            "within": within_present(analysis.findings)}
 
 
 def render_markdown(analysis: Analysis) -> str:
