@@ -41,17 +41,16 @@ def counted_shares(findings: Iterable[Finding]) -> list[float]:
     1 or 0 within a group (a finding and those within it: the larger side counts), times the cap's
     scale. Stored per finding, these let a SQL sum give combined totals (zoomer_ar.store)."""
     findings = list(findings)
-    within = {r.id: r.within for r in load_rules()}
-    present = {f.pattern for f in findings}
-    key = [within.get(f.pattern) if within.get(f.pattern) in present else f.pattern for f in findings]
+    inside = within_present(findings)
+    group = [inside.get(f.pattern, f.pattern) for f in findings]
     shares = [1.0] * len(findings)
-    for k in set(key):
-        whole = [i for i, g in enumerate(key) if g == k and findings[i].pattern == k]
-        parts = [i for i, g in enumerate(key) if g == k and findings[i].pattern != k]
-        if whole and parts:
-            ms = lambda idx: sum(findings[i].impact.ms_per_step for i in idx)  # noqa: E731
-            for i in parts if ms(whole) >= ms(parts) else whole:
-                shares[i] = 0.0
+    for key in set(inside.values()):
+        whole = [i for i, f in enumerate(findings) if f.pattern == key]
+        parts = [i for i, g in enumerate(group) if g == key and findings[i].pattern != key]
+        whole_ms = sum(findings[i].impact.ms_per_step for i in whole)
+        parts_ms = sum(findings[i].impact.ms_per_step for i in parts)
+        for i in parts if whole_ms >= parts_ms else whole:
+            shares[i] = 0.0
     pct = sum(s * f.impact.pct_of_step for s, f in zip(shares, findings))
     if pct > 100.0:
         shares = [s * 100.0 / pct for s in shares]
