@@ -97,6 +97,7 @@ def write_fix_outputs(analysis, target: Path, source_dir: Path | None, trace_pat
     patch_name = None
     if source_dir is not None:
         from .fix.api import run_directory
+        from .sourcemap import files_ran
 
         if fixers is None:
             fixers = patch_fixers(analysis.findings, None, unlocked_by_facts(recorded_job(trace_path), _ran_on_accelerator(analysis)))[0]
@@ -112,23 +113,6 @@ def write_fix_outputs(analysis, target: Path, source_dir: Path | None, trace_pat
     atomic_write(target / "optimize.ipynb", notebook_json(analysis, has_patch=patch_name is not None))
     out["optimize.ipynb"] = target / "optimize.ipynb"
     return out
-
-
-def files_ran(analysis) -> list[str] | None:
-    """The source files (relative to --source) that the findings' frames resolved to: the code the
-    trace shows running. None (patch the whole folder) when no frame resolved there (a trace
-    recorded without Python stacks, or a source folder that does not hold the traced code).
-
-    A source folder often holds more than the program that was profiled (other entry points,
-    scenario programs side by side, old experiments): patch.diff changes only the code the trace
-    shows running, where the trace says which code that is."""
-    files = {
-        fr.resolved_path
-        for f in analysis.findings
-        for fr in (*f.evidence.frames, *(x for e in f.evidence.events for x in e.frames))
-        if fr.resolved_path
-    }
-    return sorted(files) or None
 
 
 def recorded_job(trace_path: Path) -> dict:

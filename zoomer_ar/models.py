@@ -123,6 +123,10 @@ class Finding(BaseModel):
     detected_by: list[Literal["rules", "model"]] = Field(default_factory=lambda: ["rules"])
     model: ModelVote | None = None
 
+    def all_frames(self) -> list[SourceFrame]:
+        """The evidence's Python frames, then those of its worst events."""
+        return [*self.evidence.frames, *(fr for e in self.evidence.events for fr in e.frames)]
+
 
 class Bottleneck(BaseModel):
     type: Literal["input-bound", "host-bound", "compute-bound", "memory-bound", "communication-bound", "unknown"]

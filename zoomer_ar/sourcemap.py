@@ -141,9 +141,21 @@ def map_sources(analysis: Analysis, source_dir: Path) -> Analysis:
     index = SourceIndex(Path(source_dir))
     ran: list[Path] = []
     for f in analysis.findings:
-        for fr in (*f.evidence.frames, *(x for e in f.evidence.events for x in e.frames)):
+        for fr in f.all_frames():
             path = index.resolve(fr.file)
             if path is not None and path not in ran:
                 ran.append(path)
     findings = [map_finding(index, f, ran) for f in analysis.findings]
     return analysis.model_copy(update={"findings": findings})
+
+
+def files_ran(analysis: Analysis) -> list[str] | None:
+    """The source files (relative to --source) that a mapped analysis's frames resolved to: the
+    code the trace shows running. None (patch the whole folder) when no frame resolved there (a
+    trace recorded without Python stacks, or a source folder that does not hold the traced code).
+
+    A source folder often holds more than the program that was profiled (other entry points,
+    scenario programs side by side, old experiments): patch.diff changes only the code the trace
+    shows running, where the trace says which code that is."""
+    files = {fr.resolved_path for f in analysis.findings for fr in f.all_frames() if fr.resolved_path}
+    return sorted(files) or None

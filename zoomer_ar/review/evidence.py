@@ -42,7 +42,7 @@ def trace_evidence(path: str | os.PathLike[str]) -> tuple[dict[str, dict[str, An
     analysis = analyze_path(path)
     out: dict[str, dict[str, Any]] = {}
     for f in analysis.findings:
-        frames = [fr for fr in [*f.evidence.frames, *(fr for e in f.evidence.events for fr in e.frames)]]
+        frames = f.all_frames()
         out[f.pattern] = {
             "job": analysis.job.name,
             "severity": f.severity,
