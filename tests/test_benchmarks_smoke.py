@@ -223,6 +223,10 @@ def test_bench_load_tiny_run(tmp_path, shared_traces):
     for row in doc["real"]:
         z = row["zoomer"]
         assert "error" not in z and z["events"] > 0 and z["work_s"] > 0 and z["peak_mb"] > 0
+        tree = row["zoomer_tree"]  # the process-tree memory run: a real sampled figure, one process
+        assert tree["samples"] >= 1 and tree["processes"] == 1 and 5 < tree["tree_pss_mb"] <= tree["tree_rss_mb"] + 1
+        if row.get("hta") and "error" not in row["hta"]:
+            assert row["hta_tree"]["tree_pss_mb"] > 0 and row["tree_mem_ratio"] > 0
     large = doc["large"]
     for kind in ("zoomer", "msgspec", "msgspec-nogc"):
         assert "error" not in large[kind], large[kind]

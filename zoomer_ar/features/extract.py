@@ -219,4 +219,4 @@ def extract(job: Job, devices: list[str] | None = None) -> JobFeatures:
         {k: (round(v, 6) if isinstance(v, float) else v) for k, v in rf.v.items() if not k.startswith("_")} | {"rank": rf.rank}
         for rf in rfs
     ]
-    return JobFeatures(vector=vector, evidence=evidence, per_rank=per_rank, timeline=first.timeline)
+    return JobFeatures(vector=vector, evidence=evidence, per_rank=per_rank, timeline=first.timeline())

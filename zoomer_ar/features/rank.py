@@ -24,7 +24,20 @@ class RankFeatures:
     v: dict[str, Any] = field(default_factory=dict)
     evidence: dict[str, list[EvidenceEvent]] = field(default_factory=dict)
     collectives: list[tuple[str, float, float]] = field(default_factory=list)  # (type, ts, dur) in order
-    timeline: list[TimelineBin] = field(default_factory=list)
+    _timeline_of: tuple[np.ndarray, np.ndarray, float] | None = None  # (union starts, ends, t0)
+
+    def timeline(self, bins: int = 120) -> list[TimelineBin]:
+        """GPU busy % in `bins` equal slices of the GPU's span, for the report; computed when asked
+        (a job's report shows one rank's)."""
+        if self._timeline_of is None:
+            return []
+        us, ue, t0 = self._timeline_of
+        edges = np.linspace(float(us.min()), float(ue.max()), bins + 1)
+        cov = iv.overlap_with(edges[:-1], edges[1:], (us, ue)) / np.maximum(np.diff(edges), 1e-9) * 100.0
+        return [  # plain floats, validated by construction: model_construct skips pydantic's checks
+            TimelineBin.model_construct(t_ms=round((a - t0) / 1000.0, 3), busy_pct=round(b, 2))
+            for a, b in zip(edges[:-1].tolist(), cov.tolist())
+        ]
 
 
 def _pct(values: np.ndarray, q: float) -> float | None:
@@ -159,14 +172,7 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
         per = iv.overlap_with(ws, we, (us, ue)) / np.maximum(we - ws, 1e-9) * 100.0
         per = per[1:] if per.size >= 3 else per
         v["gpu_busy_pct_steady"] = float(np.median(per))
-    # timeline bins for the report
-    bins = 120
-    edges = np.linspace(float(us.min()), float(ue.max()), bins + 1)
-    cov = iv.overlap_with(edges[:-1], edges[1:], (us, ue)) / np.maximum(np.diff(edges), 1e-9) * 100.0
-    rf.timeline = [  # plain floats, validated by construction: model_construct skips pydantic's checks
-        TimelineBin.model_construct(t_ms=round((a - c.t0) / 1000.0, 3), busy_pct=round(b, 2))
-        for a, b in zip(edges[:-1].tolist(), cov.tolist())
-    ]
+    rf._timeline_of = (us, ue, c.t0)  # timeline bins for the report, when asked
 
     # --- kernels / launches
     kern = np.flatnonzero(t.mask_cat(*N.KERNEL_CATS) & c.x)
@@ -374,12 +380,16 @@ def _host(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndar
     v["optimizer_steps"] = int(opt.size)
     v["optimizer_ms_total"] = float(t.dur[opt].sum()) / 1000.0
     inside = _inside(c, opt, cpu_ops)
-    names_inside = [t.names[k] for k in t.name[inside]]
-    foreach = sum(1 for n in names_inside if n.startswith(("aten::_foreach_", "aten::_fused_")))
+    codes, counts = np.unique(t.name[inside], return_counts=True)  # per distinct name, not per op
+    foreach = per_param = 0
+    for code, count in zip(codes.tolist(), counts.tolist()):
+        n = t.names[code]
+        if n.startswith(("aten::_foreach_", "aten::_fused_")):
+            foreach += count
+        elif n.startswith("aten::"):
+            per_param += count
     v["optimizer_foreach_ops"] = foreach
-    v["optimizer_per_param_ops"] = sum(
-        1 for n in names_inside if n.startswith("aten::") and not n.startswith(("aten::_foreach_", "aten::_fused_"))
-    )
+    v["optimizer_per_param_ops"] = per_param
     v["optimizer_single_tensor_frames"] = c.frames.names_matching("_single_tensor_")
     rf.evidence["optimizer"] = c.worst(opt)
     # zero_grad fills

@@ -489,7 +489,7 @@ def stream_trace(
     threaded = path.stat().st_size >= THREAD_MIN_FILE_BYTES
     stop = threading.Event()
     if threaded:
-        chunks = queue.Queue(maxsize=4)
+        chunks = queue.Queue(maxsize=1)  # the reader outpaces the parser: one chunk ahead is enough (each held chunk is 1 MB of peak memory)
         reader = threading.Thread(target=_produce, args=(path, max_bytes, chunks, stop), daemon=True,
                                   name="zoomer-trace-reader")
     else:
