@@ -303,6 +303,33 @@ def _take_list(seq: list, idx: list[int]) -> list:
     return list(itemgetter(*idx)(seq))
 
 
+_SPARSE_COLS = ("total_allocated", "ext21")  # columns that are one value on most rows of most traces
+
+
+def _as_constant(a: np.ndarray) -> np.ndarray:
+    """A column part that holds one value (NaN or INT_NONE: no [memory] events, no 2021-schema
+    ids) as a read-only broadcast of it: no bytes per row while the rank is being read."""
+    if a.size < 2 or a.strides == (0,):
+        return a
+    v = a[0]
+    same = bool(np.isnan(a).all()) if a.dtype.kind == "f" and v != v else bool((a == v).all())
+    return np.broadcast_to(a[:1].copy(), a.shape) if same else a
+
+
+def _concat(parts: list[np.ndarray]) -> np.ndarray:
+    """np.concatenate, except that broadcast parts of one value stay a broadcast."""
+    if not any(p.size for p in parts):
+        return np.concatenate(parts)
+    parts = [p for p in parts if p.size]
+    if all(p.ndim == 1 and (p.strides == (0,) or p.size == 1) and p.dtype == parts[0].dtype for p in parts) \
+            and any(p.strides == (0,) for p in parts):
+        v = parts[0][0]
+        nan = parts[0].dtype.kind == "f" and v != v
+        if all((p[0] != p[0]) if nan else (p[0] == v) for p in parts):
+            return np.broadcast_to(parts[0][:1].copy(), (sum(p.shape[0] for p in parts),))
+    return np.concatenate(parts)
+
+
 class _Block:
     """Column parts of kept events (one dict of arrays per slice) and their sparse values."""
 
@@ -323,18 +350,21 @@ class _Block:
     def append(self, cols: dict[str, np.ndarray]) -> None:
         if not self.ordinals:
             cols.pop("ordinal", None)
+        for f in _SPARSE_COLS:
+            if f in cols:
+                cols[f] = _as_constant(cols[f])
         self.parts.append(cols)
         self.n += int(cols["ts"].shape[0])
         if len(self.parts) >= self.CONSOLIDATE:
             parts, self.parts = self.parts, []
-            self.blocks.append({f: np.concatenate([p.pop(f) for p in parts]) for f in list(parts[0])})
+            self.blocks.append({f: _concat([p.pop(f) for p in parts]) for f in list(parts[0])})
 
     def pop_column(self, f: str) -> list[np.ndarray]:
         return [b.pop(f) for b in self.blocks] + [p.pop(f) for p in self.parts]
 
     def column(self, f: str) -> np.ndarray:
         arrs = [b[f] for b in self.blocks] + [p[f] for p in self.parts]
-        return np.concatenate(arrs) if arrs else np.empty(0)
+        return _concat(arrs) if arrs else np.empty(0)
 
     def clear(self) -> None:
         self.blocks, self.parts = [], []
@@ -814,7 +844,8 @@ class CompactBuilder:
             self.extra_ordinals = ords[order].tolist()
         self.main_n = main.n
         cols: dict[str, np.ndarray] = {}
-        extra_cols = {f: extra.column(f)[order] for f in _Block.FIELDS} if extra.n else {}
+        extra_cols = {f: _as_constant(extra.column(f)[order]) if f in _SPARSE_COLS else extra.column(f)[order]
+                      for f in _Block.FIELDS} if extra.n else {}
         extra.clear()
         for f in _Block.FIELDS:
             if f == "ordinal":
@@ -822,7 +853,7 @@ class CompactBuilder:
             arrays = main.pop_column(f)
             if extra_cols:
                 arrays.append(extra_cols.pop(f))
-            cols[f] = np.concatenate(arrays) if arrays else np.empty(0, dtype=np.int64)
+            cols[f] = _concat(arrays) if arrays else np.empty(0, dtype=np.int64)
             del arrays
             trim_heap()  # the blocks of this column are free: give them back before the next one
         main.clear()

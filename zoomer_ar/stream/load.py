@@ -113,6 +113,7 @@ def stream_rank(path: Path, *, rank_hint: int | None = None, progress: Progress 
     if prune_rows is None:
         prune_rows = _env_int("ZOOMER_STREAM_PRUNE_ROWS", PRUNE_ROWS)
     if len(trace) > prune_rows:
+        constant_columns(trace)  # e.g. total_allocated without [memory] events: no bytes per row while pruning
         removed, _ = prune(trace, protect_from=b.main_n)  # the extra block (frames, window) stays
         b.main_n -= removed
         trace.metadata["streamed"]["pruned"] = removed

@@ -70,112 +70,163 @@ def _codes_of(a: np.ndarray) -> list[int]:
     return (np.flatnonzero(np.bincount(a.astype(np.int64) - lo)) + lo).tolist()
 
 
-def _inside(ts, end, dur, tid, idx, outer) -> np.ndarray:
-    """features.rank._inside: rows of idx inside the union of `outer` rows on their own thread."""
+def _idx(mask: np.ndarray) -> np.ndarray:
+    """np.flatnonzero as int32 where the rows fit (they do below 2**31): half the memory of the
+    int64 positions, which on a multi-GB trace are the largest temporaries here."""
+    idx = np.flatnonzero(mask)
+    return idx.astype(np.int32) if mask.size < 2**31 else idx
+
+
+def _inside(ts, dur, tid, idx, outer) -> np.ndarray:
+    """features.rank._inside: rows of idx inside the union of `outer` rows on their own thread.
+    Ends are `ts + dur` of the rows at hand (the same float sums as a whole `end` column)."""
     keep = np.zeros(idx.size, dtype=bool)
     if idx.size == 0 or outer.size == 0:
         return keep
     for t in _codes_of(tid[outer]):
         o = outer[tid[outer] == t]
-        u = iv.union(ts[o], end[o])
-        sel = tid[idx] == t
-        if sel.any():
-            cs = idx[sel]
-            keep[sel] = iv.overlap_with(ts[cs], end[cs], u) >= dur[cs] * 0.999
+        u = iv.union(ts[o], ts[o] + dur[o])
+        sel = np.flatnonzero(tid[idx] == t)
+        for a in range(0, sel.size, _CHUNK):  # row by row arithmetic: chunks bound the temporaries
+            part = sel[a : a + _CHUNK]
+            cs = idx[part]
+            s, d = ts[cs], dur[cs]
+            keep[part] = iv.overlap_with(s, s + d, u) >= d * 0.999
+            del s, d, cs
+        del sel
     return keep
 
 
+_CHUNK = 1 << 18  # rows per step of _inside
+
+
 def removable(t: RankTrace) -> np.ndarray:
-    """Boolean mask of rows no feature can select."""
+    """Boolean mask of rows no feature can select.
+
+    Memory: this runs on the whole compact rank before it is pruned, when the rank is at its
+    largest, so it keeps no per-row float column (ends are computed on the rows each rule reads),
+    takes row positions as int32 and frees each mask once used."""
     n = len(t)
     out = np.zeros(n, dtype=bool)
     x = t.ph == PH_COMPLETE
-    device = t.mask_cat(*N.GPU_CATS, *N.ACCEL_ONLY_CATS) & x
+    device = t.mask_cat(*N.GPU_CATS, *N.ACCEL_ONLY_CATS)
+    device &= x
     if not device.any():
         return out  # phases split host time over every host op
     roles_of = np.fromiter((_role(s) for s in t.names), dtype=np.uint8, count=len(t.names))
     roles = roles_of[t.name]
     ts, dur, tid = t.ts, t.dur, t.tid
-    end = ts + dur
-    cpu = t.mask_cat(*N.CPU_OP_CATS) & x
-    host = (t.mask_cat(*N.CPU_OP_CATS, "user_annotation") & x) & ~t.mask_cat("gpu_user_annotation")
+    cpu = t.mask_cat(*N.CPU_OP_CATS)
+    cpu &= x
+    host = t.mask_cat(*N.CPU_OP_CATS, "user_annotation")
+    host &= x
+    host &= ~t.mask_cat("gpu_user_annotation")
     # a role lets a row go when ...
     ok = np.full(n, True)
 
+    def with_role(base: np.ndarray, bits: int) -> np.ndarray:
+        return base & (np.bitwise_and(roles, bits) != 0)
+
     # ... per-parameter ops: not inside an optimizer window
-    win = np.flatnonzero(cpu & ((roles & R_WINDOW) != 0))
+    win = _idx(with_role(cpu, R_WINDOW))
     if win.size:
-        opt = np.flatnonzero(t.mask_names(N.is_optimizer_step) & x & ~t.mask_cat("gpu_user_annotation"))
-        ok[win[_inside(ts, end, dur, tid, win, opt)]] = False
+        opt = t.mask_names(N.is_optimizer_step)
+        opt &= x
+        opt &= ~t.mask_cat("gpu_user_annotation")
+        opt = _idx(opt)
+        ok[win[_inside(ts, dur, tid, win, opt)]] = False
+        del opt
+    del win
     # ... factories: not the latest-ending factory before a `_to_copy` on the thread
-    fac = np.flatnonzero(cpu & ((roles & R_FACTORY) != 0))
-    to_copy = np.flatnonzero(cpu & t.mask_names(lambda s: s == "aten::_to_copy"))
+    fac = _idx(with_role(cpu, R_FACTORY))
+    to_copy = _idx(cpu & t.mask_names(lambda s: s == "aten::_to_copy"))
     if fac.size and to_copy.size:
         for th in _codes_of(tid[to_copy]):
             f = fac[tid[fac] == th]
             if f.size == 0:
                 continue
-            order = np.argsort(end[f], kind="stable")
-            f_end = end[f][order]
+            f_end = ts[f] + dur[f]
+            order = np.argsort(f_end, kind="stable")
+            f_end = f_end[order]
             k = np.searchsorted(f_end, ts[to_copy[tid[to_copy] == th]], side="right") - 1
             k = k[k >= 0]
             if k.size:  # every row with that end value: the features read only the value
                 need = np.isin(f_end, np.unique(f_end[k]))
                 ok[f[order[need]]] = False
+    del fac, to_copy
     # ... backward ops: contained in an earlier backward op of the same thread
-    bw = np.flatnonzero(host & ((roles & R_BW) != 0))
+    bw = _idx(with_role(host, R_BW))
     if bw.size:
         keep_bw = np.ones(bw.size, dtype=bool)
         for th in _codes_of(tid[bw]):
             sel = np.flatnonzero(tid[bw] == th)
             order = sel[np.argsort(ts[bw[sel]], kind="stable")]
-            e = end[bw[order]]
+            rows = bw[order]
+            e = ts[rows] + dur[rows]
             prev = np.maximum.accumulate(np.concatenate([[-np.inf], e[:-1]]))
             keep_bw[order] = ~(e <= prev)
         ok[bw[keep_bw]] = False
+    del bw
     # ... layer and add ops: not the first layer op after a convolution, adds not inside one
-    lay_role = cpu & ((roles & (R_LAYER | R_ADD)) != 0)
-    convs = np.flatnonzero(cpu & t.mask_names(lambda s: s in N.CONV_OPS))
-    if convs.size and lay_role.any():
-        layer = np.flatnonzero(cpu & t.mask_names(lambda s: s in N.LAYER_OPS))
+    convs = _idx(cpu & t.mask_names(lambda s: s in N.CONV_OPS))
+    if convs.size and with_role(cpu, R_LAYER | R_ADD).any():
+        layer = _idx(cpu & t.mask_names(lambda s: s in N.LAYER_OPS))
         for th in _codes_of(tid[convs]):
             lay = layer[tid[layer] == th]
             lay = lay[np.argsort(ts[lay], kind="stable")]
             if lay.size == 0:
                 continue
-            c_end = end[convs[tid[convs] == th]]
+            cv = convs[tid[convs] == th]
+            c_end = ts[cv] + dur[cv]
             k = np.searchsorted(ts[lay], c_end - 1e-6)
             for j, ce in zip(k.tolist(), c_end.tolist()):
                 while j < lay.size and ts[lay[j]] < ce:
                     j += 1
                 if j < lay.size:
                     ok[lay[j]] = False
-        adds = np.flatnonzero(cpu & ((roles & R_ADD) != 0))
-        ok[adds[_inside(ts, end, dur, tid, adds, convs)]] = False
+        del layer
+        adds = _idx(with_role(cpu, R_ADD))
+        ok[adds[_inside(ts, dur, tid, adds, convs)]] = False
+        del adds
+    del convs
     # ... copy_ casts: no copy op at all
-    cp = cpu & ((roles & R_COPY_) != 0)
+    cp = with_role(cpu, R_COPY_)
     if cp.any() and (cpu & t.mask_names(lambda s: s in N.COPY_OPS)).any():
         ok[cp] = False
+    del cp
 
-    roled = cpu & ((roles & (R_WINDOW | R_FACTORY | R_LAYER | R_ADD | R_COPY_)) != 0)
-    roled |= host & ((roles & R_BW) != 0)
-    roled &= (roles & R_PROTECT) == 0
-    out |= roled & ok
+    roled = with_role(cpu, R_WINDOW | R_FACTORY | R_LAYER | R_ADD | R_COPY_)
+    roled |= with_role(host, R_BW)
+    roled &= np.bitwise_and(roles, R_PROTECT) == 0
+    roled &= ok
+    out |= roled
+    del roled, ok
     # host ops no feature names (kept before the first device event, for a host-only phase split)
-    out |= (cpu | host) & (roles == 0)
+    cpu |= host
+    cpu &= roles == 0
+    out |= cpu
+    del cpu, host, roles
     # never the rows that set the rank's window (wall time, evidence times, trace start)
     span = x & ~t.mask_cat("Trace")
     if span.any():
-        out &= ~(span & ((ts == ts[span].min()) | (end == end[span].max())))
-    out &= ~(x & (ts == ts[x].min()))
+        si = _idx(span)
+        s_end = ts[si] + dur[si]
+        first, last = ts[si].min(), s_end.max()
+        out[si[(ts[si] == first) | (s_end == last)]] = False
+        del si, s_end
+    del span
+    xi = _idx(x)
+    out[xi[ts[xi] == ts[xi].min()]] = False
+    del xi
 
     # runtime calls kept for their correlation id only
     rt = t.mask_cat(*N.RUNTIME_CATS)
     if rt.any():
-        launchlike = t.mask_names(lambda s: N.is_launch(s) or s in N.SYNC_APIS or s in N.ALLOCATOR_APIS)
-        cand = np.flatnonzero(rt & ~launchlike)
+        rt &= ~t.mask_names(lambda s: N.is_launch(s) or s in N.SYNC_APIS or s in N.ALLOCATOR_APIS)
+        cand = _idx(rt)
+        del rt
         if cand.size:
-            gpu_corr = np.sort(t.correlation[np.flatnonzero(device)])
+            gpu_corr = np.sort(t.correlation[_idx(device)])
             corr = t.correlation[cand]
             pos = np.clip(np.searchsorted(gpu_corr, corr), 0, max(gpu_corr.size - 1, 0))
             hit = gpu_corr[pos] == corr if gpu_corr.size else np.zeros(corr.size, dtype=bool)
@@ -194,14 +245,19 @@ def prune(t: RankTrace, protect_from: int | None = None) -> tuple[int, int]:
     before = int(drop[:protect_from].sum()) if protect_from is not None else k
     if k == 0:
         return 0, 0
-    keep = ~drop
-    del drop
-    new_pos = np.cumsum(keep) - 1
+    dropped = np.flatnonzero(drop)  # k positions; a row's new position is its old one less the drops before it
+    np.logical_not(drop, out=drop)
+    keep = drop
+    n_keep = keep.size - k
     for f in ("ts", "dur", "ph", "cat", "name", "pid", "tid", "correlation", "stream", "device", "external_id",
               "nbytes", "total_allocated"):
-        setattr(t, f, getattr(t, f)[keep])
+        a = getattr(t, f)
+        # a broadcast column (compact.constant_columns) stays one value
+        setattr(t, f, np.broadcast_to(a[:1], (n_keep,)) if a.ndim == 1 and a.strides == (0,) else a[keep])
     for f in ("input_dims", "input_type", "call_stack", "collective", "msg_nelems", "python_id"):
         d = getattr(t, f)
         if d:
-            setattr(t, f, {int(new_pos[i]): v for i, v in d.items() if keep[i]})
+            rows = np.fromiter(d.keys(), dtype=np.int64, count=len(d))
+            new_pos = (rows - np.searchsorted(dropped, rows)).tolist()
+            setattr(t, f, {p: v for p, (i, v), kept in zip(new_pos, d.items(), keep[rows].tolist()) if kept})
     return k, before
