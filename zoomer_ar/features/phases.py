@@ -77,12 +77,23 @@ def _point_in(points: np.ndarray, u: tuple[np.ndarray, np.ndarray]) -> np.ndarra
     return (k >= 0) & (points < e[kk])
 
 
-def _per_tid_union(trace: RankTrace, idx: np.ndarray, end: np.ndarray) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+def _per_tid_union(trace: RankTrace, idx: np.ndarray) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     out = {}
     for tid in np.unique(trace.tid[idx]).tolist():
         sel = idx[trace.tid[idx] == tid]
-        out[int(tid)] = iv.union(trace.ts[sel], end[sel])
+        out[int(tid)] = iv.union(trace.ts[sel], _end(trace, sel))
     return out
+
+
+def _end(trace: RankTrace, idx: np.ndarray) -> np.ndarray:
+    """End times of the rows idx (ts + dur of those rows: no whole-trace end column is kept)."""
+    return trace.ts[idx] + trace.dur[idx]
+
+
+def _rows(mask: np.ndarray) -> np.ndarray:
+    """np.flatnonzero as int32 (half the memory of int64 positions; rows fit below 2**31)."""
+    idx = np.flatnonzero(mask)
+    return idx.astype(np.int32) if mask.size < 2**31 else idx
 
 
 def _inside_per_tid(trace: RankTrace, points_idx: np.ndarray, unions: dict[int, tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
@@ -108,74 +119,86 @@ def _split(t0: float, t1: float, phase_unions: dict[str, tuple[np.ndarray, np.nd
     for s, e in list(phase_unions.values()) + [waiting_for_data]:
         bounds.append(s)
         bounds.append(e)
-    b = np.unique(np.clip(np.concatenate(bounds), t0, t1))
+    b = np.clip(np.concatenate(bounds), t0, t1)
+    del bounds
+    b = np.unique(b)
     if b.size < 2:
         return out
-    seg_s, seg_e = b[:-1], b[1:]
-    length = seg_e - seg_s
-    mid = (seg_s + seg_e) / 2.0
-    active = {p: _point_in(mid, u) for p, u in phase_unions.items()}
-    n = np.zeros(mid.size)
-    for a in active.values():
-        n += a
-    busy = n > 0
-    share = np.where(busy, length / np.maximum(n, 1.0), 0.0)
-    for p, a in active.items():
-        out[p] += float(share[a].sum())
-    idle = ~busy
-    data = idle & _point_in(mid, waiting_for_data)
-    out["dataloader"] += float(length[data].sum())
-    out["idle"] += float(length[idle & ~data].sum())
+    # segments a chunk at a time: a GPU-dense trace has about as many boundaries as kernels, and
+    # each segment's share needs a dozen numbers
+    for a in range(0, b.size - 1, _SEGMENTS):
+        seg_s, seg_e = b[a : a + _SEGMENTS], b[a + 1 : a + _SEGMENTS + 1]
+        seg_s = seg_s[: seg_e.size]
+        length = seg_e - seg_s
+        mid = (seg_s + seg_e) / 2.0
+        active = {p: _point_in(mid, u) for p, u in phase_unions.items()}
+        n = np.zeros(mid.size)
+        for act in active.values():
+            n += act
+        busy = n > 0
+        share = np.where(busy, length / np.maximum(n, 1.0), 0.0)
+        del n
+        for p, act in active.items():
+            out[p] += float(share[act].sum())
+        del share, active
+        idle = ~busy
+        data = idle & _point_in(mid, waiting_for_data)
+        out["dataloader"] += float(length[data].sum())
+        out["idle"] += float(length[idle & ~data].sum())
     return out
+
+
+_SEGMENTS = 1 << 18  # segments per step of _split
 
 
 def rank_phases(trace: RankTrace) -> dict[str, Any]:
     """Phase time of one rank, microseconds: {"basis": "gpu"|"host"|None, "wall_us": .., "<phase>_us": ..}."""
     t = trace
     x = t.ph == PH_COMPLETE
-    end = t.ts + t.dur
     allx = x & ~t.mask_cat("Trace")
     out: dict[str, Any] = {"basis": None, "wall_us": 0.0, **{f"{p}_us": 0.0 for p in PHASES}}
     if not allx.any():
         return out
-    t0, t1 = float(t.ts[allx].min()), float(end[allx].max())
+    t0, t1 = float(t.ts.min(where=allx, initial=np.inf)), float((t.ts + t.dur).max(where=allx, initial=-np.inf))
+    del allx
     out["wall_us"] = t1 - t0
     host_ops = (t.mask_cat(*N.CPU_OP_CATS, "user_annotation") & x) & ~t.mask_cat("gpu_user_annotation")
-    opt = np.flatnonzero(host_ops & t.mask_names(_is_optimizer_window))
-    dl = np.flatnonzero(x & t.mask_names(N.is_dataloader_next) & ~t.mask_cat("gpu_user_annotation"))
-    bw = np.flatnonzero(host_ops & t.mask_names(is_backward_op))
-    steps = np.flatnonzero(host_ops & t.mask_names(N.is_profiler_step))
+    opt = _rows(host_ops & t.mask_names(_is_optimizer_window))
+    dl = _rows(x & t.mask_names(N.is_dataloader_next) & ~t.mask_cat("gpu_user_annotation"))
+    bw = _rows(host_ops & t.mask_names(is_backward_op))
+    steps = _rows(host_ops & t.mask_names(N.is_profiler_step))
     step_tids = set(np.unique(t.tid[steps]).tolist())
     # the autograd engine's thread: runs backward ops and is not the thread that runs the steps
     bw_threads = set(np.unique(t.tid[bw]).tolist()) - step_tids if step_tids else set()
-    dl_union = iv.union(t.ts[dl], end[dl])
-    device = np.flatnonzero((t.mask_cat(*N.GPU_CATS, *N.ACCEL_ONLY_CATS)) & x)
+    dl_union = iv.union(t.ts[dl], _end(t, dl))
+    device = _rows((t.mask_cat(*N.GPU_CATS, *N.ACCEL_ONLY_CATS)) & x)
     if device.size:
         out["basis"] = "gpu"
         code = {p: i for i, p in enumerate(PHASES)}  # phase per device event as a 1-byte code
         phase_of = np.full(device.size, code["forward"], dtype=np.uint8)
         # launcher of each device event, by correlation id
-        runtime = np.flatnonzero(t.mask_cat(*N.RUNTIME_CATS) & x)
+        runtime = _rows(t.mask_cat(*N.RUNTIME_CATS) & x)
         rt_corr = t.correlation[runtime]
         ok = rt_corr != INT_NONE
         runtime, rt_corr = runtime[ok], rt_corr[ok]
         order = np.argsort(rt_corr, kind="stable")
         runtime, rt_corr = runtime[order], rt_corr[order]
+        del order
         want = t.correlation[device]
-        launcher = np.full(device.size, -1, dtype=np.int64)
+        launcher = np.full(device.size, -1, dtype=runtime.dtype)
         if rt_corr.size:
             pos = np.clip(np.searchsorted(rt_corr, want), 0, rt_corr.size - 1)
             hit = (rt_corr[pos] == want) & (want != INT_NONE)
             launcher = np.where(hit, runtime[pos], -1)
             del pos, hit
-        del runtime, rt_corr, ok, order, want  # per-row temporaries: peak memory of big traces
+        del runtime, rt_corr, ok, want  # per-row temporaries: peak memory of big traces
         has = launcher >= 0
         li = launcher[has]
         sub = np.full(li.size, code["forward"], dtype=np.uint8)
-        in_bw = _inside_per_tid(t, li, _per_tid_union(t, bw, end)) | np.isin(t.tid[li], list(bw_threads))
+        in_bw = _inside_per_tid(t, li, _per_tid_union(t, bw)) | np.isin(t.tid[li], list(bw_threads))
         sub[in_bw] = code["backward"]
-        sub[_inside_per_tid(t, li, _per_tid_union(t, dl, end))] = code["dataloader"]
-        sub[_inside_per_tid(t, li, _per_tid_union(t, opt, end))] = code["optimizer"]
+        sub[_inside_per_tid(t, li, _per_tid_union(t, dl))] = code["dataloader"]
+        sub[_inside_per_tid(t, li, _per_tid_union(t, opt))] = code["optimizer"]
         phase_of[has] = sub
         del sub, li, has, launcher, in_bw
         comm_codes = t.name_codes(N.is_comm_kernel)
@@ -185,27 +208,27 @@ def rank_phases(trace: RankTrace) -> dict[str, Any]:
         for p in PHASES:
             sel = device[phase_of == code[p]]
             if sel.size:
-                unions[p] = iv.union(t.ts[sel], end[sel])
+                unions[p] = iv.union(t.ts[sel], _end(t, sel))
         split = _split(t0, t1, unions, dl_union)
     else:
-        host = np.flatnonzero(host_ops & ~t.mask_names(N.is_profiler_step))
+        host = _rows(host_ops & ~t.mask_names(N.is_profiler_step))
         if not host.size:
             return out
         out["basis"] = "host"
         unions = {
-            "optimizer": iv.union(t.ts[opt], end[opt]),
+            "optimizer": iv.union(t.ts[opt], _end(t, opt)),
             "dataloader": dl_union,
-            "backward": iv.union(t.ts[bw], end[bw]),
+            "backward": iv.union(t.ts[bw], _end(t, bw)),
         }
         special = np.concatenate([opt, dl, bw])
-        covered = iv.union(t.ts[special], end[special])
-        inside = iv.overlap_with(t.ts[host], end[host], covered) >= t.dur[host] * 0.999
+        covered = iv.union(t.ts[special], _end(t, special))
+        inside = iv.overlap_with(t.ts[host], _end(t, host), covered) >= t.dur[host] * 0.999
         other = host[~inside]
         if bw_threads:
             other = other[~np.isin(t.tid[other], list(bw_threads))]
             extra = host[np.isin(t.tid[host], list(bw_threads))]
-            unions["backward"] = iv.union(np.concatenate([t.ts[bw], t.ts[extra]]), np.concatenate([end[bw], end[extra]]))
-        unions["forward"] = iv.union(t.ts[other], end[other])
+            unions["backward"] = iv.union(np.concatenate([t.ts[bw], t.ts[extra]]), np.concatenate([_end(t, bw), _end(t, extra)]))
+        unions["forward"] = iv.union(t.ts[other], _end(t, other))
         unions = {p: u for p, u in unions.items() if u[0].size}
         split = _split(t0, t1, unions, (np.empty(0), np.empty(0)))
     for p in PHASES:

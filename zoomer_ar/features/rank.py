@@ -214,12 +214,17 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
     rt_idx, rt_corr = rt_idx[ok], rt_corr[ok]
     corr_order = np.argsort(rt_corr, kind="stable")
     rt_corr_sorted = rt_corr[corr_order]
-    launch_end = np.full(glen.size, np.nan)
+    # host-bound gap: the host call that launched the next GPU op ended after the gap began
+    host_bound = np.zeros(glen.size, dtype=bool)
     if glen.size and rt_corr_sorted.size:
         want = t.correlation[nxt]
         pos = np.clip(np.searchsorted(rt_corr_sorted, want), 0, rt_corr_sorted.size - 1)
         hit = (rt_corr_sorted[pos] == want) & (want != INT_NONE)
+        del want
         launch_end = np.where(hit, c.end[rt_idx[corr_order[pos]]], np.nan)
+        del pos, hit
+        host_bound = np.nan_to_num(launch_end, nan=-np.inf) > g0 + 1.0
+        del launch_end
     c.launch_lookup = (rt_corr_sorted, rt_idx[corr_order])
     del rt_idx, rt_corr, ok, corr_order
     # syncs: host calls that block until the GPU drains
@@ -233,15 +238,22 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
         s_start = t.ts[sync_like][se_order]
         k = np.clip(np.searchsorted(s_end, g0 - TOL_US), 0, s_end.size - 1)
         sync_caused = (s_end[k] >= g0 - TOL_US) & (s_end[k] <= g1) & (s_start[k] < g0)
-    host_bound = np.nan_to_num(launch_end, nan=-np.inf) > g0 + 1.0
-    sync_part = np.where(sync_caused, rest, 0.0)
-    host_part = np.where(~sync_caused & host_bound, rest, 0.0)
-    other_part = rest - sync_part - host_part
+    # each gap's rest (after data) goes to sync, host or other; one buffer holds each part in
+    # turn (rest x mask is rest or 0.0: the values np.where would give, summed in the same order)
+    part = np.empty(glen.size)
+    np.multiply(rest, sync_caused, out=part)
+    sync_sum = float(part.sum())
+    other = rest - part
+    np.multiply(rest, ~sync_caused & host_bound, out=part)
+    host_sum = float(part.sum())
+    other -= part
+    other_sum = float(other.sum())
+    del part, other
     v["idle_data_ms_total"] = float(data_part.sum()) / 1000.0
-    v["idle_sync_ms_total"] = float(sync_part.sum()) / 1000.0
-    v["idle_host_ms_total"] = float(host_part.sum()) / 1000.0
-    v["idle_other_ms_total"] = float(other_part.sum()) / 1000.0
-    v["host_idle_share"] = float(host_part.sum() / idle_total) if idle_total > 0 else None
+    v["idle_sync_ms_total"] = sync_sum / 1000.0
+    v["idle_host_ms_total"] = host_sum / 1000.0
+    v["idle_other_ms_total"] = other_sum / 1000.0
+    v["host_idle_share"] = float(host_sum / idle_total) if idle_total > 0 else None
     if glen.size:
         top = np.argsort(-glen)[:EVIDENCE_PER_KIND]
         # the cause of the shown gaps only (a string array over every gap costs 20 bytes a gap)
@@ -271,7 +283,7 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
                 )
                 for j in sync_gaps[np.argsort(-glen[sync_gaps])][:EVIDENCE_PER_KIND]
             ]
-    del g0, g1, glen, data_part, rest, launch_end, sync_caused, host_bound, sync_part, host_part, other_part, nxt
+    del g0, g1, glen, data_part, rest, sync_caused, host_bound, nxt
     short = kern[kd < 10.0]
     del kd
     if short.size:

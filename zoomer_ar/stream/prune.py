@@ -97,7 +97,11 @@ def _inside(ts, dur, tid, idx, outer) -> np.ndarray:
     return keep
 
 
-_CHUNK = 1 << 18  # rows per step of _inside
+_CHUNK = 1 << 18  # rows per step of _inside and of the whole-column sums below
+
+
+def _chunks(n: int):
+    return ((a, min(a + _CHUNK, n)) for a in range(0, n, _CHUNK))
 
 
 def removable(t: RankTrace) -> np.ndarray:
@@ -113,6 +117,7 @@ def removable(t: RankTrace) -> np.ndarray:
     device &= x
     if not device.any():
         return out  # phases split host time over every host op
+    del device  # computed again at the end (one byte per row less while the rules run)
     roles_of = np.fromiter((_role(s) for s in t.names), dtype=np.uint8, count=len(t.names))
     roles = roles_of[t.name]
     ts, dur, tid = t.ts, t.dur, t.tid
@@ -209,15 +214,14 @@ def removable(t: RankTrace) -> np.ndarray:
     # never the rows that set the rank's window (wall time, evidence times, trace start)
     span = x & ~t.mask_cat("Trace")
     if span.any():
-        si = _idx(span)
-        s_end = ts[si] + dur[si]
-        first, last = ts[si].min(), s_end.max()
-        out[si[(ts[si] == first) | (s_end == last)]] = False
-        del si, s_end
+        first = ts.min(where=span, initial=np.inf)
+        last = max(float((ts[a:b] + dur[a:b]).max(where=span[a:b], initial=-np.inf)) for a, b in _chunks(n))
+        for a, b in _chunks(n):  # (ts == first) | (end == last), on the span rows, a chunk at a time
+            hit = (ts[a:b] == first) | ((ts[a:b] + dur[a:b]) == last)
+            hit &= span[a:b]
+            out[a:b] &= ~hit
     del span
-    xi = _idx(x)
-    out[xi[ts[xi] == ts[xi].min()]] = False
-    del xi
+    out &= ~(x & (ts == ts.min(where=x, initial=np.inf)))
 
     # runtime calls kept for their correlation id only
     rt = t.mask_cat(*N.RUNTIME_CATS)
@@ -226,7 +230,10 @@ def removable(t: RankTrace) -> np.ndarray:
         cand = _idx(rt)
         del rt
         if cand.size:
+            device = t.mask_cat(*N.GPU_CATS, *N.ACCEL_ONLY_CATS)
+            device &= x
             gpu_corr = np.sort(t.correlation[_idx(device)])
+            del device
             corr = t.correlation[cand]
             pos = np.clip(np.searchsorted(gpu_corr, corr), 0, max(gpu_corr.size - 1, 0))
             hit = gpu_corr[pos] == corr if gpu_corr.size else np.zeros(corr.size, dtype=bool)
