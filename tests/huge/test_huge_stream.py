@@ -295,3 +295,48 @@ def test_bad_input_is_refused_as_by_the_in_memory_path(tmp_path, payload, needle
     ref, got = both(path, slice_bytes=64)
     assert isinstance(ref, InputError) and isinstance(got, InputError)
     assert ref.reason == got.reason and needle in got.reason
+
+
+# ------------------------------------------------------------------------------------------------
+# one-value columns stay broadcasts while a rank is read and pruned (memory of huge traces)
+# ------------------------------------------------------------------------------------------------
+
+
+def test_one_value_column_parts_concatenate_as_a_broadcast():
+    from zoomer_ar.stream.compact import _as_constant, _concat
+
+    nan_parts = [_as_constant(np.full(5, np.nan)), _as_constant(np.full(3, np.nan)), np.full(1, np.nan)]
+    assert all(p.strides == (0,) for p in nan_parts[:2])
+    got = _concat(nan_parts)
+    assert got.strides == (0,) and got.shape == (9,) and np.isnan(got).all()
+    ids = [_as_constant(np.full(4, -1, dtype=np.int16)), _as_constant(np.full(2, -1, dtype=np.int16))]
+    got = _concat(ids)
+    assert got.strides == (0,) and got.dtype == np.int16 and (got == -1).all() and got.size == 6
+    # different values, or a part that varies: an ordinary concatenation, same values and dtype
+    mixed = [_as_constant(np.full(3, 7.0)), _as_constant(np.full(2, np.nan)), np.array([1.0, 2.0])]
+    ref = np.concatenate([np.asarray(p).copy() for p in mixed])
+    got = _concat(mixed)
+    assert got.strides != (0,) and np.array_equal(got, ref, equal_nan=True) and got.dtype == ref.dtype
+    varied = np.array([1.0, 2.0, 2.0])
+    assert _as_constant(varied) is varied
+    empty = [np.empty(0, dtype=np.int32)]
+    assert _concat(empty).dtype == np.int32 and _concat(empty).size == 0
+
+
+def test_prune_keeps_broadcast_columns_broadcast(generated):
+    from zoomer_ar.stream.compact import constant_columns
+    from zoomer_ar.stream.prune import prune
+
+    path = generated["tiled"]
+    full, _ = stream_rank(path, prune_rows=1 << 40, frames=False)  # not pruned
+    bcast, _ = stream_rank(path, prune_rows=1 << 40, frames=False)
+    for f in ("stream", "device", "external_id", "correlation", "nbytes", "total_allocated"):
+        setattr(full, f, np.array(getattr(full, f)))  # every column materialised, one value or not
+    assert constant_columns(bcast) == [] and bcast.total_allocated.strides == (0,)  # the loader made it one
+    assert full.total_allocated.strides != (0,)
+    removed_full, _ = prune(full)
+    removed_bcast, _ = prune(bcast)
+    assert removed_full == removed_bcast > 0
+    assert bcast.total_allocated.strides == (0,) and bcast.total_allocated.shape == full.ts.shape
+    for f in ("ts", "dur", "name", "tid", "correlation", "total_allocated"):
+        assert np.array_equal(getattr(full, f), getattr(bcast, f), equal_nan=True), f
