@@ -63,7 +63,7 @@ def trace_start_unix_s(trace: RankTrace) -> float | None:
     x = trace.ph == PH_COMPLETE
     if not x.any():
         return None
-    first = float(trace.ts[x].min()) / 1e6
+    first = (float(trace.ts[x].min()) + trace.ts_base) / 1e6
     return first if _plausible_epoch_s(first) else None
 
 

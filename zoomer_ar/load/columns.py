@@ -56,6 +56,8 @@ class RankTrace:
     pid_values: list[Any] = field(default_factory=list)
     tid_values: list[Any] = field(default_factory=list)
     time_unit_note: str = ""
+    # microseconds subtracted from `ts` (load.job.rebase_times): absolute time = ts + ts_base
+    ts_base: float = 0.0
 
     def __len__(self) -> int:
         return int(self.ts.shape[0])

@@ -514,6 +514,46 @@ def stream_trace(
     return stream_trace(path, max_bytes=max_bytes, progress=None, fast=False) if redo else None
 
 
+REBASE_MIN_US = float(1 << 20)  # timestamps below ~1 s are kept as they are
+
+
+def rebase_times(ranks: list[RankTrace]) -> None:
+    """Make every rank's timestamps relative to the job's first whole microsecond (the same base
+    for all ranks, so that they stay comparable), and remember it in `RankTrace.ts_base`.
+
+    Kineto writes epoch microseconds (~1.7e15), where a float64 steps by 0.25 us: `ts + dur` of a
+    0.1 us op equals its `ts`, and containment tests (an op inside an optimizer window) fail for
+    short ops. Measured on hta/ns_resolution_trace: 156 of 2,415 per-parameter optimizer ops
+    found, GPU busy 98.424% for 98.422%. Subtracting a whole-microsecond base is exact (both are
+    multiples of the coarser step), and the sums made afterwards are exact to about 1e-9 us.
+
+    The base is the floor of the earliest complete event's start (else the earliest instant's),
+    which the streaming path keeps too. A rank already rebased on its own (the streaming path
+    rebases each rank before pruning it) is shifted by the whole difference of the two bases:
+    the same values as one subtraction from the absolute times."""
+    firsts = []
+    for r in ranks:
+        for ph in (PH_COMPLETE, PH_INSTANT):
+            m = r.ph == ph
+            m &= np.isfinite(r.ts)
+            if m.any():
+                firsts.append(float(r.ts.min(where=m, initial=np.inf)) + r.ts_base)
+                break
+    if not firsts:
+        return
+    base = float(np.floor(min(firsts)))
+    if abs(base) < REBASE_MIN_US and all(r.ts_base == 0.0 for r in ranks):
+        return
+    for r in ranks:
+        shift = base - r.ts_base
+        if shift:
+            if r.ts.dtype == np.float64 and r.ts.flags.writeable:
+                np.subtract(r.ts, shift, out=r.ts)
+            else:
+                r.ts = np.asarray(r.ts, dtype=np.float64) - shift
+        r.ts_base = base
+
+
 def assemble_job(
     p: Path, name: str | None, ranks: list[RankTrace], infos: list[RankInfo], skipped: list[SkippedFile]
 ) -> Job:
@@ -533,6 +573,7 @@ def assemble_job(
                 trace.rank, info.rank, info.rank_source = i, i, "default"
     order = sorted(range(len(ranks)), key=lambda i: ranks[i].rank)
     ranks = [ranks[i] for i in order]
+    rebase_times(ranks)
     infos = [infos[i] for i in order]
     world = max([i.world_size or 0 for i in infos] + [len(ranks)])
     info = JobInfo(

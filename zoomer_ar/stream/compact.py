@@ -901,6 +901,8 @@ class CompactBuilder:
         dur = _float_column([e.dur for e in events])
         if ns:
             ts, dur = ts / 1000.0, dur / 1000.0
+        if trace.ts_base:
+            ts = ts - trace.ts_base  # as the trace's other times (load.job.rebase_times)
         cols, sparse = self._rows(events, list(range(n)), cc, ph, ts, dur, np.zeros(n, dtype=np.int64), nc=nc)
         ords = np.asarray(self.extra_ordinals + [o for o, _ in found], dtype=np.int64)
         perm = np.argsort(ords, kind="stable")

@@ -83,6 +83,7 @@ def add_frames(trace: RankTrace, builder: CompactBuilder, path: Path, *, ns: boo
         sel = a_tid == code
         want[tids[code]] = (a_t0[sel], a_t1[sel])
     scale = 1000.0 if ns else None
+    rebased = trace.ts_base
     have = set(builder.extra_ordinals)
     found: list[tuple[int, RawEvent]] = []
     state = {"base": 0}
@@ -100,6 +101,7 @@ def add_frames(trace: RankTrace, builder: CompactBuilder, path: Path, *, ns: boo
             ts = float(_NUM.decode(e.ts))
             dur = float(_NUM.decode(e.dur)) if e.dur is not None else 0.0
             t, d = (ts / scale, dur / scale) if scale else (ts, dur)
+            t -= rebased  # the trace's times are relative to its base (load.job.rebase_times)
             end = t + d
             t0s, t1s = spans
             if np.any((t <= t0s) & (end >= t1s)) and base + j not in have:

@@ -21,7 +21,7 @@ from pathlib import Path
 from ..errors import InputError
 from ..load import fastcols
 from ..load.columns import RankTrace
-from ..load.job import Job, _accelerator, _schema, assemble_job, load_trace, rank_from_name
+from ..load.job import Job, _accelerator, _schema, assemble_job, load_trace, rank_from_name, rebase_times
 from ..load.reader import Progress
 from ..models import RankInfo, SkippedFile
 from .compact import CompactBuilder, NeedAnotherPass, constant_columns, fix_mmap_threshold, trim_heap
@@ -110,6 +110,7 @@ def stream_rank(path: Path, *, rank_hint: int | None = None, progress: Progress 
         "baseTimeNanoseconds": top.get("baseTimeNanoseconds"),
         "streamed": {"passes": passes, "events": b.n_events, "kept": len(trace), "json_bytes": res.json_bytes},
     }
+    rebase_times([trace])  # pruning mirrors the features' sums: on the times they will read
     if prune_rows is None:
         prune_rows = _env_int("ZOOMER_STREAM_PRUNE_ROWS", PRUNE_ROWS)
     if len(trace) > prune_rows:
