@@ -40,6 +40,13 @@ class RankFeatures:
         ]
 
 
+def _rows(mask: np.ndarray) -> np.ndarray:
+    """np.flatnonzero as int32 (rows fit below 2**31): half the memory of the int64 positions over
+    every GPU event and runtime call of a huge trace."""
+    idx = np.flatnonzero(mask)
+    return idx.astype(np.int32) if mask.size < 2**31 else idx
+
+
 def _pct(values: np.ndarray, q: float) -> float | None:
     return float(np.percentile(values, q)) if values.size else None
 
@@ -157,7 +164,7 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
     t = c.t
     v = rf.v
     n_steps = v["n_steps"]
-    gpu_idx = np.flatnonzero(c.gpu)
+    gpu_idx = _rows(c.gpu)
     accel_idx = np.flatnonzero(t.mask_cat(*N.ACCEL_ONLY_CATS) & c.x)
     v["has_gpu"] = bool(gpu_idx.size)
     v["has_accelerator"] = bool(gpu_idx.size or accel_idx.size)
@@ -188,7 +195,7 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
     rf._timeline_of = (us, ue, c.t0)  # timeline bins for the report, when asked
 
     # --- kernels / launches
-    kern = np.flatnonzero(t.mask_cat(*N.KERNEL_CATS) & c.x)
+    kern = _rows(t.mask_cat(*N.KERNEL_CATS) & c.x)
     kd = t.dur[kern]
     v["kernel_count"] = int(kern.size)
     v["kernel_ms_total"] = float(kd.sum()) / 1000.0
@@ -196,7 +203,7 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
     v["kernel_dur_p90_us"] = _pct(kd, 90)
     v["short_kernel_share"] = float((kd < 10.0).mean()) if kd.size else None
     runtime = t.mask_cat(*N.RUNTIME_CATS) & c.x
-    launch = np.flatnonzero(c.name_mask(N.is_launch, runtime))
+    launch = _rows(c.name_mask(N.is_launch, runtime))
     v["launch_count"] = int(launch.size)
     v["launch_dur_p50_us"] = _pct(t.dur[launch], 50)
     v["launch_ms_total"] = float(t.dur[launch].sum()) / 1000.0
@@ -217,15 +224,15 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
         data_part = np.minimum(iv.overlap_with(g0, g1, iv.union(t.ts[dl], c.end[dl])), glen)
     rest = glen - data_part
     # next GPU op after each gap and the host call that launched it
-    order = np.argsort(gs, kind="stable")
+    order = np.argsort(gs, kind="stable").astype(gpu_idx.dtype)
     sorted_starts = gs[order]
     nxt = gpu_idx[order[np.clip(np.searchsorted(sorted_starts, g1 - 1e-6), 0, order.size - 1)]] if glen.size else np.empty(0, int)
     del gs, gpu_idx, order, sorted_starts
-    rt_idx = np.flatnonzero(runtime)
+    rt_idx = _rows(runtime)
     rt_corr = t.correlation[rt_idx]
     ok = rt_corr != INT_NONE
     rt_idx, rt_corr = rt_idx[ok], rt_corr[ok]
-    corr_order = np.argsort(rt_corr, kind="stable")
+    corr_order = np.argsort(rt_corr, kind="stable").astype(rt_idx.dtype)
     rt_corr_sorted = rt_corr[corr_order]
     # host-bound gap: the host call that launched the next GPU op ended after the gap began
     host_bound = np.zeros(glen.size, dtype=bool)
