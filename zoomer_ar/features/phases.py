@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ..load.columns import INT_NONE, PH_COMPLETE, RankTrace
+from ..load.columns import INT_NONE, PH_COMPLETE, RankTrace, row_positions
 from . import intervals as iv
 from . import names as N
 
@@ -88,12 +88,6 @@ def _per_tid_union(trace: RankTrace, idx: np.ndarray) -> dict[int, tuple[np.ndar
 def _end(trace: RankTrace, idx: np.ndarray) -> np.ndarray:
     """End times of the rows idx (ts + dur of those rows: no whole-trace end column is kept)."""
     return trace.ts[idx] + trace.dur[idx]
-
-
-def _rows(mask: np.ndarray) -> np.ndarray:
-    """np.flatnonzero as int32 (half the memory of int64 positions; rows fit below 2**31)."""
-    idx = np.flatnonzero(mask)
-    return idx.astype(np.int32) if mask.size < 2**31 else idx
 
 
 def _inside_per_tid(trace: RankTrace, points_idx: np.ndarray, unions: dict[int, tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
@@ -163,21 +157,21 @@ def rank_phases(trace: RankTrace) -> dict[str, Any]:
     del allx
     out["wall_us"] = t1 - t0
     host_ops = (t.mask_cat(*N.CPU_OP_CATS, "user_annotation") & x) & ~t.mask_cat("gpu_user_annotation")
-    opt = _rows(host_ops & t.mask_names(_is_optimizer_window))
-    dl = _rows(x & t.mask_names(N.is_dataloader_next) & ~t.mask_cat("gpu_user_annotation"))
-    bw = _rows(host_ops & t.mask_names(is_backward_op))
-    steps = _rows(host_ops & t.mask_names(N.is_profiler_step))
+    opt = row_positions(host_ops & t.mask_names(_is_optimizer_window))
+    dl = row_positions(x & t.mask_names(N.is_dataloader_next) & ~t.mask_cat("gpu_user_annotation"))
+    bw = row_positions(host_ops & t.mask_names(is_backward_op))
+    steps = row_positions(host_ops & t.mask_names(N.is_profiler_step))
     step_tids = set(np.unique(t.tid[steps]).tolist())
     # the autograd engine's thread: runs backward ops and is not the thread that runs the steps
     bw_threads = set(np.unique(t.tid[bw]).tolist()) - step_tids if step_tids else set()
     dl_union = iv.union(t.ts[dl], _end(t, dl))
-    device = _rows((t.mask_cat(*N.GPU_CATS, *N.ACCEL_ONLY_CATS)) & x)
+    device = row_positions((t.mask_cat(*N.GPU_CATS, *N.ACCEL_ONLY_CATS)) & x)
     if device.size:
         out["basis"] = "gpu"
         code = {p: i for i, p in enumerate(PHASES)}  # phase per device event as a 1-byte code
         phase_of = np.full(device.size, code["forward"], dtype=np.uint8)
         # launcher of each device event, by correlation id
-        runtime = _rows(t.mask_cat(*N.RUNTIME_CATS) & x)
+        runtime = row_positions(t.mask_cat(*N.RUNTIME_CATS) & x)
         rt_corr = t.correlation[runtime]
         ok = rt_corr != INT_NONE
         runtime, rt_corr = runtime[ok], rt_corr[ok]
@@ -211,7 +205,7 @@ def rank_phases(trace: RankTrace) -> dict[str, Any]:
                 unions[p] = iv.union(t.ts[sel], _end(t, sel))
         split = _split(t0, t1, unions, dl_union)
     else:
-        host = _rows(host_ops & ~t.mask_names(N.is_profiler_step))
+        host = row_positions(host_ops & ~t.mask_names(N.is_profiler_step))
         if not host.size:
             return out
         out["basis"] = "host"

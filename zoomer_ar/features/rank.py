@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from ..load.columns import INT_NONE, PH_COMPLETE, PH_INSTANT, RankTrace
+from ..load.columns import INT_NONE, PH_COMPLETE, PH_INSTANT, RankTrace, row_positions
 from ..models import EvidenceEvent, TimelineBin
 from . import intervals as iv
 from . import names as N
@@ -38,13 +38,6 @@ class RankFeatures:
             TimelineBin.model_construct(t_ms=round((a - t0) / 1000.0, 3), busy_pct=round(b, 2))
             for a, b in zip(edges[:-1].tolist(), cov.tolist())
         ]
-
-
-def _rows(mask: np.ndarray) -> np.ndarray:
-    """np.flatnonzero as int32 (rows fit below 2**31): half the memory of the int64 positions over
-    every GPU event and runtime call of a huge trace."""
-    idx = np.flatnonzero(mask)
-    return idx.astype(np.int32) if mask.size < 2**31 else idx
 
 
 def _pct(values: np.ndarray, q: float) -> float | None:
@@ -164,7 +157,7 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
     t = c.t
     v = rf.v
     n_steps = v["n_steps"]
-    gpu_idx = _rows(c.gpu)
+    gpu_idx = row_positions(c.gpu)
     accel_idx = np.flatnonzero(t.mask_cat(*N.ACCEL_ONLY_CATS) & c.x)
     v["has_gpu"] = bool(gpu_idx.size)
     v["has_accelerator"] = bool(gpu_idx.size or accel_idx.size)
@@ -195,7 +188,7 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
     rf._timeline_of = (us, ue, c.t0)  # timeline bins for the report, when asked
 
     # --- kernels / launches
-    kern = _rows(t.mask_cat(*N.KERNEL_CATS) & c.x)
+    kern = row_positions(t.mask_cat(*N.KERNEL_CATS) & c.x)
     kd = t.dur[kern]
     v["kernel_count"] = int(kern.size)
     v["kernel_ms_total"] = float(kd.sum()) / 1000.0
@@ -203,7 +196,7 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
     v["kernel_dur_p90_us"] = _pct(kd, 90)
     v["short_kernel_share"] = float((kd < 10.0).mean()) if kd.size else None
     runtime = t.mask_cat(*N.RUNTIME_CATS) & c.x
-    launch = _rows(c.name_mask(N.is_launch, runtime))
+    launch = row_positions(c.name_mask(N.is_launch, runtime))
     v["launch_count"] = int(launch.size)
     v["launch_dur_p50_us"] = _pct(t.dur[launch], 50)
     v["launch_ms_total"] = float(t.dur[launch].sum()) / 1000.0
@@ -228,7 +221,7 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
     sorted_starts = gs[order]
     nxt = gpu_idx[order[np.clip(np.searchsorted(sorted_starts, g1 - 1e-6), 0, order.size - 1)]] if glen.size else np.empty(0, int)
     del gs, gpu_idx, order, sorted_starts
-    rt_idx = _rows(runtime)
+    rt_idx = row_positions(runtime)
     rt_corr = t.correlation[rt_idx]
     ok = rt_corr != INT_NONE
     rt_idx, rt_corr = rt_idx[ok], rt_corr[ok]

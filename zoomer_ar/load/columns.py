@@ -134,6 +134,14 @@ def _matching(predicate, names: list[str]) -> list[int]:
     return out
 
 
+def row_positions(mask: np.ndarray) -> np.ndarray:
+    """np.flatnonzero as int32 where the rows fit (below 2**31): half the memory of int64 positions,
+    which over every GPU event or host op of a multi-GB trace are the largest temporaries of the
+    feature code and of pruning."""
+    idx = np.flatnonzero(mask)
+    return idx.astype(np.int32) if mask.size < 2**31 else idx
+
+
 def _code_mask(column: np.ndarray, codes, n_codes: int) -> np.ndarray:
     """column isin codes, for a coded column (every value in [0, n_codes)): one table lookup per
     row instead of np.isin's sort or search."""

@@ -33,7 +33,7 @@ import numpy as np
 from ..features import intervals as iv
 from ..features import names as N
 from ..features.phases import is_backward_op
-from ..load.columns import INT_NONE, PH_COMPLETE, RankTrace
+from ..load.columns import INT_NONE, PH_COMPLETE, RankTrace, row_positions
 
 # name roles
 R_PROTECT, R_WINDOW, R_FACTORY, R_BW, R_LAYER, R_ADD, R_COPY_ = 1, 2, 4, 8, 16, 32, 64
@@ -68,13 +68,6 @@ def _codes_of(a: np.ndarray) -> list[int]:
         return []
     lo = int(a.min())
     return (np.flatnonzero(np.bincount(a.astype(np.int64) - lo)) + lo).tolist()
-
-
-def _idx(mask: np.ndarray) -> np.ndarray:
-    """np.flatnonzero as int32 where the rows fit (they do below 2**31): half the memory of the
-    int64 positions, which on a multi-GB trace are the largest temporaries here."""
-    idx = np.flatnonzero(mask)
-    return idx.astype(np.int32) if mask.size < 2**31 else idx
 
 
 def _inside(ts, dur, tid, idx, outer) -> np.ndarray:
@@ -133,18 +126,18 @@ def removable(t: RankTrace) -> np.ndarray:
         return base & (np.bitwise_and(roles, bits) != 0)
 
     # ... per-parameter ops: not inside an optimizer window
-    win = _idx(with_role(cpu, R_WINDOW))
+    win = row_positions(with_role(cpu, R_WINDOW))
     if win.size:
         opt = t.mask_names(N.is_optimizer_step)
         opt &= x
         opt &= ~t.mask_cat("gpu_user_annotation")
-        opt = _idx(opt)
+        opt = row_positions(opt)
         ok[win[_inside(ts, dur, tid, win, opt)]] = False
         del opt
     del win
     # ... factories: not the latest-ending factory before a `_to_copy` on the thread
-    fac = _idx(with_role(cpu, R_FACTORY))
-    to_copy = _idx(cpu & t.mask_names(lambda s: s == "aten::_to_copy"))
+    fac = row_positions(with_role(cpu, R_FACTORY))
+    to_copy = row_positions(cpu & t.mask_names(lambda s: s == "aten::_to_copy"))
     if fac.size and to_copy.size:
         for th in _codes_of(tid[to_copy]):
             f = fac[tid[fac] == th]
@@ -160,7 +153,7 @@ def removable(t: RankTrace) -> np.ndarray:
                 ok[f[order[need]]] = False
     del fac, to_copy
     # ... backward ops: contained in an earlier backward op of the same thread
-    bw = _idx(with_role(host, R_BW))
+    bw = row_positions(with_role(host, R_BW))
     if bw.size:
         keep_bw = np.ones(bw.size, dtype=bool)
         for th in _codes_of(tid[bw]):
@@ -173,9 +166,9 @@ def removable(t: RankTrace) -> np.ndarray:
         ok[bw[keep_bw]] = False
     del bw
     # ... layer and add ops: not the first layer op after a convolution, adds not inside one
-    convs = _idx(cpu & t.mask_names(lambda s: s in N.CONV_OPS))
+    convs = row_positions(cpu & t.mask_names(lambda s: s in N.CONV_OPS))
     if convs.size and with_role(cpu, R_LAYER | R_ADD).any():
-        layer = _idx(cpu & t.mask_names(lambda s: s in N.LAYER_OPS))
+        layer = row_positions(cpu & t.mask_names(lambda s: s in N.LAYER_OPS))
         for th in _codes_of(tid[convs]):
             lay = layer[tid[layer] == th]
             lay = lay[np.argsort(ts[lay], kind="stable")]
@@ -190,7 +183,7 @@ def removable(t: RankTrace) -> np.ndarray:
                 if j < lay.size:
                     ok[lay[j]] = False
         del layer
-        adds = _idx(with_role(cpu, R_ADD))
+        adds = row_positions(with_role(cpu, R_ADD))
         ok[adds[_inside(ts, dur, tid, adds, convs)]] = False
         del adds
     del convs
@@ -227,12 +220,12 @@ def removable(t: RankTrace) -> np.ndarray:
     rt = t.mask_cat(*N.RUNTIME_CATS)
     if rt.any():
         rt &= ~t.mask_names(lambda s: N.is_launch(s) or s in N.SYNC_APIS or s in N.ALLOCATOR_APIS)
-        cand = _idx(rt)
+        cand = row_positions(rt)
         del rt
         if cand.size:
             device = t.mask_cat(*N.GPU_CATS, *N.ACCEL_ONLY_CATS)
             device &= x
-            gpu_corr = np.sort(t.correlation[_idx(device)])
+            gpu_corr = np.sort(t.correlation[row_positions(device)])
             del device
             corr = t.correlation[cand]
             pos = np.clip(np.searchsorted(gpu_corr, corr), 0, max(gpu_corr.size - 1, 0))
