@@ -243,6 +243,8 @@ def measure_tree(kind: str, path: Path, timeout: float, every_s: float = TREE_SA
             time.sleep(every_s)
         if proc.returncode != 0:
             return {"error": f"exit {proc.returncode}"}
+        if peak_pss <= 0:  # no sample landed, or /proc/<pid>/smaps_rollup is not readable here
+            return {"error": f"no PSS sample in {samples} tries (/proc/<pid>/smaps_rollup unreadable?)"}
         return {"tree_pss_mb": peak_pss / 1024, "tree_rss_mb": peak_rss / 1024, "processes": procs, "samples": samples}
     finally:
         Path(out).unlink(missing_ok=True)
