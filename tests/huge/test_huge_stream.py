@@ -340,3 +340,39 @@ def test_prune_keeps_broadcast_columns_broadcast(generated):
     assert bcast.total_allocated.strides == (0,) and bcast.total_allocated.shape == full.ts.shape
     for f in ("ts", "dur", "name", "tid", "correlation", "total_allocated"):
         assert np.array_equal(getattr(full, f), getattr(bcast, f), equal_nan=True), f
+
+
+# ------------------------------------------------------------------------------------------------
+# the memory budget: a trace that outgrows it is refused in one line, while it is read
+# ------------------------------------------------------------------------------------------------
+
+
+def test_a_trace_over_the_memory_budget_is_refused_in_one_line(generated, tmp_path, monkeypatch, capsys):
+    path = generated["tiled"]
+    monkeypatch.setenv("ZOOMER_STREAM", "1")
+    monkeypatch.setenv("ZOOMER_MEMORY_LIMIT_MB", "1")  # below any Python process: the first chunk exceeds it
+    code = main(["analyze", str(path), "--out", str(tmp_path / "out"), "--format", "json", "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert str(path) in err and "ZOOMER_MEMORY_LIMIT_MB" in err and "zoomer-ar trace slice" in err
+    assert not (tmp_path / "out" / "findings.json").exists()
+    # no limit, and a limit the run stays under: analysed
+    for limit in ("0", "100000"):
+        monkeypatch.setenv("ZOOMER_MEMORY_LIMIT_MB", limit)
+        assert main(["analyze", str(path), "--out", str(tmp_path / limit), "--format", "json", "--no-progress"]) == 0
+        capsys.readouterr()
+
+
+def test_memory_budget_default_and_setting(monkeypatch):
+    from zoomer_ar.stream.guard import budget_mb, rss_mb
+
+    monkeypatch.delenv("ZOOMER_MEMORY_LIMIT_MB", raising=False)
+    one, four = budget_mb(1), budget_mb(4)
+    assert one is not None and four is not None and one > four > rss_mb()  # shared by the ranks read at once
+    monkeypatch.setenv("ZOOMER_MEMORY_LIMIT_MB", "0")
+    assert budget_mb() is None
+    monkeypatch.setenv("ZOOMER_MEMORY_LIMIT_MB", "512")
+    assert budget_mb(8) == 512.0
+    monkeypatch.setenv("ZOOMER_MEMORY_LIMIT_MB", "lots")  # not a number: the default
+    assert budget_mb(1) == pytest.approx(one, rel=0.5)

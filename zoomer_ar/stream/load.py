@@ -26,6 +26,7 @@ from ..load.reader import Progress
 from ..models import RankInfo, SkippedFile
 from .compact import CompactBuilder, NeedAnotherPass, constant_columns, fix_mmap_threshold, trim_heap
 from .frames import add_frames
+from .guard import MemoryGuard, budget_mb
 from .prune import prune
 from .scan import SLICE, scan, scan_columns
 from .source import CHUNK, StreamError, is_trace_file
@@ -47,13 +48,17 @@ def _env_int(name: str, default: int) -> int:
 
 def stream_rank(path: Path, *, rank_hint: int | None = None, progress: Progress | None = None,
                 slice_bytes: int = SLICE, chunk: int | None = None, frames: bool = True,
-                prune_rows: int | None = None, fast: bool | None = None) -> tuple[RankTrace, RankInfo]:
+                prune_rows: int | None = None, fast: bool | None = None,
+                memory_limit_mb: float | None = None) -> tuple[RankTrace, RankInfo]:
     """One trace file -> (compact RankTrace, RankInfo), as load_trace would give them.
 
     `fast` (default: where installed) reads events with the compiled reader; a file with an event
     outside its subset is read again with msgspec. Raises StreamError when the file must go to the
-    in-memory loader, InputError for bad input the streaming reader recognises itself."""
+    in-memory loader, InputError for bad input the streaming reader recognises itself, and when
+    the process outgrows its memory budget (`memory_limit_mb`: None for guard.budget_mb()'s
+    default, 0 for none)."""
     fix_mmap_threshold()
+    guard = MemoryGuard(path, budget_mb() if memory_limit_mb is None else (memory_limit_mb or None))
     hints = None
     passes = 0
     fast = fastcols.available() if fast is None else fast
@@ -64,9 +69,11 @@ def stream_rank(path: Path, *, rank_hint: int | None = None, progress: Progress 
         gc.disable()  # millions of short-lived tuples and lists: generational passes would only cost
         try:
             if fast:
-                res = scan_columns(path, b.parser(), b.add_columns, chunk=chunk or FAST_CHUNK, progress=progress)
+                res = scan_columns(path, b.parser(), guard.wrap(b.add_columns, lambda: b.n_events),
+                                   chunk=chunk or FAST_CHUNK, progress=progress)
             else:
-                res = scan(path, b.add, slice_bytes=slice_bytes, chunk=chunk or CHUNK, progress=progress)
+                res = scan(path, guard.wrap(b.add, lambda: b.n_events), slice_bytes=slice_bytes, chunk=chunk or CHUNK,
+                           progress=progress)
         except fastcols.Unsupported:  # an event outside the compiled reader's subset: msgspec
             fast, passes, progress = False, passes - 1, None
             continue
@@ -196,6 +203,8 @@ def load_job_streaming(
     files = _files(p)
     n_workers = workers if workers is not None else _env_int("ZOOMER_STREAM_WORKERS", os.cpu_count() or 1)
     n_workers = max(1, min(n_workers, len(files)))
+    if "memory_limit_mb" not in kw:  # the machine's budget, shared by the ranks read at once
+        kw["memory_limit_mb"] = budget_mb(n_workers) or 0.0
     outcomes: list[tuple[RankTrace, RankInfo] | InputError] = []
     if n_workers == 1:
         for f in files:
