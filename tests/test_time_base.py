@@ -69,3 +69,16 @@ def test_ranks_share_one_base_and_keep_their_offsets(tmp_path):
         assert float(r1.ts.min() - r0.ts.min()) == 3_500_000.0
         assert float(np.min(r0.ts) + r0.ts_base) == float(EPOCH_US + 5)  # absolute time = ts + ts_base
         assert extract(job).vector.trace_start_unix_s == pytest.approx((EPOCH_US + 5) / 1e6)
+
+
+def test_on_a_real_trace_the_base_finds_the_short_optimizer_ops(shared_traces):
+    """hta/ns_resolution_trace: epoch microseconds with nanosecond digits. The same trace read
+    back at its absolute times (the base added again) loses most per-parameter optimizer ops."""
+    job = load_job(shared_traces / "hta" / "ns_resolution_trace")
+    rebased = extract(job).vector
+    for r in job.ranks:  # back to absolute times, as the loader kept them before
+        r.ts, r.ts_base = r.ts + r.ts_base, 0.0
+    absolute = extract(job).vector
+    assert rebased.optimizer_steps == absolute.optimizer_steps > 0
+    assert rebased.optimizer_per_param_ops > 10 * absolute.optimizer_per_param_ops
+    assert abs(rebased.gpu_busy_pct - 98.4) <= 0.02 * 98.4  # LABELS.yaml's figure still holds

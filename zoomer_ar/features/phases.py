@@ -81,13 +81,8 @@ def _per_tid_union(trace: RankTrace, idx: np.ndarray) -> dict[int, tuple[np.ndar
     out = {}
     for tid in np.unique(trace.tid[idx]).tolist():
         sel = idx[trace.tid[idx] == tid]
-        out[int(tid)] = iv.union(trace.ts[sel], _end(trace, sel))
+        out[int(tid)] = iv.union(trace.ts[sel], trace.end[sel])
     return out
-
-
-def _end(trace: RankTrace, idx: np.ndarray) -> np.ndarray:
-    """End times of the rows idx (ts + dur of those rows: no whole-trace end column is kept)."""
-    return trace.ts[idx] + trace.dur[idx]
 
 
 def _inside_per_tid(trace: RankTrace, points_idx: np.ndarray, unions: dict[int, tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
@@ -164,7 +159,7 @@ def rank_phases(trace: RankTrace) -> dict[str, Any]:
     step_tids = set(np.unique(t.tid[steps]).tolist())
     # the autograd engine's thread: runs backward ops and is not the thread that runs the steps
     bw_threads = set(np.unique(t.tid[bw]).tolist()) - step_tids if step_tids else set()
-    dl_union = iv.union(t.ts[dl], _end(t, dl))
+    dl_union = iv.union(t.ts[dl], t.end[dl])
     device = row_positions((t.mask_cat(*N.GPU_CATS, *N.ACCEL_ONLY_CATS)) & x)
     if device.size:
         out["basis"] = "gpu"
@@ -202,7 +197,7 @@ def rank_phases(trace: RankTrace) -> dict[str, Any]:
         for p in PHASES:
             sel = device[phase_of == code[p]]
             if sel.size:
-                unions[p] = iv.union(t.ts[sel], _end(t, sel))
+                unions[p] = iv.union(t.ts[sel], t.end[sel])
         split = _split(t0, t1, unions, dl_union)
     else:
         host = row_positions(host_ops & ~t.mask_names(N.is_profiler_step))
@@ -210,19 +205,19 @@ def rank_phases(trace: RankTrace) -> dict[str, Any]:
             return out
         out["basis"] = "host"
         unions = {
-            "optimizer": iv.union(t.ts[opt], _end(t, opt)),
+            "optimizer": iv.union(t.ts[opt], t.end[opt]),
             "dataloader": dl_union,
-            "backward": iv.union(t.ts[bw], _end(t, bw)),
+            "backward": iv.union(t.ts[bw], t.end[bw]),
         }
         special = np.concatenate([opt, dl, bw])
-        covered = iv.union(t.ts[special], _end(t, special))
-        inside = iv.overlap_with(t.ts[host], _end(t, host), covered) >= t.dur[host] * 0.999
+        covered = iv.union(t.ts[special], t.end[special])
+        inside = iv.overlap_with(t.ts[host], t.end[host], covered) >= t.dur[host] * 0.999
         other = host[~inside]
         if bw_threads:
             other = other[~np.isin(t.tid[other], list(bw_threads))]
             extra = host[np.isin(t.tid[host], list(bw_threads))]
-            unions["backward"] = iv.union(np.concatenate([t.ts[bw], t.ts[extra]]), np.concatenate([_end(t, bw), _end(t, extra)]))
-        unions["forward"] = iv.union(t.ts[other], _end(t, other))
+            unions["backward"] = iv.union(np.concatenate([t.ts[bw], t.ts[extra]]), np.concatenate([t.end[bw], t.end[extra]]))
+        unions["forward"] = iv.union(t.ts[other], t.end[other])
         unions = {p: u for p, u in unions.items() if u[0].size}
         split = _split(t0, t1, unions, (np.empty(0), np.empty(0)))
     for p in PHASES:

@@ -44,26 +44,13 @@ def _pct(values: np.ndarray, q: float) -> float | None:
     return float(np.percentile(values, q)) if values.size else None
 
 
-class _Ends:
-    """End times (`ts + dur`) of the rows asked for, as `end[idx]` of a whole end column would give
-    them (the same float sums), without keeping that column: 8 bytes a row on huge traces."""
-
-    __slots__ = ("ts", "dur")
-
-    def __init__(self, ts: np.ndarray, dur: np.ndarray) -> None:
-        self.ts, self.dur = ts, dur
-
-    def __getitem__(self, idx):
-        return self.ts[idx] + self.dur[idx]
-
-
 class _Ctx:
     """Shared per-rank state: masks, step windows, frame index, evidence builder."""
 
     def __init__(self, trace: RankTrace):
         self.t = trace
         self.x = trace.ph == PH_COMPLETE
-        self.end = _Ends(trace.ts, trace.dur)
+        self.end = trace.end
         self.frames = FrameIndex(trace)
         host = trace.mask_cat(*N.HOST_CATS) & self.x
         gpu = trace.mask_cat(*N.GPU_CATS) & self.x

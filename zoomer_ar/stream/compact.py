@@ -219,18 +219,43 @@ def _f32_if_exact(a: np.ndarray) -> np.ndarray:
     return b if np.array_equal(b.astype(np.float64), a, equal_nan=True) else a
 
 
+_SPARSE_COLS = ("total_allocated", "ext21")  # columns that are one value on most rows of most traces
+
+
+def _as_constant(a: np.ndarray) -> np.ndarray:
+    """A column (or a slice's part of one) that holds one value, e.g. NaN `total_allocated`
+    without [memory] events or INT_NONE 2021-schema ids, as a read-only broadcast of that value:
+    the same values for every read, no bytes per row; any other array as it is."""
+    if a.size < 2 or a.strides == (0,):
+        return a
+    v = a[0]
+    same = bool(np.isnan(a).all()) if a.dtype.kind == "f" and v != v else bool((a == v).all())
+    return np.broadcast_to(a[:1].copy(), a.shape) if same else a
+
+
+def _concat(parts: list[np.ndarray]) -> np.ndarray:
+    """np.concatenate, except that broadcast parts of one value stay a broadcast."""
+    if not any(p.size for p in parts):
+        return np.concatenate(parts)
+    parts = [p for p in parts if p.size]
+    if all(p.ndim == 1 and (p.strides == (0,) or p.size == 1) and p.dtype == parts[0].dtype for p in parts) \
+            and any(p.strides == (0,) for p in parts):
+        v = parts[0][0]
+        nan = parts[0].dtype.kind == "f" and v != v
+        if all((p[0] != p[0]) if nan else (p[0] == v) for p in parts):
+            return np.broadcast_to(parts[0][:1].copy(), (sum(p.shape[0] for p in parts),))
+    return np.concatenate(parts)
+
+
 def constant_columns(t: RankTrace) -> list[str]:
     """Replace columns that hold a single value (e.g. `total_allocated` without [memory] events)
     by a read-only broadcast of that value: same values for every read, no memory per row."""
     done = []
     for f in ("stream", "device", "external_id", "correlation", "nbytes", "total_allocated"):
         a = getattr(t, f)
-        if a.size < 2 or a.strides == (0,):
-            continue
-        v = a[:1]
-        same = np.isnan(a).all() if a.dtype.kind == "f" and np.isnan(v[0]) else bool((a == v[0]).all())
-        if same:
-            setattr(t, f, np.broadcast_to(v.copy(), a.shape))
+        b = _as_constant(a)
+        if b is not a:
+            setattr(t, f, b)
             done.append(f)
     return done
 
@@ -301,33 +326,6 @@ def _take_list(seq: list, idx: list[int]) -> list:
     if len(idx) == 1:
         return [seq[idx[0]]]
     return list(itemgetter(*idx)(seq))
-
-
-_SPARSE_COLS = ("total_allocated", "ext21")  # columns that are one value on most rows of most traces
-
-
-def _as_constant(a: np.ndarray) -> np.ndarray:
-    """A column part that holds one value (NaN or INT_NONE: no [memory] events, no 2021-schema
-    ids) as a read-only broadcast of it: no bytes per row while the rank is being read."""
-    if a.size < 2 or a.strides == (0,):
-        return a
-    v = a[0]
-    same = bool(np.isnan(a).all()) if a.dtype.kind == "f" and v != v else bool((a == v).all())
-    return np.broadcast_to(a[:1].copy(), a.shape) if same else a
-
-
-def _concat(parts: list[np.ndarray]) -> np.ndarray:
-    """np.concatenate, except that broadcast parts of one value stay a broadcast."""
-    if not any(p.size for p in parts):
-        return np.concatenate(parts)
-    parts = [p for p in parts if p.size]
-    if all(p.ndim == 1 and (p.strides == (0,) or p.size == 1) and p.dtype == parts[0].dtype for p in parts) \
-            and any(p.strides == (0,) for p in parts):
-        v = parts[0][0]
-        nan = parts[0].dtype.kind == "f" and v != v
-        if all((p[0] != p[0]) if nan else (p[0] == v) for p in parts):
-            return np.broadcast_to(parts[0][:1].copy(), (sum(p.shape[0] for p in parts),))
-    return np.concatenate(parts)
 
 
 class _Block:

@@ -143,7 +143,7 @@ def removable(t: RankTrace) -> np.ndarray:
             f = fac[tid[fac] == th]
             if f.size == 0:
                 continue
-            f_end = ts[f] + dur[f]
+            f_end = t.end[f]
             order = np.argsort(f_end, kind="stable")
             f_end = f_end[order]
             k = np.searchsorted(f_end, ts[to_copy[tid[to_copy] == th]], side="right") - 1
@@ -160,7 +160,7 @@ def removable(t: RankTrace) -> np.ndarray:
             sel = np.flatnonzero(tid[bw] == th)
             order = sel[np.argsort(ts[bw[sel]], kind="stable")]
             rows = bw[order]
-            e = ts[rows] + dur[rows]
+            e = t.end[rows]
             prev = np.maximum.accumulate(np.concatenate([[-np.inf], e[:-1]]))
             keep_bw[order] = ~(e <= prev)
         ok[bw[keep_bw]] = False
@@ -175,7 +175,7 @@ def removable(t: RankTrace) -> np.ndarray:
             if lay.size == 0:
                 continue
             cv = convs[tid[convs] == th]
-            c_end = ts[cv] + dur[cv]
+            c_end = t.end[cv]
             k = np.searchsorted(ts[lay], c_end - 1e-6)
             for j, ce in zip(k.tolist(), c_end.tolist()):
                 while j < lay.size and ts[lay[j]] < ce:
