@@ -57,4 +57,4 @@ class FrameIndex:
         codes = self.trace.name_codes(lambda n: needle in n)
         if codes.size == 0 or self.idx.size == 0:
             return 0
-        return int(np.isin(self.trace.name[self.idx], codes).sum())
+        return int(self.trace.has_name_code(self.trace.name[self.idx], codes).sum())

@@ -192,7 +192,7 @@ def rank_phases(trace: RankTrace) -> dict[str, Any]:
         del sub, li, has, launcher, in_bw
         comm_codes = t.name_codes(N.is_comm_kernel)
         if comm_codes.size:
-            phase_of[np.isin(t.name[device], comm_codes) & t.mask_cat(*N.KERNEL_CATS)[device]] = code["communication"]
+            phase_of[t.has_name_code(t.name[device], comm_codes) & t.mask_cat(*N.KERNEL_CATS)[device]] = code["communication"]
         unions = {}
         for p in PHASES:
             sel = device[phase_of == code[p]]

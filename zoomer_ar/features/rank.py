@@ -94,7 +94,7 @@ class _Ctx:
     def ev(self, i: int, detail: str = "", frames: bool = True) -> EvidenceEvent:
         t = self.t
         stream = int(t.stream[i]) if t.stream[i] != INT_NONE else None
-        return EvidenceEvent(
+        return EvidenceEvent.model_construct(  # typed here (str, int, rounded float): no validation pass
             name=t.name_of(i)[:300],
             rank=t.rank,
             ts_ms=round((float(t.ts[i]) - self.t0) / 1000.0, 4),
@@ -299,7 +299,7 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
         v[f"memcpy_{kind}_count"] = int(sel.size)
         v[f"memcpy_{kind}_ms_total"] = float(t.dur[sel].sum()) / 1000.0
     v["memcpy_dtod_pct_of_gpu_span"] = 100.0 * v["memcpy_dtod_ms_total"] * 1000.0 / span if span > 0 else 0.0
-    pg = mc[np.isin(t.name[mc], np.array(sorted(pageable), dtype=np.int32))] if pageable else mc[:0]
+    pg = mc[t.has_name_code(t.name[mc], sorted(pageable))] if pageable else mc[:0]
     v["memcpy_pageable_count"] = int(pg.size)
     v["memcpy_pageable_ms_total"] = float(t.dur[pg].sum()) / 1000.0
     ms = np.flatnonzero(t.mask_cat(*N.MEMSET_CATS) & c.x)
@@ -312,7 +312,7 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
 
     # --- communication
     comm_codes = t.name_codes(N.is_comm_kernel)
-    is_comm = np.isin(t.name[kern], comm_codes) if comm_codes.size else np.zeros(kern.size, bool)
+    is_comm = t.has_name_code(t.name[kern], comm_codes)
     comm = kern[is_comm]
     compute = kern[~is_comm]
     v["comm_kernel_count"] = int(comm.size)
@@ -338,11 +338,11 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
 
     # --- GEMM kernels (precision)
     gemm_codes = t.name_codes(N.is_gemm_kernel)
-    gemm = kern[np.isin(t.name[kern], gemm_codes)] if gemm_codes.size else kern[:0]
-    gemm = gemm[~np.isin(t.name[gemm], comm_codes)] if comm_codes.size else gemm
+    gemm = kern[t.has_name_code(t.name[kern], gemm_codes)]
+    gemm = gemm[~t.has_name_code(t.name[gemm], comm_codes)]
     v["gemm_ms_total"] = float(t.dur[gemm].sum()) / 1000.0
     fp32_codes = t.name_codes(N.is_fp32_gemm_kernel)
-    fp32 = gemm[np.isin(t.name[gemm], fp32_codes)] if fp32_codes.size else gemm[:0]
+    fp32 = gemm[t.has_name_code(t.name[gemm], fp32_codes)]
     v["fp32_gemm_ms_total"] = float(t.dur[fp32].sum()) / 1000.0
     v["_gemm_source"] = "kernels"
     if gemm.size:

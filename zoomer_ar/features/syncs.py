@@ -74,7 +74,7 @@ def pageable_copy_syncs(c, runtime: np.ndarray, sync: np.ndarray, gap_us: float)
              if N.is_pageable(t.names[k]) and N.memcpy_kind(t.names[k]) == "htod"]
     if not codes:
         return sync[:0]
-    corr = t.correlation[mc[np.isin(t.name[mc], np.asarray(codes, dtype=np.int32))]]
+    corr = t.correlation[mc[t.has_name_code(t.name[mc], codes)]]
     corr = corr[corr != INT_NONE]
     rt = np.flatnonzero(runtime)
     is_copy = np.isin(t.correlation[rt], corr) & (t.correlation[rt] != INT_NONE)

@@ -110,6 +110,14 @@ class RankTrace:
             return np.zeros(len(self), dtype=bool)
         return _code_mask(self.name, codes, len(self.names))
 
+    def has_name_code(self, name_codes: np.ndarray, codes) -> np.ndarray:
+        """np.isin(name_codes, codes) for values of the `name` column (e.g. `t.name[kern]`): a
+        comparison per code, or one table lookup per row, instead of np.isin's sort."""
+        codes = np.asarray(codes).ravel()
+        if codes.size == 0:
+            return np.zeros(np.shape(name_codes), dtype=bool)
+        return _code_mask(name_codes, codes.tolist(), len(self.names))
+
     def name_of(self, i: int) -> str:
         return self.names[int(self.name[i])]
 
@@ -162,10 +170,17 @@ def row_positions(mask: np.ndarray) -> np.ndarray:
 
 def _code_mask(column: np.ndarray, codes, n_codes: int) -> np.ndarray:
     """column isin codes, for a coded column (every value in [0, n_codes)): one table lookup per
-    row instead of np.isin's sort or search."""
+    row instead of np.isin's sort or search; one comparison per code where there are few (a
+    comparison is about 8x faster than a lookup). `take` is about 3x faster than `table[column]`."""
+    codes = sorted({int(c) for c in codes})
+    if len(codes) <= 3:
+        out = column == codes[0]
+        for c in codes[1:]:
+            out |= column == c
+        return out
     table = np.zeros(n_codes, dtype=bool)
     table[np.asarray(codes, dtype=np.int64)] = True
-    return table[column]
+    return table.take(column)
 
 
 def _int_or_none(v: Any) -> int:
