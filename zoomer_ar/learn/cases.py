@@ -85,9 +85,3 @@ def read_cases(path: Path) -> Iterator[LabelledCase]:
                 yield LabelledCase.model_validate_json(line)
 
 
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()

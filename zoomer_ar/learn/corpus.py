@@ -38,7 +38,8 @@ from ..paths import PROJECT_DIR, TRAINING_DATA_DIR
 from ..synth import augment as A
 from ..synth.documents import load_documents
 from ..synth.generator import GENERATOR_VERSION, generate
-from .cases import LabelledCase, file_sha256, full_labels, read_cases, write_cases
+from ..load.reader import file_sha256
+from .cases import LabelledCase, full_labels, read_cases, write_cases
 
 DEFAULT_OUT = TRAINING_DATA_DIR / "corpus"
 DEFAULT_TRACES = Path(os.environ.get("ZOOMER_SHARED_TRACES", PROJECT_DIR.parent / "shared" / "traces"))

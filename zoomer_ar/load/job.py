@@ -19,7 +19,7 @@ from ..errors import InputError
 from ..models import JobInfo, RankInfo, SkippedFile
 from . import fastcols
 from .columns import PH_COMPLETE, PH_INSTANT, ColumnBuilder, RankTrace, build_columns
-from .reader import DEFAULT_MAX_BYTES, STREAM_CHUNK, Progress, iter_trace_chunks, read_trace_bytes
+from .reader import DEFAULT_MAX_BYTES, STREAM_CHUNK, Progress, file_sha256, iter_trace_chunks, read_trace_bytes
 from .schema import EVENTS_DECODER, TOP_DECODER, TRACE_DECODER, RawTrace
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".gz")
@@ -122,7 +122,7 @@ def load_trace(
         sha, doc, trace = streamed
     else:  # the reference path: whole document at once (also the one that explains bad input)
         data = read_trace_bytes(path, max_bytes=max_bytes, progress=progress)
-        sha = hashlib.sha256(data).hexdigest()
+        sha = file_sha256(path)  # of the file as stored, as the streaming reader hashes it
         doc = decode_trace(data, str(path))
         del data
         events = doc.traceEvents
@@ -247,11 +247,10 @@ class _Redo(Exception):
 
 
 def _produce(path: Path, max_bytes: int, out: queue.Queue, stop: threading.Event) -> None:
-    h = hashlib.sha256()
+    h = hashlib.sha256()  # of the file as stored (reader.py: a trace's identity)
     item: tuple = (None, None)
     try:
-        for data, read in iter_trace_chunks(path, max_bytes=max_bytes, chunk=STREAM_READ):
-            h.update(data)
+        for data, read in iter_trace_chunks(path, max_bytes=max_bytes, chunk=STREAM_READ, file_hash=h):
             while not stop.is_set():
                 try:
                     out.put((data, read), timeout=0.05)
@@ -458,8 +457,8 @@ class _InlineChunks:
     this thread: for small files a thread costs more than it overlaps."""
 
     def __init__(self, path: Path, max_bytes: int) -> None:
-        self._chunks = iter_trace_chunks(path, max_bytes=max_bytes, chunk=STREAM_READ)
-        self._sha = hashlib.sha256()
+        self._sha = hashlib.sha256()  # of the file as stored
+        self._chunks = iter_trace_chunks(path, max_bytes=max_bytes, chunk=STREAM_READ, file_hash=self._sha)
 
     def get(self) -> tuple:
         try:
@@ -468,7 +467,6 @@ class _InlineChunks:
             return None, self._sha.hexdigest()
         except Exception as exc:  # noqa: BLE001 - the consumer falls back
             return exc, None
-        self._sha.update(data)
         return data, read
 
 
@@ -478,7 +476,7 @@ THREAD_MIN_FILE_BYTES = 1 << 20  # smaller files are read in the decoding thread
 def stream_trace(
     path: Path, *, max_bytes: int = DEFAULT_MAX_BYTES, progress: Progress | None = None, fast: bool | None = None
 ) -> tuple[str, RawTrace, RankTrace] | None:
-    """(sha256 of the JSON, top-level keys, columns), or None where the whole-document path must decide.
+    """(sha256 of the file, top-level keys, columns), or None where the whole-document path must decide.
 
     `fast` (default: where installed) reads the events with the compiled reader; an event outside
     its subset sends the file through msgspec again."""

@@ -5,6 +5,7 @@ Everything that can go wrong with a file becomes an InputError with a one-line r
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +22,36 @@ CHUNK = 8 << 20
 DEFAULT_MAX_BYTES = int(os.environ.get("ZOOMER_MAX_TRACE_BYTES", 6 << 30))
 
 Progress = Callable[[int, int], None]
+
+# A trace's identity (RankInfo.sha256, the store's content hash, provenance, relaunch specs) is the
+# sha256 of the file as it is on disk, compressed or not: what `sha256sum FILE` prints. Hashing the
+# compressed bytes also costs a fraction of hashing the JSON they inflate to (1 MB instead of 35 MB
+# for a 35 MB trace gzipped to 1 MB), which was a quarter of the load's CPU time on such files.
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 (hex) of a file's bytes."""
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+class HashingFile:
+    """A binary file object whose `read` also feeds the bytes read to a hash (for readers that
+    inflate the file: the hash is of the file, read once)."""
+
+    def __init__(self, fh, h) -> None:
+        self._fh, self._h = fh, h
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._fh.read(n)
+        self._h.update(data)
+        return data
+
+    def tell(self) -> int:
+        return self._fh.tell()
 
 
 def _human(n: float) -> str:
@@ -108,8 +139,9 @@ class StreamAbort(Exception):
     raises the InputError that explains why (or succeeds, for inputs streaming does not handle)."""
 
 
-def iter_trace_chunks(path: Path, *, max_bytes: int = DEFAULT_MAX_BYTES, chunk: int = STREAM_CHUNK):
-    """Yield (decompressed bytes, file bytes read so far) for a plain or gzip trace, chunk by chunk.
+def iter_trace_chunks(path: Path, *, max_bytes: int = DEFAULT_MAX_BYTES, chunk: int = STREAM_CHUNK, file_hash=None):
+    """Yield (decompressed bytes, file bytes read so far) for a plain or gzip trace, chunk by chunk;
+    `file_hash` (a hashlib object), when given, is fed the file's bytes as they are read.
 
     Same limits as read_trace_bytes; any problem raises StreamAbort without detail.
     """
@@ -121,6 +153,8 @@ def iter_trace_chunks(path: Path, *, max_bytes: int = DEFAULT_MAX_BYTES, chunk: 
     with fh:
         head = fh.read(2)
         fh.seek(0)
+        if file_hash is not None:
+            fh = HashingFile(fh, file_hash)
         if head != GZIP_MAGIC:
             if not path.is_file() or size == 0 or size > max_bytes:
                 raise StreamAbort

@@ -1,7 +1,7 @@
 """Decompressed bytes of a trace file, chunk by chunk, never the whole file at once.
 
 Plain JSON, gzip (one or several members; zlib-ng where installed, see load/inflate.py) and zstd (only when the optional
-`zstandard` package is installed). A reader thread reads, decompresses and hashes (zlib, zstd and
+`zstandard` package is installed). A reader thread reads, hashes (the file as stored) and decompresses (zlib, zstd and
 hashlib release the GIL) while the caller decodes the previous chunk.
 """
 
@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..load.inflate import ERRORS as INFLATE_ERRORS
 from ..load.inflate import gzip_inflater
+from ..load.reader import HashingFile
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -52,14 +53,16 @@ def compression_of(path: Path) -> str:
     return "none"
 
 
-def iter_chunks(path: Path, chunk: int = CHUNK) -> Iterator[tuple[bytes, int]]:
-    """Yield (decompressed bytes, file bytes read so far)."""
+def iter_chunks(path: Path, chunk: int = CHUNK, file_hash=None) -> Iterator[tuple[bytes, int]]:
+    """Yield (decompressed bytes, file bytes read so far); `file_hash` (a hashlib object), when
+    given, is fed the file's bytes as they are read."""
     kind = compression_of(path)
     try:
-        fh = path.open("rb")
+        raw_fh = path.open("rb")
     except OSError as exc:
         raise StreamError(f"cannot open: {exc}") from None
-    with fh:
+    with raw_fh:
+        fh = raw_fh if file_hash is None else HashingFile(raw_fh, file_hash)
         if kind == "none":
             read = 0
             while data := fh.read(chunk):
@@ -102,7 +105,8 @@ def iter_chunks(path: Path, chunk: int = CHUNK) -> Iterator[tuple[bytes, int]]:
 
 
 class ChunkReader:
-    """iter_chunks in a background thread, with the sha256 of the decompressed bytes.
+    """iter_chunks in a background thread, with the sha256 of the file (as stored: a trace's
+    identity, load/reader.py).
 
     Iterate it for (data, file bytes read); `sha256` is set once the iteration has ended."""
 
@@ -120,9 +124,7 @@ class ChunkReader:
         h = hashlib.sha256() if self.hash else None
         item: tuple = (None, None)
         try:
-            for data, read in iter_chunks(self.path, self.chunk):
-                if h is not None:
-                    h.update(data)
+            for data, read in iter_chunks(self.path, self.chunk, file_hash=h):
                 if not self._put((data, read)):
                     return
             item = (None, h.hexdigest() if h is not None else "")
