@@ -58,37 +58,49 @@ def feed_events(feed, buf: bytearray, next_chunk, after=None) -> bytearray:
     reader's feed; `after()` runs after each call (to take the columns). Returns the bytes read
     after the array's `]` (the top-level keys that follow it).
 
-    Chunks go through one reused buffer: the unparsed rest of the last one (an event cut in two)
-    moves to its front and the next chunk is copied after it, in place. Appending to a growing
-    bytearray instead reallocates it for every chunk, and the fresh pages' faults cost more than
-    the parsing of some traces."""
-    area = bytearray(buf)  # grows to a chunk plus a margin on the first chunk, then stays
-    filled, pos, final = len(buf), 1, False
-    del buf
+    Each chunk is parsed where it lies, not copied: only the event cut in two at a chunk's end is
+    joined with the start of the next chunk (64 KB, more while that is not enough) and parsed from
+    that small buffer; parsing then goes on in the chunk itself after the joined part. Copying
+    every chunk into a buffer first cost about a tenth of the parse."""
+    cur, pos, final = buf, 1, False
     while True:
-        with memoryview(area) as mv, mv[:filled] as view:
-            pos, ended = feed(view, pos, final)
+        pos, ended = feed(cur, pos, final)
         if after is not None:
             after()
-        if ended or final:
+        if ended:
+            return bytearray(cur[pos:])
+        if final:
             break
         chunk = next_chunk()
-        rest = filled - pos
+        tail = cur[pos:]
         if chunk is None:
-            final = True
+            cur, pos, final = tail, 0, True
             continue
-        need = rest + len(chunk)
-        if need > len(area):
-            grown = bytearray(need + need // 4)
-            grown[:rest] = area[pos:filled]
-            area = grown
-        elif rest:
-            area[:rest] = area[pos:filled]
-        area[rest:need] = chunk
-        filled, pos = need, 0
+        if not tail:
+            cur, pos = chunk, 0
+            continue
+        k = JOIN_BYTES
+        while True:  # the event cut in two: the tail of the last chunk and the start of this one
+            k = min(k, len(chunk))
+            joined = bytes(tail) + chunk[:k]
+            p2, ended = feed(joined, 0, False)
+            if after is not None:
+                after()
+            if ended:
+                return bytearray(joined[p2:]) + chunk[k:]
+            if p2 >= len(tail):  # past the cut: go on in the chunk itself
+                cur, pos = chunk, p2 - len(tail)
+                break
+            if k == len(chunk):  # an event longer than the chunk: carry it to the next one
+                cur, pos = joined, p2
+                break
+            k *= 4
     if not ended:
         raise Unsupported("the events array is not closed")
-    return bytearray(area[pos:filled])
+    return bytearray(cur[pos:])
+
+
+JOIN_BYTES = 1 << 16  # bytes of the next chunk joined with an event cut at a chunk's end
 
 
 def raw_parser(name_index: dict, cat_index: dict, pid_index: dict, tid_index: dict):
