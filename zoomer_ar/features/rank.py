@@ -293,9 +293,11 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
     mc = np.flatnonzero(t.mask_cat(*N.MEMCPY_CATS) & c.x)
     kinds = {code: N.memcpy_kind(t.names[code]) for code in np.unique(t.name[mc]).tolist()}
     pageable = {code for code in kinds if N.is_pageable(t.names[code])}
-    kind_arr = np.array([kinds[int(x)] for x in t.name[mc]], dtype=object) if mc.size else np.empty(0, object)
-    for kind in ("htod", "dtoh", "dtod"):
-        sel = mc[kind_arr == kind] if mc.size else mc
+    mc_names = t.name[mc]
+    of_kind = {kind: mc[t.has_name_code(mc_names, [code for code, k in kinds.items() if k == kind])]
+               for kind in ("htod", "dtoh", "dtod")}  # by name code: no string per copy
+    del mc_names
+    for kind, sel in of_kind.items():
         v[f"memcpy_{kind}_count"] = int(sel.size)
         v[f"memcpy_{kind}_ms_total"] = float(t.dur[sel].sum()) / 1000.0
     v["memcpy_dtod_pct_of_gpu_span"] = 100.0 * v["memcpy_dtod_ms_total"] * 1000.0 / span if span > 0 else 0.0
@@ -306,7 +308,7 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
     v["memset_count"] = int(ms.size)
     v["memset_ms_total"] = float(t.dur[ms].sum()) / 1000.0
     if mc.size:
-        dtod = mc[kind_arr == "dtod"]
+        dtod = of_kind["dtod"]
         rf.evidence["dtod"] = c.worst(dtod, detail=lambda i: f"{t.nbytes[i]:.0f} bytes" if t.nbytes[i] == t.nbytes[i] else "")
         rf.evidence["pageable"] = c.worst(pg, detail=lambda i: f"{t.nbytes[i]:.0f} bytes" if t.nbytes[i] == t.nbytes[i] else "")
 
@@ -441,10 +443,19 @@ def _holds_precision_cast(c: _Ctx, outer: np.ndarray, cpu_ops: np.ndarray) -> np
     if outer.size == 0:
         return out
     inner = np.flatnonzero(cpu_ops & t.mask_name_in("aten::copy_"))
-    casts = np.asarray(
-        [i for i in inner.tolist() if any(isinstance(x, str) and x.startswith(_LOW_PRECISION) for x in (t.input_type.get(i) or [])[:2])],
-        dtype=np.int64,
-    )
+    verdict: dict[int, bool] = {}  # equal type lists are one shared object (load.columns): judge each once
+    types = t.input_type
+    casts = []
+    for i in inner.tolist():
+        v = types.get(i)
+        if not v:
+            continue
+        hit = verdict.get(id(v))
+        if hit is None:
+            hit = verdict[id(v)] = any(isinstance(x, str) and x.startswith(_LOW_PRECISION) for x in v[:2])
+        if hit:
+            casts.append(i)
+    casts = np.asarray(casts, dtype=np.int64)
     if casts.size == 0:
         return out
     for tid in np.unique(t.tid[outer]):
@@ -506,12 +517,12 @@ def _outermost(c: _Ctx, idx: np.ndarray) -> np.ndarray:
         sel = np.flatnonzero(t.tid[idx] == tid)
         order = sel[np.argsort(t.ts[idx[sel]], kind="stable")]
         running_end = -np.inf
-        for j in order:
-            i = idx[j]
-            if c.end[i] <= running_end + 1e-9:
+        # plain floats (the same float64 values): a loop over numpy scalars costs 5x more
+        for j, end in zip(order.tolist(), c.end[idx[order]].tolist()):
+            if end <= running_end + 1e-9:
                 keep[j] = False
             else:
-                running_end = max(running_end, c.end[i])
+                running_end = max(running_end, end)
     return idx[keep]
 
 
@@ -542,19 +553,20 @@ def _factory_then_move(c: _Ctx, cpu_ops: np.ndarray) -> tuple[int, np.ndarray]:
     factory = np.flatnonzero(cpu_ops & t.mask_name_in(N.FACTORY_OPS))
     if to_copy.size == 0 or factory.size == 0:
         return 0, np.empty(0, dtype=np.int64)
-    hits = []
+    hits = []  # per thread, in the order of np.unique: the evidence's order among equal durations
     for tid in np.unique(t.tid[to_copy]):
         f = factory[t.tid[factory] == tid]
         if f.size == 0:
             continue
-        f_end = c.end[f]
-        order = np.argsort(f_end)
-        f_end_sorted = f_end[order]
-        for i in to_copy[t.tid[to_copy] == tid]:
-            k = np.searchsorted(f_end_sorted, t.ts[i], side="right") - 1
-            if k >= 0 and t.ts[i] - f_end_sorted[k] < 100.0:
-                hits.append(int(i))
-    return len(hits), np.asarray(hits, dtype=np.int64)
+        f_end_sorted = np.sort(c.end[f])
+        on = np.flatnonzero(t.tid[to_copy] == tid)
+        ts = t.ts[to_copy[on]]
+        k = np.searchsorted(f_end_sorted, ts, side="right") - 1  # the latest factory ending by each move
+        ok = k >= 0
+        ok[ok] = ts[ok] - f_end_sorted[k[ok]] < 100.0
+        hits.append(to_copy[on[ok]])
+    out = np.concatenate(hits).astype(np.int64) if hits else np.empty(0, dtype=np.int64)
+    return int(out.size), out
 
 
 def _operators(c: _Ctx, rf: RankFeatures) -> None:
