@@ -82,3 +82,18 @@ def test_on_a_real_trace_the_base_finds_the_short_optimizer_ops(shared_traces):
     assert rebased.optimizer_steps == absolute.optimizer_steps > 0
     assert rebased.optimizer_per_param_ops > 10 * absolute.optimizer_per_param_ops
     assert abs(rebased.gpu_busy_pct - 98.4) <= 0.02 * 98.4  # LABELS.yaml's figure still holds
+
+
+@pytest.mark.parametrize("example", ["traces/clean", "gpu/sync_point"])
+def test_trace_start_is_the_clock_base_plus_the_first_timestamp(example):
+    """Newer traces count microseconds from a monotonic clock; baseTimeNanoseconds is the epoch time
+    of its zero (the host's boot). The capture helper's job.json says when the run started: the
+    trace's start must fall inside [started_at, finished_at] (the base alone is weeks earlier)."""
+    import datetime as dt
+
+    folder = Path(__file__).resolve().parent.parent / "examples" / example
+    meta = json.loads((folder / "job.json").read_text())
+    started = dt.datetime.fromisoformat(meta["started_at"].replace("Z", "+00:00")).timestamp()
+    finished = dt.datetime.fromisoformat(meta["finished_at"].replace("Z", "+00:00")).timestamp()
+    start = extract(load_job(folder)).vector.trace_start_unix_s
+    assert start is not None and started - 1.0 <= start <= finished + 1.0

@@ -60,7 +60,9 @@ def test_phase_definitions_on_a_hand_built_step(tmp_path):
         "idle": pytest.approx(34.0),           # 100-150, 350-420, 700-720, 800-1000
     }
     assert sum(got.values()) == pytest.approx(100.0)
-    assert ph["trace_start_unix_s"] == pytest.approx(BASE_NS / 1e9)
+    # baseTimeNanoseconds is the clock's zero: the start is the base plus the first event's time
+    first_us = min(e["ts"] for e in training_step()["traceEvents"] if e.get("ph") == "X")
+    assert ph["trace_start_unix_s"] == pytest.approx(BASE_NS / 1e9 + first_us / 1e6)
 
 
 def test_host_basis_without_gpu_events(tmp_path):

@@ -56,15 +56,23 @@ def _plausible_epoch_s(v: float | None) -> bool:
 
 
 def trace_start_unix_s(trace: RankTrace) -> float | None:
-    """Wall-clock start of a rank's trace: baseTimeNanoseconds, else the first timestamp when it is epoch microseconds."""
-    base = trace.metadata.get("baseTimeNanoseconds") if trace.metadata else None
-    if isinstance(base, (int, float)) and _plausible_epoch_s(base / 1e9):
-        return float(base) / 1e9
+    """Wall-clock time of a rank's first complete event, seconds since the epoch.
+
+    Older traces write epoch microseconds: the first timestamp is the answer. Newer ones write
+    microseconds of a monotonic clock and `baseTimeNanoseconds`, the epoch time of that clock's
+    zero (the host's boot, weeks before the run): the start is the base plus the first timestamp,
+    not the base alone."""
     x = trace.ph == PH_COMPLETE
     if not x.any():
         return None
-    first = (float(trace.ts[x].min()) + trace.ts_base) / 1e6
-    return first if _plausible_epoch_s(first) else None
+    first_s = (float(trace.ts[x].min()) + trace.ts_base) / 1e6
+    if _plausible_epoch_s(first_s):
+        return first_s
+    base = trace.metadata.get("baseTimeNanoseconds") if trace.metadata else None
+    if isinstance(base, (int, float)) and not isinstance(base, bool) and _plausible_epoch_s(base / 1e9):
+        start = float(base) / 1e9 + first_s
+        return start if _plausible_epoch_s(start) else None
+    return None
 
 
 def _point_in(points: np.ndarray, u: tuple[np.ndarray, np.ndarray]) -> np.ndarray:

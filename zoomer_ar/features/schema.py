@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-FEATURE_SCHEMA_VERSION = "1.0.2"
+FEATURE_SCHEMA_VERSION = "1.0.3"
 
 
 def F(description: str, unit: str = "", group: str = "", default=None):  # noqa: N802 - reads like a column spec
@@ -188,6 +188,7 @@ class FeatureVector(BaseModel):
     phase_communication_pct: float | None = F("Wall time running collective kernels (nccl*/rccl*).", "%", "phases")
     phase_idle_pct: float | None = F("Wall time with the GPU idle and the host not in the DataLoader.", "%", "phases")
     trace_start_unix_s: float | None = F(
-        "Trace start: baseTimeNanoseconds, else the first timestamp when it is epoch microseconds (min over ranks).",
+        "Trace start, epoch seconds: the first timestamp when it is epoch microseconds, else baseTimeNanoseconds "
+        "(the epoch time of the clock's zero) plus the first timestamp (min over ranks).",
         "s", "phases",
     )
