@@ -18,7 +18,10 @@ def classify(fv: FeatureVector) -> Bottleneck:
         host_ms = (fv.idle_host_ms_per_step or 0.0) + (fv.idle_sync_ms_per_step or 0.0)
         comm_ms = fv.exposed_comm_ms_per_step
         memory_ms = fv.memcpy_htod_ms_per_step + fv.memcpy_dtoh_ms_per_step + fv.memcpy_dtod_ms_per_step + fv.memset_ms_per_step
-        compute_ms = max(0.0, (fv.kernel_ms_per_step or 0.0) - fv.comm_ms_per_step)
+        # the union of non-collective kernels: kernels overlapping on several streams count once,
+        # so compute never claims more than the GPU was busy (a plain sum can exceed the step)
+        compute_ms = fv.compute_ms_per_step if fv.compute_ms_per_step is not None else max(
+            0.0, (fv.kernel_ms_per_step or 0.0) - fv.comm_ms_per_step)
         basis = "accounted GPU time"
     else:
         input_ms = fv.dataloader_ms_per_step
@@ -37,5 +40,7 @@ def classify(fv: FeatureVector) -> Bottleneck:
     kind = worst if shares[worst] >= NON_COMPUTE_SHARE else "compute"
     label = {"input": "input-bound", "host": "host-bound", "communication": "communication-bound",
              "memory": "memory-bound", "compute": "compute-bound"}[kind]
-    summary = f"{label}: {shares[kind]:.0f}% of the {basis} ({parts[kind]:.2f} ms per step; step {step:.2f} ms)"
+    # per-step figures are the trace's totals over its profiled steps: GPU work that runs past the
+    # last CPU step still counts, so they are not compared with the mean step here
+    summary = f"{label}: {shares[kind]:.0f}% of the {basis} ({parts[kind]:.2f} ms per profiled step)"
     return Bottleneck(type=label, shares=shares, summary=summary)  # type: ignore[arg-type]

@@ -184,6 +184,7 @@ def extract(job: Job, devices: list[str] | None = None) -> JobFeatures:
         "gpu_idle_ms_per_step": "gpu_idle_ms_total", "idle_host_ms_per_step": "idle_host_ms_total",
         "idle_sync_ms_per_step": "idle_sync_ms_total", "idle_data_ms_per_step": "idle_data_ms_total",
         "idle_other_ms_per_step": "idle_other_ms_total", "kernel_ms_per_step": "kernel_ms_total",
+        "compute_ms_per_step": "compute_ms_total",
         "launch_ms_per_step": "launch_ms_total",
     }
     for out_key, key in per_step_keys.items():

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-FEATURE_SCHEMA_VERSION = "1.0.3"
+FEATURE_SCHEMA_VERSION = "1.1.0"
 
 
 def F(description: str, unit: str = "", group: str = "", default=None):  # noqa: N802 - reads like a column spec
@@ -61,6 +61,10 @@ class FeatureVector(BaseModel):
     kernel_count: int = F("GPU kernels (all ranks).", "kernels", "kernels", 0)
     kernels_per_step: float | None = F("Kernels per step (mean over ranks).", "kernels", "kernels")
     kernel_ms_per_step: float | None = F("Kernel time per step (mean over ranks).", "ms", "kernels")
+    compute_ms_per_step: float | None = F(
+        "Time with at least one non-collective kernel running, per step (mean over ranks): kernels on several "
+        "streams at once count once, unlike kernel_ms_per_step.", "ms", "kernels"
+    )
     kernel_dur_p50_us: float | None = F("Median kernel duration.", "us", "kernels")
     kernel_dur_p90_us: float | None = F("90th percentile kernel duration.", "us", "kernels")
     short_kernel_share: float | None = F("Share of kernels shorter than 10 us.", "ratio", "kernels")

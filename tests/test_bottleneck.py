@@ -1,0 +1,39 @@
+"""The bottleneck split counts GPU compute as time with a kernel running (the union over streams),
+so it never claims more GPU time than the GPU was busy."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from zoomer_ar.analyze import analyze_path
+
+
+def _x(name, cat, ts, dur, tid, **args):
+    ev = {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "pid": 0 if cat == "kernel" else 1, "tid": tid}
+    if args:
+        ev["args"] = args
+    return ev
+
+
+def test_kernels_overlapping_on_two_streams_count_once(tmp_path: Path):
+    ev = [_x("ProfilerStep#1", "user_annotation", 0, 1000, 1)]
+    for k in range(4):  # per 250 us: two 100 us kernels at once on streams 7 and 8
+        t = 250 * k
+        ev += [
+            _x("cudaLaunchKernel", "cuda_runtime", t, 5, 1, correlation=2 * k + 1),
+            _x("cudaLaunchKernel", "cuda_runtime", t + 5, 5, 1, correlation=2 * k + 2),
+            _x("gemm_a", "kernel", t + 20, 100, 7, correlation=2 * k + 1, stream=7, device=0),
+            _x("gemm_b", "kernel", t + 20, 100, 8, correlation=2 * k + 2, stream=8, device=0),
+        ]
+    p = tmp_path / "two_streams.json"
+    p.write_text(json.dumps({"traceEvents": ev}))
+    a = analyze_path(p)
+    f = a.features
+    assert f["kernel_ms_per_step"] == pytest.approx(0.8)  # the sum: 8 kernels x 100 us
+    assert f["compute_ms_per_step"] == pytest.approx(0.4)  # the union: 4 x 100 us
+    busy_ms = f["gpu_span_ms"] * f["gpu_busy_pct"] / 100.0
+    assert f["compute_ms_per_step"] <= busy_ms + 1e-9
+    assert "0.40 ms per profiled step" in a.bottleneck.summary or a.bottleneck.type != "compute-bound"
