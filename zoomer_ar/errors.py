@@ -19,6 +19,11 @@ class InputError(ZoomerError):
         self.reason = reason
         super().__init__(f"{path}: {reason}" if path else reason)
 
+    def __reduce__(self):
+        # rebuilt from (path, reason): a rank read in a worker process hands its refusal back
+        # through pickle (Exception's default would call __init__ with the message alone)
+        return (type(self), (self.path, self.reason))
+
 
 class RuleError(ZoomerError):
     """A rule file under rules/ is invalid."""

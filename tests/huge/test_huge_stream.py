@@ -102,6 +102,23 @@ def test_corpus_rank_folder_in_parallel_processes(shared_traces, fast):
     assert_same(ref, got, str(folder))
 
 
+def test_a_bad_rank_file_read_in_a_worker_process_is_skipped_and_named(tmp_path):
+    """A refusal raised in a worker process comes back through pickle: the folder's other ranks are
+    analysed and the bad file is listed, as on the in-memory path (it crashed the process pool)."""
+    import pickle
+    import shutil
+
+    err = pickle.loads(pickle.dumps(InputError("/x/r.json", "not a trace")))
+    assert (err.path, err.reason, str(err)) == ("/x/r.json", "not a trace", "/x/r.json: not a trace")
+    for f in sorted((SHARED_TRACES / "param/dlrm_8ranks").glob("worker[01]_*.json.gz")):
+        shutil.copy(f, tmp_path / f.name)
+    (tmp_path / "rank4.json").write_text('{"foo": 1}')
+    job = load_job_streaming(tmp_path, workers=2)
+    assert len(job.ranks) == 2
+    assert [Path(s.path).name for s in job.info.skipped] == ["rank4.json"]
+    assert "traceEvents" in job.info.skipped[0].reason
+
+
 # ------------------------------------------------------------------------------------------------
 # generated traces
 # ------------------------------------------------------------------------------------------------
