@@ -19,6 +19,8 @@ from ..errors import InputError
 from ..models import JobInfo, RankInfo, SkippedFile
 from . import fastcols
 from .columns import PH_COMPLETE, PH_INSTANT, ColumnBuilder, RankTrace, build_columns
+from .cuts import last_boundary as _cut
+from .cuts import skip_ws as _skip_ws
 from .reader import DEFAULT_MAX_BYTES, STREAM_CHUNK, Progress, file_sha256, iter_trace_chunks, read_trace_bytes
 from .schema import EVENTS_DECODER, TOP_DECODER, TRACE_DECODER, RawTrace
 
@@ -233,7 +235,6 @@ STREAM_SLICE = 1 << 20  # JSON bytes decoded at once
 STREAM_READ = STREAM_CHUNK  # decompressed bytes handed over by the reader thread at once
 _KEY = b'"traceEvents"'
 _END = re.compile(rb"\}[ \t\r\n]*\]")
-_WS = b" \t\r\n"
 _OPEN, _CLOSE, _COMMA, _LBRACE = 0x5B, 0x5D, 0x2C, 0x7B
 _TOP_FIELDS = ("distributedInfo", "deviceProperties", "schemaVersion", "baseTimeNanoseconds", "displayTimeUnit")
 
@@ -270,25 +271,6 @@ def _produce(path: Path, max_bytes: int, out: queue.Queue, stop: threading.Event
             continue
 
 
-def _skip_ws(buf: bytearray, j: int) -> int:
-    n = len(buf)
-    while j < n and buf[j] in _WS:
-        j += 1
-    return j
-
-
-def _cut(buf: bytearray, end: int) -> tuple[int, int]:
-    """Last `}` , `{` event boundary in buf[1:end], as (index of the `}`, index of the `,`)."""
-    p = end
-    while True:
-        p = buf.rfind(b"}", 1, p)
-        if p < 0:
-            return -1, -1
-        c = _skip_ws(buf, p + 1)
-        if c < len(buf) and buf[c] == _COMMA:
-            j = _skip_ws(buf, c + 1)
-            if j < len(buf) and buf[j] == _LBRACE:
-                return p, c
 
 
 def _add_slice(buf: bytearray, end: int, builder: ColumnBuilder) -> None:
@@ -368,6 +350,7 @@ class _Consumer:
         if self.fast:
             return self._result(head, self._events_fast(buf))
         # --- events, slice by slice
+        lo = 1  # boundaries before this index were searched already (cuts.py)
         while True:
             data = self._next()
             if data is None:
@@ -375,8 +358,9 @@ class _Consumer:
             buf += data
             if len(buf) < STREAM_SLICE:
                 continue
-            p, c = _cut(buf, len(buf))
+            p, c = _cut(buf, len(buf), lo)
             attempts = 0
+            searched = len(buf)
             while p > 0:
                 saved = buf[p + 1]
                 buf[p + 1] = _CLOSE
@@ -389,11 +373,13 @@ class _Consumer:
                     attempts += 1
                     if attempts > 3:
                         raise _Abort from None
-                    p, c = _cut(buf, p)
+                    p, c = _cut(buf, p, lo)
                     continue
                 buf[p + 1] = saved
                 del buf[:c]  # buf[0] is the `,` before the next event
+                searched = 1
                 break
+            lo = searched  # no usable boundary: the next search starts after these bytes
             if len(buf) > (256 << 20):
                 raise _Abort
         # --- the end: last events, `]`, the keys after the array, `}`. The array's `]` follows the

@@ -25,6 +25,8 @@ from typing import Any
 
 import msgspec
 
+from ..load.cuts import last_boundary as _cut
+from ..load.cuts import skip_ws as _skip_ws
 from ..load.fastcols import feed_events
 from .source import CHUNK, ChunkReader, Progress, StreamError
 
@@ -64,26 +66,6 @@ class ScanResult:
     slices: int = 0
 
 
-def _skip_ws(buf: bytearray, j: int) -> int:
-    n = len(buf)
-    while j < n and buf[j] in _WS:
-        j += 1
-    return j
-
-
-def _cut(buf: bytearray, end: int) -> tuple[int, int]:
-    """Last `}` , `{` boundary in buf[1:end] as (index of the `}`, index of the `,`), or (-1, -1)."""
-    p = end
-    n = len(buf)
-    while True:
-        p = buf.rfind(b"}", 1, p)
-        if p < 0:
-            return -1, -1
-        c = _skip_ws(buf, p + 1)
-        if c < n and buf[c] == _COMMA:
-            j = _skip_ws(buf, c + 1)
-            if j < n and buf[j] == _LBRACE:
-                return p, c
 
 
 Consumer = Callable[[memoryview], None]
@@ -207,24 +189,30 @@ def scan(path: Path, consume: Consumer, *, slice_bytes: int = SLICE, chunk: int 
             j = _skip_ws(buf, 1)
         empty = buf[j] == _CLOSE
 
+        searched = [1]  # boundaries before this index were looked for already (load/cuts.py)
+
         def try_cut(limit: int) -> bool:
             """Emit the events before the last boundary below `limit` that decodes."""
-            p, c = _cut(buf, limit)
+            lo = searched[0]
+            p, c = _cut(buf, limit, lo)
             for _ in range(4):
                 if p <= 0:
-                    return False
+                    break
                 saved = buf[p + 1]
                 buf[p + 1] = _CLOSE
                 try:
                     _emit(buf, p + 1, consume)
                 except msgspec.MsgspecError:  # the cut fell inside a string or an object
                     buf[p + 1] = saved
-                    p, c = _cut(buf, p)
+                    p, c = _cut(buf, p, lo)
                     continue
                 buf[p + 1] = saved
                 res.slices += 1
                 del buf[:c]  # buf[0] is the `,` before the next event
+                searched[0] = 1
                 return True
+            # a later boundary has its `{` at or after `limit` (one with its `}` before it was seen)
+            searched[0] = max(lo, limit)
             return False
 
         eof = False
