@@ -141,7 +141,7 @@ def patch_selection(analysis, fix_select: str | None = None) -> list[str]:
 
 
 def patch_files(analysis) -> list[str] | None:
-    """The files `analyze --source` patches (None: the whole folder): see sourcemap.files_ran."""
+    """The files `analyze --source` patches (empty when nothing resolves: no file is patched): see sourcemap.files_ran."""
     from zoomer_ar.sourcemap import files_ran
 
     return files_ran(analysis)

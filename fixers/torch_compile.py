@@ -35,6 +35,53 @@ def _module_classes(ctx: Context) -> set[str]:
     return found
 
 
+#: torch.nn containers whose construction is a whole model (``model = nn.Sequential(...)``)
+NN_CONTAINERS = {"torch.nn.Sequential", "torch.nn.modules.container.Sequential"}
+NN_CONTAINERS_BARE = {"nn.Sequential", "torch.nn.Sequential"}
+
+
+def _builds_module(ctx: Context, call: cst.Call, modules: set[str], factories: set[str]) -> bool:
+    """``call`` constructs an nn.Module: a subclass defined in this file, an ``nn.Sequential``,
+    a model factory (torchvision/timm/transformers) or a function of this file that returns one."""
+    if ctx.matches(call, NN_CONTAINERS, NN_CONTAINERS_BARE):
+        return True
+    names = ctx.qualnames(call.func)
+    return any(q in modules or q in factories or q.startswith(MODEL_FACTORIES_PREFIX) for q in names)
+
+
+def _module_factories(ctx: Context, modules: set[str]) -> set[str]:
+    """Names of module-level functions of this file that return an nn.Module: annotated
+    ``-> nn.Module`` (or a module class of the file), or whose every ``return`` gives one
+    (``return nn.Sequential(...)``, ``return Net(...)``, another such function's result)."""
+    fns = [s for s in ctx.module.body if isinstance(s, cst.FunctionDef) and s.asynchronous is None]
+    found: set[str] = set()
+    for fn in fns:
+        ann = fn.returns.annotation if fn.returns is not None else None
+        if ann is not None and (ctx.matches(ann, MODULE_BASES, MODULE_BASES_BARE) or h.dotted(ann) in modules):
+            found.add(fn.name.value)
+    changed = True
+    while changed:
+        changed = False
+        for fn in fns:
+            if fn.name.value in found or fn.returns is not None:
+                continue
+            values = [n.value for n in h.walk(fn.body, into_scopes=False) if isinstance(n, cst.Return)]
+            if values and all(v is not None and (c := _constructor(v)) is not None and _builds_module(ctx, c, modules, found)
+                              for v in values):
+                found.add(fn.name.value)
+                changed = True
+    return found
+
+
+def _inside_builder(ctx: Context, node: cst.CSTNode, factories: set[str]) -> bool:
+    """``node`` is in a class body or method, or in a function that builds and returns the model
+    (compiling there too would compile the model twice)."""
+    for anc in ctx.ancestors(node):
+        if isinstance(anc, cst.ClassDef) or (isinstance(anc, cst.FunctionDef) and anc.name.value in factories):
+            return True
+    return False
+
+
 def _constructor(value: cst.BaseExpression) -> cst.Call | None:
     """``Net(...)`` in ``Net(...)``, ``Net(...).to(dev)``, ``Net().cuda().train()``."""
     while isinstance(value, cst.Call):
@@ -88,6 +135,13 @@ model = torch.compile(model)
         "import torch\nmodel = Net()\n",  # Net is not known to be a module
         "import torch\nimport torch.nn as nn\nclass Net(nn.Module):\n    pass\nmodel = Net()  # zoomer: ignore[launch-bound]\n",
         "import torch\nimport torch.nn as nn\nclass Net(nn.Module):\n    pass\nnet = Net()\nopt = torch.compile(net, mode='max-autotune')\n",
+        # a container built inside a module's own __init__ or inside the model's builder is left
+        # to the statement that builds the model
+        "import torch\nfrom torch import nn\n\n\nclass Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        body = nn.Sequential(nn.Linear(4, 4))\n        self.body = body\n",
+        "import torch\nfrom torch import nn\n\n\ndef build() -> nn.Module:\n    net = nn.Sequential(nn.Linear(4, 4))\n"
+        "    net = torch.compile(net)\n    return net\n\n\nmodel = build()\n",
+        "import torch\n\n\ndef build():\n    return make_layers()\n\n\nmodel = build()\n",  # nothing says build() is a module
     ]
     INVALID = [
         Example(
@@ -105,6 +159,21 @@ model = torch.compile(model)
             None,
             message_contains="import torch",
         ),
+        Example(  # a builder function of the file, annotated as returning a module
+            "import torch\nfrom torch import nn\n\n\ndef build_model(layers: int) -> nn.Module:\n"
+            "    return nn.Sequential(*[nn.Linear(8, 8) for _ in range(layers)])\n\n\n"
+            "def main():\n    model = build_model(4).to('cuda')\n    train(model)\n",
+            "import torch\nfrom torch import nn\n\n\ndef build_model(layers: int) -> nn.Module:\n"
+            "    return nn.Sequential(*[nn.Linear(8, 8) for _ in range(layers)])\n\n\n"
+            "def main():\n    model = build_model(4).to('cuda')\n    model = torch.compile(model)\n    train(model)\n",
+            message_contains="eager",
+        ),
+        Example(  # a builder without annotation that returns a container; a container built in place
+            "import torch\nimport torch.nn as nn\n\n\ndef make():\n    return nn.Sequential(nn.Linear(8, 8))\n\n\n"
+            "net = make()\nhead = nn.Sequential(nn.Linear(8, 2))\n",
+            "import torch\nimport torch.nn as nn\n\n\ndef make():\n    return nn.Sequential(nn.Linear(8, 8))\n\n\n"
+            "net = make()\nnet = torch.compile(net)\nhead = nn.Sequential(nn.Linear(8, 2))\nhead = torch.compile(head)\n",
+        ),
     ]
 
     def check(self, ctx: Context) -> Iterable[Edit]:
@@ -114,6 +183,7 @@ model = torch.compile(model)
             ):
                 return  # the file already compiles something: leave it to the author
         modules = _module_classes(ctx)
+        factories = _module_factories(ctx, modules)
         alias = ctx.torch_alias()
         for assign in ctx.nodes(cst.Assign):
             if len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name):
@@ -121,8 +191,7 @@ model = torch.compile(model)
             ctor = _constructor(assign.value)
             if ctor is None:
                 continue
-            names = ctx.qualnames(ctor.func)
-            if not any(q in modules or q.startswith(MODEL_FACTORIES_PREFIX) for q in names):
+            if not _builds_module(ctx, ctor, modules, factories) or _inside_builder(ctx, assign, factories):
                 continue
             target = assign.targets[0].target.value
             message = f"{target} runs eagerly: every operator is a separate kernel launch; torch.compile({target}) fuses them"

@@ -149,15 +149,20 @@ def test_patch_changes_only_the_files_the_trace_ran(tmp_path, capsys):
     assert "-        stats[\"loss\"] += loss.item()" in diff
 
 
-def test_files_ran_falls_back_to_the_whole_folder_without_resolved_frames():
-    from zoomer_ar.sourcemap import files_ran
+def test_files_ran_is_empty_without_resolved_frames():
+    """Nothing of the trace resolves: no file is patched (it used to be the whole folder, every
+    program in it); the static matches found by searching the folder are marked unconfirmed."""
+    from zoomer_ar.sourcemap import files_ran, is_unconfirmed
 
     analysis = map_sources(analyze_path(EXAMPLES / "sync_point"), SCEN)
     assert files_ran(analysis) == ["sync_point.py"]
     unmapped = analyze_path(EXAMPLES / "sync_point")  # not source-mapped: nothing resolved
-    assert files_ran(unmapped) is None
+    assert files_ran(unmapped) == []
     elsewhere = map_sources(analyze_path(EXAMPLES / "sync_point"), REPO / "zoomer_ar" / "fix")  # not the traced code
-    assert files_ran(elsewhere) is None
+    assert files_ran(elsewhere) == []
+    frames = [fr for f in elsewhere.findings for fr in f.evidence.frames if fr.resolved_path]
+    assert all(is_unconfirmed(fr) for fr in frames)
+    assert any("resolves to a file under" in n and "nothing is patched" in n for n in elsewhere.notes)
 
 
 def test_cpu_autocast_is_not_unlocked_for_a_gpu_job():
@@ -177,3 +182,129 @@ def test_frameless_finding_is_looked_for_in_the_code_that_ran():
     lb = next(f for f in analysis.findings if f.pattern == "launch-bound")
     resolved = {fr.resolved_path for fr in lb.evidence.frames if fr.resolved_path}
     assert resolved <= {"sync_point.py"}
+
+
+# --------------------------------------------------------------------------------------------
+# GPU recordings whose findings carry no Python frame, against a git repository of the folder
+# --------------------------------------------------------------------------------------------
+
+GPU = REPO / "examples" / "gpu"
+
+
+def _git_repo(tmp_path: Path, name: str = "repo", rename=lambda n: n) -> Path:
+    import shutil
+    import subprocess
+
+    repo = tmp_path / name
+    repo.mkdir()
+    for f in SCEN.iterdir():
+        if f.is_file():
+            shutil.copy(f, repo / rename(f.name))
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+           "HOME": str(tmp_path), "PATH": "/usr/bin:/bin:/usr/local/bin"}
+    for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "scenarios"]):
+        subprocess.run(["git", *cmd], cwd=repo, check=True, env=env, capture_output=True)
+    return repo
+
+
+def _analyze(trace: Path, src: Path, out: Path, capsys) -> tuple[str | None, str]:
+    rc = main(["analyze", str(trace), "--source", str(src), "--fix-select", "torch-compile", "--out", str(out),
+               "--no-progress"])
+    assert rc in (0, None)
+    patch = out / "patch.diff"
+    return (patch.read_text() if patch.is_file() else None), capsys.readouterr().out
+
+
+def _locations(out: str) -> list[tuple[str, str]]:
+    import re
+
+    lines = [l.strip() for l in out.splitlines() if l.strip().startswith("at ")]
+    found = [re.fullmatch(r"at (\S+):\d+ in (.*)", l) for l in lines]
+    assert all(found), lines
+    return [(m.group(1), m.group(2)) for m in found]
+
+
+@pytest.mark.parametrize("scenario", ["launch_bound", "memory_growth", "extra_copy"])
+def test_frameless_gpu_findings_patch_only_the_program_that_ran(scenario, tmp_path, capsys):
+    """None of these recordings' findings carries a Python frame (launch-bound's evidence is idle
+    gaps; memory-growth's a memory curve), but the trace's own frames are `SCENARIO.py(..): main`
+    and `train_step`. launch-bound used to be located `at extra_copy.py:53 in ` and
+    `at extra_copy_clean.py:42 in ` (a static search of the whole folder, no function) and the
+    patch compiled those two programs and left the traced one alone."""
+    import subprocess
+
+    repo = _git_repo(tmp_path)
+    program = f"{scenario}.py"
+    diff, out = _analyze(GPU / scenario, repo, tmp_path / "out", capsys)
+    assert diff is not None, out
+    assert _patched_files(diff) == {program}
+    assert "+    model = torch.compile(model)" in diff
+    locations = _locations(out)
+    assert locations and {f for f, _ in locations} == {program}
+    assert all(fn and "unconfirmed" not in fn for _, fn in locations)
+    doc = json.loads((tmp_path / "out" / "findings.json").read_text())
+    lb = next(f for f in doc["findings"] if f["pattern"] == "launch-bound")
+    assert [(fr["resolved_path"], fr["function"]) for fr in lb["evidence"]["frames"]] == [(program, "main")]
+
+    check = subprocess.run(["git", "apply", "--check", str(tmp_path / "out" / "patch.diff")], cwd=repo,
+                           capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
+    subprocess.run(["git", "apply", str(tmp_path / "out" / "patch.diff")], cwd=repo, check=True)
+    changed = subprocess.run(["git", "diff", "--name-only"], cwd=repo, capture_output=True, text=True, check=True)
+    assert changed.stdout.split() == [program]
+    again, out2 = _analyze(GPU / scenario, repo, tmp_path / "out2", capsys)
+    assert again is None, again
+    assert all(f == program for f, _ in _locations(out2))
+
+
+def test_memory_growth_is_located_in_the_traced_program(tmp_path, capsys):
+    """memory-growth (profile_memory off: no frame) is looked for in memory_growth.py only, and
+    its fix is the only one of the default patch there."""
+    repo = _git_repo(tmp_path)
+    analysis = map_sources(analyze_path(GPU / "memory_growth"), repo)
+    mg = next(f for f in analysis.findings if f.pattern == "memory-growth")
+    assert [(fr.resolved_path, fr.function) for fr in mg.evidence.frames] == [("memory_growth.py", "train_step")]
+
+
+def test_nothing_resolves_patches_nothing_and_says_the_locations_are_unconfirmed(tmp_path, capsys):
+    """The folder holds the programs under other names: no frame of the trace and not job.json's
+    script resolves. The static matches are shown as unconfirmed; no program is patched."""
+    repo = _git_repo(tmp_path, rename=lambda n: f"x_{n}")
+    diff, out = _analyze(GPU / "launch_bound", repo, tmp_path / "out", capsys)
+    assert diff is None
+    locations = _locations(out)
+    assert locations and all(fn.endswith("(unconfirmed)") and not fn.startswith(" ") for _, fn in locations)
+    assert "note: source: no Python frame of the trace" in out and "nothing is patched" in out
+
+
+def test_partly_resolving_frames_confine_the_finding_to_their_file(tmp_path):
+    """A finding whose frames resolve partly (one in a library outside the folder, one in the
+    program) is located in the program only; other findings without frames follow it."""
+    from zoomer_ar.models import SourceFrame
+    from zoomer_ar.sourcemap import files_ran
+
+    repo = _git_repo(tmp_path)
+    analysis = analyze_path(GPU / "launch_bound")
+    frames = [SourceFrame(file="/opt/lib/helpers/elsewhere.py", line=3, function="run"),
+              SourceFrame(file="/home/u/job/launch_bound.py", line=28, function="train_step")]
+    findings = [f.model_copy(update={"evidence": f.evidence.model_copy(update={"frames": frames})})
+                if f.pattern == "idle-gpu" else f for f in analysis.findings]
+    (tmp_path / "trace").mkdir()  # no job.json and no trace file: only the frames tell
+    job = analysis.job.model_copy(update={"path": str(tmp_path / "trace"), "ranks": []})
+    mapped = map_sources(analysis.model_copy(update={"findings": findings, "job": job}), repo)
+    idle = next(f for f in mapped.findings if f.pattern == "idle-gpu")
+    assert [fr.resolved_path for fr in idle.evidence.frames] == [None, "launch_bound.py"]
+    lb = next(f for f in mapped.findings if f.pattern == "launch-bound")
+    assert {fr.resolved_path for fr in lb.evidence.frames} == {"launch_bound.py"}
+    assert files_ran(mapped) == ["launch_bound.py"]
+
+
+def test_job_json_script_names_the_program_of_a_trace_without_stacks(tmp_path):
+    """A recording without Python stacks: the capture helper's job.json names the script."""
+    from zoomer_ar.sourcemap import files_ran
+
+    repo = _git_repo(tmp_path)
+    analysis = analyze_path(GPU / "launch_bound")
+    job = analysis.job.model_copy(update={"ranks": []})  # the trace's own frames are not read
+    mapped = map_sources(analysis.model_copy(update={"job": job}), repo)
+    assert files_ran(mapped) == ["launch_bound.py"]

@@ -5,12 +5,24 @@ relative to a sys.path entry, or absolute). A frame is resolved to the file unde
 shares the longest suffix with it; library frames were already dropped by the features stage.
 Inside the function, the fix stage's `locate` finds the statement the finding is about (the
 `.item()`, the `DataLoader(...)`, the `.to(...)`, the optimizer construction). When the function
-holds no such statement (a DataLoader built in `main` but iterated in `train`), the same file and
-then the whole folder are searched statically for that pattern. User code is parsed, never run.
+holds no such statement (a DataLoader built in `main` but iterated in `train`), the same file is
+searched statically for that pattern.
+
+A finding whose evidence has no Python frame (launch-bound's short kernels, idle gaps, a memory
+curve) is looked for statically in the job's own program: the files the trace shows running (the
+other findings' frames, every user frame of the trace's python_function events or call stacks,
+and the script job.json's argv names). Only when none of these resolves under the folder are the
+other files searched, and those locations are marked unconfirmed (``function`` ends with
+`` (unconfirmed)``, a note says so) and patch nothing: a folder of several programs is not
+patched on a guess. A folder that holds a single Python file is that program. User code is
+parsed, never run.
 """
 
 from __future__ import annotations
 
+import ast
+import json
+import re
 from pathlib import Path, PurePosixPath
 
 from .errors import InputError
@@ -45,6 +57,16 @@ class SourceIndex:
             if n > best_len or (n == best_len and best is not None and len(rel) < len(best.relative_to(self.root).parts)):
                 best, best_len = cand, n
         return best
+
+    def resolve_strict(self, frame_file: str) -> Path | None:
+        """:meth:`resolve`, but a package's ``__init__.py`` must match its folder's name too (a
+        trace's ``logging/__init__.py`` is not the folder's ``utils/__init__.py``)."""
+        path = self.resolve(frame_file)
+        if path is None or path.name != "__init__.py":
+            return path
+        parts = PurePosixPath(frame_file.replace("\\", "/")).parts
+        rel = path.relative_to(self.root).parts
+        return path if len(parts) >= 2 and len(rel) >= 2 and parts[-2] == rel[-2] else None
 
     def text(self, path: Path) -> str | None:
         if path not in self._text:
@@ -81,7 +103,7 @@ def _best_line(text: str, rel: str, frame: SourceFrame, pattern: str) -> int:
 
 
 def _map_frame(index: SourceIndex, frame: SourceFrame, pattern: str) -> SourceFrame:
-    path = index.resolve(frame.file)
+    path = index.resolve_strict(frame.file)
     if path is None:
         return frame
     text = index.text(path)
@@ -92,7 +114,10 @@ def _map_frame(index: SourceIndex, frame: SourceFrame, pattern: str) -> SourceFr
         line = _best_line(text, rel, frame, pattern)
     except InputError:  # the file does not parse: keep the frame's own line
         line = frame.line
-    return frame.model_copy(update={"resolved_path": rel, "resolved_line": line, "snippet": _snippet(text, line)})
+    update = {"resolved_path": rel, "resolved_line": line, "snippet": _snippet(text, line)}
+    if not frame.function:
+        update["function"] = enclosing_function(text, line)
+    return frame.model_copy(update=update)
 
 
 def _has_detector(pattern: str) -> bool:
@@ -101,13 +126,37 @@ def _has_detector(pattern: str) -> bool:
     return bool(fixers_for(pattern))
 
 
-def _folder_fallback(index: SourceIndex, pattern: str, ran: list[Path] | None = None) -> list[SourceFrame]:
-    """No usable frame in the trace: search the folder statically for the pattern, in the files the
-    trace shows running (`ran`: other findings' resolved frames) where there are any, else in all."""
+#: ends the ``function`` of a location found by a static search of files the trace does not show
+#: running: shown as such in the reports, never patched (see files_ran)
+UNCONFIRMED = " (unconfirmed)"
+
+
+def is_unconfirmed(frame: SourceFrame) -> bool:
+    return frame.function.endswith(UNCONFIRMED)
+
+
+def enclosing_function(text: str, line: int) -> str:
+    """The name of the innermost def around ``line`` (``<module>`` outside any)."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return "<module>"
+    best, best_start = "<module>", 0
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            end = getattr(node, "end_lineno", None) or node.lineno
+            if start <= line <= end and start >= best_start:
+                best, best_start = node.name, start
+    return best
+
+
+def _static_frames(index: SourceIndex, pattern: str, paths: list[Path], confirmed: bool) -> list[SourceFrame]:
+    """The pattern's static matches (the fixers' detectors) in ``paths``, as located frames."""
     if not _has_detector(pattern):
         return []
     out = []
-    for path in ran or index.files:
+    for path in paths:
         text = index.text(path)
         if text is None:
             continue
@@ -116,46 +165,135 @@ def _folder_fallback(index: SourceIndex, pattern: str, ran: list[Path] | None = 
             matches = static_findings(text, rel, [pattern])
         except InputError:
             continue
-        for m in matches[:3]:
-            out.append(SourceFrame(file=rel, line=m.line, function="", resolved_path=rel, resolved_line=m.line,
+        for m in sorted(matches, key=lambda m: (not m.fixable, m.line))[:3]:
+            function = enclosing_function(text, m.line) + ("" if confirmed else UNCONFIRMED)
+            out.append(SourceFrame(file=rel, line=m.line, function=function, resolved_path=rel, resolved_line=m.line,
                                    snippet=_snippet(text, m.line)))
     return out[:5]
 
 
-def map_finding(index: SourceIndex, finding: Finding, ran: list[Path] | None = None) -> Finding:
+def map_finding(index: SourceIndex, finding: Finding, ran: list[Path] | None = None, *, confirmed: bool = True) -> Finding:
+    """``finding`` with its frames resolved under the folder. A finding none of whose frames
+    resolves is looked for statically in ``ran`` (the job's own program) when it is known, else
+    in the whole folder, as unconfirmed locations unless ``confirmed`` (a one-file folder)."""
     frames = [_map_frame(index, f, finding.pattern) for f in finding.evidence.frames]
-    resolved = [f for f in frames if f.resolved_path]
-    if not resolved:
-        frames = _folder_fallback(index, finding.pattern, ran) + frames
     events = []
     for e in finding.evidence.events:
         events.append(e.model_copy(update={"frames": [_map_frame(index, f, finding.pattern) for f in e.frames[:1]]}))
+    if not any(f.resolved_path for f in frames):
+        if ran:
+            frames = _static_frames(index, finding.pattern, ran, True) + frames
+        elif not any(f.resolved_path for e in events for f in e.frames):
+            frames = _static_frames(index, finding.pattern, index.files, confirmed) + frames
     evidence = finding.evidence.model_copy(update={"frames": frames, "events": events})
     return finding.model_copy(update={"evidence": evidence})
 
 
-def map_sources(analysis: Analysis, source_dir: Path) -> Analysis:
-    """Every finding's frames resolved under source_dir. A finding whose evidence has no Python
-    frame is looked for statically in the files the other findings' frames resolved to (the code
-    the trace shows running); only when no frame resolves at all is the whole folder searched."""
-    index = SourceIndex(Path(source_dir))
+# --------------------------------------------------------------------------------------------
+# The job's own program: the files the trace shows running
+# --------------------------------------------------------------------------------------------
+
+_FRAME_AT = re.compile(rb"\.py\((\d{1,9})\): ")
+_SCAN_BUDGET = 2 << 30  # decompressed trace bytes read looking for Python frames, per job
+_OVERLAP = 1024
+
+
+def trace_frame_files(paths: list[Path], budget: int = _SCAN_BUDGET) -> list[str]:
+    """The user files of the Python frames in trace files (``python_function`` event names and
+    2021 ``Call stack`` args alike, ``train.py(33): train_step``), in order of first appearance,
+    library files left out. Reads the files' bytes (no JSON decoding), at most ``budget``
+    decompressed bytes in all."""
+    from .features.names import is_library_file
+    from .load.reader import StreamAbort, iter_trace_chunks
+
+    seen: dict[str, None] = {}
+    left = budget
+    for path in paths:
+        tail = b""
+        try:
+            for data, _ in iter_trace_chunks(path):
+                buf = tail + data
+                for m in _FRAME_AT.finditer(buf):
+                    lo = max(0, m.start() - 400)
+                    start = max(buf.rfind(b'"', lo, m.start()), buf.rfind(b";", lo, m.start()))
+                    name = buf[start + 1:m.start() + 3]
+                    if start < 0 or b"\\" in name or b"\n" in name:
+                        continue
+                    file = name.decode("utf-8", "replace").strip()
+                    if file and not is_library_file(file) and not file.startswith("<"):
+                        seen.setdefault(file, None)
+                tail = buf[-_OVERLAP:]
+                left -= len(data)
+                if left <= 0:
+                    return list(seen)
+        except (StreamAbort, OSError):
+            continue
+    return list(seen)
+
+
+def _job_script(analysis: Analysis) -> str | None:
+    """The script the capture helper's job.json (beside the trace) records in argv[0]."""
+    p = Path(analysis.job.path)
+    folder = p if p.is_dir() else p.parent
+    try:
+        doc = json.loads((folder / "job.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    argv = doc.get("argv") if isinstance(doc, dict) else None
+    if isinstance(argv, list) and argv and isinstance(argv[0], str) and argv[0].endswith(".py"):
+        return argv[0]
+    return None
+
+
+def job_program(analysis: Analysis, index: SourceIndex) -> list[Path]:
+    """The files under the folder that the trace shows running, in this order: the findings'
+    frames, the trace's own Python frames, the script job.json names."""
     ran: list[Path] = []
+
+    def add(file: str) -> None:
+        path = index.resolve_strict(file)
+        if path is not None and path not in ran:
+            ran.append(path)
+
     for f in analysis.findings:
         for fr in f.all_frames():
-            path = index.resolve(fr.file)
-            if path is not None and path not in ran:
-                ran.append(path)
-    findings = [map_finding(index, f, ran) for f in analysis.findings]
-    return analysis.model_copy(update={"findings": findings})
+            add(fr.file)
+    if analysis.features.get("has_python_stacks", True) is not False:
+        traces = [Path(r.path) for r in analysis.job.ranks if Path(r.path).is_file()]
+        for file in trace_frame_files(traces):
+            add(file)
+    script = _job_script(analysis)
+    if script:
+        add(script)
+    return ran
 
 
-def files_ran(analysis: Analysis) -> list[str] | None:
-    """The source files (relative to --source) that a mapped analysis's frames resolved to: the
-    code the trace shows running. None (patch the whole folder) when no frame resolved there (a
-    trace recorded without Python stacks, or a source folder that does not hold the traced code).
+def map_sources(analysis: Analysis, source_dir: Path) -> Analysis:
+    """Every finding's frames resolved under source_dir. A finding whose evidence has no Python
+    frame that resolves is looked for statically in the job's own program (:func:`job_program`);
+    only when nothing of the trace resolves are the other files searched, and what is found there
+    is unconfirmed (shown, never patched; a note says so) unless the folder holds one file."""
+    index = SourceIndex(Path(source_dir))
+    ran = job_program(analysis, index)
+    single = len(index.files) == 1
+    findings = [map_finding(index, f, ran, confirmed=single) for f in analysis.findings]
+    notes = list(analysis.notes)
+    if not ran and not single:
+        guessed = sorted({f.pattern for f in findings for fr in f.evidence.frames if is_unconfirmed(fr)})
+        what = f"; the locations shown for {', '.join(guessed)} are unconfirmed static matches" if guessed else ""
+        notes.append(f"source: no Python frame of the trace (nor job.json's script) resolves to a file under {source_dir}"
+                     f"{what}; nothing is patched (`zoomer-ar fix {source_dir} --diff` lists every static fix)")
+    return analysis.model_copy(update={"findings": findings, "notes": notes})
+
+
+def files_ran(analysis: Analysis) -> list[str]:
+    """The source files (relative to --source) that a mapped analysis's findings are located in:
+    the code the trace shows running. patch.diff changes only these files; none when nothing
+    resolved (a trace recorded without Python stacks, or a source folder that does not hold the
+    traced code): locations found only by searching the folder are unconfirmed and patch nothing.
 
     A source folder often holds more than the program that was profiled (other entry points,
     scenario programs side by side, old experiments): patch.diff changes only the code the trace
-    shows running, where the trace says which code that is."""
-    files = {fr.resolved_path for f in analysis.findings for fr in f.all_frames() if fr.resolved_path}
-    return sorted(files) or None
+    shows running, and never a program the trace does not show."""
+    files = {fr.resolved_path for f in analysis.findings for fr in f.all_frames() if fr.resolved_path and not is_unconfirmed(fr)}
+    return sorted(files)
