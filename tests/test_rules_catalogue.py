@@ -78,7 +78,7 @@ def test_rules_list_and_explain(capsys):
 
 
 def test_explain_unknown_rule_exit_code(capsys):
-    assert main(["rules", "explain", "no-such-rule"]) == 1
+    assert main(["rules", "explain", "no-such-rule"]) == 2  # an unknown id is bad input
     assert "no rule with id" in capsys.readouterr().err
 
 

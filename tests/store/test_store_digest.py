@@ -145,7 +145,7 @@ def test_cli_digest_history_record(seeded, tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["team"] == "B"
     assert main(["history", "beta", "--db", seeded, "--format", "json"]) == 0
     assert len(json.loads(capsys.readouterr().out)["runs"]) == 2
-    assert main(["history", "nobody", "--db", seeded]) == 1
+    assert main(["history", "nobody", "--db", seeded]) == 2  # an unknown job is bad input
     assert "no recorded job" in capsys.readouterr().err
     assert main(["digest", "--db", seeded, "--week", "2026-W99"]) == 2
     # record a findings.json file

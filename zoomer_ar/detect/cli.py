@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from ..errors import InputError
 from .rules import get_rule, load_rules
 
 
@@ -47,7 +48,10 @@ def explain_text(rule_id: str) -> str:
 @rules.command("explain")
 @click.argument("rule_id")
 def explain(rule_id: str) -> None:
-    """What a rule detects, why it costs time, an example, the fix."""
+    """What a rule detects, why it costs time, an example, the fix (exit 2 for an unknown id)."""
+    known = [r.id for r in load_rules()]
+    if rule_id not in known:  # a wrong id is bad input (exit 2), not a broken catalogue (RuleError, exit 1)
+        raise InputError(None, f"no rule with id {rule_id!r} (see `zoomer-ar rules list`)")
     click.echo(explain_text(rule_id), nl=False)
 
 

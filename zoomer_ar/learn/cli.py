@@ -86,7 +86,7 @@ def corpus_sample(seed, out, plant) -> None:
 @click.command("train")
 @click.option("--data", type=P(), default=None, help="Corpus folder or corpus.jsonl (default training_data/corpus).")
 @click.option("--out", type=P(), default=None, help="Model registry folder (default models/).")
-@click.option("--labels", type=P(), default=None, help="Human verdicts (default training_data/labels.jsonl).")
+@click.option("--labels", type=P(), default=None, help="Human verdicts (default: training_data/labels.jsonl under the current folder).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--traces", type=P(), default=None, help="Real traces for the card's evaluation (default ../shared/traces).")
 @click.option("--cache", type=P(), default=None, help="Cache folder for real-trace features.")
@@ -237,15 +237,21 @@ def models_rollback(root) -> None:
 @click.option("--pattern", required=True, type=click.Choice(PATTERN_IDS), help="The anti-pattern judged.")
 @click.option("--yes/--no", "verdict", required=True, help="Present with material cost (--yes) or not (--no).")
 @click.option("--note", default="", help="Why (evidence, ticket).")
-@click.option("--store", type=P(), default=None, help="Verdict file (default training_data/labels.jsonl).")
+@click.option("--store", type=P(), default=None,
+              help="Verdict file (default: training_data/labels.jsonl under the current folder).")
 def label_cmd(target, pattern, verdict, note, store) -> None:
-    """Record a human verdict on a trace, rank folder or analysed job (findings.json / its folder)."""
-    from .verdicts import DEFAULT_LABELS, record
+    """Record a human verdict on a trace, rank folder or analysed job (findings.json / its folder).
+
+    The verdict is appended to ./training_data/labels.jsonl (relative to the folder you run from),
+    or to --store; the absolute path written is printed. `train` run from the same folder uses it."""
+    from .verdicts import labels_path, record
 
     if not Path(target).exists():
         raise InputError(str(target), "no such file or directory")
-    rec = record(Path(target), pattern, verdict, note, Path(store) if store else DEFAULT_LABELS)
-    click.echo(f"recorded {rec['verdict']} {pattern} for {rec['job']} in {store or DEFAULT_LABELS}; the next `train` uses it")
+    path = labels_path(Path(store) if store else None)
+    rec = record(Path(target), pattern, verdict, note, path)
+    click.echo(f"recorded {rec['verdict']} {pattern} for {rec['job']} in {path}; "
+               "the next `train` run from this folder uses it")
 
 
 commands = [corpus, train_cmd, evaluate_cmd, models, label_cmd]

@@ -1,4 +1,4 @@
-"""Human verdicts (`zoomer-ar label`): training_data/labels.jsonl, one JSON object per line.
+"""Human verdicts (`zoomer-ar label`): ./training_data/labels.jsonl (from the current folder), one JSON object per line.
 
     {"trace": "/abs/path/job_or_trace", "job": "name", "trace_sha256": ["..."], "pattern": "sync-point",
      "verdict": "positive" | "negative", "note": "...", "at": "2026-01-01T00:00:00Z",
@@ -21,11 +21,24 @@ from ..errors import InputError
 from ..features import FEATURE_SCHEMA_VERSION, extract
 from ..load import load_job
 from ..models import PATTERN_IDS
-from ..paths import TRAINING_DATA_DIR
+from ..paths import PACKAGE_DIR
 from .cases import LabelledCase, full_labels
 
-DEFAULT_LABELS = TRAINING_DATA_DIR / "labels.jsonl"
+#: Relative on purpose: resolved against the current working directory when used, so that `label`
+#: run from any folder writes there (and `train` run from the same folder reads it), never into the
+#: installed package or the tool's own checkout.
+DEFAULT_LABELS = Path("training_data") / "labels.jsonl"
 VERDICT_WEIGHT = 5.0
+
+
+def labels_path(store: Path | None = None) -> Path:
+    """The absolute verdict file: `store`, else DEFAULT_LABELS under the current working directory.
+
+    InputError when it would land inside the installed package (its files belong to the install)."""
+    path = (Path(store) if store is not None else DEFAULT_LABELS).expanduser().resolve()
+    if path.is_relative_to(PACKAGE_DIR.resolve()):
+        raise InputError(str(path), "inside the installed zoomer_ar package: run from another folder or give --store")
+    return path
 
 
 def _from_findings(path: Path) -> tuple[dict[str, Any], str, list[str], str] | None:
@@ -40,6 +53,7 @@ def _from_findings(path: Path) -> tuple[dict[str, Any], str, list[str], str] | N
 
 
 def record(target: Path, pattern: str, verdict: bool, note: str = "", store: Path = DEFAULT_LABELS) -> dict[str, Any]:
+    """Append one verdict to `store` (see labels_path: a relative path is taken from the current folder)."""
     if pattern not in PATTERN_IDS:
         raise InputError(pattern, f"not an anti-pattern id ({', '.join(PATTERN_IDS)})")
     found = _from_findings(target) if target.exists() else None
@@ -56,6 +70,7 @@ def record(target: Path, pattern: str, verdict: bool, note: str = "", store: Pat
         "at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "feature_schema_version": version, "features": feats,
     }
+    store = labels_path(store)
     store.parent.mkdir(parents=True, exist_ok=True)
     with store.open("a", encoding="utf-8") as fh:
         fh.write(json.dumps(rec, sort_keys=True) + "\n")

@@ -46,11 +46,33 @@ def digest(week: str | None, team: str | None, fmt: str, out: Path | None, top: 
 @click.option("--limit", type=click.IntRange(min=1), default=52, show_default=True, help="Most recent runs shown.")
 @DB_OPTION
 def history(job: str, fmt: str, limit: int, db: str | None) -> None:
-    """One job's recorded runs and findings over time."""
-    from ..render.digest import render_history
-    from .history import job_history
+    """One job's recorded runs and findings over time.
 
-    click.echo(render_history(job_history(job, db, limit=limit), fmt), nl=False)
+    Exit 2 for a job never recorded, a --db file that does not exist or a --db that is not a URL."""
+    from sqlalchemy import select
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    from ..render.digest import render_history
+    from .db import open_store, resolve_url
+    from .history import job_history
+    from .orm import Job
+
+    try:  # a --db that is not a database URL is bad input (exit 2), not an internal error
+        url = make_url(resolve_url(db))
+        if db and url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:") \
+                and not Path(url.database).exists():  # reading must not create an empty store at a mistyped path
+            raise InputError(db, "no store at this path (nothing has been recorded there)")
+        engine = open_store(db)
+    except ArgumentError as exc:
+        raise InputError(db, f"not a usable store URL ({exc})") from None
+    with engine.connect() as c:  # an unknown name is bad input (exit 2), not a store failure (StoreError, exit 1)
+        if c.execute(select(Job.id).where(Job.name == job)).first() is None:
+            names = [n for (n,) in c.execute(select(Job.name).order_by(Job.name).limit(6))]
+            more = ", ..." if len(names) > 5 else ""
+            have = f"recorded jobs: {', '.join(names[:5])}{more}" if names else "no job recorded yet"
+            raise InputError(None, f"no recorded job named {job!r} ({have})")
+    click.echo(render_history(job_history(job, engine, limit=limit), fmt), nl=False)
 
 
 @click.command()

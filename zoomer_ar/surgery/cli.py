@@ -44,6 +44,11 @@ def _ints(text: str | None) -> list[int] | None:
 
 
 def _done(st: ops.Stats) -> None:
+    """The one-line result on stdout; skipped inputs and warnings on stderr, one line each."""
+    for s in st.skipped:
+        click.echo(f"note: skipped {s}", err=True)
+    for w in st.warnings:
+        click.echo(f"warning: {w}", err=True)
     click.echo(f"wrote {st.line()}")
 
 
@@ -76,7 +81,9 @@ def slice_cmd(src: Path, out: Path, steps: str | None, window: str | None, absol
 @trace.command(name="filter")
 @click.argument("src", type=click.Path(exists=True, path_type=Path))
 @click.argument("out", type=click.Path(path_type=Path))
-@click.option("--cat", "cats", multiple=True, help="Keep only these categories (repeatable), e.g. --cat kernel --cat cpu_op.")
+@click.option("--cat", "cats", multiple=True,
+              help="Keep only these categories (repeatable), e.g. --cat kernel --cat cpu_op. Names match both schemas: "
+                   "kernel~Kernel, cpu_op~Operator, cuda_runtime~Runtime, gpu_memcpy~Memcpy, gpu_memset~Memset.")
 @click.option("--exclude-cat", "exclude_cats", multiple=True, help="Drop these categories, e.g. --exclude-cat python_function.")
 @click.option("--name", default=None, help="Keep only events whose name matches this regular expression.")
 @click.option("--exclude-name", default=None, help="Drop events whose name matches this regular expression.")

@@ -33,16 +33,61 @@ ID_SHIFT = 40  # merge: flow ids and correlation ids of rank r are offset by r <
 _ID_ARGS = ("correlation", "External id", "external id")
 
 
+#: Category names that mean the same events in the two Kineto schemas: today's (`cpu_op`, `kernel`,
+#: ...) and the 2021 tb_plugin one (`Operator`, `Kernel`, ...). `--cat`/`--exclude-cat` select a
+#: whole group, so one command works on traces of either schema. Keys are lower case: names are
+#: compared without regard to case, then through this table (case alone does not make `Runtime`
+#: match `cuda_runtime`).
+CATEGORY_EQUIVALENTS: dict[str, str] = {
+    "operator": "cpu_op",
+    "kernel": "kernel",
+    "runtime": "cuda_runtime",
+    "memcpy": "gpu_memcpy",
+    "memset": "gpu_memset",
+}
+
+
+def canonical_category(cat: str) -> str:
+    """The schema-independent name of a category (see CATEGORY_EQUIVALENTS), for matching only."""
+    low = cat.lower()
+    return CATEGORY_EQUIVALENTS.get(low, low)
+
+
+def _human_bytes(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{n / 1e3:.1f} kB"
+
+
 @dataclass
 class Stats:
+    """What an operation did, for its one-line report.
+
+    Byte copies (sample, compress) set `bytes_out` and count no events: they never decode them."""
+
     events_in: int = 0
     events_out: int = 0
     outputs: list[str] = field(default_factory=list)
     note: str = ""
+    bytes_out: int | None = None
+    skipped: list[str] = field(default_factory=list)  # "path: reason" of input files that are not traces
+    warnings: list[str] = field(default_factory=list)
 
     def line(self) -> str:
         outs = ", ".join(self.outputs[:4]) + (f" (+{len(self.outputs) - 4} more)" if len(self.outputs) > 4 else "")
-        return f"{self.events_out:,} of {self.events_in:,} events -> {outs}" + (f"; {self.note}" if self.note else "")
+        if self.bytes_out is not None:
+            n = len(self.outputs)
+            what = f"{n} file{'' if n == 1 else 's'} ({_human_bytes(self.bytes_out)})"
+        else:
+            what = f"{self.events_out:,} of {self.events_in:,} events"
+        return f"{what} -> {outs}" + (f"; {self.note}" if self.note else "")
+
+    def add(self, other: Stats) -> None:
+        """Fold the result of one file of a job into the job's."""
+        self.events_in += other.events_in
+        self.events_out += other.events_out
+        self.outputs += other.outputs
+        self.warnings += other.warnings
+        if other.bytes_out is not None:
+            self.bytes_out = (self.bytes_out or 0) + other.bytes_out
 
 
 # ------------------------------------------------------------------------------------------------
@@ -142,6 +187,7 @@ def slice_trace(src: Path, dst: Path, *, steps: tuple[int, int] | None = None,
     whole; metadata always."""
     if (steps is None) == (window_ms is None):
         raise InputError(str(src), "give either steps N..M or a time window")
+    _check_range(steps, window_ms)
     sv = survey(src)
     unit = 1e6 if sv.ns else 1e3  # trace units per millisecond
     if steps is not None:
@@ -164,16 +210,36 @@ def slice_trace(src: Path, dst: Path, *, steps: tuple[int, int] | None = None,
     return st
 
 
+def _check_range(steps: tuple[int, int] | None, window_ms: tuple[float, float] | None) -> None:
+    """Refuse a reversed step range or an empty or reversed window before reading the trace: either
+    would keep only metadata and look like a successful cut."""
+    if steps is not None and steps[1] < steps[0]:
+        raise InputError(None, f"--steps {steps[0]}..{steps[1]} is reversed: give N..M with N <= M")
+    if window_ms is not None:
+        a, b = window_ms
+        if not (np.isfinite(a) and np.isfinite(b)):
+            raise InputError(None, f"--window {a:g}..{b:g}: START and END must be finite numbers")
+        if b <= a:
+            kind = "empty" if b == a else "reversed"
+            raise InputError(None, f"--window {a:g}..{b:g} is {kind}: give START..END with START < END")
+
+
 def filter_trace(src: Path, dst: Path, *, cats: Iterable[str] = (), exclude_cats: Iterable[str] = (),
                  name: str | None = None, exclude_name: str | None = None, pids: Iterable[str] = (),
                  tids: Iterable[str] = (), phases: Iterable[str] = (),
                  compression: str | None = None, level: int | None = None) -> Stats:
-    """Keep events by category, name (regular expression), pid, tid or phase; metadata always."""
-    cats, exclude_cats = set(cats), set(exclude_cats)
+    """Keep events by category, name (regular expression), pid, tid or phase; metadata always.
+
+    Categories match across schemas (CATEGORY_EQUIVALENTS: `--cat kernel` keeps 2021 `Kernel`
+    events too); when nothing but metadata is kept, Stats.warnings names the categories present."""
+    cats = {canonical_category(c) for c in cats}
+    exclude_cats = {canonical_category(c) for c in exclude_cats}
     pids, tids, phases = {str(p) for p in pids}, {str(t) for t in tids}, set(phases)
     name_re = re.compile(name) if name else None
     exclude_re = re.compile(exclude_name) if exclude_name else None
     memo: dict[tuple, bool] = {}
+    seen_cats: set[str] = set()
+    kept = [0, 0]  # non-metadata events: seen, kept
 
     def ok(e: Lite) -> bool:
         if e.ph == "M":
@@ -181,19 +247,33 @@ def filter_trace(src: Path, dst: Path, *, cats: Iterable[str] = (), exclude_cats
         key = (e.cat, e.name, e.ph, e.pid, e.tid)
         v = memo.get(key)
         if v is None:
-            v = ((not cats or e.cat in cats) and e.cat not in exclude_cats
+            seen_cats.add(e.cat)
+            cat = canonical_category(e.cat)
+            v = ((not cats or cat in cats) and cat not in exclude_cats
                  and (not phases or e.ph in phases)
                  and (not pids or str(e.pid) in pids) and (not tids or str(e.tid) in tids)
                  and (name_re is None or name_re.search(e.name) is not None)
                  and (exclude_re is None or exclude_re.search(e.name) is None))
             if len(memo) < 200_000:
                 memo[key] = v
+        kept[0] += 1
+        kept[1] += v
         return v
 
     def select(lite: list[Lite]) -> np.ndarray:
         return np.fromiter(map(ok, lite), dtype=bool, count=len(lite))
 
-    return _copy_with(src, dst, select, compression=compression, level=level)
+    st = _copy_with(src, dst, select, compression=compression, level=level)
+    if kept[0] and not kept[1]:
+        st.warnings.append(_nothing_kept(src, seen_cats))
+    return st
+
+
+def _nothing_kept(src: Path, seen_cats: set[str]) -> str:
+    """Why an empty filter result is worth a look: the categories the trace does have."""
+    named = sorted(c for c in seen_cats if c)
+    have = ", ".join(named) + (", (no category)" if "" in seen_cats else "") if seen_cats else "none"
+    return f"{src}: the filter kept no event besides metadata; categories in this trace: {have}"
 
 
 def split_trace(src: Path, dst_dir: Path, *, steps_per_file: int = 1, max_files: int = 256,
@@ -272,7 +352,8 @@ def compress_trace(src: Path, dst: Path, *, compression: str | None = None, leve
         sink.abort()
         raise
     st.outputs.append(str(dst))
-    st.note = f"{sink.bytes_in / 1e6:.1f} MB of JSON, {comp}, {dst.stat().st_size / 1e6:.1f} MB written"
+    st.bytes_out = dst.stat().st_size
+    st.note = f"from {_human_bytes(sink.bytes_in)} of JSON, {comp}"
     return st
 
 
@@ -283,6 +364,13 @@ def compress_trace(src: Path, dst: Path, *, compression: str | None = None, leve
 
 def peek_top(path: Path) -> dict[str, Any]:
     """The top-level keys before the events array (distributedInfo, deviceProperties, ...)."""
+    return probe_trace(path)[0] or {}
+
+
+def probe_trace(path: Path) -> tuple[dict[str, Any] | None, str]:
+    """(top-level keys, "") when `path` is a trace (a `traceEvents` array or a bare array of
+    events), else (None, why not). Reads only up to the events array, so it is cheap on any size:
+    job commands use it to skip stray JSON files the way `analyze` does instead of failing late."""
     out: dict[str, Any] = {}
 
     class _Stop(Exception):
@@ -295,30 +383,82 @@ def peek_top(path: Path) -> dict[str, Any]:
     try:
         scan(path, lambda v: None, hash=False, on_head=on_head)
     except _Stop:
-        pass
-    except (StreamError, OSError):
-        pass
-    return out
+        return out, ""
+    except StreamError as exc:
+        return None, f"not a trace ({exc})"
+    except OSError as exc:
+        return None, f"cannot read ({exc.strerror or exc})"
+    return out, ""
 
 
-def job_files(src: Path) -> list[tuple[int, Path]]:
-    """(rank, file) of a job folder, in rank order: distributedInfo.rank, else the file name, else
-    the order (as the loader assigns them)."""
+def _rank_of(top: dict[str, Any]) -> int | None:
+    dist = top.get("distributedInfo")
+    r = dist.get("rank") if isinstance(dist, dict) else None
+    return r if isinstance(r, int) and not isinstance(r, bool) else None
+
+
+@dataclass
+class JobFiles:
+    """The usable rank files of a job (rank order) and a "path: reason" line per skipped file."""
+
+    files: list[tuple[int, Path]]
+    skipped: list[str]
+    tops: dict[Path, dict[str, Any]]
+
+
+def rank_files(candidates: list[Path], where: str | None = None) -> JobFiles:
+    """Rank the candidates that are traces: distributedInfo.rank, else the file name, else the order
+    (as the loader assigns them). Files that are not traces are skipped; if none is left, InputError
+    naming them (`where`: the folder)."""
+    usable: list[Path] = []
+    tops: dict[Path, dict[str, Any]] = {}
+    skipped: list[str] = []
+    for f in candidates:
+        top, why = probe_trace(f)
+        if top is None:
+            skipped.append(f"{f}: {why}")
+        else:
+            usable.append(f)
+            tops[f] = top
+    if not usable:
+        reasons = "; ".join(skipped[:3]) + (f"; +{len(skipped) - 3} more" if len(skipped) > 3 else "")
+        if where is None and len(skipped) == 1:
+            raise InputError(None, skipped[0])
+        raise InputError(where, f"no usable trace ({reasons})")
+    ranks = [_rank_of(tops[f]) for f in usable]
+    if None in ranks or len(set(ranks)) != len(ranks):
+        ranks = [rank_from_name(f) for f in usable]
+        if None in ranks or len(set(ranks)) != len(ranks):
+            ranks = list(range(len(usable)))
+    return JobFiles(sorted(zip(ranks, usable)), skipped, tops)  # type: ignore[arg-type]
+
+
+def job_folder(src: Path) -> JobFiles:
+    """The rank files of a job folder (see rank_files); InputError when it holds none."""
     if not src.is_dir():
         raise InputError(str(src), "not a folder of per-rank trace files")
     files = sorted(f for f in src.iterdir() if is_trace_file(f) and not f.name.startswith(".") and f.name != "job.json")
     if not files:
         raise InputError(str(src), "folder holds no trace files (*.json, *.json.gz)")
-    ranks = []
-    for f in files:
-        dist = peek_top(f).get("distributedInfo") or {}
-        r = dist.get("rank") if isinstance(dist.get("rank"), int) else None
-        ranks.append(r)
-    if None in ranks or len(set(ranks)) != len(ranks):
-        ranks = [rank_from_name(f) for f in files]
-        if None in ranks or len(set(ranks)) != len(ranks):
-            ranks = list(range(len(files)))
-    return sorted(zip(ranks, files))
+    return rank_files(files, str(src))
+
+
+def job_files(src: Path) -> list[tuple[int, Path]]:
+    """(rank, file) of the traces of a job folder, in rank order (files that are not traces left out)."""
+    return job_folder(src).files
+
+
+def _wanted(src: Path, have: list[int], ranks: Iterable[int]) -> list[int]:
+    """The requested ranks, all present in the job (InputError naming the missing ones)."""
+    want = sorted(set(ranks))
+    missing = [r for r in want if r not in have]
+    if missing:
+        raise InputError(str(src), f"ranks {missing} not in this job (ranks present: {_span(have)})")
+    return want
+
+
+def _span(ranks: list[int]) -> str:
+    return f"{ranks[0]}..{ranks[-1]}" if ranks == list(range(ranks[0], ranks[-1] + 1)) else str(ranks)
 
 
 def choose_ranks(ranks: list[int], k: int, *, seed: int | None = None) -> list[int]:
@@ -339,16 +479,11 @@ def sample_job(src: Path, dst: Path, k: int | None = None, *, ranks: Iterable[in
                seed: int | None = None, compression: str | None = None) -> Stats:
     """Copy k ranks of a job folder (or the given ranks) into dst; gzip/zstd/plain per `compression`
     (default: as they are)."""
-    files = job_files(src)
+    job = job_folder(src)
+    files = job.files
     have = [r for r, _ in files]
-    if ranks is not None:
-        want = sorted(set(ranks))
-        missing = [r for r in want if r not in have]
-        if missing:
-            raise InputError(str(src), f"ranks {missing} not in this job (ranks present: {have[0]}..{have[-1]})")
-    else:
-        want = choose_ranks(have, k or 1, seed=seed)
-    st = Stats()
+    want = _wanted(src, have, ranks) if ranks is not None else choose_ranks(have, k or 1, seed=seed)
+    st = Stats(bytes_out=0, skipped=list(job.skipped))
     for r, f in files:
         if r not in want:
             continue
@@ -357,28 +492,25 @@ def sample_job(src: Path, dst: Path, k: int | None = None, *, ranks: Iterable[in
             dst.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(f, dst / name)
             st.outputs.append(str(dst / name))
+            st.bytes_out += (dst / name).stat().st_size
             continue
-        if compression:
-            stem = name[: -len(".gz")] if name.endswith(".gz") else name[: -len(".zst")] if name.endswith(".zst") else name
-            stem = stem if stem.endswith(".json") else stem + ".json"
-            name = stem + {"gzip": ".gz", "zstd": ".zst", "none": ""}[compression]
-        st.outputs.append(compress_trace(f, dst / name, compression=compression).outputs[0])
+        stem = name[: -len(".gz")] if name.endswith(".gz") else name[: -len(".zst")] if name.endswith(".zst") else name
+        stem = stem if stem.endswith(".json") else stem + ".json"
+        name = stem + {"gzip": ".gz", "zstd": ".zst", "none": ""}[compression]
+        st.add(compress_trace(f, dst / name, compression=compression))
     st.note = f"ranks {want} of {len(have)}"
     return st
 
 
 def filter_job(src: Path, dst: Path, *, ranks: Iterable[int] | None = None, **filters) -> Stats:
     """filter_trace on each chosen rank file of a job folder, into dst (same file names)."""
-    files = job_files(src)
-    want = set(ranks) if ranks is not None else {r for r, _ in files}
-    st = Stats()
-    for r, f in files:
-        if r not in want:
-            continue
-        one = filter_trace(f, dst / f.name, **filters)
-        st.events_in += one.events_in
-        st.events_out += one.events_out
-        st.outputs += one.outputs
+    job = job_folder(src)
+    have = [r for r, _ in job.files]
+    want = set(_wanted(src, have, ranks)) if ranks is not None else set(have)
+    st = Stats(skipped=list(job.skipped))
+    for r, f in job.files:
+        if r in want:
+            st.add(filter_trace(f, dst / f.name, **filters))
     return st
 
 
@@ -410,17 +542,15 @@ def merge_job(src: Path | list[Path], dst: Path, *, compression: str | None = No
     """Per-rank files -> one trace. Integer pids become rank * 10^7 + pid (string pids get a
     `rank<r>:` prefix) and process names a `rank <r>: ` prefix, so each rank keeps its own tracks;
     flow ids and correlation ids are offset by rank << 40 so that links stay within a rank.
-    Top-level keys come from the first rank; `distributedInfo` records the merged ranks."""
-    if isinstance(src, (list, tuple)):
-        files = [(rank_from_name(Path(f)) if rank_from_name(Path(f)) is not None else i, Path(f)) for i, f in enumerate(src)]
-        files.sort()
-    else:
-        files = job_files(Path(src))
+    Top-level keys come from the first rank; `distributedInfo` records the merged ranks. Inputs that
+    are not traces are skipped (Stats.skipped), as `analyze` skips them in a job folder."""
+    job = rank_files([Path(f) for f in src]) if isinstance(src, (list, tuple)) else job_folder(Path(src))
+    files = job.files
     first_top = decode_top(*_frame_of(files[0][1]))
     devices: list = []
     seen_dev = set()
     for _, f in files:
-        for d in peek_top(f).get("deviceProperties") or []:
+        for d in job.tops[f].get("deviceProperties") or []:
             key = msgspec.json.encode(d)
             if key not in seen_dev:
                 seen_dev.add(key)
@@ -435,7 +565,7 @@ def merge_job(src: Path | list[Path], dst: Path, *, compression: str | None = No
     top["distributedInfo"] = dist
     head, tail = encode_head(top)
     w = TraceWriter(dst, head=head, tail=tail, compression=compression, level=level)
-    st = Stats()
+    st = Stats(skipped=list(job.skipped))
     decoder = msgspec.json.Decoder(list[dict])
     try:
         for rank, f in files:
@@ -459,6 +589,10 @@ def merge_job(src: Path | list[Path], dst: Path, *, compression: str | None = No
 
 
 def _frame_of(path: Path) -> tuple[bytes, bytes]:
-    """head and tail bytes of a trace (one streaming pass that decodes nothing)."""
-    res = scan(path, lambda v: None, hash=False)
+    """head and tail bytes of a trace (one streaming pass that decodes nothing); InputError naming
+    the file when it turns out unreadable past its head (truncated, corrupt)."""
+    try:
+        res = scan(path, lambda v: None, hash=False)
+    except StreamError as exc:
+        raise InputError(str(path), f"cannot stream this trace: {exc}") from None
     return res.head, res.tail

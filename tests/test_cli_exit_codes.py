@@ -1,0 +1,94 @@
+"""The exit-code convention of the `zoomer-ar` CLI: 0 success, 2 bad or unusable user input
+(unknown id or name, bad path), 1 internal error only. Commands found returning 1 for a user's
+typo (`rules explain`, `history`), and `label` writing its default verdict file inside the tool's
+own checkout instead of the folder it runs from. Each test failed on the code before the fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from zoomer_ar.analyze import analyze_path
+from zoomer_ar.cli import main
+from zoomer_ar.paths import PACKAGE_DIR
+from zoomer_ar.store.db import dispose_engine
+from zoomer_ar.store.record import RecordOptions, record_analysis
+
+from conftest import EXAMPLES, REPO
+
+CLEAN = EXAMPLES / "traces" / "clean"
+
+
+# ---- rules ---------------------------------------------------------------------------------------
+
+
+def test_rules_explain_unknown_id_is_bad_input(capsys):
+    assert main(["rules", "explain", "nonexistent"]) == 2
+    err = capsys.readouterr().err
+    assert "no rule with id 'nonexistent'" in err and "internal error" not in err
+
+
+def test_rules_explain_and_list_still_succeed(capsys):
+    assert main(["rules", "list"]) == 0
+    assert main(["rules", "explain", "sync-point"]) == 0
+    assert "## How to fix it" in capsys.readouterr().out
+
+
+# ---- history -------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def store_with_alpha(tmp_path: Path):
+    """A SQLite store holding one recorded run of the job `alpha`."""
+    db = str(tmp_path / "store.db")
+    record_analysis(analyze_path(CLEAN), RecordOptions(job="alpha"), db=db)
+    yield db
+    dispose_engine(db)
+
+
+def test_history_of_an_unknown_job_is_bad_input(store_with_alpha, capsys):
+    assert main(["history", "alpha", "--db", store_with_alpha]) == 0
+    capsys.readouterr()
+    assert main(["history", "nope", "--db", store_with_alpha]) == 2
+    err = capsys.readouterr().err
+    assert "no recorded job named 'nope'" in err and "alpha" in err  # names the jobs it does know
+
+
+def test_history_with_a_missing_store_file_is_bad_input_and_creates_nothing(tmp_path, capsys):
+    missing = tmp_path / "typo" / "store.db"
+    assert main(["history", "alpha", "--db", str(missing)]) == 2
+    assert "no store at this path" in capsys.readouterr().err
+    assert not missing.parent.exists()
+
+
+# ---- label: the default verdict file follows the working directory ----------------------------------
+
+
+def test_label_default_store_is_under_the_working_directory(tmp_path, monkeypatch, capsys):
+    in_repo = REPO / "training_data" / "labels.jsonl"
+    before = in_repo.stat().st_size if in_repo.exists() else None
+    monkeypatch.chdir(tmp_path)
+    assert main(["label", str(CLEAN), "--pattern", "sync-point", "--yes"]) == 0
+    written = tmp_path / "training_data" / "labels.jsonl"
+    assert written.is_file() and '"pattern": "sync-point"' in written.read_text()
+    assert str(written.resolve()) in capsys.readouterr().out  # the absolute path written
+    assert (in_repo.stat().st_size if in_repo.exists() else None) == before
+
+
+def test_label_never_writes_inside_the_package(monkeypatch, capsys):
+    monkeypatch.chdir(PACKAGE_DIR)
+    assert main(["label", str(CLEAN), "--pattern", "sync-point", "--no"]) == 2
+    assert "inside the installed zoomer_ar package" in capsys.readouterr().err
+    assert not (PACKAGE_DIR / "training_data").exists()
+
+
+def test_label_help_documents_the_default(capsys):
+    assert main(["label", "--help"]) == 0
+    assert "current folder" in " ".join(capsys.readouterr().out.split())
+
+
+def test_history_with_a_store_url_of_unknown_kind_is_bad_input(capsys):
+    assert main(["history", "alpha", "--db", "foo://nowhere"]) == 2
+    err = capsys.readouterr().err
+    assert "not a usable store URL" in err and "internal error" not in err
