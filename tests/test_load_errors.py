@@ -49,18 +49,49 @@ CASES = {
     "truncatedjson.json": (json.dumps(MINI).encode()[:-15], "JSON"),
     "noevents.json": (json.dumps({"traceEvents": []}).encode(), "no events"),
     "garbage.gz": (b"\x1f\x8b" + b"\x00" * 40, "gzip"),
+    # nesting beyond msgspec's depth (RecursionError): at the top, in an event, in its args
+    "deep_array.json": (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+    "deep_event.json": (b'{"traceEvents":[' + b'{"a":' * 100_000 + b"1" + b"}" * 100_000 + b"]}", "nested too deeply"),
+    "deep_args.json": (b'{"traceEvents":[{"name":"x","ph":"X","pid":1,"tid":1,"ts":1,"dur":2,"args":'
+                       + b'{"a":' * 50_000 + b"1" + b"}" * 50_000 + b"}]}", "nested too deeply"),
 }
 
 
+@pytest.mark.parametrize("stream", ["--no-stream", "--stream"])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_bad_file_exit_2_one_line(name, tmp_path, capsys):
+def test_bad_file_exit_2_one_line(name, stream, tmp_path, capsys):
     payload, needle = CASES[name]
     p = write(tmp_path / name, payload)
-    rc, err = run_cli(["analyze", str(p), "--no-files", "--no-progress"], capsys)
+    rc, err = run_cli(["analyze", str(p), "--no-files", "--no-progress", stream], capsys)
     assert rc == 2
     assert err.count("\n") == 1, err
     assert needle in err and name in err
     assert "Traceback" not in err
+
+
+def test_a_named_pipe_is_refused_not_waited_on(tmp_path):
+    """Opening a FIFO blocks until a writer comes: no reader may open one (analyze hung for ever)."""
+    import os
+
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)
+    out = subprocess.run([sys.executable, "-m", "zoomer_ar", "analyze", str(fifo), "--no-files"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "not a regular file" in out.stderr and out.stderr.count("\n") == 1
+
+
+def test_a_big_file_that_is_no_trace_gets_the_streaming_reason(tmp_path):
+    """Above the in-memory limit only the streaming reader reads the file: its reason is the one
+    given, not the in-memory size limit (which said nothing about a file of zeros)."""
+    import os
+
+    p = tmp_path / "zeros.json"
+    p.write_bytes(b"\0" * 300_000)
+    env = dict(os.environ, ZOOMER_MAX_TRACE_BYTES="100000", ZOOMER_STREAM="1")
+    out = subprocess.run([sys.executable, "-m", "zoomer_ar", "analyze", str(p), "--no-files"],
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "not a readable trace" in out.stderr and "in-memory limit" not in out.stderr
 
 
 def test_missing_path(tmp_path, capsys):

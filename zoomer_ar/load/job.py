@@ -116,8 +116,20 @@ def _schema(trace: RankTrace) -> str:
     return "unknown"
 
 
+TOO_DEEP = "JSON nested too deeply to be a profiler trace"
+
+
 def load_trace(
     path: Path, *, rank_hint: int | None = None, max_bytes: int = DEFAULT_MAX_BYTES, progress: Progress | None = None
+) -> tuple[RankTrace, RankInfo]:
+    try:
+        return _load_trace(path, rank_hint=rank_hint, max_bytes=max_bytes, progress=progress)
+    except RecursionError:  # msgspec refuses nesting deeper than Python's recursion limit this way
+        raise InputError(str(path), TOO_DEEP) from None
+
+
+def _load_trace(
+    path: Path, *, rank_hint: int | None, max_bytes: int, progress: Progress | None
 ) -> tuple[RankTrace, RankInfo]:
     streamed = stream_trace(path, max_bytes=max_bytes, progress=progress)
     if streamed is not None:

@@ -23,6 +23,10 @@ DEFAULT_MAX_BYTES = int(os.environ.get("ZOOMER_MAX_TRACE_BYTES", 6 << 30))
 
 Progress = Callable[[int, int], None]
 
+
+class TraceTooBig(InputError):
+    """The trace is above the in-memory limit (ZOOMER_MAX_TRACE_BYTES): not a verdict on its content."""
+
 # A trace's identity (RankInfo.sha256, the store's content hash, provenance, relaunch specs) is the
 # sha256 of the file as it is on disk, compressed or not: what `sha256sum FILE` prints. Hashing the
 # compressed bytes also costs a fraction of hashing the JSON they inflate to (1 MB instead of 35 MB
@@ -83,7 +87,7 @@ def read_trace_bytes(path: Path, *, max_bytes: int = DEFAULT_MAX_BYTES, progress
         if head == GZIP_MAGIC:
             return _read_gzip(fh, path, size, max_bytes, progress)
         if size > max_bytes:
-            raise InputError(
+            raise TraceTooBig(
                 str(path),
                 f"trace is {_human(size)}, above the in-memory limit of {_human(max_bytes)} "
                 "(set ZOOMER_MAX_TRACE_BYTES, or cut it with `zoomer-ar trace slice`)",
@@ -109,7 +113,7 @@ def _read_gzip(fh, path: Path, size: int, max_bytes: int, progress: Progress | N
                 pending = True
                 out += d.decompress(chunk, max(1, max_bytes + 1 - len(out)))
                 if len(out) > max_bytes:
-                    raise InputError(
+                    raise TraceTooBig(
                         str(path),
                         f"decompressed trace exceeds the in-memory limit of {_human(max_bytes)} "
                         "(set ZOOMER_MAX_TRACE_BYTES, or cut it with `zoomer-ar trace slice`)",

@@ -28,6 +28,8 @@ def json_size_estimate(path: Path) -> int:
     """Decompressed size of a trace file: the file size, or for gzip the size in the trailer
     (ISIZE, modulo 4 GiB: where it is below the file size it has wrapped; then 10x the file)."""
     try:
+        if not path.is_file():
+            return 0
         size = path.stat().st_size
         with path.open("rb") as fh:
             head = fh.read(4)
@@ -71,6 +73,8 @@ def _any_zstd(path: str | Path) -> bool:
     p = Path(path)
     files = [f for f in p.iterdir() if is_trace_file(f)] if p.is_dir() else [p]
     for f in files:
+        if not f.is_file():  # a named pipe would block the open: the loaders refuse it in one line
+            continue
         try:
             with f.open("rb") as fh:
                 if fh.read(4) == b"\x28\xb5\x2f\xfd":

@@ -21,8 +21,8 @@ from pathlib import Path
 from ..errors import InputError
 from ..load import fastcols
 from ..load.columns import RankTrace
-from ..load.job import Job, _accelerator, _schema, assemble_job, load_trace, rank_from_name, rebase_times
-from ..load.reader import Progress
+from ..load.job import TOO_DEEP, Job, _accelerator, _schema, assemble_job, load_trace, rank_from_name, rebase_times
+from ..load.reader import Progress, TraceTooBig
 from ..models import RankInfo, SkippedFile
 from .compact import CompactBuilder, NeedAnotherPass, constant_columns, fix_mmap_threshold, trim_heap
 from .frames import add_frames
@@ -145,8 +145,13 @@ def load_rank(path: Path, *, progress: Progress | None = None, **kw) -> tuple[Ra
     """stream_rank, or the in-memory loader where streaming cannot decide."""
     try:
         return stream_rank(path, progress=progress, **kw)
-    except StreamError:
-        return load_trace(path, progress=progress)
+    except StreamError as exc:
+        try:
+            return load_trace(path, progress=progress)
+        except TraceTooBig:  # too big for the explaining reader: say what the streaming reader saw
+            raise InputError(str(path), f"not a readable trace ({exc})") from None
+    except RecursionError:
+        raise InputError(str(path), TOO_DEEP) from None
 
 
 _BROADCAST = "__zoomer_broadcast__"
