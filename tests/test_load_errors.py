@@ -165,3 +165,20 @@ def test_cli_subprocess_has_no_traceback(tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and proc.stderr.strip().startswith("zoomer-ar: error:")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_impossible_timestamp_is_reported(tmp_path, stream):
+    """One event at ts -1e300 (or a missing ts, read as 0, in an epoch-microsecond trace) stretches
+    the profiled window over ages and silently changes GPU busy and idle: the analysis says so."""
+    from zoomer_ar.analyze import analyze_path
+
+    doc = json.loads(json.dumps(MINI))
+    for e in doc["traceEvents"]:
+        e["ts"] += 1_700_000_000_000_000
+    good = write(tmp_path / "good.json", json.dumps(doc).encode())
+    doc["traceEvents"].append({"ph": "X", "cat": "cuda_runtime", "name": "cudaGetDevice", "pid": 1, "tid": 1,
+                               "ts": -1e300, "dur": 1})
+    bad = write(tmp_path / "bad.json", json.dumps(doc).encode())
+    assert not any("impossible" in n for n in analyze_path(good, stream=stream).notes)
+    assert any("impossible timestamps" in n for n in analyze_path(bad, stream=stream).notes)

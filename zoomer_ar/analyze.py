@@ -14,6 +14,9 @@ from .load.reader import Progress
 from .models import Analysis, Finding
 
 
+IMPLAUSIBLE_WALL_MS = 7 * 86_400_000.0  # a profiler session lasts seconds to hours, not a week
+
+
 def build_analysis(job: Job, jf: JobFeatures, findings: list[Finding]) -> Analysis:
     features = jf.vector.model_dump()
     notes = []
@@ -23,6 +26,12 @@ def build_analysis(job: Job, jf: JobFeatures, findings: list[Finding]) -> Analys
         notes.append(f"Accelerator {jf.vector.accelerator}: no CUDA/HIP kernels, GPU rules were not applied.")
     for s in job.info.skipped:
         notes.append(f"Skipped {s.path}: {s.reason}")
+    if jf.vector.wall_ms > IMPLAUSIBLE_WALL_MS:  # one corrupt or missing timestamp stretches the window
+        notes.append(
+            f"The profiled window spans {jf.vector.wall_ms / 86_400_000:.3g} days: some events carry impossible "
+            "timestamps (missing, negative or corrupt), so figures over the window (GPU busy, idle, per-step "
+            "times) are unreliable."
+        )
     for tr in job.ranks:
         if tr.time_unit_note:
             notes.append(f"{Path(tr.path).name}: {tr.time_unit_note}")
