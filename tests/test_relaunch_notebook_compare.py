@@ -61,7 +61,11 @@ def test_analyze_writes_relaunch_notebook_and_patch(tmp_path, capsys):
     assert check.returncode == 0, check.stderr
     rc = main(["relaunch", str(out / "relaunch.yaml"), "--dry-run"])
     lines = capsys.readouterr().out.splitlines()
-    assert rc == 0 and lines[0].startswith("git apply ") and "dataloader.num_workers=4" in lines[1]
+    # the recorded command replayed as job.json has it; settings its command line cannot take
+    # (the source here has no dataloader_bound.py to read) are notes, never appended to it
+    assert rc == 0 and lines[0].startswith("git apply ") and lines[1].startswith("python dataloader_bound.py --out ")
+    assert "dataloader.num_workers" not in lines[1]
+    assert any("dataloader.num_workers=4" in n for n in spec.notes)
 
 
 def test_bad_spec_is_exit_2(tmp_path, capsys):

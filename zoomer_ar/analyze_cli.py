@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import click
 
 from .analyze import analyze_path
+from .errors import InputError
+from .load.job import job_name_of
 from .render import render_html, render_markdown, render_text, write_outputs
 from .render.report import findings_json
 from .store.options import apply_store_options, record_options  # --record and cost attribution (zoomer_ar/store)
@@ -95,19 +100,22 @@ def write_fix_outputs(analysis, target: Path, source_dir: Path | None, trace_pat
 
     out: dict[str, Path] = {}
     patch_name = None
+    patched: set[str] = set()
     if source_dir is not None:
         from .fix.api import run_directory
         from .sourcemap import files_ran
 
         if fixers is None:
             fixers = patch_fixers(analysis.findings, None, unlocked_by_facts(recorded_job(trace_path), _ran_on_accelerator(analysis)))[0]
-        diff = run_directory(source_dir, select=fixers, only=files_ran(analysis)).diff_bytes() if fixers else b""
+        result = run_directory(source_dir, select=fixers, only=files_ran(analysis)) if fixers else None
+        diff = result.diff_bytes() if result else b""
         if diff:
-            target.mkdir(parents=True, exist_ok=True)
-            (target / "patch.diff").write_bytes(diff)
+            atomic_write(target / "patch.diff", diff)
             out["patch.diff"] = target / "patch.diff"
             patch_name = "patch.diff"
-    spec = spec_from_analysis(analysis, argv=_recorded_argv(trace_path), patch=patch_name)
+            patched = {m.pattern for f in result.changed for m in f.findings if m.fixable}
+    spec = spec_from_analysis(analysis, argv=_recorded_argv(trace_path), patch=patch_name, source_dir=source_dir,
+                              patched=patched)
     atomic_write(target / "relaunch.yaml", render_spec(spec))
     out["relaunch.yaml"] = target / "relaunch.yaml"
     atomic_write(target / "optimize.ipynb", notebook_json(analysis, has_patch=patch_name is not None))
@@ -117,8 +125,6 @@ def write_fix_outputs(analysis, target: Path, source_dir: Path | None, trace_pat
 
 def recorded_job(trace_path: Path) -> dict:
     """The capture helper's job.json beside the trace (or in the rank folder), else {}."""
-    import json
-
     folder = trace_path if trace_path.is_dir() else trace_path.parent
     try:
         doc = json.loads((folder / "job.json").read_text())
@@ -128,29 +134,97 @@ def recorded_job(trace_path: Path) -> dict:
 
 
 def _recorded_argv(trace_path: Path) -> list[str] | None:
-    """The job's command line from the capture helper's job.json, when it sits beside the trace."""
+    """The job's command line from the capture helper's job.json (its ``sys.argv``), as recorded:
+    every argument the program ran with, its required ones (--out) included, or the relaunch fails."""
     argv = recorded_job(trace_path).get("argv")
     if not (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)):
         return None
-    # drop the capture's own --out argument: the relaunch records elsewhere
-    clean, skip = [], False
-    for a in argv:
-        if skip:
-            skip = False
-            continue
-        if a == "--out":
-            skip = True
-            continue
-        if a.startswith("--out="):
-            continue
-        clean.append(a)
-    return clean
+    return list(argv)
+
+
+#: every file ``analyze`` writes into its output folder: what a new run does not write is removed,
+#: so a reused folder never pairs new findings with an earlier run's patch or spec
+OUTPUT_FILES = ("findings.json", "report.md", "report.html", "patch.diff", "relaunch.yaml", "optimize.ipynb")
+default_job_name = job_name_of  # the job's name when --name is not given (load/job.py)
+
+
+def _holds_other_input(folder: Path, path: Path) -> bool:
+    """True when ``folder`` holds something other than this input's earlier results: another
+    input's findings.json, or files that are not findings at all."""
+    if not folder.exists():
+        return False
+    if not folder.is_dir():
+        return True
+    if not any(folder.iterdir()):
+        return False
+    try:
+        recorded = json.loads((folder / "findings.json").read_text(encoding="utf-8"))["job"]["path"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return True
+    return Path(str(recorded)).resolve() != path.resolve()
+
+
+def default_out_dir(job_name: str, path: Path, root: Path = Path("zoomer-out")) -> Path:
+    """``root/<job>``, or ``<job>-2``, ``-3``... when that folder holds another input's results:
+    two traces with the same name (worker0 of two runs) never overwrite each other, and analysing
+    the same input again reuses its folder."""
+    candidate, n = root / job_name, 1
+    while _holds_other_input(candidate, path):
+        n += 1
+        candidate = root / f"{job_name}-{n}"
+    return candidate
+
+
+def prepare_out_dir(out_dir: Path) -> list[Path]:
+    """Create the output folder before the analysis runs, so a folder that cannot be one (an
+    existing file, a read-only place) is a one-line input error, not an internal error after the
+    work; returns the folders it created (removed again if the analysis fails)."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise InputError(str(out_dir), "--out is an existing file, not a folder")
+    missing = [p for p in [out_dir, *out_dir.parents] if not p.exists()][::-1]
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=out_dir, prefix=".zoomer-probe.", delete=True)
+        probe.close()
+    except OSError as exc:
+        _remove_empty(missing)
+        raise InputError(str(out_dir), f"cannot write the output folder ({exc.strerror or exc})") from None
+    return missing
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Remove the folders prepare_out_dir made (deepest first) when they are still empty: a failed
+    analysis leaves no empty zoomer-out/<job> behind."""
+    for folder in reversed(folders):
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+
+
+def had_outputs(target: Path) -> bool:
+    """True when ``target`` already holds an analysis (its findings.json): only then are files
+    named like this tool's outputs taken for an earlier run's, never in a folder of the user's."""
+    return (target / "findings.json").is_file()
+
+
+def remove_stale_outputs(target: Path, written: dict[str, Path]) -> list[str]:
+    """Remove this tool's output files (OUTPUT_FILES, by name) that this run did not write; other
+    files in the folder are the user's and stay."""
+    removed = []
+    for name in OUTPUT_FILES:
+        stale = target / name
+        if name not in written and stale.is_file():
+            stale.unlink()
+            removed.append(name)
+    return removed
 
 
 @click.command()
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
-              help="Folder for findings.json, report.md and report.html (default: zoomer-out/<job>).")
+              help="Folder for findings.json, report.md and report.html (default: zoomer-out/<job>, "
+                   "or <job>-2, -3... when that holds another input's results).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "md", "html"]), default="text", show_default=True,
               help="What to print on stdout.")
 @click.option("--name", default=None, help="Job name (default: the file or folder name).")
@@ -173,7 +247,14 @@ def analyze(path: Path, out_dir: Path | None, fmt: str, name: str | None, source
     show = sys.stderr.isatty() if progress is None else progress
     if fix_select:  # an unknown id is a one-line error before any work
         patch_fixers([], fix_select)
-    analysis = analyze_path(path, name=name, progress_factory=_progress_factory(show), stream=stream)
+    name = name or default_job_name(path)
+    target = out_dir or default_out_dir(name, path)
+    created = [] if no_files else prepare_out_dir(target)
+    try:
+        analysis = analyze_path(path, name=name, progress_factory=_progress_factory(show), stream=stream)
+    except BaseException:
+        _remove_empty(created)
+        raise
     if source_dir is not None:
         from .sourcemap import map_sources
 
@@ -182,9 +263,12 @@ def analyze(path: Path, out_dir: Path | None, fmt: str, name: str | None, source
     unlocked = unlocked_by_facts(recorded_job(path), _ran_on_accelerator(analysis)) if source_dir is not None else set()
     chosen, held = patch_fixers(analysis.findings, fix_select, unlocked) if source_dir is not None else ([], [])
     if not no_files:
-        target = out_dir or Path("zoomer-out") / analysis.job.name
+        earlier = had_outputs(target)
         written = write_outputs(analysis, target)
         written.update(write_fix_outputs(analysis, target, source_dir, path, chosen))
+        removed = remove_stale_outputs(target, written) if earlier else []
+        if fmt != "text":  # the text summary lists the files; other formats own stdout
+            click.echo(f"zoomer-ar: wrote {target}{os.sep}", err=True)
     if annotate_out is not None:  # hook (zoomer_ar/annotate.py)
         from .annotate import annotate
 
@@ -199,6 +283,8 @@ def analyze(path: Path, out_dir: Path | None, fmt: str, name: str | None, source
         click.echo(render_text(analysis), nl=False)
         if not no_files:
             click.echo(f"\nwrote {', '.join(str(p) for p in written.values())}")
+            if removed:
+                click.echo(f"removed from {target} (an earlier run's, not this one's): {', '.join(removed)}")
             for name in sorted(unlocked & set(chosen)):
                 section, key, host_only = FACT_UNLOCKS[name]
                 why = " and the trace shows no accelerator" if host_only else ""

@@ -191,6 +191,22 @@ def is_trace_file(p: Path) -> bool:
     return p.is_file() and (n.endswith(".json") or n.endswith(".json.gz") or n.endswith(".gz"))
 
 
+_NAME_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".trace.json.gz", ".trace.json", ".json.gz", ".json",
+                  ".json.zst", ".gz")
+
+
+def job_name_of(path: Path) -> str:
+    """A job's name from its file or folder: the trace suffixes go, the rest of the name (its dots
+    included: ``Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz``) stays."""
+    name = path.name or path.resolve().name
+    if path.is_dir():
+        return name
+    for suffix in _NAME_SUFFIXES:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
 def load_job(
     path: str | Path,
     *,
@@ -572,7 +588,7 @@ def assemble_job(
     infos = [infos[i] for i in order]
     world = max([i.world_size or 0 for i in infos] + [len(ranks)])
     info = JobInfo(
-        name=name or (p.name if p.is_dir() else p.name.split(".")[0]),
+        name=name or job_name_of(p),
         path=str(p),
         ranks=infos,
         skipped=skipped,

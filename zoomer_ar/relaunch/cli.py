@@ -12,6 +12,24 @@ from ..errors import InputError
 from .spec import load_spec
 
 
+def _git_apply_check(patch: Path, workdir: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "apply", "--check", *extra, str(patch)], cwd=workdir, capture_output=True, text=True)
+
+
+def apply_patch(patch: Path, workdir: Path) -> bool:
+    """Apply ``patch`` in ``workdir``; False when it is already applied (its reverse applies), so a
+    launch that failed or was stopped can be retried. A patch that neither applies nor is applied
+    is an input error."""
+    check = _git_apply_check(patch, workdir)
+    if check.returncode != 0:
+        if _git_apply_check(patch, workdir, "--reverse").returncode == 0:
+            return False
+        first = check.stderr.strip().splitlines()[0] if check.stderr.strip() else "git apply --check failed"
+        raise InputError(str(patch), f"patch does not apply in {workdir}: {first}")
+    subprocess.run(["git", "apply", str(patch)], cwd=workdir, check=True)
+    return True
+
+
 @click.command()
 @click.argument("spec_path", type=click.Path(path_type=Path))
 @click.option("--dry-run", is_flag=True, help="Print the exact command and patch step; run nothing.")
@@ -27,15 +45,18 @@ def relaunch(spec_path: Path, dry_run: bool, cwd: Path | None) -> None:
         if not patch.is_absolute():
             patch = (spec_path.parent / patch).resolve()
     if dry_run:
+        if spec.is_template():
+            click.echo(f"note: {spec_path} is a template: fill in command.script and command.args before running it",
+                       err=True)
         if patch:
             click.echo(f"git apply {patch}")
         click.echo(spec.shell_command())
         return
-    if patch:
-        check = subprocess.run(["git", "apply", "--check", str(patch)], cwd=workdir, capture_output=True, text=True)
-        if check.returncode != 0:
-            raise InputError(str(patch), f"patch does not apply in {workdir}: {check.stderr.strip().splitlines()[0] if check.stderr.strip() else 'git apply --check failed'}")
-        subprocess.run(["git", "apply", str(patch)], cwd=workdir, check=True)
+    if spec.is_template():
+        raise InputError(str(spec_path), "a template, not a runnable command: no job.json recorded the job's command; "
+                                         f"fill in command.script (now {spec.command.script}) and command.args")
+    if patch and not apply_patch(patch, workdir):
+        click.echo(f"{patch.name} is already applied in {workdir}; launching", err=True)
     env = dict(os.environ, **spec.env)
     raise SystemExit(subprocess.run(spec.argv(), cwd=workdir, env=env).returncode)
 

@@ -13,7 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..detect.combine import combined_impact
 from ..errors import InputError
-from ..models import Analysis
+from ..models import Analysis, Finding
+from .program import HYDRA_ARG, ProgramCli, find_script, scan_program, style_from_args
 
 RELAUNCH_SCHEMA_VERSION = "1.0"
 
@@ -67,9 +68,13 @@ class RelaunchSpec(BaseModel):
         cmd.append(c.script)
         cmd.extend(c.args)
         for k, v in sorted(self.config_overrides.items()):
-            value = json.dumps(v) if isinstance(v, (bool, list, dict)) or v is None else str(v)
+            value = _value_text(v)
             cmd.append(f"{k}={value}" if self.override_style == "hydra" else f"--{k}={value}")
         return cmd
+
+    def is_template(self) -> bool:
+        """True when no recorded command stood behind the spec: its script is a placeholder."""
+        return self.command.script == TEMPLATE_SCRIPT
 
     def shell_command(self) -> str:
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
@@ -81,9 +86,88 @@ def json_schema() -> dict:
     return RelaunchSpec.model_json_schema()
 
 
-def spec_from_analysis(analysis: Analysis, *, argv: list[str] | None = None, patch: str | None = None) -> RelaunchSpec:
+#: the script name of a spec no job.json recorded the command for: a placeholder, never run
+TEMPLATE_SCRIPT = "<script.py>"
+TEMPLATE_NOTE = (f"TEMPLATE: no job.json (zoomer_ar.capture) beside the trace recorded the job's command, so "
+                 f"command.script ({TEMPLATE_SCRIPT}) and command.args are placeholders: fill them in before "
+                 "`zoomer-ar relaunch` runs it; config_overrides are shown Hydra-style (key=value), write them "
+                 "the way the script takes its settings.")
+
+
+def _value_text(v: Any) -> str:
+    return json.dumps(v) if isinstance(v, (bool, list, dict)) or v is None else str(v)
+
+
+def _hydra_key(arg: str) -> str:
+    return arg.split("=", 1)[0].lstrip("+~")
+
+
+def _fit_overrides(overrides: dict[str, Any], args: list[str], cli: ProgramCli
+                   ) -> tuple[dict[str, Any], list[str], Literal["hydra", "argparse"], dict[str, Any]]:
+    """(overrides the command line carries, recorded args, their style, overrides it cannot carry).
+
+    Hydra takes every key (a recorded ``k=v`` for a key set again is dropped: Hydra rejects a key
+    given twice); argparse only the keys one of its value-taking options sets, renamed to that
+    option (a boolean is left out: how a flag takes it differs from program to program); an
+    unknown command line takes none."""
+    if cli.style == "hydra":
+        kept = [a for a in args if not (HYDRA_ARG.match(a) and _hydra_key(a) in overrides)]
+        return dict(overrides), kept, "hydra", {}
+    carried: dict[str, Any] = {}
+    left: dict[str, Any] = {}
+    for key, value in overrides.items():
+        option = cli.option_for(key) if cli.style == "argparse" else None
+        if option and not isinstance(value, (bool, list, dict)) and value is not None:
+            carried[option.lstrip("-")] = value
+        else:
+            left[key] = value
+    return carried, args, "argparse" if cli.style == "argparse" else "hydra", left
+
+
+def program_cli(script: str, args: list[str], source_dir: Path | None) -> ProgramCli:
+    """How the recorded script takes settings: from its source when --source holds it, else from
+    the recorded arguments."""
+    found = find_script(script, source_dir)
+    return scan_program(found, source_dir) if found else style_from_args(args)
+
+
+def _left_note(left: dict[str, Any], cli: ProgramCli, origin: dict[str, Finding], patch: str | None,
+               patched: set[str]) -> str:
+    """The note for overrides the command line cannot carry: which, why, and where they go instead."""
+    settings = ", ".join(f"{k}={_value_text(v)}" for k, v in sorted(left.items()))
+    why = (f"its argparse options have no such setting ({cli.evidence})" if cli.style == "argparse"
+           else f"how it takes settings is unknown ({cli.evidence})")
+    patterns = sorted({origin[k].pattern for k in left} & patched)
+    missing = sorted(k for k in left if origin[k].pattern not in patched)
+    parts = [f"Not on the command line: {settings}; {why}."]
+    if patch and patterns:
+        parts.append(f"{patch} carries the {', '.join(patterns)} fix in the code.")
+    if missing:
+        parts.append(f"Set {', '.join(missing)} in the program's code or config yourself.")
+    return " ".join(parts)
+
+
+def _out_note(args: list[str]) -> str | None:
+    """A note when the replayed command writes where the recorded run wrote (its --out)."""
+    for i, a in enumerate(args):
+        value = a.split("=", 1)[1] if a.startswith("--out=") else None
+        if a == "--out" and i + 1 < len(args):
+            value = args[i + 1]
+        if value is not None:
+            return (f"The command is the recorded one: it writes where the recorded run wrote (--out {value}); "
+                    "point --out elsewhere to keep the earlier trace for `zoomer-ar compare`.")
+    return None
+
+
+def spec_from_analysis(analysis: Analysis, *, argv: list[str] | None = None, patch: str | None = None,
+                       source_dir: Path | None = None, patched: set[str] | frozenset = frozenset()) -> RelaunchSpec:
+    """The spec for an analysis: the recorded command line (``argv``, from job.json) replayed as
+    recorded, plus the findings' settings in the form the program takes them (``source_dir``
+    holds its source, read statically; ``patched``: the patterns whose fix ``patch`` carries, which
+    settings the command line cannot take are left to); without ``argv`` a template to complete."""
     env: dict[str, str] = {}
     overrides: dict[str, Any] = {}
+    origin: dict[str, Finding] = {}
     notes: list[str] = []
     used: list[str] = []
     acted_on = []
@@ -95,23 +179,30 @@ def spec_from_analysis(analysis: Analysis, *, argv: list[str] | None = None, pat
         acted_on.append(f)
         env.update({str(k): str(v) for k, v in (r.get("env") or {}).items()})
         overrides.update(r.get("config_overrides") or {})
+        origin.update({k: f for k in (r.get("config_overrides") or {})})
         if r.get("notes"):
             notes.append(f"{f.pattern}: {r['notes']}")
     gain = combined_impact(acted_on)
     world = analysis.job.world_size
-    cmd = Command()
+    launcher: Literal["python", "torchrun"] = "torchrun" if world > 1 else "python"
+    style: Literal["hydra", "argparse"] = "hydra"
     if argv:
         script, *args = argv
-        cmd = Command(launcher="torchrun" if world > 1 else "python", script=script, args=args,
-                      nproc_per_node=world if world > 1 else None)
-    elif world > 1:
-        cmd = Command(launcher="torchrun", nproc_per_node=world)
+        cli = program_cli(script, args, source_dir)
+        overrides, args, style, left = _fit_overrides(overrides, args, cli)
+        cmd = Command(launcher=launcher, script=script, args=args, nproc_per_node=world if world > 1 else None)
+        left_note = _left_note(left, cli, origin, patch, set(patched)) if left else None
+        notes += [n for n in (left_note, _out_note(args)) if n]
+    else:
+        cmd = Command(launcher=launcher, script=TEMPLATE_SCRIPT, nproc_per_node=world if world > 1 else None)
+        notes.insert(0, TEMPLATE_NOTE)
     return RelaunchSpec(
         job=analysis.job.name,
         trace_sha256=[r.sha256 for r in analysis.job.ranks],
         command=cmd,
         env=env,
         config_overrides=overrides,
+        override_style=style,
         patch=patch,
         expected_gain=ExpectedGain(
             ms_per_step=round(gain.ms_per_step, 4), pct_of_step=round(gain.pct_of_step, 3),

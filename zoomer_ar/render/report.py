@@ -79,12 +79,30 @@ def render_text(analysis: Analysis) -> str:
     return _env().get_template("summary.txt.j2").render(**_context(analysis))
 
 
-def atomic_write(path: Path, text: str) -> None:
+def _umask() -> int:
+    """The process umask, read without changing it where Linux exposes it (os.umask sets it while
+    reading, which a thread writing a file at that moment would see)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def atomic_write(path: Path, data: str | bytes) -> None:
+    """Write ``path`` whole or not at all (a temporary file renamed over it), with the mode a plain
+    open() would give it under the user's umask: mkstemp creates 0600, which would hide the
+    reports from the group and the web server that serve them."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=str(path.parent), prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        os.fchmod(fd, 0o666 & ~_umask())
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data.encode("utf-8") if isinstance(data, str) else data)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

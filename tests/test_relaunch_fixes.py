@@ -1,0 +1,198 @@
+"""Relaunch specs that run: the recorded command replayed whole, settings only in a form the
+program takes, a retry after the patch went in, and a template (never a made-up command) when no
+job.json recorded the job. Real traces, real git repositories, the real CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from zoomer_ar.cli import main
+from zoomer_ar.relaunch import RelaunchSpec, load_spec, render_spec
+from zoomer_ar.relaunch.spec import TEMPLATE_SCRIPT, Command
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "examples"
+SCENARIOS = REPO / "training_data" / "scenarios"
+
+
+def git_repo(folder: Path) -> Path:
+    """``folder`` as a git repository with everything in it committed (what a user's checkout is)."""
+    run = dict(cwd=folder, check=True, capture_output=True)
+    subprocess.run(["git", "init", "-q"], **run)
+    subprocess.run(["git", "add", "-A"], **run)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init"], **run)
+    return folder
+
+
+def scenario_repo(tmp_path: Path) -> Path:
+    shutil.copytree(SCENARIOS, tmp_path / "repo")
+    return git_repo(tmp_path / "repo")
+
+
+def recorded_trace(tmp_path: Path, example: Path, argv: list[str] | None) -> Path:
+    """A copy of an example trace folder whose job.json records ``argv`` (None: no job.json)."""
+    folder = tmp_path / "trace"
+    shutil.copytree(example, folder)
+    job = folder / "job.json"
+    if argv is None:
+        job.unlink()
+    else:
+        doc = json.loads(job.read_text())
+        doc["argv"] = argv
+        job.write_text(json.dumps(doc))
+    return folder
+
+
+def analyze(trace: Path, out: Path, source: Path | None, capsys) -> None:
+    args = ["analyze", str(trace), "--out", str(out), "--no-progress"] + (["--source", str(source)] if source else [])
+    assert main(args) == 0
+    capsys.readouterr()
+
+
+def relaunch_cli(spec: Path, cwd: Path, *extra: str) -> subprocess.CompletedProcess:
+    """`zoomer-ar relaunch` as a user runs it, with this interpreter first on PATH (as in an
+    activated virtualenv) so the relaunched `python` has torch and zoomer_ar."""
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    return subprocess.run([sys.executable, "-m", "zoomer_ar", "relaunch", str(spec), "--cwd", str(cwd), *extra],
+                          env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_scenario_relaunch_runs_and_can_be_retried(tmp_path, capsys):
+    """D2 (a)(b)(c): the recorded argv (its required --out included) is replayed without Hydra
+    overrides the argparse program rejects; a second relaunch finds the patch applied and runs."""
+    repo = scenario_repo(tmp_path)
+    after = tmp_path / "after"
+    argv = ["dataloader_bound.py", "--out", str(after), "--steps", "1", "--skip", "0", "--warmup", "0"]
+    trace = recorded_trace(tmp_path, EXAMPLES / "traces" / "dataloader_bound", argv)
+    analyze(trace, tmp_path / "o", repo, capsys)
+    spec = load_spec(tmp_path / "o" / "relaunch.yaml")
+    assert spec.argv() == ["python", *argv]
+    assert spec.patch == "patch.diff" and spec.config_overrides == {}
+    assert any("dataloader.num_workers=4" in n and "patch.diff carries the dataloader-bound fix" in n for n in spec.notes)
+
+    first = relaunch_cli(tmp_path / "o" / "relaunch.yaml", repo)
+    assert first.returncode == 0, first.stderr
+    assert (after / "job.json").is_file()
+    assert "num_workers=4" in subprocess.run(["git", "diff"], cwd=repo, capture_output=True, text=True).stdout
+
+    (after / "job.json").unlink()
+    again = relaunch_cli(tmp_path / "o" / "relaunch.yaml", repo)
+    assert again.returncode == 0, again.stderr
+    assert "already applied" in again.stderr and (after / "job.json").is_file()
+
+
+def test_relaunch_after_a_failed_launch_is_retried(tmp_path):
+    """D2 (c) on its own: the first launch applies the patch and fails (the job's own error); the
+    retry finds the patch applied, says so, and launches again instead of 'patch does not apply'."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "job.py").write_text("import sys\nWORKERS = 0\nsys.exit(0 if WORKERS == 4 and len(sys.argv) > 1 else 5)\n")
+    git_repo(repo)
+    (tmp_path / "patch.diff").write_text("--- a/job.py\n+++ b/job.py\n@@ -1,3 +1,3 @@\n import sys\n-WORKERS = 0\n"
+                                         "+WORKERS = 4\n sys.exit(0 if WORKERS == 4 and len(sys.argv) > 1 else 5)\n")
+    spec = RelaunchSpec(job="j", command=Command(script="job.py"), patch="patch.diff")
+    (tmp_path / "relaunch.yaml").write_text(render_spec(spec))
+    assert relaunch_cli(tmp_path / "relaunch.yaml", repo).returncode == 5  # patched, then the job failed
+    spec.command.args = ["--go"]  # the user mends the command line and retries
+    (tmp_path / "relaunch.yaml").write_text(render_spec(spec))
+    again = relaunch_cli(tmp_path / "relaunch.yaml", repo)
+    assert again.returncode == 0 and "already applied" in again.stderr, again.stderr
+
+
+def test_patch_that_neither_applies_nor_is_applied_is_an_input_error(tmp_path, capsys):
+    repo = scenario_repo(tmp_path)
+    trace = recorded_trace(tmp_path, EXAMPLES / "traces" / "dataloader_bound", ["dataloader_bound.py", "--out", "x"])
+    analyze(trace, tmp_path / "o", repo, capsys)
+    target = repo / "dataloader_bound.py"
+    target.write_text(target.read_text().replace("num_workers=0", "num_workers=1"))
+    done = relaunch_cli(tmp_path / "o" / "relaunch.yaml", repo)
+    assert done.returncode == 2 and "patch does not apply" in done.stderr
+
+
+def test_gpu_example_command_is_the_recorded_one(tmp_path, capsys):
+    """D2 (b) on examples/gpu/sync_point: no `compile=true compile_mode=...` after an argparse
+    command line; the spec says they are not passable and why."""
+    repo = scenario_repo(tmp_path)
+    analyze(EXAMPLES / "gpu" / "sync_point", tmp_path / "o", repo, capsys)
+    spec = load_spec(tmp_path / "o" / "relaunch.yaml")
+    assert spec.shell_command() == "python sync_point.py --out /tmp/gpu/sync_point --device cuda"
+    assert spec.override_style == "argparse"
+    note = next(n for n in spec.notes if n.startswith("Not on the command line"))
+    assert "compile=true" in note and "argparse" in note and "yourself" in note
+
+
+ARGPARSE_PROGRAM = '''\
+import argparse
+import sys
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--out", required=True)
+parser.add_argument("--num-workers", type=int, default=0)
+parser.add_argument("--pin-memory", action="store_true")
+args = parser.parse_args()
+print("workers", args.num_workers)
+sys.exit(0 if args.num_workers == 4 else 3)
+'''
+
+
+def test_argparse_option_that_exists_is_passed_as_that_option(tmp_path, capsys):
+    """A setting the program's parser has an option for goes on the command line as that option;
+    the program runs with it (a flag, whose spelling of `true` is the program's own, stays a note)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "train.py").write_text(ARGPARSE_PROGRAM)
+    git_repo(src)
+    trace = recorded_trace(tmp_path, EXAMPLES / "traces" / "dataloader_bound", ["train.py", "--out", "o2"])
+    analyze(trace, tmp_path / "o", src, capsys)
+    spec = load_spec(tmp_path / "o" / "relaunch.yaml")
+    assert spec.override_style == "argparse" and spec.config_overrides == {"num-workers": 4}
+    assert spec.argv() == ["python", "train.py", "--out", "o2", "--num-workers=4"]
+    assert any("dataloader.pin_memory=true" in n for n in spec.notes)
+    done = relaunch_cli(tmp_path / "o" / "relaunch.yaml", src)
+    assert done.returncode == 0 and "workers 4" in done.stdout, done.stderr
+
+
+def test_hydra_program_gets_overrides_once(tmp_path, capsys):
+    """A @hydra.main program (read, not imported: hydra need not be installed) takes key=value;
+    a recorded override of the same key is replaced, since Hydra rejects a key given twice."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "train.py").write_text("import hydra\n\n\n@hydra.main(config_path='conf', config_name='c', version_base=None)\n"
+                                  "def main(cfg):\n    pass\n\n\nif __name__ == '__main__':\n    main()\n")
+    git_repo(src)
+    trace = recorded_trace(tmp_path, EXAMPLES / "traces" / "dataloader_bound",
+                           ["train.py", "dataloader.num_workers=0", "lr=0.1"])
+    analyze(trace, tmp_path / "o", src, capsys)
+    spec = load_spec(tmp_path / "o" / "relaunch.yaml")
+    assert spec.override_style == "hydra"
+    assert spec.argv() == ["python", "train.py", "lr=0.1", "dataloader.num_workers=4",
+                           "dataloader.persistent_workers=true", "dataloader.pin_memory=true"]
+
+
+def test_no_job_json_is_a_template_not_a_command(tmp_path, capsys):
+    """D2 (d): without job.json the script is a placeholder, the header says TEMPLATE, and
+    relaunch refuses to run it (exit 2) while the dry run still shows it."""
+    trace = recorded_trace(tmp_path, EXAMPLES / "traces" / "dataloader_bound", None)
+    analyze(trace, tmp_path / "o", None, capsys)
+    text = (tmp_path / "o" / "relaunch.yaml").read_text()
+    assert "# Command:  TEMPLATE" in text and "train.py" not in text
+    spec = load_spec(tmp_path / "o" / "relaunch.yaml")
+    assert spec.is_template() and spec.command.script == TEMPLATE_SCRIPT and spec.notes[0].startswith("TEMPLATE")
+    done = relaunch_cli(tmp_path / "o" / "relaunch.yaml", tmp_path)
+    assert done.returncode == 2 and "template" in done.stderr and "Traceback" not in done.stderr
+    dry = relaunch_cli(tmp_path / "o" / "relaunch.yaml", tmp_path, "--dry-run")
+    assert dry.returncode == 0 and "template" in dry.stderr
+
+
+def test_multi_rank_job_without_job_json_is_a_torchrun_template(shared_traces, tmp_path, capsys):
+    analyze(shared_traces / "param" / "dlrm_8ranks", tmp_path / "o", None, capsys)
+    spec = load_spec(tmp_path / "o" / "relaunch.yaml")
+    assert spec.is_template() and spec.command.launcher == "torchrun" and spec.command.nproc_per_node == 8
+    assert "TEMPLATE" in (tmp_path / "o" / "relaunch.yaml").read_text().splitlines()[2]
