@@ -65,10 +65,12 @@ def analyze_path(
     # stream=True) are read in a streaming pass that keeps only what the features use; same results.
     from .stream import load_job_streaming, should_stream
 
-    if should_stream(path) if stream is None else stream:
+    chosen = stream is None
+    if should_stream(path) if chosen else stream:
         job = load_job_streaming(path, name=name, progress_factory=progress_factory)
         analysis = analyze_job(job, rules)
-        analysis.notes.append("Large trace: analysed in a streaming pass (docs/huge-traces.md).")
+        analysis.notes.append("Large trace: analysed in a streaming pass (docs/huge-traces.md)." if chosen else
+                              "Analysed in a streaming pass, as asked (docs/huge-traces.md).")
         return analysis
     # --- end hook
     job = load_job(path, name=name, progress_factory=progress_factory)

@@ -6,6 +6,8 @@ waste over time is inline SVG. The Markdown carries the same tables and a text s
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +33,7 @@ def fmt_gh(v: float | None) -> str:
         return f"{v:,.1f}"
     if a >= 0.1:
         return f"{v:.2f}"
-    return f"{v:.3g}"
+    return format(Decimal(f"{v:.3g}"), "f")  # 0.0000443, not 4.43e-05: three digits, no exponent
 
 
 def fmt_usd(v: float | None) -> str:

@@ -38,7 +38,7 @@ def _time(_ctx, _param, value):  # noqa: ANN001
 def job_options(f: Callable) -> Callable:
     """Job, GPU, price and week options shared by `analyze --record` and `record`."""
     opts = [
-        click.option("--job", default=None, help="Job name in the store (default: --name, else the trace's name)."),
+        click.option("--job", default=None, help="Job name in the store (default: the analysis's job name: analyze's --name, else the trace's name)."),
         click.option("--team", default=None, help="Team the job belongs to."),
         click.option("--owner", default=None, help="Owner of the job (person or alias)."),
         click.option("--gpu-type", default=None, help="GPU model (default: from the trace's device properties)."),
