@@ -37,3 +37,16 @@ def test_kernels_overlapping_on_two_streams_count_once(tmp_path: Path):
     busy_ms = f["gpu_span_ms"] * f["gpu_busy_pct"] / 100.0
     assert f["compute_ms_per_step"] <= busy_ms + 1e-9
     assert "0.40 ms per profiled step" in a.bottleneck.summary or a.bottleneck.type != "compute-bound"
+
+
+def test_reports_name_the_bottleneck_once(tmp_path: Path):
+    from zoomer_ar.render import render_markdown, render_text
+    from zoomer_ar.render.digest import fmt_gh
+
+    root = Path(__file__).resolve().parent.parent
+    a = analyze_path(root / "examples" / "traces" / "dataloader_bound")
+    row = next(line for line in render_markdown(a).splitlines() if line.startswith("| Bottleneck"))
+    assert row.count(a.bottleneck.type) == 1, row
+    assert a.bottleneck.summary.split(": ", 1)[1] in row
+    assert a.bottleneck.summary in render_text(a)
+    assert fmt_gh(4.43e-05) == "0.0000443" and fmt_gh(1234.5) == "1,234"  # digests: no exponent
