@@ -49,6 +49,9 @@ CASES = {
     "truncatedjson.json": (json.dumps(MINI).encode()[:-15], "JSON"),
     "noevents.json": (json.dumps({"traceEvents": []}).encode(), "no events"),
     "garbage.gz": (b"\x1f\x8b" + b"\x00" * 40, "gzip"),
+    "events_null.json": (b'{"traceEvents": null}', "'traceEvents' is null"),
+    "bom.json": (b"\xef\xbb\xbf" + json.dumps(MINI).encode(), "byte-order mark"),
+    "utf16.json": (json.dumps(MINI).encode("utf-16-le"), "UTF-16"),
     # nesting beyond msgspec's depth (RecursionError): at the top, in an event, in its args
     "deep_array.json": (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
     "deep_event.json": (b'{"traceEvents":[' + b'{"a":' * 100_000 + b"1" + b"}" * 100_000 + b"]}", "nested too deeply"),
@@ -97,6 +100,10 @@ def test_a_big_file_that_is_no_trace_gets_the_streaming_reason(tmp_path):
 def test_missing_path(tmp_path, capsys):
     rc, err = run_cli(["analyze", str(tmp_path / "nope.json"), "--no-files"], capsys)
     assert rc == 2 and "no such file" in err
+    (tmp_path / "a.json").symlink_to(tmp_path / "b.json")
+    (tmp_path / "b.json").symlink_to(tmp_path / "a.json")
+    rc, err = run_cli(["analyze", str(tmp_path / "a.json"), "--no-files"], capsys)
+    assert rc == 2 and "symbolic link that leads nowhere" in err
 
 
 def test_size_limit_refuses_large_and_bomb(tmp_path, monkeypatch):

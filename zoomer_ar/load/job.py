@@ -41,6 +41,11 @@ class Job:
     ranks: list[RankTrace] = field(default_factory=list)
 
 
+def missing_reason(p: Path) -> str:
+    """Why a path that does not exist does not: a symbolic link to nothing (or a loop), or nothing."""
+    return "a symbolic link that leads nowhere (dangling, or a loop)" if p.is_symlink() else "no such file or directory"
+
+
 def rank_from_name(path: Path) -> int | None:
     for pattern in _RANK_PATTERNS:
         m = pattern.search(path.name)
@@ -65,11 +70,22 @@ def _describe_non_trace(data: bytes) -> str | None:
         if "traceEvents" not in doc:
             keys = ", ".join(list(doc)[:5]) or "none"
             return f"not a Kineto trace: no 'traceEvents' (top-level keys: {keys})"
+        kind = "null" if doc["traceEvents"] is None else type(doc["traceEvents"]).__name__
+        return f"not a Kineto trace: 'traceEvents' is {kind}, not a list of events"
     if isinstance(doc, list):
         if doc and isinstance(doc[0], list):
             return "not a Kineto trace: a JSON array of arrays (looks like a memory-timeline export)"
         return "not a Kineto trace: a JSON array whose items are not trace events"
     return f"not a Kineto trace: top-level JSON {type(doc).__name__}"
+
+
+def _encoding_hint(data: bytes) -> str:
+    """Why a file that may well be a trace does not parse: a byte-order mark or UTF-16 text."""
+    if data.startswith(b"\xef\xbb\xbf"):
+        return "; the file starts with a UTF-8 byte-order mark: save it without one"
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff") or (len(data) > 1 and data[1:2] == b"\0" and data[:1] in b"{["):
+        return "; the file looks like UTF-16 text: JSON traces are UTF-8"
+    return ""
 
 
 def decode_trace(data: bytes, path: str) -> RawTrace:
@@ -84,7 +100,7 @@ def decode_trace(data: bytes, path: str) -> RawTrace:
         msg = str(exc)
         if "truncated" in msg.lower():
             raise InputError(path, f"truncated JSON ({msg})") from None
-        raise InputError(path, f"not valid JSON ({msg})") from None
+        raise InputError(path, f"not valid JSON ({msg}){_encoding_hint(data)}") from None
     if isinstance(doc, list):
         doc = RawTrace(traceEvents=doc)
     return doc
@@ -220,7 +236,7 @@ def load_job(
     """
     p = Path(path)
     if not p.exists():
-        raise InputError(str(p), "no such file or directory")
+        raise InputError(str(p), missing_reason(p))
     if p.is_dir():
         files = sorted(f for f in p.iterdir() if is_trace_file(f) and not f.name.startswith("."))
         files = [f for f in files if f.name != "job.json"]

@@ -21,7 +21,8 @@ from pathlib import Path
 from ..errors import InputError
 from ..load import fastcols
 from ..load.columns import RankTrace
-from ..load.job import TOO_DEEP, Job, _accelerator, _schema, assemble_job, load_trace, rank_from_name, rebase_times
+from ..load.job import (TOO_DEEP, Job, _accelerator, _schema, assemble_job, load_trace, missing_reason, rank_from_name,
+                        rebase_times)
 from ..load.reader import Progress, TraceTooBig
 from ..models import RankInfo, SkippedFile
 from .compact import CompactBuilder, NeedAnotherPass, constant_columns, fix_mmap_threshold, trim_heap
@@ -204,7 +205,7 @@ def load_job_streaming(
     (default: ZOOMER_STREAM_WORKERS, else the CPU count)."""
     p = Path(path)
     if not p.exists():
-        raise InputError(str(p), "no such file or directory")
+        raise InputError(str(p), missing_reason(p))
     files = _files(p)
     n_workers = workers if workers is not None else _env_int("ZOOMER_STREAM_WORKERS", os.cpu_count() or 1)
     n_workers = max(1, min(n_workers, len(files)))
