@@ -248,6 +248,13 @@ def analyze(path: Path, out_dir: Path | None, fmt: str, name: str | None, source
     if fix_select:  # an unknown id is a one-line error before any work
         patch_fixers([], fix_select)
     name = name or default_job_name(path)
+    if annotate_out is not None:  # never over the trace itself, nor into its rank folder
+        from .surgery.guard import refuse_inside, refuse_overwrite
+
+        if path.is_dir():
+            refuse_inside(annotate_out, path, what="annotated trace")
+        else:
+            refuse_overwrite(annotate_out, [path])
     target = out_dir or default_out_dir(name, path)
     created = [] if no_files else prepare_out_dir(target)
     try:

@@ -96,3 +96,24 @@ def test_cli_annotate_option(tmp_path, shared_traces, capsys):
     assert main(["analyze", str(NANO), "--no-files", "--no-progress", "--stream", "--annotate", str(out2)]) == 0
     capsys.readouterr()
     assert doc_of(out2)["traceEvents"] == doc_of(out)["traceEvents"]
+
+
+def test_annotate_never_writes_over_its_input(tmp_path, shared_traces, capsys):
+    """`--annotate` onto the trace itself replaced the original with the annotated copy; into the
+    rank folder it adds a file a later `analyze DIR` reads as another rank. Both are refused first."""
+    import hashlib
+    import shutil
+
+    src = next((shared_traces / "hta" / "ns_resolution_trace").glob("*.json.gz"))
+    trace = tmp_path / "t.json.gz"
+    shutil.copy(src, trace)
+    before = hashlib.sha256(trace.read_bytes()).hexdigest()
+    assert main(["analyze", str(trace), "--annotate", str(trace), "--no-files"]) == 2
+    assert "is the input" in capsys.readouterr().err
+    assert hashlib.sha256(trace.read_bytes()).hexdigest() == before
+    job = tmp_path / "job"
+    job.mkdir()
+    shutil.copy(src, job / "rank-0.json.gz")
+    assert main(["analyze", str(job), "--annotate", str(job / "annotated.json.gz"), "--no-files"]) == 2
+    assert "inside the input job folder" in capsys.readouterr().err
+    assert sorted(p.name for p in job.iterdir()) == ["rank-0.json.gz"]

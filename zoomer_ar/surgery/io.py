@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -38,25 +39,77 @@ class Lite(msgspec.Struct, gc=False):
     id: Any = None  # noqa: A003 - the Chrome field name
 
 
-_LITE = msgspec.json.Decoder(list[Lite])
+class Placed(Lite, gc=False):
+    """Lite that tells a missing `ts`, `dur`, `pid` or `tid` (None) from a zero, for the commands
+    that cut by time (slice, split): an event without them cannot be placed on a timeline, and
+    copying it would make an output that `trace check` and the viewers refuse."""
+
+    ts: Number | None = None
+    dur: Number | None = None
+    pid: Any = None
+    tid: Any = None
+
+
+from ..load.job import TOO_DEEP  # noqa: E402 - one wording for both readers
 _RAWS = msgspec.json.Decoder(list[msgspec.Raw])
 _ENCODER = msgspec.json.Encoder()
+_DECODERS: dict[type, msgspec.json.Decoder] = {}
+_AT_EVENT = re.compile(r"`\$\[(\d+)\]")
 
-SliceFn = Callable[[list[msgspec.Raw], list[Lite]], None]
+SliceFn = Callable[[list[msgspec.Raw], list[Any]], None]
+
+
+def _decoder(record: type) -> msgspec.json.Decoder:
+    """One cached `list[record]` decoder per record type."""
+    dec = _DECODERS.get(record)
+    if dec is None:
+        dec = _DECODERS[record] = msgspec.json.Decoder(list[record])
+    return dec
+
+
+def _wrong_type(path: Path, exc: msgspec.ValidationError, before: int) -> InputError:
+    """A field of the wrong type, located by its index in the file (msgspec counts in the slice)."""
+    msg = _AT_EVENT.sub(lambda m: f"`event {before + int(m.group(1))}", str(exc))
+    return InputError(str(path), f"an event field has the wrong type ({msg})")
 
 
 def read_events(path: Path, on_slice: SliceFn, *, on_head: Callable[[ScanResult], None] | None = None,
-                slice_bytes: int = 1 << 20) -> ScanResult:
-    """Stream the events of a trace file; InputError when it is not a readable trace."""
+                slice_bytes: int = 1 << 20, record: type = Lite) -> ScanResult:
+    """Stream the events of a trace file; InputError when it is not a readable trace.
+
+    Each slice is copied out of the scanner's buffer before it is decoded: msgspec.Raw values point
+    into the buffer they come from, and while any of them is alive the scanner cannot release its
+    view. An exception raised with the Raw values still referenced (a field of the wrong type, a
+    full disk while writing) then surfaced as `BufferError: memoryview has 1 exported buffer`
+    instead of itself. The copy costs one memcpy of a 1 MB slice, small next to decoding it.
+    `record` (a Lite subclass) chooses the typed view of the events (Placed: missing fields as None).
+    """
+    lite_decoder = _decoder(record)
+    seen = [0]
+    last_error = [""]  # the decoder's last complaint: says why no cut worked (invalid UTF-8, NaN, ...)
+
     def consume(view) -> None:
-        raws = _RAWS.decode(view)
-        lite = _LITE.decode(view)
+        data = bytes(view)  # nothing below refers to the scanner's buffer
+        try:
+            lite = lite_decoder.decode(data)
+        except msgspec.ValidationError as exc:  # JSON that parses, with a bad field: not a wrong cut
+            raise _wrong_type(path, exc, seen[0]) from None
+        except msgspec.DecodeError as exc:  # maybe a wrong cut: the scanner tries another one
+            last_error[0] = str(exc)
+            raise
+        except RecursionError:  # msgspec refuses nesting deeper than Python's recursion limit this way
+            raise InputError(str(path), TOO_DEEP) from None
+        raws = _RAWS.decode(data)
+        seen[0] += len(lite)
         on_slice(raws, lite)
 
     try:
         return scan(path, consume, slice_bytes=slice_bytes, hash=False, on_head=on_head)
     except StreamError as exc:
-        raise InputError(str(path), f"cannot stream this trace: {exc}") from None
+        why = f" (last JSON error: {last_error[0]})" if last_error[0] else ""
+        raise InputError(str(path), f"cannot stream this trace: {exc}{why}") from None
+    except RecursionError:  # nesting in the keys around the events array
+        raise InputError(str(path), TOO_DEEP) from None
     except OSError as exc:
         raise InputError(str(path), f"cannot read: {exc.strerror or exc}") from None
 

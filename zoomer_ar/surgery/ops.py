@@ -25,7 +25,9 @@ from ..load.job import rank_from_name
 from ..stream.compact import NsCounter
 from ..stream.scan import ScanResult, scan
 from ..stream.source import ChunkReader, StreamError, is_trace_file
-from .io import Lite, TraceWriter, _Sink, compression_for, decode_top, encode_head, read_events
+from . import guard
+from .io import TOO_DEEP, Lite, Placed, TraceWriter, _Sink, compression_for, decode_top, encode_head, read_events
+from .validate import placeable
 
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 PID_STRIDE = 10_000_000  # merge: rank r's integer pid p becomes r * PID_STRIDE + p
@@ -70,6 +72,7 @@ class Stats:
     bytes_out: int | None = None
     skipped: list[str] = field(default_factory=list)  # "path: reason" of input files that are not traces
     warnings: list[str] = field(default_factory=list)
+    unplaced: int = 0  # events left out because a viewer cannot place them (no ts, pid/tid, X without dur)
 
     def line(self) -> str:
         outs = ", ".join(self.outputs[:4]) + (f" (+{len(self.outputs) - 4} more)" if len(self.outputs) > 4 else "")
@@ -78,7 +81,9 @@ class Stats:
             what = f"{n} file{'' if n == 1 else 's'} ({_human_bytes(self.bytes_out)})"
         else:
             what = f"{self.events_out:,} of {self.events_in:,} events"
-        return f"{what} -> {outs}" + (f"; {self.note}" if self.note else "")
+        dropped = (f"; left out {self.unplaced:,} event{'' if self.unplaced == 1 else 's'} without ts, pid/tid "
+                   "or (X) dur" if self.unplaced else "")
+        return f"{what} -> {outs}" + (f"; {self.note}" if self.note else "") + dropped
 
     def add(self, other: Stats) -> None:
         """Fold the result of one file of a job into the job's."""
@@ -86,6 +91,7 @@ class Stats:
         self.events_out += other.events_out
         self.outputs += other.outputs
         self.warnings += other.warnings
+        self.unplaced += other.unplaced
         if other.bytes_out is not None:
             self.bytes_out = (self.bytes_out or 0) + other.bytes_out
 
@@ -104,13 +110,15 @@ class Survey:
 
 
 def survey(path: Path) -> Survey:
+    """Steps, first event and time unit of a trace; events a viewer cannot place (see
+    validate.placeable) are not counted in them, as slice and split leave them out."""
     sv = Survey()
     counter = NsCounter()
     t0 = [np.inf]
 
-    def on_slice(raws: list, lite: list[Lite]) -> None:
+    def on_slice(raws: list, lite: list[Placed]) -> None:
         sv.events += len(lite)
-        xs = [e for e in lite if e.ph == "X"]
+        xs = [e for e in lite if e.ph == "X" and placeable(e)]
         if xs:
             ts = np.fromiter((e.ts for e in xs), dtype=np.float64, count=len(xs))
             counter.add(ts)
@@ -126,21 +134,47 @@ def survey(path: Path) -> Survey:
                     w[0] = min(w[0], float(e.ts))
                     w[1] = max(w[1], float(e.ts) + float(e.dur))
 
-    read_events(path, on_slice)
+    read_events(path, on_slice, record=Placed)
     sv.t0 = None if not np.isfinite(t0[0]) else t0[0]
     sv.ns = counter.nanoseconds()
     return sv
 
 
-def _keep_in_window(lite: list[Lite], w0: float, w1: float) -> np.ndarray:
-    n = len(lite)
-    ts = np.fromiter((e.ts for e in lite), dtype=np.float64, count=n)
-    dur = np.fromiter((e.dur for e in lite), dtype=np.float64, count=n)
-    ph = [e.ph for e in lite]
-    x = np.fromiter((p == "X" for p in ph), dtype=bool, count=n)
-    meta = np.fromiter((p == "M" for p in ph), dtype=bool, count=n)
-    end = ts + np.where(x, dur, 0.0)
-    return meta | ((ts <= w1) & (end >= w0) & ((ts < w1) | ~x | (dur == 0)))
+@dataclass
+class Timeline:
+    """The time columns of a slice of Placed events, with the events a viewer cannot place
+    (`ok` False) kept out of every selection: copying them would make the output invalid."""
+
+    ok: np.ndarray  # placeable (validate.placeable)
+    meta: np.ndarray  # placeable metadata events (ph M): kept in every output
+    ts: np.ndarray  # 0 where not ok or metadata
+    end: np.ndarray  # ts + dur for X events, ts for the others
+    x: np.ndarray
+    dur: np.ndarray
+
+    @classmethod
+    def of(cls, lite: list[Placed]) -> Timeline:
+        n = len(lite)
+        ok = np.fromiter(map(placeable, lite), dtype=bool, count=n)
+        meta = ok & np.fromiter((e.ph == "M" for e in lite), dtype=bool, count=n)
+        timed = ok & ~meta
+        ts = np.fromiter((e.ts if t else 0.0 for e, t in zip(lite, timed.tolist())), dtype=np.float64, count=n)
+        x = timed & np.fromiter((e.ph == "X" for e in lite), dtype=bool, count=n)
+        dur = np.fromiter((e.dur if d else 0.0 for e, d in zip(lite, x.tolist())), dtype=np.float64, count=n)
+        return cls(ok, meta, ts, ts + dur, x, dur)
+
+    @property
+    def timed(self) -> np.ndarray:
+        return self.ok & ~self.meta
+
+    @property
+    def unplaced(self) -> int:
+        return int((~self.ok).sum())
+
+
+def _keep_in_window(tl: Timeline, w0: float, w1: float) -> np.ndarray:
+    inside = (tl.ts <= w1) & (tl.end >= w0) & ((tl.ts < w1) | ~tl.x | (tl.dur == 0))
+    return tl.meta | (tl.timed & inside)
 
 
 def _write_selected(w: TraceWriter, raws: list, keep: np.ndarray) -> int:
@@ -150,8 +184,10 @@ def _write_selected(w: TraceWriter, raws: list, keep: np.ndarray) -> int:
     return len(idx)
 
 
-def _copy_with(src: Path, dst: Path, select, *, compression: str | None = None, level: int | None = None) -> Stats:
+def _copy_with(src: Path, dst: Path, select, *, compression: str | None = None, level: int | None = None,
+               record: type = Lite) -> Stats:
     st = Stats()
+    guard.check_level(compression_for(dst, compression), level)
     w = TraceWriter(dst, compression=compression, level=level)
     holder: dict[str, ScanResult] = {}
 
@@ -161,10 +197,10 @@ def _copy_with(src: Path, dst: Path, select, *, compression: str | None = None, 
 
     def on_slice(raws: list, lite: list[Lite]) -> None:
         st.events_in += len(lite)
-        st.events_out += _write_selected(w, raws, select(lite))
+        st.events_out += _write_selected(w, raws, select(lite, st))
 
     try:
-        res = read_events(src, on_slice, on_head=on_head)
+        res = read_events(src, on_slice, on_head=on_head, record=record)
         w.close(TraceWriter.tail_of(res))
     except BaseException:
         w.abort()
@@ -188,6 +224,8 @@ def slice_trace(src: Path, dst: Path, *, steps: tuple[int, int] | None = None,
     if (steps is None) == (window_ms is None):
         raise InputError(str(src), "give either steps N..M or a time window")
     _check_range(steps, window_ms)
+    guard.check_file_output(dst, [src])
+    guard.check_level(compression_for(dst, compression), level)
     sv = survey(src)
     unit = 1e6 if sv.ns else 1e3  # trace units per millisecond
     if steps is not None:
@@ -205,7 +243,12 @@ def slice_trace(src: Path, dst: Path, *, steps: tuple[int, int] | None = None,
             if sv.t0 is None:
                 raise InputError(str(src), "no complete events to measure a window from")
             w0, w1 = sv.t0 + a * unit, sv.t0 + b * unit
-    st = _copy_with(src, dst, lambda lite: _keep_in_window(lite, w0, w1), compression=compression, level=level)
+    def select(lite: list[Placed], st: Stats) -> np.ndarray:
+        tl = Timeline.of(lite)
+        st.unplaced += tl.unplaced
+        return _keep_in_window(tl, w0, w1)
+
+    st = _copy_with(src, dst, select, compression=compression, level=level, record=Placed)
     st.note = f"window {w0:.3f}..{w1:.3f} ({'ns' if sv.ns else 'us'})"
     return st
 
@@ -260,9 +303,10 @@ def filter_trace(src: Path, dst: Path, *, cats: Iterable[str] = (), exclude_cats
         kept[1] += v
         return v
 
-    def select(lite: list[Lite]) -> np.ndarray:
+    def select(lite: list[Lite], st: Stats) -> np.ndarray:
         return np.fromiter(map(ok, lite), dtype=bool, count=len(lite))
 
+    guard.check_file_output(dst, [src])
     st = _copy_with(src, dst, select, compression=compression, level=level)
     if kept[0] and not kept[1]:
         st.warnings.append(_nothing_kept(src, seen_cats))
@@ -280,7 +324,14 @@ def split_trace(src: Path, dst_dir: Path, *, steps_per_file: int = 1, max_files:
                 compression: str | None = "gzip", level: int | None = None) -> Stats:
     """One trace per step (or per `steps_per_file` steps): events overlapping each step's window
     (CPU and GPU side); metadata in every file. Events before the first or after the last step
-    are left out."""
+    are left out, and so are events a viewer cannot place (validate.placeable)."""
+    guard.at_least_one(steps_per_file, "--steps-per-file")
+    guard.at_least_one(max_files, "--max-files")
+    guard.refuse_file_as_dir(dst_dir)
+    if guard.same_file(dst_dir, src.parent):
+        raise InputError(str(dst_dir), f"is the folder of the input {src.name}: the step files would be read "
+                                       "as extra ranks of it; write them to another folder")
+    guard.check_level(compression or "none", level)
     sv = survey(src)
     if not sv.steps:
         raise InputError(str(src), "no ProfilerStep#N annotations: nothing to split by")
@@ -300,24 +351,27 @@ def split_trace(src: Path, dst_dir: Path, *, steps_per_file: int = 1, max_files:
         for w in writers:
             w.set_head(res)
 
-    def on_slice(raws: list, lite: list[Lite]) -> None:
+    def on_slice(raws: list, lite: list[Placed]) -> None:
         st.events_in += len(lite)
-        n = len(lite)
-        ts = np.fromiter((e.ts for e in lite), dtype=np.float64, count=n)
-        dur = np.fromiter((e.dur if e.ph == "X" else 0 for e in lite), dtype=np.float64, count=n)
-        meta = np.fromiter((e.ph == "M" for e in lite), dtype=bool, count=n)
-        lo, hi = float(ts.min()), float((ts + dur).max())
-        for j in np.flatnonzero((wins[:, 0] <= hi) & (wins[:, 1] >= lo)).tolist():
+        tl = Timeline.of(lite)
+        st.unplaced += tl.unplaced
+        timed, meta = tl.timed, tl.meta
+        if timed.any():
+            lo, hi = float(tl.ts[timed].min()), float(tl.end[timed].max())
+            hit = (wins[:, 0] <= hi) & (wins[:, 1] >= lo)
+        else:
+            hit = np.zeros(len(wins), dtype=bool)
+        for j in np.flatnonzero(hit).tolist():
             w0, w1 = wins[j]
-            keep = ((ts <= w1) & (ts + dur >= w0)) | meta
+            keep = (timed & (tl.ts <= w1) & (tl.end >= w0)) | meta
             st.events_out += _write_selected(writers[j], raws, keep)
         if meta.any():  # metadata in every file
             idx = np.flatnonzero(meta).tolist()
-            for j in np.flatnonzero(~((wins[:, 0] <= hi) & (wins[:, 1] >= lo))).tolist():
+            for j in np.flatnonzero(~hit).tolist():
                 writers[j].write_raw([raws[i] for i in idx])
 
     try:
-        res = read_events(src, on_slice, on_head=on_head)
+        res = read_events(src, on_slice, on_head=on_head, record=Placed)
         for w in writers:
             w.close(TraceWriter.tail_of(res))
     except BaseException:
@@ -329,8 +383,15 @@ def split_trace(src: Path, dst_dir: Path, *, steps_per_file: int = 1, max_files:
 
 
 def compress_trace(src: Path, dst: Path, *, compression: str | None = None, level: int | None = None) -> Stats:
-    """Re-encode a trace file as gzip, zstd or plain JSON (from dst's suffix unless given), streaming."""
+    """Re-encode a trace file as gzip, zstd or plain JSON (from dst's suffix unless given), streaming.
+
+    The bytes are copied as they are (a round trip gives the same JSON), but only after a first pass
+    has read the events as the other commands do: the output is promised to be a valid trace, and a
+    JSON file without traceEvents, NaN literals or a cut-off array would otherwise pass through."""
     comp = compression_for(dst, compression)
+    guard.check_file_output(dst, [src])
+    guard.check_level(comp, level)
+    read_events(src, lambda raws, lite: None)
     sink = _Sink(dst, comp, level)
     st = Stats()
     try:
@@ -386,6 +447,8 @@ def probe_trace(path: Path) -> tuple[dict[str, Any] | None, str]:
         return out, ""
     except StreamError as exc:
         return None, f"not a trace ({exc})"
+    except RecursionError:  # msgspec's answer to keys nested deeper than Python's recursion limit
+        return None, f"not a trace ({TOO_DEEP})"
     except OSError as exc:
         return None, f"cannot read ({exc.strerror or exc})"
     return out, ""
@@ -479,11 +542,17 @@ def sample_job(src: Path, dst: Path, k: int | None = None, *, ranks: Iterable[in
                seed: int | None = None, compression: str | None = None) -> Stats:
     """Copy k ranks of a job folder (or the given ranks) into dst; gzip/zstd/plain per `compression`
     (default: as they are)."""
+    if ranks is None:
+        if k is None:
+            raise InputError(None, "give -k N or --ranks")
+        guard.at_least_one(k, "-k")
+    _check_folder_output(src, dst)
     job = job_folder(src)
     files = job.files
     have = [r for r, _ in files]
     want = _wanted(src, have, ranks) if ranks is not None else choose_ranks(have, k or 1, seed=seed)
     st = Stats(bytes_out=0, skipped=list(job.skipped))
+    copied = 0
     for r, f in files:
         if r not in want:
             continue
@@ -493,24 +562,59 @@ def sample_job(src: Path, dst: Path, k: int | None = None, *, ranks: Iterable[in
             shutil.copyfile(f, dst / name)
             st.outputs.append(str(dst / name))
             st.bytes_out += (dst / name).stat().st_size
+            copied += 1
             continue
         stem = name[: -len(".gz")] if name.endswith(".gz") else name[: -len(".zst")] if name.endswith(".zst") else name
         stem = stem if stem.endswith(".json") else stem + ".json"
         name = stem + {"gzip": ".gz", "zstd": ".zst", "none": ""}[compression]
-        st.add(compress_trace(f, dst / name, compression=compression))
+        out = dst / name
+        copied += _skip_unreadable(st, f, lambda f=f, out=out: compress_trace(f, out, compression=compression))
+    _none_left(src, copied, st)
     st.note = f"ranks {want} of {len(have)}"
     return st
 
 
+def _check_folder_output(src: Path, dst: Path) -> None:
+    """A job's output folder must be a folder outside the input job folder (see guard)."""
+    guard.refuse_file_as_dir(dst)
+    guard.refuse_inside(dst, src, what="output folder")
+
+
+def _skip_unreadable(st: Stats, f: Path, run) -> bool:
+    """Run one rank file's operation; a rank that turns out unusable while it is read (nested too
+    deeply, a field of the wrong type, truncated) is skipped with a note, as `analyze` skips it in
+    a job folder, instead of failing the whole job. False when skipped. Errors about anything but
+    this file (the output, the arguments) still stop the job."""
+    try:
+        st.add(run())
+    except InputError as exc:
+        if exc.path != str(f):
+            raise
+        st.skipped.append(f"{f}: {exc.reason}")
+        return False
+    return True
+
+
+def _none_left(src: Path, done: int, st: Stats) -> None:
+    """Every chosen rank was skipped while read: nothing usable was written (exit 2 naming them)."""
+    if done == 0 and st.skipped:
+        reasons = "; ".join(st.skipped[:3]) + (f"; +{len(st.skipped) - 3} more" if len(st.skipped) > 3 else "")
+        raise InputError(str(src), f"no usable trace ({reasons})")
+
+
 def filter_job(src: Path, dst: Path, *, ranks: Iterable[int] | None = None, **filters) -> Stats:
-    """filter_trace on each chosen rank file of a job folder, into dst (same file names)."""
+    """filter_trace on each chosen rank file of a job folder, into dst (same file names); rank
+    files unusable while read are skipped with a note (_skip_unreadable)."""
+    _check_folder_output(src, dst)
     job = job_folder(src)
     have = [r for r, _ in job.files]
     want = set(_wanted(src, have, ranks)) if ranks is not None else set(have)
     st = Stats(skipped=list(job.skipped))
+    done = 0
     for r, f in job.files:
         if r in want:
-            st.add(filter_trace(f, dst / f.name, **filters))
+            done += _skip_unreadable(st, f, lambda f=f: filter_trace(f, dst / f.name, **filters))
+    _none_left(src, done, st)
     return st
 
 
@@ -543,14 +647,48 @@ def merge_job(src: Path | list[Path], dst: Path, *, compression: str | None = No
     `rank<r>:` prefix) and process names a `rank <r>: ` prefix, so each rank keeps its own tracks;
     flow ids and correlation ids are offset by rank << 40 so that links stay within a rank.
     Top-level keys come from the first rank; `distributedInfo` records the merged ranks. Inputs that
-    are not traces are skipped (Stats.skipped), as `analyze` skips them in a job folder."""
+    are not traces, or turn out unusable while read, are skipped (Stats.skipped), as `analyze` skips
+    them in a job folder."""
+    if isinstance(src, (list, tuple)):
+        guard.check_file_output(dst, [Path(f) for f in src])
+    else:
+        guard.refuse_dir_as_file(dst)
+        guard.refuse_inside(dst, Path(src), what="merged trace")
+    guard.check_level(compression_for(dst, compression), level)
     job = rank_files([Path(f) for f in src]) if isinstance(src, (list, tuple)) else job_folder(Path(src))
-    files = job.files
+    files = list(job.files)
+    skipped = list(job.skipped)
+    while True:
+        try:
+            st = _merge_files(files, job.tops, dst, compression=compression, level=level)
+            break
+        except InputError as exc:
+            bad = [(r, f) for r, f in files if exc.path == str(f)]
+            if not bad:
+                raise
+            # the rank turned out unusable while read (nested too deeply, truncated): the output is
+            # one stream that already holds part of it, so merge again without it (rare: the
+            # common path reads every rank once)
+            files.remove(bad[0])
+            skipped.append(f"{bad[0][1]}: {exc.reason}")
+            if not files:
+                where = None if isinstance(src, (list, tuple)) else str(src)
+                if where is None and len(skipped) == 1:
+                    raise InputError(str(bad[0][1]), exc.reason) from None
+                reasons = "; ".join(skipped[:3]) + (f"; +{len(skipped) - 3} more" if len(skipped) > 3 else "")
+                raise InputError(where, f"no usable trace ({reasons})") from None
+    st.skipped = skipped
+    return st
+
+
+def _merge_files(files: list[tuple[int, Path]], tops: dict[Path, dict[str, Any]], dst: Path, *,
+                 compression: str | None, level: int | None) -> Stats:
+    """merge_job on rank files known to be traces; InputError naming a rank that fails while read."""
     first_top = decode_top(*_frame_of(files[0][1]))
     devices: list = []
     seen_dev = set()
     for _, f in files:
-        for d in job.tops[f].get("deviceProperties") or []:
+        for d in tops[f].get("deviceProperties") or []:
             key = msgspec.json.encode(d)
             if key not in seen_dev:
                 seen_dev.add(key)
@@ -565,7 +703,7 @@ def merge_job(src: Path | list[Path], dst: Path, *, compression: str | None = No
     top["distributedInfo"] = dist
     head, tail = encode_head(top)
     w = TraceWriter(dst, head=head, tail=tail, compression=compression, level=level)
-    st = Stats(skipped=list(job.skipped))
+    st = Stats()
     decoder = msgspec.json.Decoder(list[dict])
     try:
         for rank, f in files:
@@ -579,6 +717,8 @@ def merge_job(src: Path | list[Path], dst: Path, *, compression: str | None = No
                 scan(f, consume, hash=False)
             except StreamError as exc:
                 raise InputError(str(f), f"cannot stream this trace: {exc}") from None
+            except RecursionError:  # msgspec's answer to nesting deeper than Python's recursion limit
+                raise InputError(str(f), TOO_DEEP) from None
         w.close()
     except BaseException:
         w.abort()
@@ -595,4 +735,6 @@ def _frame_of(path: Path) -> tuple[bytes, bytes]:
         res = scan(path, lambda v: None, hash=False)
     except StreamError as exc:
         raise InputError(str(path), f"cannot stream this trace: {exc}") from None
+    except RecursionError:
+        raise InputError(str(path), TOO_DEEP) from None
     return res.head, res.tail

@@ -16,6 +16,7 @@ import msgspec
 
 from ..stream.scan import scan
 from ..stream.source import StreamError
+from .io import TOO_DEEP
 
 _TIMED = set("XBEiICstfbneSTpFONDPR")
 _FLOWS = set("stf")
@@ -42,6 +43,33 @@ def _ident(v: Any) -> bool:
     return isinstance(v, (int, str)) and not isinstance(v, bool)
 
 
+def event_problems(ph: Any, name: Any, ts: Any, dur: Any, pid: Any, tid: Any, id_: Any) -> list[str]:
+    """Why a viewer cannot place this event (empty: it can). One rule set for `trace check` and for
+    the commands that must write only placeable events (slice, split drop the others)."""
+    if not isinstance(ph, str) or not ph:
+        return ["no `ph`"]
+    if ph == "M":
+        return [] if isinstance(name, str) and _ident(pid) else ["metadata event without name or pid"]
+    out: list[str] = []
+    if not _num(ts):
+        out.append("`ts` missing or not a number")
+    if ph in _TIMED:
+        if not _ident(pid) or not _ident(tid):
+            out.append("`pid`/`tid` missing")
+        if ph == "X" and not _num(dur):
+            out.append("`dur` missing or not a number")
+        if ph in _FLOWS and id_ is None:
+            out.append("flow event without `id`")
+    return out
+
+
+def placeable(e: Any) -> bool:
+    """event_problems(e) is empty, for a record with ph, name, ts, dur, pid, tid and id fields."""
+    if e.ph == "M":
+        return isinstance(e.name, str) and _ident(e.pid)
+    return not event_problems(e.ph, e.name, e.ts, e.dur, e.pid, e.tid, e.id)
+
+
 def check_trace(path: Path, limit: int = 20) -> tuple[int, list[str]]:
     """(number of events, problems)."""
     problems: list[str] = []
@@ -54,22 +82,11 @@ def check_trace(path: Path, limit: int = 20) -> tuple[int, list[str]]:
         if len(problems) >= limit:
             return
         for k, e in enumerate(events):
-            where = f"event {base + k}"
-            if not isinstance(e.ph, str) or not e.ph:
-                problems.append(f"{where}: no `ph`")
-            elif e.ph == "M":
-                if not isinstance(e.name, str) or not _ident(e.pid):
-                    problems.append(f"{where}: metadata event without name or pid")
-            elif e.ph in _TIMED:
-                if not _num(e.ts):
-                    problems.append(f"{where} ({e.ph}): `ts` missing or not a number")
-                if not _ident(e.pid) or not _ident(e.tid):
-                    problems.append(f"{where} ({e.ph}): `pid`/`tid` missing")
-                if e.ph == "X" and not _num(e.dur):
-                    problems.append(f"{where} (X): `dur` missing or not a number")
-                if e.ph in _FLOWS and e.id is None:
-                    problems.append(f"{where} ({e.ph}): flow event without `id`")
+            for pr in event_problems(e.ph, e.name, e.ts, e.dur, e.pid, e.tid, e.id):
+                where = f"event {base + k}" + (f" ({e.ph})" if e.ph in _TIMED else "")
+                problems.append(f"{where}: {pr}")
             if len(problems) >= limit:
+                del problems[limit:]
                 return
 
     try:
@@ -78,6 +95,8 @@ def check_trace(path: Path, limit: int = 20) -> tuple[int, list[str]]:
         return count[0], [f"not a readable trace: {exc}"]
     except msgspec.MsgspecError as exc:
         return count[0], [f"events are not JSON objects: {exc}"]
+    except RecursionError:  # msgspec's answer to nesting deeper than Python's recursion limit
+        return count[0], [f"not a readable trace: {TOO_DEEP}"]
     if not res.bare and not res.head:
         problems.append("no traceEvents list")
     return count[0], problems

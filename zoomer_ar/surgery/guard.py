@@ -1,0 +1,93 @@
+"""Refuse outputs and arguments that would destroy or pollute the inputs, before anything is read.
+
+Every surgery command writes to a temporary file renamed into place at the end, so an output that
+is the input itself (same path, a symlink to it, a hard link) silently replaces the original with
+the cut-down copy. Folder outputs written into the rank folder they were read from add files that
+a later `analyze DIR` takes for extra ranks. These checks run first, on paths only: nothing is read
+and nothing is created when they refuse (InputError, exit 2, one line naming the output).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from ..errors import InputError
+
+
+def _real(path: Path) -> Path:
+    """The path with symlinks and `..` resolved (the path need not exist)."""
+    return Path(os.path.realpath(path))
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """a and b name the same file: equal once symlinks are resolved, or (both existing) the same
+    inode, which also catches hard links and bind mounts."""
+    if _real(a) == _real(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet)
+        return False
+
+
+def is_within(path: Path, folder: Path) -> bool:
+    """path is folder or somewhere below it (symlinks resolved)."""
+    p, f = _real(path), _real(folder)
+    if p == f or f in p.parents:
+        return True
+    try:
+        return os.path.samefile(path, folder)
+    except OSError:
+        return False
+
+
+def refuse_overwrite(out: Path, inputs: Iterable[Path]) -> None:
+    """An output file must not be one of the inputs: it would be replaced by its own cut-down copy."""
+    for src in inputs:
+        if same_file(out, src):
+            raise InputError(str(out), f"is the input {src}; write the output to another file "
+                                       "(it would replace the original)")
+
+
+def refuse_inside(out: Path, folder: Path, *, what: str = "output") -> None:
+    """Outputs must not land in (or below) an input rank folder: a later `analyze` of the folder
+    would read them as extra ranks, and a same-named output would replace a rank file."""
+    if is_within(out, folder):
+        raise InputError(str(out), f"the {what} is inside the input job folder {folder}; "
+                                   "write it outside the folder")
+
+
+def refuse_dir_as_file(out: Path) -> None:
+    """A file output that names an existing folder would fail only after the whole input was read."""
+    if out.is_dir():
+        raise InputError(str(out), "is a folder; give an output file name (e.g. OUT.json.gz)")
+
+
+def refuse_file_as_dir(out: Path) -> None:
+    """A folder output that names an existing file cannot be created."""
+    if out.exists() and not out.is_dir():
+        raise InputError(str(out), "exists and is not a folder; give a folder for the outputs")
+
+
+def check_file_output(out: Path, inputs: Iterable[Path]) -> None:
+    """All checks for a command that writes one file from the given input files."""
+    refuse_dir_as_file(out)
+    refuse_overwrite(out, inputs)
+
+
+def check_level(compression: str, level: int | None) -> None:
+    """Compression levels outside the codec's range fail deep inside the codec (ValueError) after
+    the input was opened; refuse them up front."""
+    if level is None or compression == "none":
+        return
+    lo, hi = (1, 22) if compression == "zstd" else (0, 9)
+    if not lo <= level <= hi:
+        raise InputError(None, f"--level {level}: {compression} levels are {lo}..{hi}")
+
+
+def at_least_one(value: int | None, option: str) -> None:
+    """Counts such as -k or --steps-per-file below 1 used to be taken as 1 without a word."""
+    if value is not None and value < 1:
+        raise InputError(None, f"{option} {value}: must be at least 1")
