@@ -27,7 +27,8 @@ from pathlib import Path, PurePosixPath
 
 from .errors import InputError
 from .fix.api import locate, static_findings
-from .fix.engine import decode, iter_python_files
+from .fix.engine import FixerCrash, decode, iter_python_files
+from .fix.nesting import nesting_problem
 from .models import Analysis, Finding, SourceFrame
 
 
@@ -112,7 +113,7 @@ def _map_frame(index: SourceIndex, frame: SourceFrame, pattern: str) -> SourceFr
     rel = index.rel(path)
     try:
         line = _best_line(text, rel, frame, pattern)
-    except InputError:  # the file does not parse: keep the frame's own line
+    except (InputError, FixerCrash):  # the file does not parse (or is too deep to analyse): keep the frame's line
         line = frame.line
     update = {"resolved_path": rel, "resolved_line": line, "snippet": _snippet(text, line)}
     if not frame.function:
@@ -136,10 +137,13 @@ def is_unconfirmed(frame: SourceFrame) -> bool:
 
 
 def enclosing_function(text: str, line: int) -> str:
-    """The name of the innermost def around ``line`` (``<module>`` outside any)."""
+    """The name of the innermost def around ``line`` (``<module>`` outside any). Text nested
+    too deeply for a parser is not parsed (the fix stage skips it too): ``<module>``."""
+    if nesting_problem(text) is not None:
+        return "<module>"
     try:
         tree = ast.parse(text)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return "<module>"
     best, best_start = "<module>", 0
     for node in ast.walk(tree):
@@ -163,7 +167,7 @@ def _static_frames(index: SourceIndex, pattern: str, paths: list[Path], confirme
         rel = index.rel(path)
         try:
             matches = static_findings(text, rel, [pattern])
-        except InputError:
+        except (InputError, FixerCrash):  # does not parse, or too deep to analyse: as fix skips it
             continue
         for m in sorted(matches, key=lambda m: (not m.fixable, m.line))[:3]:
             function = enclosing_function(text, m.line) + ("" if confirmed else UNCONFIRMED)

@@ -28,6 +28,7 @@ from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 from pydantic import BaseModel, Field
 
 from ..errors import InputError, ZoomerError
+from .nesting import nesting_problem, parse_in_big_stack
 
 MAX_ROUNDS = 12
 
@@ -123,9 +124,15 @@ ALL = "*"
 
 def parse_source(source: str, path: str | None = "<string>") -> cst.Module:
     """Parse with libcst; a syntax error becomes a one-line :class:`SourceParseError` (position
-    and message from Python's own parser when it agrees the source is invalid)."""
+    and message from Python's own parser when it agrees the source is invalid). Text nested too
+    deeply is refused before parsing: the native parser would overflow its stack and kill the
+    process (see :mod:`.nesting`)."""
+    too_deep = nesting_problem(source)
+    if too_deep is not None:
+        line, column, why = too_deep
+        raise SourceParseError(path, line, column, f"nesting too deep ({why})")
     try:
-        return cst.parse_module(source)
+        return parse_in_big_stack(lambda: cst.parse_module(source))
     except cst.ParserSyntaxError as exc:
         line, col, reason = _syntax_error(source, exc)
         raise SourceParseError(path, line, col, reason) from None
@@ -741,7 +748,7 @@ def _valid(ctx: Context, code: str) -> bool:
     if ctx.ast_ok():
         try:
             ast.parse(code)
-        except (SyntaxError, ValueError):
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
             return False
     return True
 

@@ -85,6 +85,32 @@ class FixerCrash(Exception):
     """A fixer raised on some input: reported for that file, never fatal for the run."""
 
 
+def _from_recursion(exc: BaseException) -> bool:
+    """Whether ``exc`` is, or was raised while handling, a RecursionError."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, RecursionError):
+            return True
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
+def _crash(fixer: Fixer, exc: Exception) -> FixerCrash:
+    """The one-line report of a fixer's failure. libcst's own recursion (positions, code
+    generation) runs out on trees a few hundred levels deep that the parser accepted: that is
+    the file's nesting, not a fixer bug, and formatting such an error may itself recurse (a
+    node's repr), so neither is formatted from the exception."""
+    if _from_recursion(exc):
+        return FixerCrash("cannot analyse: nesting too deep")
+    try:
+        text = f"{type(exc).__name__}: {exc}"
+    except RecursionError:
+        text = type(exc).__name__
+    return FixerCrash(f"fixer {fixer.name} failed: {text}".splitlines()[0])
+
+
 def detect_source(source: str, path: str, selection: Selection) -> list[StaticMatch]:
     ctx = Context(source, path, fixing=selection.fixing)
     out: list[StaticMatch] = []
@@ -92,7 +118,7 @@ def detect_source(source: str, path: str, selection: Selection) -> list[StaticMa
         try:
             out.extend(collect_matches([fixer], ctx))
         except Exception as exc:  # a bug in one fixer must not stop the others
-            raise FixerCrash(f"fixer {fixer.name} failed: {type(exc).__name__}: {exc}".splitlines()[0]) from exc
+            raise _crash(fixer, exc) from exc
     out.sort(key=lambda m: (m.line, m.column, m.pattern, m.fixer))
     return out
 
@@ -113,7 +139,7 @@ def fix_source_with(source: str, path: str, selection: Selection, findings: Sequ
                 except SourceParseError:
                     raise
                 except Exception as exc:
-                    raise FixerCrash(f"fixer {fixer.name} failed: {type(exc).__name__}: {exc}".splitlines()[0]) from exc
+                    raise _crash(fixer, exc) from exc
         findings = detect_source(current, path, selection)
     return current
 
