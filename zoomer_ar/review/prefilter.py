@@ -50,7 +50,8 @@ KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "non-blocking-h2d": ((r"(?i:loader)", r"\bfor\b", TO_DEVICE), (TO_DEVICE,)),
     "optimizer-foreach": ((OPTIMIZER,), (OPTIMIZER,)),
     "redundant-copy-chain": ((COPY_CHAIN,), (COPY_CHAIN,)),
-    "torch-compile": ((r"Module|" + MODEL_FACTORY,), (MODEL_FACTORY,)),  # + classes defined in the file
+    # + classes and functions defined in the file (a model built by a function of the file)
+    "torch-compile": ((r"Module|Sequential|" + MODEL_FACTORY,), (r"Sequential|" + MODEL_FACTORY,)),
     "zero-grad-set-to-none": ((r"zero_",), (r"zero_",)),
     "append-detach": ((r"append",), (r"append",)),
 }
@@ -248,7 +249,8 @@ def region_candidates(source: str, fd: FileDiff, fixers: Iterable[str]) -> set[s
                 imports = _imports(tree)
             names = [bound for bound, full in imports.items() if rx.search(full)]
             if name == "torch-compile":
-                names += [n.name for n in _statements(tree.body) if isinstance(n, ast.ClassDef)]
+                names += [n.name for n in _statements(tree.body)
+                          if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))]
             if not any(re.search(rf"\b{re.escape(n)}\b", text) for n in names):
                 ok = False
                 break
