@@ -55,9 +55,10 @@ def test_history_of_an_unknown_job_is_bad_input(store_with_alpha, capsys):
     assert "no recorded job named 'nope'" in err and "alpha" in err  # names the jobs it does know
 
 
-def test_history_with_a_missing_store_file_is_bad_input_and_creates_nothing(tmp_path, capsys):
+@pytest.mark.parametrize("command", [["history", "alpha"], ["digest"]])
+def test_reading_a_missing_store_file_is_bad_input_and_creates_nothing(tmp_path, capsys, command):
     missing = tmp_path / "typo" / "store.db"
-    assert main(["history", "alpha", "--db", str(missing)]) == 2
+    assert main([*command, "--db", str(missing)]) == 2
     assert "no store at this path" in capsys.readouterr().err
     assert not missing.parent.exists()
 
@@ -88,7 +89,8 @@ def test_label_help_documents_the_default(capsys):
     assert "current folder" in " ".join(capsys.readouterr().out.split())
 
 
-def test_history_with_a_store_url_of_unknown_kind_is_bad_input(capsys):
-    assert main(["history", "alpha", "--db", "foo://nowhere"]) == 2
+@pytest.mark.parametrize("command", [["history", "alpha"], ["digest"]])
+def test_reading_a_store_url_of_unknown_kind_is_bad_input(capsys, command):
+    assert main([*command, "--db", "foo://nowhere"]) == 2
     err = capsys.readouterr().err
     assert "not a usable store URL" in err and "internal error" not in err

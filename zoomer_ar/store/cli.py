@@ -32,12 +32,36 @@ def _write_or_echo(text: str, out: Path | None) -> None:
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Rows per table.")
 @DB_OPTION
 def digest(week: str | None, team: str | None, fmt: str, out: Path | None, top: int, db: str | None) -> None:
-    """The week's top anti-patterns by wasted GPU-hours and dollars, trends, costliest jobs and owners, resolved patterns."""
+    """The week's top anti-patterns by wasted GPU-hours and dollars, trends, costliest jobs and owners, resolved patterns.
+
+    Exit 2 for a --db file that does not exist or a --db that is not a URL."""
     from ..render.digest import render_digest
     from .digest import build_digest
 
+    _readable_store(db)
     d = build_digest(db, week=week, team=team, top=top)
     _write_or_echo(render_digest(d, fmt, top=top), out)
+
+
+def _readable_store(db: str | None):
+    """The store a read-only command (digest, history) opens: a --db that is not a database URL,
+    or a SQLite file that does not exist, is bad input (exit 2); reading must not create an empty
+    store at a mistyped path."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    from .db import open_store, resolve_url
+
+    try:
+        url = make_url(resolve_url(db))
+        if db and url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:") \
+                and not Path(url.database).exists():
+            raise InputError(db, "no store at this path (nothing has been recorded there)")
+        return open_store(db)
+    except ArgumentError as exc:
+        raise InputError(db, f"not a usable store URL ({exc})") from None
+    except ImportError as exc:  # a URL naming a database driver that is not installed
+        raise InputError(db, f"not a usable store URL ({exc})") from None
 
 
 @click.command()
@@ -50,22 +74,12 @@ def history(job: str, fmt: str, limit: int, db: str | None) -> None:
 
     Exit 2 for a job never recorded, a --db file that does not exist or a --db that is not a URL."""
     from sqlalchemy import select
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
 
     from ..render.digest import render_history
-    from .db import open_store, resolve_url
     from .history import job_history
     from .orm import Job
 
-    try:  # a --db that is not a database URL is bad input (exit 2), not an internal error
-        url = make_url(resolve_url(db))
-        if db and url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:") \
-                and not Path(url.database).exists():  # reading must not create an empty store at a mistyped path
-            raise InputError(db, "no store at this path (nothing has been recorded there)")
-        engine = open_store(db)
-    except ArgumentError as exc:
-        raise InputError(db, f"not a usable store URL ({exc})") from None
+    engine = _readable_store(db)
     with engine.connect() as c:  # an unknown name is bad input (exit 2), not a store failure (StoreError, exit 1)
         if c.execute(select(Job.id).where(Job.name == job)).first() is None:
             names = [n for (n,) in c.execute(select(Job.name).order_by(Job.name).limit(6))]
