@@ -94,3 +94,9 @@ def test_reading_a_store_url_of_unknown_kind_is_bad_input(capsys, command):
     assert main([*command, "--db", "foo://nowhere"]) == 2
     err = capsys.readouterr().err
     assert "not a usable store URL" in err and "internal error" not in err
+
+
+def test_promoting_an_unknown_model_version_is_bad_input(tmp_path, capsys):
+    assert main(["models", "promote", "v9999", "--models", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "no model version v9999" in err and "internal error" not in err

@@ -198,6 +198,9 @@ def _promote(root: Path, version: str, traces, cache, force: bool) -> None:
     from .evaluate import DEFAULT_CACHE
     from .registry import GateError, promote
 
+    if not (root / version / "meta.json").is_file():  # an unknown version is bad input (exit 2), not a refusal
+        known = sorted(p.name for p in root.glob("v*") if (p / "meta.json").is_file()) if root.is_dir() else []
+        raise InputError(str(root / version), f"no model version {version} (versions here: {', '.join(known) or 'none'})")
     try:
         rep = promote(root, version, Path(traces) if traces else DEFAULT_TRACES, Path(cache) if cache else DEFAULT_CACHE, force)
     except GateError as exc:
