@@ -152,3 +152,16 @@ def test_filter_of_ranks_missing_from_the_job_is_bad_input(job_with_stray_file, 
     """Used to write nothing and say `wrote 0 of 0 events` with exit 0."""
     assert main(["trace", "filter", str(job_with_stray_file), str(tmp_path / "f"), "--ranks", "5"]) == 2
     assert "ranks [5] not in this job" in capsys.readouterr().err
+
+
+def test_a_merged_trace_is_analysed_with_a_note(tmp_path, shared_traces):
+    """A `trace merge` output is one rank to the analysis: it says so, since stragglers and
+    imbalance then cannot be measured (the dlrm folder's straggler finding disappears)."""
+    from zoomer_ar.analyze import analyze_path
+    from zoomer_ar.cli import main as cli_main
+
+    out = tmp_path / "merged.json.gz"
+    assert cli_main(["trace", "merge", str(shared_traces / "param" / "dlrm_8ranks"), str(out)]) == 0
+    notes = analyze_path(out).notes
+    assert any("merges 8 ranks" in n for n in notes), notes
+    assert not any("merges" in n for n in analyze_path(shared_traces / "param" / "dlrm_8ranks").notes)

@@ -35,6 +35,11 @@ def build_analysis(job: Job, jf: JobFeatures, findings: list[Finding]) -> Analys
     for tr in job.ranks:
         if tr.time_unit_note:
             notes.append(f"{Path(tr.path).name}: {tr.time_unit_note}")
+        merged = ((tr.metadata or {}).get("distributedInfo") or {}).get("merged_ranks")
+        if isinstance(merged, list) and len(merged) > 1:  # written by `zoomer-ar trace merge`
+            notes.append(f"{Path(tr.path).name} merges {len(merged)} ranks (zoomer-ar trace merge): it is analysed as "
+                         "one rank, so cross-rank figures (stragglers, imbalance) and per-rank GPU busy are not "
+                         "measured; analyse the rank files as a folder for those.")
     return Analysis(
         tool_version=__version__,
         feature_schema_version=FEATURE_SCHEMA_VERSION,
