@@ -134,3 +134,16 @@ def test_files_in_a_folder_that_held_no_analysis_are_left_alone(tmp_path, capsys
     assert main(["analyze", str(TRACES / "clean"), "--out", str(out), "--no-progress"]) == 0
     capsys.readouterr()
     assert (out / "patch.diff").read_text() == "the user's"
+
+
+def test_a_finding_whose_fixers_change_nothing_is_named(tmp_path, capsys):
+    """pageable-memcpy on the GPU recording: its fixer (non-blocking-h2d) finds no DataLoader loop
+    in the program, so patch.diff has nothing for it; the run says so instead of staying silent."""
+    src = tmp_path / "src"
+    shutil.copytree(REPO / "training_data" / "scenarios", src)
+    rc = main(["analyze", str(REPO / "examples" / "gpu" / "pageable_memcpy"), "--source", str(src),
+               "--out", str(tmp_path / "o"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 0
+    assert "no automatic fix for pageable-memcpy: non-blocking-h2d found nothing to change in pageable_memcpy.py" in err
+    assert "no automatic fix for launch-bound" not in err  # its fixer is opt-in: named by the opt-in line

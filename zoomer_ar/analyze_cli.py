@@ -91,9 +91,10 @@ def patch_fixers(findings, fix_select: str | None = None, unlocked: set[str] | f
 
 
 def write_fix_outputs(analysis, target: Path, source_dir: Path | None, trace_path: Path,
-                      fixers: list[str] | None = None) -> dict[str, Path]:
+                      fixers: list[str] | None = None, notes: list[str] | None = None) -> dict[str, Path]:
     """patch.diff (with --source: the ``fixers`` given, else patch_fixers' default choice),
-    relaunch.yaml and optimize.ipynb beside the reports."""
+    relaunch.yaml and optimize.ipynb beside the reports; ``notes`` receives a line for each
+    finding whose fixers ran and changed nothing (so a finding without a patch is never silent)."""
     from .notebook import notebook_json
     from .relaunch import render_spec, spec_from_analysis
     from .render.report import atomic_write
@@ -107,13 +108,24 @@ def write_fix_outputs(analysis, target: Path, source_dir: Path | None, trace_pat
 
         if fixers is None:
             fixers = patch_fixers(analysis.findings, None, unlocked_by_facts(recorded_job(trace_path), _ran_on_accelerator(analysis)))[0]
-        result = run_directory(source_dir, select=fixers, only=files_ran(analysis)) if fixers else None
+        only = files_ran(analysis)
+        result = run_directory(source_dir, select=fixers, only=only) if fixers else None
         diff = result.diff_bytes() if result else b""
         if diff:
             atomic_write(target / "patch.diff", diff)
             out["patch.diff"] = target / "patch.diff"
             patch_name = "patch.diff"
             patched = {m.pattern for f in result.changed for m in f.findings if m.fixable}
+        if notes is not None and fixers:
+            from .fix.registry import load_registry
+
+            reg = load_registry()
+            where = ", ".join(Path(p).name for p in only) if only else "the source folder"
+            for f in analysis.findings:  # a finding's `fixers` are pattern ids; patch.diff ran fixer names
+                ran = sorted({fx.name for p in f.fixers for fx in reg.by_pattern(p) if fx.name in fixers})
+                if ran and f.pattern not in patched:
+                    notes.append(f"no automatic fix for {f.pattern}: {', '.join(ran)} found nothing to change in "
+                                 f"{where}; its recommendation says what to do")
     spec = spec_from_analysis(analysis, argv=_recorded_argv(trace_path), patch=patch_name, source_dir=source_dir,
                               patched=patched)
     atomic_write(target / "relaunch.yaml", render_spec(spec))
@@ -272,7 +284,10 @@ def analyze(path: Path, out_dir: Path | None, fmt: str, name: str | None, source
     if not no_files:
         earlier = had_outputs(target)
         written = write_outputs(analysis, target)
-        written.update(write_fix_outputs(analysis, target, source_dir, path, chosen))
+        fix_notes: list[str] = []
+        written.update(write_fix_outputs(analysis, target, source_dir, path, chosen, fix_notes))
+        for line in fix_notes:
+            click.echo(f"note: {line}", err=True)
         removed = remove_stale_outputs(target, written) if earlier else []
         if fmt != "text":  # the text summary lists the files; other formats own stdout
             click.echo(f"zoomer-ar: wrote {target}{os.sep}", err=True)
