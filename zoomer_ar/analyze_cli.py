@@ -12,7 +12,7 @@ import click
 
 from .analyze import analyze_path
 from .errors import InputError
-from .load.job import job_name_of
+from .load.job import job_name_of, recorded_job
 from .render import render_html, render_markdown, render_text, write_outputs
 from .render.report import findings_json
 from .store.options import apply_store_options, record_options  # --record and cost attribution (zoomer_ar/store)
@@ -133,16 +133,6 @@ def write_fix_outputs(analysis, target: Path, source_dir: Path | None, trace_pat
     atomic_write(target / "optimize.ipynb", notebook_json(analysis, has_patch=patch_name is not None))
     out["optimize.ipynb"] = target / "optimize.ipynb"
     return out
-
-
-def recorded_job(trace_path: Path) -> dict:
-    """The capture helper's job.json beside the trace (or in the rank folder), else {}."""
-    folder = trace_path if trace_path.is_dir() else trace_path.parent
-    try:
-        doc = json.loads((folder / "job.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    return doc if isinstance(doc, dict) else {}
 
 
 def _recorded_argv(trace_path: Path) -> list[str] | None:

@@ -21,7 +21,6 @@ parsed, never run.
 from __future__ import annotations
 
 import ast
-import json
 import re
 from pathlib import Path, PurePosixPath
 
@@ -237,13 +236,9 @@ def trace_frame_files(paths: list[Path], budget: int = _SCAN_BUDGET) -> list[str
 
 def _job_script(analysis: Analysis) -> str | None:
     """The script the capture helper's job.json (beside the trace) records in argv[0]."""
-    p = Path(analysis.job.path)
-    folder = p if p.is_dir() else p.parent
-    try:
-        doc = json.loads((folder / "job.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    argv = doc.get("argv") if isinstance(doc, dict) else None
+    from .load.job import recorded_job
+
+    argv = recorded_job(Path(analysis.job.path)).get("argv")
     if isinstance(argv, list) and argv and isinstance(argv[0], str) and argv[0].endswith(".py"):
         return argv[0]
     return None

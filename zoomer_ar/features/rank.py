@@ -517,7 +517,7 @@ def _outermost(c: _Ctx, idx: np.ndarray) -> np.ndarray:
         sel = np.flatnonzero(t.tid[idx] == tid)
         order = sel[np.argsort(t.ts[idx[sel]], kind="stable")]
         running_end = -np.inf
-        # plain floats (the same float64 values): a loop over numpy scalars costs 5x more
+        # plain floats (the same float64 values): a Python loop over numpy scalars costs more
         for j, end in zip(order.tolist(), c.end[idx[order]].tolist()):
             if end <= running_end + 1e-9:
                 keep[j] = False

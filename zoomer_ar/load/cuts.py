@@ -5,7 +5,7 @@ A boundary is `}` whitespace `,` whitespace `{` between two events. Both readers
 the last boundary and let the decoder verify the cut (a cut inside a string does not decode).
 Whitespace is skipped at C speed and a search that found nothing is not repeated over the same
 bytes (`lo`): a hostile file with a long run of whitespace, or one huge event, used to cost a scan
-of the whole buffer per chunk read (quadratic: a 130 KB gzip of 128 MB of spaces ran for minutes).
+of the whole buffer per chunk read: quadratic in the run's length (tests/test_cuts.py reads such a file).
 """
 
 from __future__ import annotations

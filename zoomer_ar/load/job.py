@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import json
 import hashlib
 import queue
 import re
@@ -39,6 +40,16 @@ class Job:
 
     info: JobInfo
     ranks: list[RankTrace] = field(default_factory=list)
+
+
+def recorded_job(trace_path: Path) -> dict:
+    """The capture helper's job.json beside the trace (or in the rank folder), else {}."""
+    folder = trace_path if trace_path.is_dir() else trace_path.parent
+    try:
+        doc = json.loads((folder / "job.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
 
 
 def missing_reason(p: Path) -> str:

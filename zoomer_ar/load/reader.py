@@ -29,8 +29,8 @@ class TraceTooBig(InputError):
 
 # A trace's identity (RankInfo.sha256, the store's content hash, provenance, relaunch specs) is the
 # sha256 of the file as it is on disk, compressed or not: what `sha256sum FILE` prints. Hashing the
-# compressed bytes also costs a fraction of hashing the JSON they inflate to (1 MB instead of 35 MB
-# for a 35 MB trace gzipped to 1 MB), which was a quarter of the load's CPU time on such files.
+# compressed bytes also hashes a fraction of the bytes: a gzipped trace is many times smaller than
+# the JSON it inflates to (see benchmarks/README.md for the load's CPU before and after).
 
 
 def file_sha256(path: Path) -> str:
