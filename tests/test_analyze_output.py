@@ -147,3 +147,30 @@ def test_a_finding_whose_fixers_change_nothing_is_named(tmp_path, capsys):
     assert rc == 0
     assert "no automatic fix for pageable-memcpy: non-blocking-h2d found nothing to change in pageable_memcpy.py" in err
     assert "no automatic fix for launch-bound" not in err  # its fixer is opt-in: named by the opt-in line
+
+
+def _comm_fragment(path: Path, n_cpu_ops: int) -> Path:
+    """One NCCL kernel of 50 us in a 0.2 ms window, plus n_cpu_ops host ops inside that window."""
+    events = [{"ph": "X", "cat": "kernel", "name": "ncclKernel_AllReduce", "pid": 0, "tid": 0, "ts": 100, "dur": 50}]
+    events += [{"ph": "X", "cat": "cpu_op", "name": f"aten::op{i}", "pid": 0, "tid": 1, "ts": 200 + i, "dur": 1}
+               for i in range(n_cpu_ops)]
+    events.append({"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 0, "tid": 1, "ts": 200, "dur": 100})
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    return path
+
+
+@pytest.mark.parametrize("n_cpu_ops, capped", [(0, True), (17, True), (18, False), (40, False)])
+def test_a_fragment_of_a_few_events_gets_no_severity_above_low(tmp_path, capsys, n_cpu_ops, capped):
+    trace = _comm_fragment(tmp_path / "fragment.json", n_cpu_ops)  # n_cpu_ops + 2 events
+    assert main(["analyze", str(trace), "--out", str(tmp_path / "out"), "--format", "json"]) == 0
+    doc = json.loads((tmp_path / "out" / "findings.json").read_text())
+    comm = [f for f in doc["findings"] if f["pattern"] == "exposed-communication"]
+    assert comm, doc["findings"]  # the pattern is still reported: a quarter of the window is exposed NCCL
+    fragment_note = [n for n in doc["notes"] if "too few to stand for a training step" in n]
+    if capped:
+        assert comm[0]["severity"] == "low"
+        assert all(f["severity"] in ("info", "low") for f in doc["findings"])
+        assert fragment_note and f"only {n_cpu_ops + 2} events" in fragment_note[0]
+    else:
+        assert comm[0]["severity"] == "critical"  # 25% of the window: the rule's own band
+        assert not fragment_note

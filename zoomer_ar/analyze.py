@@ -15,6 +15,14 @@ from .models import Analysis, Finding
 
 
 IMPLAUSIBLE_WALL_MS = 7 * 86_400_000.0  # a profiler session lasts seconds to hours, not a week
+TOO_FEW_EVENTS = 20  # a hand-made fixture or a cut-off capture, not a profile of a training step
+_SEVERITY_ORDER = ("info", "low", "medium", "high", "critical")
+
+
+def _capped(findings: list[Finding], most: str) -> list[Finding]:
+    """The findings with no severity above `most` (shares of a window too small to judge stay, their weight goes)."""
+    top = _SEVERITY_ORDER.index(most)
+    return [f if _SEVERITY_ORDER.index(f.severity) <= top else f.model_copy(update={"severity": most}) for f in findings]
 
 
 def build_analysis(job: Job, jf: JobFeatures, findings: list[Finding]) -> Analysis:
@@ -26,6 +34,13 @@ def build_analysis(job: Job, jf: JobFeatures, findings: list[Finding]) -> Analys
         notes.append(f"Accelerator {jf.vector.accelerator}: no CUDA/HIP kernels, GPU rules were not applied.")
     for s in job.info.skipped:
         notes.append(f"Skipped {s.path}: {s.reason}")
+    n_events = sum(r.n_events for r in job.info.ranks)
+    if n_events < TOO_FEW_EVENTS and findings:
+        findings = _capped(findings, "low")
+        notes.append(
+            f"The trace holds only {n_events} event{'s' if n_events != 1 else ''}: too few to stand for a training "
+            "step, so the findings' shares are of that fragment and their severity is capped at low."
+        )
     if jf.vector.wall_ms > IMPLAUSIBLE_WALL_MS:  # one corrupt or missing timestamp stretches the window
         notes.append(
             f"The profiled window spans {jf.vector.wall_ms / 86_400_000:.3g} days: some events carry impossible "
