@@ -196,3 +196,80 @@ def test_multi_rank_job_without_job_json_is_a_torchrun_template(shared_traces, t
     spec = load_spec(tmp_path / "o" / "relaunch.yaml")
     assert spec.is_template() and spec.command.launcher == "torchrun" and spec.command.nproc_per_node == 8
     assert "TEMPLATE" in (tmp_path / "o" / "relaunch.yaml").read_text().splitlines()[2]
+
+
+def _package_repo(tmp_path: Path) -> Path:
+    """A git checkout whose job is a module of a package (``python -m pkg.train``): a relative
+    import that only works so, and a marker file naming the interpreter and arguments it ran with."""
+    repo = tmp_path / "repo"
+    (repo / "pkg").mkdir(parents=True)
+    (repo / "pkg" / "__init__.py").write_text("")
+    (repo / "pkg" / "util.py").write_text("WHO = 'module'\n")
+    (repo / "pkg" / "train.py").write_text(
+        "import json\nimport sys\n\nfrom .util import WHO\n\n"
+        "if __name__ == '__main__':\n"
+        "    with open('ran.json', 'w') as f:\n"
+        "        json.dump({'who': WHO, 'python': sys.executable, 'args': sys.argv[1:]}, f)\n"
+    )
+    return git_repo(repo)
+
+
+def _recorded_module_trace(tmp_path: Path, repo: Path, python: str) -> Path:
+    trace = recorded_trace(tmp_path, EXAMPLES / "traces" / "dataloader_bound", [str(repo / "pkg" / "train.py"), "--out", "o2"])
+    doc = json.loads((trace / "job.json").read_text())
+    doc |= {"executable": python, "module": "pkg.train"}
+    (trace / "job.json").write_text(json.dumps(doc))
+    return trace
+
+
+def test_capture_records_the_module_a_job_was_started_as(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    probe = "from zoomer_ar.capture import _main_module\nprint(_main_module())\n"
+    (tmp_path / "pkg" / "train.py").write_text(probe)
+    (tmp_path / "pkg" / "__main__.py").write_text(probe)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+
+    def run(*args: str) -> str:
+        return subprocess.run([sys.executable, *args], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    assert run("-m", "pkg.train") == "pkg.train"
+    assert run("-m", "pkg") == "pkg"  # a package's __main__ is run as the package
+    assert run("pkg/train.py") == "None"  # a script: argv[0] is all there is
+
+
+def test_module_job_is_relaunched_as_a_module_on_its_own_interpreter(tmp_path, capsys):
+    repo = _package_repo(tmp_path)
+    trace = _recorded_module_trace(tmp_path, repo, sys.executable)
+    analyze(trace, tmp_path / "out", None, capsys)
+    spec = load_spec(tmp_path / "out" / "relaunch.yaml")
+    assert spec.command.python == sys.executable and spec.command.module == "pkg.train"
+    assert spec.argv()[:3] == [sys.executable, "-m", "pkg.train"]
+    # PATH without this interpreter: the relaunch must not depend on which `python` PATH finds
+    env = dict(os.environ, PATH="/usr/bin:/bin")
+    done = subprocess.run([sys.executable, "-m", "zoomer_ar", "relaunch", str(tmp_path / "out" / "relaunch.yaml"),
+                           "--cwd", str(repo)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    ran = json.loads((repo / "ran.json").read_text())
+    assert ran["who"] == "module" and ran["python"] == sys.executable
+    assert ran["args"][:2] == ["--out", "o2"]
+
+
+def test_recorded_interpreter_missing_here_is_an_input_error(tmp_path, capsys):
+    repo = _package_repo(tmp_path)
+    trace = _recorded_module_trace(tmp_path, repo, "/nonexistent/envs/train/bin/python3")
+    analyze(trace, tmp_path / "out", None, capsys)
+    done = relaunch_cli(tmp_path / "out" / "relaunch.yaml", repo)
+    assert done.returncode == 2
+    assert "/nonexistent/envs/train/bin/python3 is not on this machine" in done.stderr
+    assert "Traceback" not in done.stderr and not (repo / "ran.json").exists()
+
+
+def test_torchrun_with_a_recorded_interpreter_and_module():
+    spec = RelaunchSpec(job="j", command=Command(launcher="torchrun", python="/env/bin/python", module="pkg.train",
+                                                 script="/src/pkg/train.py", args=["--lr", "1"], nproc_per_node=4))
+    assert spec.argv() == ["/env/bin/python", "-m", "torch.distributed.run", "--nproc_per_node=4", "--module",
+                           "pkg.train", "--lr", "1"]
+    old = RelaunchSpec(job="j", command=Command(launcher="torchrun", script="train.py", nproc_per_node=2))
+    assert old.argv() == ["torchrun", "--nproc_per_node=2", "train.py"]  # a spec without them: as before

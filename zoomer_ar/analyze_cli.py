@@ -127,6 +127,7 @@ def write_fix_outputs(analysis, target: Path, source_dir: Path | None, trace_pat
                     notes.append(f"no automatic fix for {f.pattern}: {', '.join(ran)} found nothing to change in "
                                  f"{where}; its recommendation says what to do")
     spec = spec_from_analysis(analysis, argv=_recorded_argv(trace_path), patch=patch_name, source_dir=source_dir,
+                              **_recorded_launch(trace_path),
                               patched=patched)
     atomic_write(target / "relaunch.yaml", render_spec(spec))
     out["relaunch.yaml"] = target / "relaunch.yaml"
@@ -142,6 +143,15 @@ def _recorded_argv(trace_path: Path) -> list[str] | None:
     if not (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)):
         return None
     return list(argv)
+
+
+def _recorded_launch(trace_path: Path) -> dict[str, str | None]:
+    """How job.json says the job was started: its interpreter (``python``) and, for ``python -m
+    NAME``, the module (``module``); None where it does not say (a job.json of an older capture)."""
+    job = recorded_job(trace_path)
+    python, module = job.get("executable"), job.get("module")
+    return {"python": python if isinstance(python, str) and python else None,
+            "module": module if isinstance(module, str) and module else None}
 
 
 #: every file ``analyze`` writes into its output folder: what a new run does not write is removed,

@@ -336,6 +336,8 @@ class SteadyStateProfiler:
             "schema": CAPTURE_SCHEMA,
             "job_name": self.job_name,
             "argv": list(sys.argv),
+            "executable": sys.executable,  # the interpreter the job ran on: a relaunch runs the same one
+            "module": _main_module(),  # `python -m NAME`: sys.argv[0] is then the module's file
             "cwd": os.getcwd(),
             "hostname": socket.gethostname(),
             "pid": os.getpid(),
@@ -389,6 +391,16 @@ class SteadyStateProfiler:
             steps_recorded=recorded,
         )
         return self.result
+
+
+def _main_module() -> str | None:
+    """The module the job was started as (``python -m pkg.train`` gives ``pkg.train``; a package
+    run as ``python -m pkg`` gives ``pkg``), or None for a script."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    name = getattr(spec, "name", None)
+    if not isinstance(name, str) or not name:
+        return None
+    return name[: -len(".__main__")] if name.endswith(".__main__") else name
 
 
 def profile_steps(

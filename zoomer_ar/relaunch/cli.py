@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -55,6 +56,10 @@ def relaunch(spec_path: Path, dry_run: bool, cwd: Path | None) -> None:
     if spec.is_template():
         raise InputError(str(spec_path), "a template, not a runnable command: no job.json recorded the job's command; "
                                          f"fill in command.script (now {spec.command.script}) and command.args")
+    interpreter = spec.command.python
+    if interpreter and not shutil.which(interpreter):
+        raise InputError(str(spec_path), f"the recorded interpreter {interpreter} is not on this machine: set "
+                                         "command.python to the one to run the job on (or null for `python` on PATH)")
     if patch and not apply_patch(patch, workdir):
         click.echo(f"{patch.name} is already applied in {workdir}; launching", err=True)
     env = dict(os.environ, **spec.env)

@@ -16,12 +16,16 @@ from ..errors import InputError
 from ..models import Analysis, Finding
 from .program import HYDRA_ARG, ProgramCli, find_script, scan_program, style_from_args
 
-RELAUNCH_SCHEMA_VERSION = "1.0"
+RELAUNCH_SCHEMA_VERSION = "1.1"
 
 
 class Command(BaseModel):
     model_config = ConfigDict(extra="forbid")
     launcher: Literal["python", "torchrun"] = "python"
+    python: str | None = Field(default=None, description="The interpreter the recorded job ran on (job.json's "
+                                "executable); None: `python` on PATH.")
+    module: str | None = Field(default=None, description="Run as `python -m MODULE` (the recorded job was started "
+                               "so); `script` is then the module's file, for reference.")
     script: str = "train.py"
     args: list[str] = Field(default_factory=list)
     nproc_per_node: int | None = None
@@ -56,16 +60,21 @@ class RelaunchSpec(BaseModel):
         """The exact command line (without the environment)."""
         c = self.command
         if c.launcher == "torchrun":
-            cmd = ["torchrun"]
+            # the recorded interpreter's own torchrun (torch.distributed.run is what `torchrun` runs)
+            cmd = [c.python, "-m", "torch.distributed.run"] if c.python else ["torchrun"]
             if c.nnodes:
                 cmd.append(f"--nnodes={c.nnodes}")
             if c.nproc_per_node:
                 cmd.append(f"--nproc_per_node={c.nproc_per_node}")
             for k, v in sorted(self.launcher_args.items()):
                 cmd.append(f"--{k}" if v is True else f"--{k}={v}")
+            if c.module:
+                cmd.append("--module")
         else:
-            cmd = ["python"]
-        cmd.append(c.script)
+            cmd = [c.python or "python"]
+            if c.module:
+                cmd.append("-m")
+        cmd.append(c.module or c.script)
         cmd.extend(c.args)
         for k, v in sorted(self.config_overrides.items()):
             value = _value_text(v)
@@ -160,11 +169,14 @@ def _out_note(args: list[str]) -> str | None:
 
 
 def spec_from_analysis(analysis: Analysis, *, argv: list[str] | None = None, patch: str | None = None,
-                       source_dir: Path | None = None, patched: set[str] | frozenset = frozenset()) -> RelaunchSpec:
+                       source_dir: Path | None = None, patched: set[str] | frozenset = frozenset(),
+                       python: str | None = None, module: str | None = None) -> RelaunchSpec:
     """The spec for an analysis: the recorded command line (``argv``, from job.json) replayed as
-    recorded, plus the findings' settings in the form the program takes them (``source_dir``
-    holds its source, read statically; ``patched``: the patterns whose fix ``patch`` carries, which
-    settings the command line cannot take are left to); without ``argv`` a template to complete."""
+    recorded, on the recorded interpreter (``python``) and as the recorded module (``module``: the
+    job ran as ``python -m``), plus the findings' settings in the form the program takes them
+    (``source_dir`` holds its source, read statically; ``patched``: the patterns whose fix ``patch``
+    carries, which settings the command line cannot take are left to); without ``argv`` a template
+    to complete."""
     env: dict[str, str] = {}
     overrides: dict[str, Any] = {}
     origin: dict[str, Finding] = {}
@@ -190,7 +202,8 @@ def spec_from_analysis(analysis: Analysis, *, argv: list[str] | None = None, pat
         script, *args = argv
         cli = program_cli(script, args, source_dir)
         overrides, args, style, left = _fit_overrides(overrides, args, cli)
-        cmd = Command(launcher=launcher, script=script, args=args, nproc_per_node=world if world > 1 else None)
+        cmd = Command(launcher=launcher, python=python, module=module, script=script, args=args,
+                      nproc_per_node=world if world > 1 else None)
         left_note = _left_note(left, cli, origin, patch, set(patched)) if left else None
         notes += [n for n in (left_note, _out_note(args)) if n]
     else:
