@@ -174,3 +174,20 @@ def test_a_fragment_of_a_few_events_gets_no_severity_above_low(tmp_path, capsys,
     else:
         assert comm[0]["severity"] == "critical"  # 25% of the window: the rule's own band
         assert not fragment_note
+
+
+def test_source_files_that_do_not_parse_are_named(tmp_path, capsys):
+    """analyze --source skips a traced file the fixers cannot read (edited since the run, and now
+    broken), and says so, as `zoomer-ar fix` does, instead of writing no patch without a word."""
+    src = tmp_path / "src"
+    shutil.copytree(REPO / "training_data" / "scenarios", src)
+    program = src / "dataloader_bound.py"
+    program.write_text(program.read_text() + "\ndef broken(:\n    pass\n")
+    out = tmp_path / "out"
+    assert main(["analyze", str(TRACES / "dataloader_bound"), "--source", str(src), "--out", str(out),
+                 "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    skipped = [line for line in err.splitlines() if line.startswith("note: source: not patched, ")]
+    assert len(skipped) == 1 and "dataloader_bound.py:" in skipped[0] and "cannot parse" in skipped[0], err
+    assert not (out / "patch.diff").exists()
+    assert "found nothing to change" not in err  # the fixer did not look: the file did not parse

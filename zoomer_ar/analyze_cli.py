@@ -109,21 +109,26 @@ def write_fix_outputs(analysis, target: Path, source_dir: Path | None, trace_pat
         if fixers is None:
             fixers = patch_fixers(analysis.findings, None, unlocked_by_facts(recorded_job(trace_path), _ran_on_accelerator(analysis)))[0]
         only = files_ran(analysis)
-        result = run_directory(source_dir, select=fixers, only=only) if fixers else None
+        # nothing located in the traced code: nothing to patch (map_sources' note says why)
+        result = run_directory(source_dir, select=fixers, only=only) if fixers and only else None
+        if result is not None and notes is not None:
+            notes.extend(_skipped_source_notes(result.errors))
         diff = result.diff_bytes() if result else b""
         if diff:
             atomic_write(target / "patch.diff", diff)
             out["patch.diff"] = target / "patch.diff"
             patch_name = "patch.diff"
             patched = {m.pattern for f in result.changed for m in f.findings if m.fixable}
-        if notes is not None and fixers:
+        if notes is not None and result is not None:
             from .fix.registry import load_registry
 
             reg = load_registry()
-            where = ", ".join(Path(p).name for p in only) if only else "the source folder"
+            unread = {Path(f.path).as_posix() for f in result.files if f.error}
+            read = [p for p in only if Path(p).as_posix() not in unread]  # a file that did not parse has its own note
+            where = ", ".join(Path(p).name for p in read)
             for f in analysis.findings:  # a finding's `fixers` are pattern ids; patch.diff ran fixer names
                 ran = sorted({fx.name for p in f.fixers for fx in reg.by_pattern(p) if fx.name in fixers})
-                if ran and f.pattern not in patched:
+                if ran and read and f.pattern not in patched:
                     notes.append(f"no automatic fix for {f.pattern}: {', '.join(ran)} found nothing to change in "
                                  f"{where}; its recommendation says what to do")
     spec = spec_from_analysis(analysis, argv=_recorded_argv(trace_path), patch=patch_name, source_dir=source_dir,
@@ -143,6 +148,19 @@ def _recorded_argv(trace_path: Path) -> list[str] | None:
     if not (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)):
         return None
     return list(argv)
+
+
+MAX_SKIPPED_NOTES = 5
+
+
+def _skipped_source_notes(errors: list[str]) -> list[str]:
+    """A note per source file the fixers could not read (does not parse, too large, too deeply
+    nested): no patch touches it, and the user should know why (``zoomer-ar fix`` says so too)."""
+    out = [f"source: not patched, {line}" for line in errors[:MAX_SKIPPED_NOTES]]
+    if len(errors) > MAX_SKIPPED_NOTES:
+        out.append(f"source: {len(errors) - MAX_SKIPPED_NOTES} more files not patched for the same reasons "
+                   "(`zoomer-ar fix` lists them)")
+    return out
 
 
 def _recorded_launch(trace_path: Path) -> dict[str, str | None]:
