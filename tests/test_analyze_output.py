@@ -191,3 +191,36 @@ def test_source_files_that_do_not_parse_are_named(tmp_path, capsys):
     assert len(skipped) == 1 and "dataloader_bound.py:" in skipped[0] and "cannot parse" in skipped[0], err
     assert not (out / "patch.diff").exists()
     assert "found nothing to change" not in err  # the fixer did not look: the file did not parse
+
+
+def test_a_full_disk_is_a_one_line_output_error(tmp_path, capsys, monkeypatch):
+    """ENOSPC while writing the reports: exit 2, `cannot write <file>: No space left on device`,
+    no temporary file left behind (was: internal error, exit 1)."""
+    import errno
+
+    from zoomer_ar.render import report
+
+    real_replace = os.replace
+
+    def full_disk(src, dst):
+        if str(dst).endswith("report.md"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(report.os, "replace", full_disk)
+    out = tmp_path / "out"
+    rc = main(["analyze", str(TRACES / "dataloader_bound"), "--out", str(out), "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2
+    assert err[-1] == f"zoomer-ar: error: cannot write {out / 'report.md'}: No space left on device"
+    assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_out_folder_that_cannot_be_created_is_an_output_error(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    from zoomer_ar.errors import OutputError
+    from zoomer_ar.render.report import atomic_write
+
+    with pytest.raises(OutputError, match=r"cannot write .*file/sub/a\.md: Not a directory"):
+        atomic_write(blocker / "sub" / "a.md", "text")

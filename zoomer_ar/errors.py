@@ -25,6 +25,20 @@ class InputError(ZoomerError):
         return (type(self), (self.path, self.reason))
 
 
+class OutputError(ZoomerError):
+    """An output cannot be written (full disk, no permission, a folder in the way). Exit code 2."""
+
+    exit_code = 2
+
+    def __init__(self, path: str, reason: str):
+        self.path = path
+        self.reason = reason
+        super().__init__(f"cannot write {path}: {reason}")
+
+    def __reduce__(self):
+        return (type(self), (self.path, self.reason))
+
+
 class RuleError(ZoomerError):
     """A rule file under rules/ is invalid."""
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
 from ..detect.combine import combined_impact, within_present
+from ..errors import OutputError
 from ..models import Analysis
 from ..paths import REPORTS_DIR
 
@@ -97,16 +98,21 @@ def atomic_write(path: Path, data: str | bytes) -> None:
     """Write ``path`` whole or not at all (a temporary file renamed over it), with the mode a plain
     open() would give it under the user's umask: mkstemp creates 0600, which would hide the
     reports from the group and the web server that serve them."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=str(path.parent), prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=str(path.parent), prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise OutputError(str(path), exc.strerror or str(exc)) from None
     try:
         os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as fh:
             fh.write(data.encode("utf-8") if isinstance(data, str) else data)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(exc, OSError):  # a full disk, a folder in the way: the output's fault, said in one line
+            raise OutputError(str(path), exc.strerror or str(exc)) from None
         raise
 
 
