@@ -165,19 +165,22 @@ def compress_cmd(src: Path, out: Path, use_zstd: bool, plain: bool, level: int |
 @trace.command(name="check")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 def check_cmd(paths: tuple[Path, ...]) -> None:
-    """Check that traces are structurally valid Chrome traces (what Perfetto needs); exit 2 if not."""
-    bad = 0
+    """Check that traces are valid Chrome traces (the structure Perfetto needs, the field types
+    `zoomer-ar analyze` needs); exit 2 if not, naming the first problem."""
+    bad: list[tuple[Path, str]] = []  # (file, its first problem)
     for p in paths:
         n, problems = check_trace(p)
         if problems:
-            bad += 1
+            bad.append((p, problems[0]))
             click.echo(f"{p}: {n:,} events, {len(problems)} problem(s):")
             for pr in problems:
                 click.echo(f"  {pr}")
         else:
             click.echo(f"{p}: valid ({n:,} events)")
+    if len(bad) == 1:
+        raise InputError(str(bad[0][0]), f"not a valid Chrome trace: {bad[0][1]}")
     if bad:
-        raise InputError(str(paths[0]) if len(paths) == 1 else f"{bad} files", "not a valid Chrome trace")
+        raise InputError(f"{len(bad)} files", f"not valid Chrome traces (first: {bad[0][0]}: {bad[0][1]})")
 
 
 commands = [trace]

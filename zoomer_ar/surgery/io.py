@@ -8,7 +8,9 @@ slice of events: multi-GB files are fine.
 
 Output: `TraceWriter` writes `head`, the events (raw bytes or Python objects), then `tail`,
 to a plain, gzip or zstd file (from the suffix: .gz, .zst; zstd needs the optional `zstandard`
-package), into a temporary file renamed into place at the end.
+package), into a temporary file renamed into place at the end. An output that cannot be written
+(full disk, no permission) is OutputError naming the output and the OS reason, and its temporary
+file is removed: no partial output is left behind.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 
 import msgspec
 
-from ..errors import InputError
+from ..errors import InputError, OutputError
 from ..load.schema import Number
 from ..stream.scan import ScanResult, scan
 from ..stream.source import StreamError, zstandard
@@ -125,48 +127,96 @@ def compression_for(path: Path, explicit: str | None = None) -> str:
     return "none"
 
 
+def cannot_write(path: Path, exc: OSError) -> OutputError:
+    """An output that cannot be written (full disk, no permission, ...): exit 2, one line naming
+    the output and the OS reason. Not an OSError, so that readers do not take it for a read failure."""
+    return OutputError(str(path), exc.strerror or str(exc))
+
+
 class _Sink:
-    """A binary file, optionally compressed, written to a temporary name and renamed on success."""
+    """A binary file, optionally compressed, written to a temporary name and renamed on success.
+    Any OSError while writing, closing or renaming removes the temporary file and becomes
+    OutputError naming the output."""
 
     def __init__(self, path: Path, compression: str = "none", level: int | None = None) -> None:
         self.path = path
         self.tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._raw = self.tmp.open("wb")
-        self._zst = None
-        if compression == "gzip":
-            self.fh: Any = gzip.GzipFile(fileobj=self._raw, mode="wb", compresslevel=6 if level is None else level,
-                                         mtime=0)
-        elif compression == "zstd":
-            if zstandard is None:
-                self._raw.close()
-                self.tmp.unlink(missing_ok=True)
-                raise InputError(str(path), "zstd output needs the optional `zstandard` package (pip install zstandard)")
-            self._zst = zstandard.ZstdCompressor(level=3 if level is None else level)
-            self.fh = self._zst.stream_writer(self._raw, closefd=False)
-        elif compression == "none":
-            self.fh = self._raw
-        else:
-            raise ValueError(f"unknown compression {compression!r}")
         self.bytes_in = 0
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._raw = self.tmp.open("wb")
+        except OSError as exc:
+            raise cannot_write(path, exc) from None
+        self.fh: Any = self._raw
+        try:
+            self.fh = self._codec(compression, level)
+        except OSError as exc:  # gzip writes its header at once
+            self.abort()
+            raise cannot_write(path, exc) from None
+        except BaseException:
+            self.abort()
+            raise
+
+    def _codec(self, compression: str, level: int | None) -> Any:
+        """The writer that compresses into the temporary file."""
+        if compression == "gzip":
+            return gzip.GzipFile(fileobj=self._raw, mode="wb", compresslevel=6 if level is None else level, mtime=0)
+        if compression == "zstd":
+            if zstandard is None:
+                raise InputError(str(self.path), "zstd output needs the optional `zstandard` package "
+                                                 "(pip install zstandard)")
+            return zstandard.ZstdCompressor(level=3 if level is None else level).stream_writer(self._raw, closefd=False)
+        if compression == "none":
+            return self._raw
+        raise ValueError(f"unknown compression {compression!r}")
 
     def write(self, data) -> None:
         self.bytes_in += len(data)
-        self.fh.write(data)
+        try:
+            self.fh.write(data)
+        except OSError as exc:
+            self.abort()
+            raise cannot_write(self.path, exc) from None
 
-    def commit(self) -> None:
+    def _close(self) -> None:
         if self.fh is not self._raw:
             self.fh.close()
         self._raw.close()
-        os.replace(self.tmp, self.path)
+
+    def commit(self) -> None:
+        try:
+            self._close()  # flushes: a full disk may show only here
+            os.replace(self.tmp, self.path)
+        except OSError as exc:
+            self.abort()
+            raise cannot_write(self.path, exc) from None
 
     def abort(self) -> None:
+        """Close (errors ignored: after a full disk, closing flushes into it again) and remove the
+        temporary file. Safe to call more than once."""
         try:
-            if self.fh is not self._raw:
-                self.fh.close()
-            self._raw.close()
+            self._close()
+        except Exception:  # noqa: BLE001 - the file is being discarded whatever closing it says
+            pass
         finally:
             self.tmp.unlink(missing_ok=True)
+
+
+def copy_file(src: Path, dst: Path, chunk: int = 1 << 20) -> None:
+    """Copy the bytes of src to dst through a temporary file (no partial dst on a full disk);
+    InputError naming src when it cannot be read, OutputError naming dst when dst cannot be written."""
+    sink = _Sink(dst)
+    try:
+        with src.open("rb") as fh:
+            while data := fh.read(chunk):
+                sink.write(data)
+        sink.commit()
+    except OSError as exc:  # the sink's own errors are OutputError: this one is the input's
+        sink.abort()
+        raise InputError(str(src), f"cannot read: {exc.strerror or exc}") from None
+    except BaseException:
+        sink.abort()
+        raise
 
 
 DEFAULT_HEAD = b'{"traceEvents":'

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import random
 import re
-import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,8 +26,10 @@ from ..stream.compact import NsCounter
 from ..stream.scan import ScanResult, scan
 from ..stream.source import ChunkReader, StreamError, is_trace_file
 from . import guard
-from .io import TOO_DEEP, Lite, Placed, TraceWriter, _Sink, compression_for, decode_top, encode_head, read_events
-from .validate import placeable
+from .io import (
+    TOO_DEEP, Lite, Placed, TraceWriter, _Sink, compression_for, copy_file, decode_top, encode_head, read_events,
+)
+from .validate import placeable, refuse_wrong_types
 
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 PID_STRIDE = 10_000_000  # merge: rank r's integer pid p becomes r * PID_STRIDE + p
@@ -343,8 +345,7 @@ def split_trace(src: Path, dst_dir: Path, *, steps_per_file: int = 1, max_files:
     base = src.name.split(".json")[0]
     suffix = ".json.gz" if compression == "gzip" else ".json.zst" if compression == "zstd" else ".json"
     wins = np.array([[min(sv.steps[k][0] for k in g), max(sv.steps[k][1] for k in g)] for g in groups])
-    writers = [TraceWriter(dst_dir / f"{base}.steps_{g[0]}-{g[-1]}{suffix}", compression=compression, level=level)
-               for g in groups]
+    writers: list[TraceWriter] = []
     st = Stats()
 
     def on_head(res: ScanResult) -> None:
@@ -370,14 +371,18 @@ def split_trace(src: Path, dst_dir: Path, *, steps_per_file: int = 1, max_files:
             for j in np.flatnonzero(~hit).tolist():
                 writers[j].write_raw([raws[i] for i in idx])
 
-    try:
-        res = read_events(src, on_slice, on_head=on_head, record=Placed)
-        for w in writers:
-            w.close(TraceWriter.tail_of(res))
-    except BaseException:
-        for w in writers:
-            w.abort()
-        raise
+    with _output_folder(dst_dir):
+        try:
+            for g in groups:  # one by one: those opened before a failing one are aborted below
+                writers.append(TraceWriter(dst_dir / f"{base}.steps_{g[0]}-{g[-1]}{suffix}", compression=compression,
+                                           level=level))
+            res = read_events(src, on_slice, on_head=on_head, record=Placed)
+            for w in writers:
+                w.close(TraceWriter.tail_of(res))
+        except BaseException:
+            for w in writers:
+                w.abort()
+            raise
     st.outputs = [str(w.path) for w in writers]
     return st
 
@@ -409,6 +414,9 @@ def compress_trace(src: Path, dst: Path, *, compression: str | None = None, leve
     except StreamError as exc:
         sink.abort()
         raise InputError(str(src), str(exc)) from None
+    except OSError as exc:  # the sink's own errors are OutputError: this one is the input's
+        sink.abort()
+        raise InputError(str(src), f"cannot read: {exc.strerror or exc}") from None
     except BaseException:
         sink.abort()
         raise
@@ -553,25 +561,42 @@ def sample_job(src: Path, dst: Path, k: int | None = None, *, ranks: Iterable[in
     want = _wanted(src, have, ranks) if ranks is not None else choose_ranks(have, k or 1, seed=seed)
     st = Stats(bytes_out=0, skipped=list(job.skipped))
     copied = 0
-    for r, f in files:
-        if r not in want:
-            continue
-        name = f.name
-        if not compression:
-            dst.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(f, dst / name)
-            st.outputs.append(str(dst / name))
-            st.bytes_out += (dst / name).stat().st_size
-            copied += 1
-            continue
-        stem = name[: -len(".gz")] if name.endswith(".gz") else name[: -len(".zst")] if name.endswith(".zst") else name
-        stem = stem if stem.endswith(".json") else stem + ".json"
-        name = stem + {"gzip": ".gz", "zstd": ".zst", "none": ""}[compression]
-        out = dst / name
-        copied += _skip_unreadable(st, f, lambda f=f, out=out: compress_trace(f, out, compression=compression))
-    _none_left(src, copied, st)
+    with _output_folder(dst):
+        for r, f in files:
+            if r in want:
+                copied += _sample_one(st, f, dst, compression)
+        _none_left(src, copied, st)
     st.note = f"ranks {want} of {len(have)}"
     return st
+
+
+def _sample_one(st: Stats, f: Path, dst: Path, compression: str | None) -> bool:
+    """Copy (or re-compress) one rank file of sample_job into dst; False when it was skipped."""
+    name = f.name
+    if not compression:
+        copy_file(f, dst / name)
+        st.outputs.append(str(dst / name))
+        st.bytes_out = (st.bytes_out or 0) + (dst / name).stat().st_size
+        return True
+    stem = name[: -len(".gz")] if name.endswith(".gz") else name[: -len(".zst")] if name.endswith(".zst") else name
+    stem = stem if stem.endswith(".json") else stem + ".json"
+    out = dst / (stem + {"gzip": ".gz", "zstd": ".zst", "none": ""}[compression])
+    return _skip_unreadable(st, f, lambda: compress_trace(f, out, compression=compression))
+
+
+@contextmanager
+def _output_folder(folder: Path) -> Iterator[None]:
+    """When the command fails, remove its output folder again if the command created it and it is
+    empty (a full disk on the first file, or no usable rank, left an empty folder behind). Files
+    written completely before the failure stay."""
+    existed = folder.exists()
+    try:
+        yield
+    except BaseException:
+        if not existed:
+            with suppress(OSError):  # not empty: complete outputs stay
+                folder.rmdir()
+        raise
 
 
 def _check_folder_output(src: Path, dst: Path) -> None:
@@ -611,10 +636,11 @@ def filter_job(src: Path, dst: Path, *, ranks: Iterable[int] | None = None, **fi
     want = set(_wanted(src, have, ranks)) if ranks is not None else set(have)
     st = Stats(skipped=list(job.skipped))
     done = 0
-    for r, f in job.files:
-        if r in want:
-            done += _skip_unreadable(st, f, lambda f=f: filter_trace(f, dst / f.name, **filters))
-    _none_left(src, done, st)
+    with _output_folder(dst):
+        for r, f in job.files:
+            if r in want:
+                done += _skip_unreadable(st, f, lambda f=f: filter_trace(f, dst / f.name, **filters))
+        _none_left(src, done, st)
     return st
 
 
@@ -704,21 +730,9 @@ def _merge_files(files: list[tuple[int, Path]], tops: dict[Path, dict[str, Any]]
     head, tail = encode_head(top)
     w = TraceWriter(dst, head=head, tail=tail, compression=compression, level=level)
     st = Stats()
-    decoder = msgspec.json.Decoder(list[dict])
     try:
         for rank, f in files:
-            def consume(view, rank=rank) -> None:
-                events = decoder.decode(view)
-                st.events_in += len(events)
-                w.write_objects(_remap(events, rank))
-                st.events_out += len(events)
-
-            try:
-                scan(f, consume, hash=False)
-            except StreamError as exc:
-                raise InputError(str(f), f"cannot stream this trace: {exc}") from None
-            except RecursionError:  # msgspec's answer to nesting deeper than Python's recursion limit
-                raise InputError(str(f), TOO_DEEP) from None
+            _merge_rank(w, rank, f, st)
         w.close()
     except BaseException:
         w.abort()
@@ -726,6 +740,32 @@ def _merge_files(files: list[tuple[int, Path]], tops: dict[Path, dict[str, Any]]
     st.outputs.append(str(dst))
     st.note = f"ranks {[r for r, _ in files]}"
     return st
+
+
+_DICTS = msgspec.json.Decoder(list[dict])
+
+
+def _merge_rank(w: TraceWriter, rank: int, f: Path, st: Stats) -> None:
+    """Append the events of rank file f, remapped, to the merged trace. Each slice is first held to
+    the loader's types (validate.refuse_wrong_types), as `analyze` reads it: re-encoded as objects,
+    a wrong-typed field (`"name": [1, 2]`) would otherwise reach the output, or turn valid by the
+    remapping (a float pid becomes a string). InputError naming f when f is unusable."""
+    seen = [0]  # events of f before the slice
+
+    def consume(view) -> None:
+        events = _DICTS.decode(view)  # first: a DecodeError here makes the scanner cut elsewhere
+        refuse_wrong_types(f, bytes(view), seen[0])
+        seen[0] += len(events)
+        st.events_in += len(events)
+        w.write_objects(_remap(events, rank))
+        st.events_out += len(events)
+
+    try:
+        scan(f, consume, hash=False)
+    except StreamError as exc:
+        raise InputError(str(f), f"cannot stream this trace: {exc}") from None
+    except RecursionError:  # msgspec's answer to nesting deeper than Python's recursion limit
+        raise InputError(str(f), TOO_DEEP) from None
 
 
 def _frame_of(path: Path) -> tuple[bytes, bytes]:

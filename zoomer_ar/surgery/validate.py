@@ -3,17 +3,23 @@
 A valid trace is a JSON object with a `traceEvents` list (or a bare list of events); every event
 is an object with a string `ph`; complete, begin/end, instant, counter and flow events carry a
 numeric `ts` and a `pid` and `tid` (integer or string); complete events a numeric `dur`;
-metadata events a `name` and a `pid`; flow events an `id`. `check_trace` returns the problems
+metadata events a `name` and a `pid`; flow events an `id`. Every event must also have the types
+the analyzer's loader decodes (load/schema.py RawEvent: `name` a string, `pid` an integer or
+string, `args.correlation` a scalar...), or `zoomer-ar analyze` refuses the file; the scanner
+already holds the top-level keys to the loader's types. `check_trace` returns the problems
 found (empty: valid), at most `limit` of them.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
+from ..errors import InputError
+from ..load.schema import EVENTS_DECODER, RawEvent
 from ..stream.scan import scan
 from ..stream.source import StreamError
 from .io import TOO_DEEP
@@ -33,6 +39,9 @@ class _Check(msgspec.Struct, gc=False):
 
 
 _DECODER = msgspec.json.Decoder(list[_Check])
+_EVENT = msgspec.json.Decoder(RawEvent)  # the loader's types, one event at a time
+_RAWS = msgspec.json.Decoder(list[msgspec.Raw])
+_AT = re.compile(r"^(?P<why>.*) - at `\$(?:\[\d+\])?\.?(?P<field>[^`]*)`$", re.S)  # msgspec's "- at `$[3].name`"
 
 
 def _num(v: Any) -> bool:
@@ -70,6 +79,46 @@ def placeable(e: Any) -> bool:
     return not event_problems(e.ph, e.name, e.ts, e.dur, e.pid, e.tid, e.id)
 
 
+# ---- the loader's types (load/schema.py): what `zoomer-ar analyze` refuses -------------------------
+
+
+def wrong_type(exc: msgspec.ValidationError) -> str:
+    """msgspec's complaint as one phrase: "`name` has the wrong type (Expected `str`, got `array`)"."""
+    m = _AT.match(str(exc))
+    if m is None:
+        return f"a field has the wrong type ({exc})"
+    field = m.group("field")
+    return f"`{field}` has the wrong type ({m.group('why')})" if field else f"wrong type ({m.group('why')})"
+
+
+def type_problems(data: bytes, before: int = 0, limit: int = 1) -> list[tuple[int, str]]:
+    """(index in the file, why) of the events of this JSON array (a slice of the events, `before`
+    events precede it) whose fields the loader refuses, at most `limit`. One decode of the whole
+    slice when all are fine, as nearly always; event by event only in a slice that is not."""
+    try:
+        EVENTS_DECODER.decode(data)
+        return []
+    except msgspec.ValidationError:
+        pass
+    out: list[tuple[int, str]] = []
+    for k, raw in enumerate(_RAWS.decode(data)):
+        try:
+            _EVENT.decode(raw)
+        except msgspec.ValidationError as exc:
+            out.append((before + k, wrong_type(exc)))
+            if len(out) >= limit:
+                break
+    return out
+
+
+def refuse_wrong_types(path: Path, data: bytes, before: int) -> None:
+    """InputError naming the file and the first event of this slice the loader refuses."""
+    bad = type_problems(data, before)
+    if bad:
+        i, why = bad[0]
+        raise InputError(str(path), f"event {i}: {why}")
+
+
 def check_trace(path: Path, limit: int = 20) -> tuple[int, list[str]]:
     """(number of events, problems)."""
     problems: list[str] = []
@@ -81,13 +130,13 @@ def check_trace(path: Path, limit: int = 20) -> tuple[int, list[str]]:
         count[0] += len(events)
         if len(problems) >= limit:
             return
-        for k, e in enumerate(events):
-            for pr in event_problems(e.ph, e.name, e.ts, e.dur, e.pid, e.tid, e.id):
-                where = f"event {base + k}" + (f" ({e.ph})" if e.ph in _TIMED else "")
-                problems.append(f"{where}: {pr}")
-            if len(problems) >= limit:
-                del problems[limit:]
-                return
+        found = [(base + k, pr) for k, e in enumerate(events)
+                 for pr in event_problems(e.ph, e.name, e.ts, e.dur, e.pid, e.tid, e.id)]
+        found += type_problems(bytes(view), base, limit - len(problems))
+        for i, pr in sorted(found, key=lambda f: f[0])[: limit - len(problems)]:
+            ph = events[i - base].ph
+            timed = isinstance(ph, str) and ph in _TIMED
+            problems.append(f"event {i}" + (f" ({ph})" if timed else "") + f": {pr}")
 
     try:
         res = scan(path, consume, hash=False)
