@@ -186,7 +186,8 @@ class Failure:
 
 
 class FakeGitHub:
-    """Issue comments, pull-request review comments and reviews for one repository, in memory."""
+    """Issue comments, pull-request review comments and reviews (created and listed) for one
+    repository, in memory."""
 
     def __init__(self, repo: str = "acme/trainer", token: str = "t0ken", page_size: int = 2):
         self.repo = repo
@@ -323,6 +324,8 @@ class FakeGitHub:
         if m and req.method == "GET":
             return self._page(self.review_comments.setdefault(int(m.group(1)), []), req, host)
         m = re.fullmatch(rf"{base}/pulls/(\d+)/reviews", req.path)
+        if m and req.method == "GET":
+            return self._page(self.reviews.setdefault(int(m.group(1)), []), req, host)
         if m and req.method == "POST":
             pr = int(m.group(1))
             comments = req.body.get("comments") or []

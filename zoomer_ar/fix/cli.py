@@ -57,7 +57,10 @@ def _list_fixers(fmt: str) -> None:
 @click.argument("path", required=False, type=click.Path(path_type=Path))
 @click.option("--select", help="Comma-separated fixer names or pattern ids to run (default: all). Opt-in fixers rewrite only when selected here.")
 @click.option("--ignore", help="Comma-separated fixer names or pattern ids to skip.")
-@click.option("--diff", "show_diff", is_flag=True, help="Print a unified diff (git apply / patch -p1) instead of the findings.")
+@click.option("--diff", "show_diff", is_flag=True,
+              help="Print a unified diff (git apply / patch -p1) instead of the findings. Paths: for a folder, relative "
+                   "to it (apply inside it); for a file, relative to the current directory (apply here), or to its git "
+                   "work tree's top when the file lies outside the current directory.")
 @click.option("--apply", "do_apply", is_flag=True, help="Rewrite the files in place.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--option", "-o", "opts", multiple=True, metavar="ID.KEY=VALUE", help="Fixer option, e.g. dataloader-bound.num_workers=8 (repeatable).")

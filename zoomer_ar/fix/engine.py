@@ -1,5 +1,9 @@
 """Run fixers over a directory: findings, a unified diff (``git apply`` compatible) or in-place fixes.
 
+The diff splits lines as git does (``\\n`` only, :mod:`.lines`) and names files relative to the
+folder given (apply inside it), or, for a single file, relative to the current directory (apply
+here; see :func:`diff_path`).
+
 Only regular ``*.py`` files under the root are read: hidden folders, virtual environments
 (``.venv``, ``site-packages``, any folder holding ``pyvenv.cfg``), ``__pycache__`` and
 ``node_modules`` are skipped and symbolic links (files or folders) are never followed, so
@@ -22,6 +26,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from ..errors import InputError
 from .base import Context, Fixer, SourceParseError, StaticMatch, apply_fixer, collect_matches
+from .lines import split_git_lines
 from .registry import Registry, load_registry
 
 SKIP_DIRS = {"site-packages", "__pycache__", "node_modules", "venv", "env"}
@@ -199,6 +204,7 @@ class FileResult:
     encoding: str = "utf-8"
     error: str | None = None
     stat: os.stat_result | None = None
+    diff_path: str | None = None  # the name in the diff when not ``path`` (see diff_path())
 
     def error_line(self, shown: str | None = None) -> str:
         where = shown or self.path
@@ -213,7 +219,7 @@ class FileResult:
         if not self.changed:
             return ""
         bom = "\ufeff" if self.encoding == "utf-8-sig" else ""  # the BOM is part of line 1 on disk
-        return unified_diff(self.path, bom + (self.before or ""), bom + (self.after or ""))
+        return unified_diff(self.diff_path or self.path, bom + (self.before or ""), bom + (self.after or ""))
 
     def diff_bytes(self) -> bytes:
         """The diff in the file's own encoding (headers in UTF-8), as ``git apply`` needs it."""
@@ -253,28 +259,72 @@ class RunResult:
 
 def unified_diff(relpath: str, before: str, after: str, context: int = 3) -> str:
     """A unified diff with ``a/``/``b/`` prefixes that ``git apply`` and ``patch -p1`` accept
-    (original line endings kept; ``\\ No newline at end of file`` where needed)."""
-    a = before.splitlines(keepends=True)
-    b = after.splitlines(keepends=True)
+    (original line endings kept; ``\\ No newline at end of file`` where needed).
+
+    Lines are split the way git splits them (at ``\\n`` only: see :mod:`.lines`), so a form feed,
+    a U+2028 in a string or old-Mac ``\\r`` endings stay inside their line."""
+    a = split_git_lines(before)
+    b = split_git_lines(after)
     out: list[str] = []
-    for line in difflib.unified_diff(a, b, f"a/{relpath}", f"b/{relpath}", n=context):
-        if line.startswith(("---", "+++")):
+    for i, line in enumerate(difflib.unified_diff(a, b, f"a/{relpath}", f"b/{relpath}", n=context)):
+        if i < 2:  # the ---/+++ headers (a removed "--x" line also starts with "---")
             out.append(line.rstrip("\r\n") + "\n")
-        elif line.endswith("\n") or line.endswith("\r"):
-            out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
-        else:
+        elif line.endswith("\n"):
+            out.append(line)
+        else:  # the last line of a side, without a newline
             out.append(line + "\n\\ No newline at end of file\n")
     return "".join(out)
 
 
 def _rel(root: Path, path: Path) -> str:
+    """A file's name in findings and messages: relative to the root folder (a file root: its folder)."""
     base = root.parent if root.is_file() else root
     return path.relative_to(base).as_posix()
+
+
+def _git_top(folder: Path) -> Path | None:
+    for p in (folder, *folder.parents):
+        if (p / ".git").exists():
+            return p
+    return None
+
+
+def diff_path(root: Path, path: Path) -> str:
+    """A file's name in the unified diff (after ``a/``/``b/``).
+
+    * Root a folder: relative to it, so the diff applies with ``git apply`` (or ``patch -p1``)
+      run inside that folder (``analyze --source``'s patch.diff applies in the source folder).
+    * Root a file: relative to the current directory when the file is inside it, so ``git
+      apply`` run where ``fix FILE --diff`` ran patches that very file; a file outside the
+      current directory: relative to the top of the git work tree holding it (apply there), else
+      its bare name (apply in its folder).
+    """
+    if not root.is_file():
+        return _rel(root, path)
+    try:
+        cwd = Path.cwd()
+        bases = [cwd, cwd.resolve()]
+        candidates = [Path(os.path.abspath(path)), path.parent.resolve() / path.name]  # links above the file resolved
+    except OSError:  # the current directory is gone
+        bases, candidates = [], [path] if path.is_absolute() else []
+    for p in candidates:
+        for base in bases:
+            try:
+                return p.relative_to(base).as_posix()
+            except ValueError:
+                continue
+    if not candidates:
+        return path.name
+    real = candidates[-1]
+    top = _git_top(real.parent)
+    return real.relative_to(top).as_posix() if top is not None else path.name
 
 
 def process_file(root: Path, path: Path, selection: Selection, *, fix: bool) -> FileResult:
     rel = _rel(root, path)
     res = FileResult(rel, path)
+    if root.is_file():
+        res.diff_path = diff_path(root, path)
     try:
         res.stat = path.stat()
         if res.stat.st_size > MAX_FILE_BYTES:

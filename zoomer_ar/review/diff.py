@@ -8,12 +8,14 @@ state, since pre-commit stashes what is not staged).
 
 from __future__ import annotations
 
+import difflib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable
 
 from ..errors import InputError
+from ..fix.lines import LineMap, split_lines
 
 _HUNK_RE = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
@@ -33,6 +35,7 @@ class FileDiff:
     old_path: str | None = None
     status: str = "modified"  # added | modified | renamed | deleted | copied
     blob: str | None = None  # the new side's blob id (None: read the working tree)
+    old_blob: str | None = None  # the old side's blob id (None: an added file)
     binary: bool = False
     added: set[int] = field(default_factory=set)
     deletions: set[int] = field(default_factory=set)
@@ -66,6 +69,32 @@ class FileDiff:
     def first_added(self, first: int, last: int) -> int | None:
         hits = [n for n in self.added if first <= n <= last]
         return min(hits) if hits else None
+
+    def in_python_lines(self, text: str, old_text: str | None = None) -> "FileDiff":
+        """This diff with Python's line numbers of the new side ``text`` instead of git's.
+
+        They differ only where a lone ``\\r`` ends a line (old-Mac line endings): git counts
+        ``\\n`` only, so to git such a file is one long line and any change modifies "line 1".
+        The git lines the diff adds become all the Python lines in them; with the old side's text
+        (``old_text``) the added lines are narrowed to those a Python-line diff changes."""
+        lm = LineMap(text)
+        if lm.identity:
+            return self
+        added = {n for g in self.added for n in range(lm.first(g), lm.last(g) + 1)}
+        deletions = {lm.last(k) if k > 0 else 0 for k in self.deletions}
+        if old_text is not None:
+            exact_added: set[int] = set()
+            exact_gaps: set[int] = set()
+            ops = difflib.SequenceMatcher(None, split_lines(old_text), split_lines(text), autojunk=False).get_opcodes()
+            for tag, i1, i2, j1, j2 in ops:
+                if tag in ("replace", "insert"):
+                    exact_added.update(range(j1 + 1, j2 + 1))
+                if tag in ("replace", "delete"):
+                    exact_gaps.add(j1)  # the new line before the gap
+            added &= exact_added
+            deletions = exact_gaps
+        hunks = [(lm.first(a), lm.last(b)) for a, b in self.hunks]
+        return replace(self, added=added, deletions=deletions, hunks=hunks)
 
 
 def parse_patch(patch: bytes, fd: FileDiff) -> None:
@@ -114,6 +143,12 @@ class DiffResult:
         if self.head_sha is None or fd.blob is None:
             return (self.root / fd.path).read_bytes()
         return self.repo.odb.stream(bytes.fromhex(fd.blob)).read()  # type: ignore[attr-defined]
+
+    def read_old(self, fd: FileDiff) -> bytes | None:
+        """The old-side content of a changed file (None: an added file)."""
+        if fd.old_blob is None:
+            return None
+        return self.repo.odb.stream(bytes.fromhex(fd.old_blob)).read()  # type: ignore[attr-defined]
 
 
 def _repo(path: str | Path):
@@ -178,6 +213,7 @@ def parse_git_diff(data: bytes) -> list[FileDiff]:
         old_path: str | None = None
         status = "modified"
         blob: str | None = None
+        old_blob: str | None = None
         binary = False
         deleted = False
         for line in header[1:]:
@@ -204,6 +240,8 @@ def parse_git_diff(data: bytes) -> list[FileDiff]:
                 ids = line[6:].split(b" ")[0].split(b"..")
                 if len(ids) == 2 and ids[1].strip(b"0"):
                     blob = ids[1].decode()
+                if len(ids) == 2 and ids[0].strip(b"0"):
+                    old_blob = ids[0].decode()
             elif line.startswith(b"Binary files ") or line.startswith(b"GIT binary patch"):
                 binary = True
         if deleted:
@@ -217,7 +255,8 @@ def parse_git_diff(data: bytes) -> list[FileDiff]:
                 new_path = unquote(rest[(len(rest) + 1) // 2:][2:])  # "a/P b/P"
             else:
                 new_path = unquote(rest.rsplit(b" b/", 1)[-1])
-        fd = FileDiff(path=new_path, old_path=old_path if old_path != new_path else None, status=status, blob=blob, binary=binary)
+        fd = FileDiff(path=new_path, old_path=old_path if old_path != new_path else None, status=status, blob=blob,
+                      old_blob=old_blob, binary=binary)
         if sep:
             parse_patch(b"@@ " + hunks, fd)
         files.append(fd)

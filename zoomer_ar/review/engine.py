@@ -5,11 +5,17 @@ A finding is kept when its flagged code (the expression, the statement holding i
 loop for loop-level findings) overlaps a line the diff adds or modifies, or encloses a place where
 lines were deleted (a loop whose body changed). Its inline comment goes on the flagged line when
 that line is in a hunk, else on the first changed line inside it; a fixable finding whose rewrite
-lies inside one hunk carries the rewrite as a GitHub suggestion.
+lies inside one hunk carries the rewrite as a GitHub suggestion, checked to leave code that parses
+alone and together with the file's other suggestions (see :class:`_Suggestions`).
+
+Line numbers are Python's (``\\n``, ``\\r\\n`` or a lone ``\\r`` ends a line); git's differ only in a
+file with lone ``\\r`` line endings, whose diff is translated (:meth:`FileDiff.in_python_lines`)
+and whose comment lines are translated back (GitHub comments on git's lines).
 """
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import os
 import re
@@ -22,12 +28,13 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from ..errors import InputError
 from ..fix import engine as fix_engine
-from ..fix.base import SourceParseError, StaticMatch
+from ..fix.base import SourceParseError, StaticMatch, parse_source
+from ..fix.lines import LineMap, has_lone_cr
 from . import catalogue, prefilter
 from .config import ReviewConfig, load_text
 from .diff import DiffResult, FileDiff, collect
 from .models import FileNote, ReviewFinding, ReviewResult
-from .suggest import MAX_SUGGESTION_LINES, rewrite, split_lines
+from .suggest import MAX_SUGGESTION_LINES, Rewrite, rewrite, split_lines
 
 PARALLEL_MIN_FILES = 8
 _BLOCK_STARTS = ("for ", "for(", "while ", "while(", "async for ", "with ", "async with ")
@@ -140,9 +147,17 @@ def fingerprint(rule: str, fixer: str, path: str, code: str, occurrence: int) ->
     return f"{digest[:32]}:{occurrence}"
 
 
-def to_findings(fd: FileDiff, source: str, matches: Iterable[StaticMatch], overrides: Mapping[str, str]) -> list[ReviewFinding]:
+def to_findings(fd: FileDiff, source: str, matches: Iterable[StaticMatch], overrides: Mapping[str, str], *,
+                selection: fix_engine.Selection | None = None, git_lines: LineMap | None = None) -> list[ReviewFinding]:
+    """The findings on the diff's changed lines, with their inline-comment lines and suggestions.
+
+    ``fd``'s line numbers are Python's (see :meth:`FileDiff.in_python_lines`); ``git_lines``
+    (when they differ from git's) turns the comment lines back into git's, the lines GitHub
+    comments on. ``selection``: the fixers that ran (their options), for suggestions rebuilt from
+    the fixed file (default: the fixers named by the matches, default options)."""
     lines = split_lines(source)
     out: list[ReviewFinding] = []
+    cands: list[_Candidate] = []
     seen: dict[tuple[str, str, str], int] = {}
     for m in matches:
         first = min(m.statement_line, m.line)
@@ -174,20 +189,221 @@ def to_findings(fd: FileDiff, source: str, matches: Iterable[StaticMatch], overr
         if rw is not None:
             f.fix_diff = rw.diff(fd.path)
             f.edits = [e.model_dump() for e in m.edits]
-        if rw is not None and m.fixable and rw.last - rw.first < MAX_SUGGESTION_LINES and fd.in_one_hunk(rw.first, rw.last):
+        if rw is not None and m.fixable:
+            cands.append(_Candidate(len(out), m, rw))
+        out.append(f)
+    planner = _Suggestions(fd, source, lines, selection, git_lines)
+    chosen = planner.plan(cands)
+    for i, f in enumerate(out):
+        rw = chosen.get(i)
+        if rw is not None:
             f.suggestion = rw.suggestion
             f.comment_line = rw.last
             f.comment_start_line = rw.first if rw.first < rw.last else None
-        elif fd.hunk_of(m.line) is not None:
-            f.comment_line = m.line
+        elif fd.hunk_of(f.line) is not None:
+            f.comment_line = f.line
         else:
-            f.comment_line = fd.first_added(first, max(m.end_line, m.line))
+            first = min(f.statement_line, f.line)
+            last = max(f.end_line, f.line)
+            f.comment_line = fd.first_added(first, last)
             if f.comment_line is None:  # a deletion inside the flagged code: the line before the gap
-                gaps = [k for k in fd.deletions if first <= k <= max(m.end_line, m.line)]
+                gaps = [k for k in fd.deletions if first <= k <= last]
                 if gaps and fd.hunk_of(min(gaps)) is not None:
                     f.comment_line = min(gaps)
-        out.append(f)
+        if git_lines is not None and not git_lines.identity:  # GitHub counts git's lines
+            if f.comment_line is not None:
+                f.comment_line = git_lines.git_line(f.comment_line)
+            if f.comment_start_line is not None:
+                start = git_lines.git_line(f.comment_start_line)
+                f.comment_start_line = start if start < (f.comment_line or 0) else None
     return out
+
+
+# --------------------------------------------------------------------------------------------
+# Suggestions that parse, alone and together
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Candidate:
+    index: int  # the finding's position in to_findings' list
+    match: StaticMatch
+    rw: Rewrite
+
+
+def _apply_rewrites(lines: Sequence[str], rws: Iterable[Rewrite]) -> str:
+    """The file with each rewrite's lines replaced (rewrites sorted, not overlapping)."""
+    out: list[str] = []
+    cursor = 0
+    for rw in sorted(rws, key=lambda r: r.first):
+        out.extend(lines[cursor:rw.first - 1])
+        out.append(rw.new)
+        cursor = rw.last
+    out.extend(lines[cursor:])
+    return "".join(out)
+
+
+def _overlap(a: Rewrite, b: Rewrite) -> bool:
+    return a.first <= b.last and b.first <= a.last
+
+
+def _no_code_between(lines: Sequence[str], last: int, first: int) -> bool:
+    """Whether lines last+1..first-1 are all blank or comments (nothing between two statements)."""
+    for n in range(last + 1, first):
+        text = lines[n - 1].strip() if 0 < n <= len(lines) else ""
+        if text and not text.startswith("#"):
+            return False
+    return True
+
+
+def _region(old: list[str], new: list[str], first: int, last: int) -> Rewrite | None:
+    """Lines first..last of ``old`` (widened to whole changes) and what ``new`` has for them."""
+    all_ops = difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes()
+    ops = [op for op in all_ops if op[0] != "equal"]
+    a0, a1 = first - 1, last  # 0-based, end exclusive
+    grown = True
+    while grown:
+        grown = False
+        for _tag, i1, i2, _j1, _j2 in ops:
+            inside = (i1 < a1 and i2 > a0) if i1 < i2 else a0 < i1 < a1
+            if inside and (i1 < a0 or i2 > a1):
+                a0, a1 = min(a0, i1), max(a1, i2)
+                grown = True
+    j0 = j1 = None
+    for tag, i1, i2, k1, k2 in all_ops:
+        if j0 is None and i1 <= a0 < i2:
+            j0 = k1 + (a0 - i1) if tag == "equal" else k1
+        if j1 is None and i1 < a1 <= i2:
+            j1 = k1 + (a1 - i1) if tag == "equal" else k2
+    if j0 is None or j1 is None or j1 < j0:
+        return None
+    before, after = "".join(old[a0:a1]), "".join(new[j0:j1])
+    if before == after:
+        return None
+    return Rewrite(a0 + 1, a1, before, after)
+
+
+class _Suggestions:
+    """Which fixable findings carry a GitHub suggestion, and which one.
+
+    Each suggestion is checked to leave code that parses when applied alone, and all of a file's
+    suggestions together too: suggestions on neighbouring lines whose combination would not
+    parse (two deleted statements that were a loop's whole body) become one suggestion, on the
+    first of those findings, rebuilt from the file the fixers themselves write (a ``pass`` kept);
+    a suggestion that cannot be made to parse is left out (the comment shows the fix as a diff)."""
+
+    def __init__(self, fd: FileDiff, source: str, lines: list[str], selection: fix_engine.Selection | None,
+                 git_lines: LineMap | None):
+        self.fd = fd
+        self.source = source
+        self.lines = lines
+        self.selection = selection
+        self.git_lines = git_lines if git_lines is not None and not git_lines.identity else None
+        self._check = None
+        self._fixed: dict[frozenset[str], list[str] | None] = {}
+
+    # -- checks ---------------------------------------------------------------------------------
+
+    def parses(self, rws: Sequence[Rewrite]) -> bool:
+        if self._check is None:
+            self._check = _parse_check(self.source)
+        return self._check(_apply_rewrites(self.lines, rws))
+
+    def usable(self, rw: Rewrite | None) -> bool:
+        if rw is None or rw.last - rw.first >= MAX_SUGGESTION_LINES or not self.fd.in_one_hunk(rw.first, rw.last):
+            return False
+        gl = self.git_lines
+        if gl is not None:  # GitHub replaces whole git lines: only where they are whole Python lines
+            if gl.first(gl.git_line(rw.first)) != rw.first or has_lone_cr(rw.old + rw.new):
+                return False
+        return True
+
+    # -- rebuilding from the fixed file ---------------------------------------------------------
+
+    def fixed_region(self, fixers: set[str], first: int, last: int) -> Rewrite | None:
+        key = frozenset(fixers)
+        if key not in self._fixed:
+            self._fixed[key] = None
+            try:
+                sel = self.selection if self.selection is not None else fix_engine.select_fixers(sorted(fixers))
+                subset = fix_engine.Selection(tuple(f for f in sel.fixers if f.name in fixers), sel.fixing | key)
+                fixed = fix_engine.fix_source_with(self.source, self.fd.path, subset)
+            except Exception:  # a fixer that cannot rewrite this file: no suggestion, not a failed review
+                fixed = None
+            if fixed is not None and fixed != self.source:
+                self._fixed[key] = split_lines(fixed)
+        new = self._fixed[key]
+        return _region(self.lines, new, first, last) if new is not None else None
+
+    # -- planning -------------------------------------------------------------------------------
+
+    def plan(self, cands: list[_Candidate]) -> dict[int, Rewrite]:
+        cands = [c for c in cands if self.usable(c.rw)]
+        if not cands:
+            return {}
+        cands.sort(key=lambda c: (c.rw.first, c.rw.last, c.index))
+        alone = {c.index: self.parses([c.rw]) for c in cands}
+        clusters: list[list[_Candidate]] = []
+        for c in cands:
+            if clusters:
+                cur = clusters[-1]
+                end = max(x.rw.last for x in cur)
+                if (self.fd.hunk_of(c.rw.first) == self.fd.hunk_of(cur[0].rw.first)
+                        and (c.rw.first <= end + 1 or _no_code_between(self.lines, end, c.rw.first))):
+                    cur.append(c)
+                    continue
+            clusters.append([c])
+        plans: list[list[tuple[int, Rewrite]]] = [self._cluster(cl, alone) for cl in clusters]
+        chosen: dict[int, Rewrite] = {}
+        accepted: list[Rewrite] = []
+        together = [rw for p in plans for _, rw in p]
+        if self._disjoint(together) and self.parses(together):
+            return {i: rw for p in plans for i, rw in p}
+        for p in plans:  # rare: clusters that interact; keep those that still parse with the others
+            rws = [rw for _, rw in p]
+            if p and self._disjoint([*accepted, *rws]) and self.parses([*accepted, *rws]):
+                accepted.extend(rws)
+                chosen.update(dict(p))
+        return chosen
+
+    @staticmethod
+    def _disjoint(rws: Sequence[Rewrite]) -> bool:
+        ordered = sorted(rws, key=lambda r: r.first)
+        return all(a.last < b.first for a, b in zip(ordered, ordered[1:]))
+
+    def _cluster(self, cl: list[_Candidate], alone: dict[int, bool]) -> list[tuple[int, Rewrite]]:
+        """(finding index, rewrite) of one group of neighbouring candidates."""
+        rws = [c.rw for c in cl]
+        if all(alone[c.index] for c in cl) and (len(cl) == 1 or (self._disjoint(rws) and self.parses(rws))):
+            return [(c.index, c.rw) for c in cl]
+        first, last = min(r.first for r in rws), max(r.last for r in rws)
+        merged = rewrite(self.lines, [e for c in cl for e in c.match.edits]) if len(cl) > 1 else None
+        if not (self.usable(merged) and self.parses([merged])):
+            merged = self.fixed_region({c.match.fixer for c in cl}, first, last)
+        if self.usable(merged) and self.parses([merged]):
+            return [(cl[0].index, merged)]
+        keep: list[tuple[int, Rewrite]] = []  # the fix cannot be offered whole: the parts that parse
+        for c in cl:
+            rws = [rw for _, rw in keep] + [c.rw]
+            if alone[c.index] and self._disjoint(rws) and self.parses(rws):
+                keep.append((c.index, c.rw))
+        return keep
+
+
+def _parse_check(source: str):
+    """How to tell that a rewritten file still parses: Python's compiler when it accepts the
+    original, else libcst (syntax newer than this Python)."""
+    if prefilter.compiles(source):
+        return prefilter.compiles
+
+    def cst_ok(code: str) -> bool:
+        try:
+            parse_source(code, None)
+        except Exception:
+            return False
+        return True
+
+    return cst_ok
 
 
 # --------------------------------------------------------------------------------------------
@@ -209,6 +425,15 @@ def _read_config(diff: DiffResult) -> ReviewConfig:
         except KeyError:
             text = None
     return load_text(text, "pyproject.toml")
+
+
+def _old_text(diff: DiffResult, fd: FileDiff) -> str | None:
+    """The old side of a changed file, decoded (None: an added file, or it cannot be read)."""
+    try:
+        raw = diff.read_old(fd)
+        return fix_engine.decode(raw)[0] if raw is not None else None
+    except Exception:
+        return None
 
 
 def _ids(v: str | Iterable[str] | None) -> list[str]:
@@ -259,7 +484,7 @@ def _review(diff: DiffResult, t0: float, *, select, ignore, config, trace, db, d
         rules=sorted({f.pattern for f in selection.fixers}),
     )
     work: list[_Job] = []
-    sources: dict[str, tuple[FileDiff, str]] = {}
+    sources: dict[str, tuple[FileDiff, str, LineMap | None]] = {}
     excluded = 0
     for fd in diff.files:
         if cfg.excluded(fd.path):
@@ -287,7 +512,11 @@ def _review(diff: DiffResult, t0: float, *, select, ignore, config, trace, db, d
             result.errors.append(FileNote(path=fd.path, message=f"cannot decode: {exc}"))
             continue
         result.files_reviewed += 1
-        sources[fd.path] = (fd, text)
+        git_lines = None
+        if has_lone_cr(text):  # old-Mac line endings: git's line numbers are not Python's
+            git_lines = LineMap(text)
+            fd = fd.in_python_lines(text, _old_text(diff, fd))
+        sources[fd.path] = (fd, text, git_lines)
         work.append(_Job(fd.path, text, fd, use_prefilter))
     if excluded:
         result.notes.append(f"{excluded} changed Python file{'s' if excluded != 1 else ''} excluded by [tool.zoomer-ar] exclude")
@@ -298,8 +527,9 @@ def _review(diff: DiffResult, t0: float, *, select, ignore, config, trace, db, d
         if note is not None:
             result.errors.append(note)
             continue
-        fd, text = sources[path]
-        findings.extend(to_findings(fd, text, [StaticMatch.model_validate(d) for d in dumped], cfg.severity))
+        fd, text, git_lines = sources[path]
+        findings.extend(to_findings(fd, text, [StaticMatch.model_validate(d) for d in dumped], cfg.severity,
+                                    selection=selection, git_lines=git_lines))
     findings.sort(key=lambda f: (f.path, f.line, f.column, f.rule_id, f.fixer))
     result.findings = findings
     result.errors.sort(key=lambda n: n.path)

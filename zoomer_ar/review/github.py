@@ -15,9 +15,14 @@ One run:
    fingerprint, or same rule on the same path and line) is not commented again.
    A clean review with no earlier summary posts nothing (no noise on clean pull requests); with
    one, the summary is updated to say the findings are gone.
-3. ``POST /repos/{repo}/pulls/{pr}/reviews`` with at most ``max_comments`` new inline comments
+3. Only when there are findings not commented inline and an earlier summary exists (so an
+   earlier run may have posted a fallback review, see 4): ``GET /repos/{repo}/pulls/{pr}/reviews``
+   (all pages); a finding listed, with its marker, in the body of a review this tool posted is
+   not posted again either.
+4. ``POST /repos/{repo}/pulls/{pr}/reviews`` with at most ``max_comments`` new inline comments
    (event ``COMMENT``); nothing when there is nothing new. If GitHub refuses a line (422), the
-   review is posted again without inline comments, listing them in its body.
+   review is posted again without inline comments, listing them in its body, each with its
+   finding marker (so the next run recognises them).
 
 Rate limits: a 403/429 with ``Retry-After`` or an exhausted ``X-RateLimit-Remaining`` waits
 when the wait is short (``max_wait``), otherwise stops with a message giving the reset time.
@@ -40,7 +45,7 @@ from typing import Any, Callable, Mapping
 
 from ..errors import InputError, ZoomerError
 from .models import ReviewFinding, ReviewResult
-from .render import SUMMARY_MARKER, inline_comment, parse_inline_marker, render_markdown
+from .render import SUMMARY_MARKER, inline_comment, inline_marker, parse_inline_marker, parse_markers, render_markdown
 
 DEFAULT_API_URL = "https://api.github.com"
 USER_AGENT = "zoomer-ar-review"
@@ -279,6 +284,15 @@ def _existing_inline(comments: list[Any]) -> tuple[set[str], set[tuple[str, int,
     return fps, keys
 
 
+def _existing_in_reviews(reviews: list[Any]) -> set[str]:
+    """Fingerprints of the findings listed in the bodies of reviews (the 422 fallback)."""
+    fps: set[str] = set()
+    for r in reviews:
+        if isinstance(r, dict):
+            fps.update(fp for _rule, fp in parse_markers(str(r.get("body") or "")))
+    return fps
+
+
 def post(result: ReviewResult, target: GitHubTarget, *, max_comments: int = 25, client: Client | None = None) -> PostOutcome:
     """Create or update the summary comment and post new inline comments as one review."""
     client = client or Client(target.api_url, target.token)
@@ -292,6 +306,9 @@ def post(result: ReviewResult, target: GitHubTarget, *, max_comments: int = 25, 
     fps, keys = _existing_inline(review_comments)
     inline: list[ReviewFinding] = [f for f in result.findings if f.comment_line is not None]
     new = [f for f in inline if f.fingerprint not in fps and (f.path, f.comment_line, f.rule_id) not in keys]
+    if new and mine:  # a fallback review (GitHub refused the lines) follows a summary: read those too
+        listed = _existing_in_reviews(client.paginate(f"/repos/{repo}/pulls/{pr}/reviews"))
+        new = [f for f in new if f.fingerprint not in listed]
     outcome.inline_duplicates = len(inline) - len(new)
     to_post = new[:max(0, max_comments)]
     outcome.inline_over_cap = len(new) - len(to_post)
@@ -331,7 +348,7 @@ def post(result: ReviewResult, target: GitHubTarget, *, max_comments: int = 25, 
         except GitHubError as exc:
             if exc.status != 422:
                 raise
-            listing = "\n".join(f"- `{f.path}:{f.line}` `{f.rule_id}`: {f.message}" for f in to_post)
+            listing = "\n".join(f"- `{f.path}:{f.line}` `{f.rule_id}`: {f.message} {inline_marker(f)}" for f in to_post)
             fallback = {k: v for k, v in payload.items() if k != "comments"}
             fallback["body"] = review_body + "\n\nGitHub did not accept these as inline comments (" + str(exc) + "):\n\n" + listing
             doc, _ = client.request("POST", f"/repos/{repo}/pulls/{pr}/reviews", fallback)

@@ -26,6 +26,7 @@ import warnings
 from functools import lru_cache
 from typing import Iterable
 
+from ..fix.lines import split_lines
 from .diff import FileDiff
 
 LOOP = r"\b(?:for|while)\b"
@@ -227,7 +228,7 @@ def region_candidates(source: str, fd: FileDiff, fixers: Iterable[str]) -> set[s
     region = _Region(tree, touched)
     if not region.lines:
         return set()
-    region_text = _Text(region.text(source.splitlines()))
+    region_text = _Text(region.text([line.rstrip("\r\n") for line in split_lines(source)]))  # ast's line numbers
     text = region_text.text
     imports: dict[str, str] | None = None
     out: set[str] = set()

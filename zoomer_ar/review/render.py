@@ -15,6 +15,7 @@ from .suggest import fence
 
 TEMPLATE = "review_comment.md.j2"
 SUMMARY_MARKER = "<!-- zoomer-ar:review-summary -->"
+SHORT_SHA = 12  # the commit ids the summary shows, base and head alike
 GITHUB_BODY_LIMIT = 65_000  # GitHub rejects comment bodies over 65,536 characters
 ICONS = {"critical": "🟥", "high": "🔴", "medium": "🟠", "low": "🟡", "info": "⚪"}
 _MARK_RE = re.compile(r"<!-- zoomer-ar:finding rule=(?P<rule>[\w.-]+) fp=(?P<fp>[0-9a-f]+:\d+) -->")
@@ -28,6 +29,16 @@ def parse_inline_marker(body: str) -> tuple[str, str] | None:
     """(rule, fingerprint) of a comment this tool posted, else None."""
     m = _MARK_RE.search(body or "")
     return (m.group("rule"), m.group("fp")) if m else None
+
+
+def parse_markers(body: str) -> list[tuple[str, str]]:
+    """(rule, fingerprint) of every finding marked in a body: a review body that lists findings
+    GitHub refused as inline comments carries one marker per finding."""
+    return [(m.group("rule"), m.group("fp")) for m in _MARK_RE.finditer(body or "")]
+
+
+def short_sha(sha: str | None) -> str:
+    return (sha or "")[:SHORT_SHA]
 
 
 def _cell(text: Any) -> str:
@@ -51,6 +62,7 @@ def _env() -> Environment:
         )
         env.filters["fence"] = fence
         env.filters["cell"] = _cell
+        env.filters["short_sha"] = short_sha
         _ENV = env
     return _ENV
 

@@ -8,11 +8,14 @@
   ``primaryLocationLineHash`` next to it.
 * ``fixes``: the fixer's rewrite as replacements (deleted region, inserted text).
 * Files that could not be analysed are ``toolExecutionNotifications`` of the invocation.
+* ``artifactLocation.uri``: the repository path as an RFC 3986 relative reference (``/`` kept,
+  everything else outside the unreserved characters percent-encoded), against ``%SRCROOT%``.
 """
 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 from .. import __version__
 from ..fix.registry import load_registry
@@ -56,8 +59,18 @@ def _region(line: int, column: int, end_line: int, end_column: int) -> dict[str,
     return region
 
 
+def uri(path: str) -> str:
+    """A repository path as a relative URI reference (RFC 3986, as SARIF requires): each byte
+    outside the unreserved characters percent-encoded (UTF-8), the ``/`` separators kept."""
+    return quote(path.encode("utf-8", "surrogateescape"), safe="/")
+
+
+def _artifact(path: str) -> dict[str, str]:
+    return {"uri": uri(path), "uriBaseId": SRCROOT}
+
+
 def _location(path: str, region: dict[str, int]) -> dict[str, Any]:
-    return {"physicalLocation": {"artifactLocation": {"uri": path, "uriBaseId": SRCROOT}, "region": region}}
+    return {"physicalLocation": {"artifactLocation": _artifact(path), "region": region}}
 
 
 def _result(f: ReviewFinding, index: int, edits: list[dict[str, Any]]) -> dict[str, Any]:
@@ -83,7 +96,7 @@ def _result(f: ReviewFinding, index: int, edits: list[dict[str, Any]]) -> dict[s
         res["fixes"] = [{
             "description": {"text": f"{f.fixer}: apply the rewrite"},
             "artifactChanges": [{
-                "artifactLocation": {"uri": f.path, "uriBaseId": SRCROOT},
+                "artifactLocation": _artifact(f.path),
                 "replacements": [
                     {"deletedRegion": _region(e["line"], e["column"], e["end_line"], e["end_column"]),
                      "insertedContent": {"text": e["text"]}}
@@ -101,7 +114,7 @@ def to_sarif(result: ReviewResult) -> dict[str, Any]:
     notifications = []
     for e in result.errors:
         region = {"startLine": e.line, **({"startColumn": e.column} if e.column else {})} if e.line else None
-        loc: dict[str, Any] = {"physicalLocation": {"artifactLocation": {"uri": e.path, "uriBaseId": SRCROOT}}}
+        loc: dict[str, Any] = {"physicalLocation": {"artifactLocation": _artifact(e.path)}}
         if region:
             loc["physicalLocation"]["region"] = region
         notifications.append({"level": "warning", "message": {"text": f"{e.path}: {e.message} (not reviewed)"}, "locations": [loc]})
@@ -109,7 +122,7 @@ def to_sarif(result: ReviewResult) -> dict[str, Any]:
         notifications.append({
             "level": "note",
             "message": {"text": f"{s.path}: skipped: {s.message}"},
-            "locations": [{"physicalLocation": {"artifactLocation": {"uri": s.path, "uriBaseId": SRCROOT}}}],
+            "locations": [{"physicalLocation": {"artifactLocation": _artifact(s.path)}}],
         })
     run: dict[str, Any] = {
         "tool": {"driver": {

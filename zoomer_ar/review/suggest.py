@@ -14,14 +14,20 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..fix.base import TextEdit
+from ..fix.lines import split_lines
 
-_LINE_RE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
+__all__ = ["MAX_SUGGESTION_LINES", "Rewrite", "fence", "rewrite", "split_lines"]
+
 MAX_SUGGESTION_LINES = 60
 
 
-def split_lines(source: str) -> list[str]:
-    """Lines with their endings, split the way libcst counts lines (\\n, \\r\\n, \\r)."""
-    return _LINE_RE.findall(source)
+def _lf_lines(text: str) -> list[str]:
+    """The lines of ``text`` (Python's line breaks) ending in ``\\n``, the last one as it is."""
+    out = []
+    for line in split_lines(text):
+        body = line.rstrip("\r\n")
+        out.append(body + "\n" if len(body) < len(line) else body)
+    return out
 
 
 @dataclass(frozen=True)
@@ -38,8 +44,8 @@ class Rewrite:
         return body[:-1] if body.endswith("\n") else body
 
     def diff(self, path: str) -> str:
-        old = self.old.replace("\r\n", "\n").splitlines(keepends=True)
-        new = self.new.replace("\r\n", "\n").splitlines(keepends=True)
+        old = _lf_lines(self.old)
+        new = _lf_lines(self.new)
         out = list(difflib.unified_diff(old, new, f"a/{path}", f"b/{path}", n=0, lineterm="\n"))
         text = "".join(line if line.endswith("\n") else line + "\n" for line in out[2:])
         return re.sub(r"^@@ -\d+(,\d+)? \+\d+(,\d+)? @@", lambda m: _shift(m.group(0), self.first - 1), text, flags=re.M)
