@@ -171,3 +171,16 @@ def test_folder_diffs_stay_relative_to_the_folder(tmp_path: Path):
     # findings keep naming the file as before
     res = engine.run(tmp_path / "src" / "train.py", fix=True)
     assert res.files[0].path == "train.py"
+
+
+def test_indent_at_counts_lines_as_libcst_does():
+    """A form feed on a line of its own is no line break for Python: the indentation of a node
+    after it is read from its own line (str.splitlines would shift every later line by one)."""
+    import libcst as cst
+
+    from zoomer_ar.fix.base import Context
+
+    source = "def f():\n    a = 1\n\x0c\n    if a:\n        b = 2\n"
+    ctx = Context(source, "ff.py")
+    stmt = next(n for n in ctx.module.body[0].body.body if isinstance(n, cst.If)).body.body[0]
+    assert ctx.indent_at(stmt) == "        "

@@ -28,6 +28,7 @@ from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 from pydantic import BaseModel, Field
 
 from ..errors import InputError, ZoomerError
+from .lines import split_lines
 from .nesting import nesting_problem, parse_in_big_stack
 
 MAX_ROUNDS = 12
@@ -537,7 +538,7 @@ class Context:
 
     def lines(self) -> list[str]:
         if not hasattr(self, "_lines"):
-            self._lines = self.source.splitlines(keepends=True)
+            self._lines = split_lines(self.source)  # Python's lines, as libcst's positions count them
         return self._lines
 
     def text_edit(self, node: cst.CSTNode, new: Replacement) -> tuple[tuple[int, int], tuple[int, int], str]:
