@@ -69,8 +69,13 @@ def build_analysis(job: Job, jf: JobFeatures, findings: list[Finding]) -> Analys
 
 def analyze_job(job: Job, rules: list[Rule] | None = None) -> Analysis:
     jf = extract(job)
-    from .detect.ensemble import apply_model; findings = apply_model(jf, run_rules(jf, rules), rules=rules)  # noqa: E702 - rules, then the model (docs/learning.md)
-    return build_analysis(job, jf, findings)
+    from .detect.ensemble import run_model  # rules, then the model (docs/learning.md)
+
+    findings, model_version, model_notes = run_model(jf, run_rules(jf, rules), rules=rules)
+    analysis = build_analysis(job, jf, findings)
+    analysis.model_version = model_version  # findings.json records which model voted (None: the rules alone)
+    analysis.notes.extend(model_notes)  # e.g. "The current model v0003 could not be loaded (...)"
+    return analysis
 
 
 def analyze_path(

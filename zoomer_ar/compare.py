@@ -43,7 +43,31 @@ def compare(before: Analysis, after: Analysis) -> dict:
         ],
         "predicted_gain_ms": round(combined_impact(pb[p] for p in set(pb) - set(pa)).ms_per_step, 4),
         "measured_gain_ms": round(b_step - a_step, 4),
+        "model_version": {"before": _model_version(before), "after": _model_version(after)},
+        "model_note": model_note(before, after),
     }
+
+
+def _model_version(a: Analysis) -> str | None:
+    """The model version that made the findings; "unknown" for a findings.json written before it was recorded."""
+    if "model_version" not in a.model_fields_set:
+        return "unknown"
+    return a.model_version
+
+
+def model_note(before: Analysis, after: Analysis) -> str | None:
+    """Why findings may differ for a reason other than the run: the two analyses were made by different models."""
+    b, a = _model_version(before), _model_version(after)
+    if b == a and b != "unknown":
+        return None
+    if b == "unknown" and a == "unknown":
+        return None  # both written before versions were recorded: nothing to say either way
+    name = lambda v: "rules only" if v is None else ("unknown (older findings.json)" if v == "unknown" else f"model {v}")  # noqa: E731
+    if "unknown" in (a, b):
+        return (f"the model behind the findings: before {name(b)}, after {name(a)}: new or resolved findings may be "
+                "the model's doing, not the run's")
+    return (f"the findings were made by different models (before {name(b)}, after {name(a)}): new or resolved "
+            "findings may be the model's doing, not the run's; re-analyse both with one model to compare findings")
 
 
 @click.command("compare")
@@ -68,6 +92,8 @@ def compare_cmd(before: Path, after: Path, fmt: str) -> None:
     for p in result["persisting"]:
         click.echo(f"persisting  {p['pattern']}: {p['before_ms']:.2f} -> {p['after_ms']:.2f} ms/step")
     click.echo(f"gain        predicted {result['predicted_gain_ms']:.3f} ms/step, measured {result['measured_gain_ms']:.3f} ms/step")
+    if result["model_note"]:
+        click.echo(f"note        {result['model_note']}")
 
 
 commands = [compare_cmd]

@@ -151,3 +151,4 @@ class Analysis(BaseModel):
     findings: list[Finding]
     timeline: list[TimelineBin] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
+    model_version: str | None = None  # the model version that voted on the findings; None: the rules alone

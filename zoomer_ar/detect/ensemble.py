@@ -21,6 +21,7 @@ ZOOMER_MODEL=off, or a feature-schema major version that differs) findings are t
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -69,36 +70,80 @@ def decide(rule_fires: bool, probability: float | None, add_threshold: float, gu
     return probability is not None and probability >= add_threshold and guard_ok
 
 
-_MODEL_CACHE: dict[str, Any] = {}
-
-
 def models_dir() -> Path:
     from ..paths import MODELS_DIR
 
     return Path(os.environ.get("ZOOMER_MODELS_DIR", MODELS_DIR))
 
 
-def current_model(directory: Path | None = None):
-    """The CURRENT model version (None when there is none or it cannot be used here)."""
+def schema_compatible(model_schema: str | None, code_schema: str = FEATURE_SCHEMA_VERSION) -> bool:
+    """May a model trained on feature schema `model_schema` run on this code's feature vectors?
+    Same major version (a minor bump only adds fields, which the model reads as missing). The one rule used
+    at inference (current_model), by `models promote` and by `evaluate`."""
+    if not isinstance(model_schema, str) or not model_schema.strip():
+        return False
+    return model_schema.strip().split(".")[0] == code_schema.split(".")[0]
+
+
+def schema_mismatch_reason(version: str, model_schema: str | None) -> str:
+    return (f"model {version} was trained on feature schema {model_schema}, this zoomer-ar extracts "
+            f"{FEATURE_SCHEMA_VERSION} (another major version): retrain it on a corpus rebuilt with "
+            "`zoomer-ar corpus build`")
+
+
+@dataclass
+class ModelState:
+    """What `analyze` runs: the model (None: the rules alone), its version, and why a named model is not used."""
+
+    model: Any = None
+    version: str | None = None
+    note: str | None = None
+
+
+def model_state(directory: Path | None = None) -> ModelState:
+    """The CURRENT model version, or why there is none. No note when no model is promoted or the model
+    is switched off (ZOOMER_MODEL=off); a note when CURRENT names a version that cannot be used."""
     if os.environ.get("ZOOMER_MODEL", "").lower() in ("off", "0", "none", "rules"):
-        return None
+        return ModelState()
     root = Path(directory) if directory else models_dir()
     pointer = root / "CURRENT"
     try:
         version = pointer.read_text().strip()
     except OSError:
-        return None
-    if not version or not (root / version / "meta.json").is_file():
-        return None
+        return ModelState()
+    if not version:
+        return ModelState()
+    rules_only = "findings are the rules' alone"
+    if not (root / version / "meta.json").is_file():
+        return ModelState(note=f"The current model could not be loaded: {pointer} names {version}, which has no "
+                               f"{root / version / 'meta.json'}; {rules_only}.")
     try:
         from ..learn.model import load_bundle
 
         bundle = load_bundle(root / version)
-    except Exception:  # lightgbm missing or a broken model: the rules alone
-        return None
-    if bundle.feature_schema_version.split(".")[0] != FEATURE_SCHEMA_VERSION.split(".")[0]:
-        return None
-    return bundle
+    except ImportError as exc:
+        return ModelState(note=f"The current model {version} was not used: {exc} (is lightgbm installed?); {rules_only}.")
+    except Exception as exc:  # a broken model: the rules alone, and say so
+        reason = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
+        return ModelState(note=f"The current model {version} could not be loaded ({reason}); {rules_only}.")
+    if not schema_compatible(bundle.feature_schema_version):
+        return ModelState(note=f"The current model was not used: {schema_mismatch_reason(version, bundle.feature_schema_version)}; "
+                               f"{rules_only}.")
+    return ModelState(model=bundle, version=version)  # the registry name (models/CURRENT), as `models list` shows it
+
+
+def current_model(directory: Path | None = None):
+    """The CURRENT model version (None when there is none or it cannot be used here; model_state says why)."""
+    return model_state(directory).model
+
+
+def run_model(jf: JobFeatures, findings: list[Finding], rules: list[Rule] | None = None,
+              directory: Path | None = None) -> tuple[list[Finding], str | None, list[str]]:
+    """`analyze`'s model step: (findings, the model version used or None for the rules alone, notes)."""
+    state = model_state(directory)
+    if state.model is not None:
+        findings = apply_model(jf, findings, model=state.model, rules=rules)
+    return findings, state.version, [state.note] if state.note else []
 
 
 def apply_model(jf: JobFeatures, findings: list[Finding], model=None, rules: list[Rule] | None = None) -> list[Finding]:

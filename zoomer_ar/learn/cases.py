@@ -23,8 +23,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
+from ..errors import InputError
 from ..models import PATTERN_IDS
 
 Label = Literal["positive", "negative", "unknown"]
@@ -77,11 +78,35 @@ def write_cases(path: Path, cases: Iterable[LabelledCase]) -> int:
     return n
 
 
+def validation_summary(exc: ValidationError) -> str:
+    """A pydantic ValidationError in one line: the first problem and how many more."""
+    errs = exc.errors()
+    if not errs:
+        return "invalid"
+    e = errs[0]
+    where = ".".join(str(x) for x in e.get("loc", ())) or "record"
+    more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
+    msg = e.get("msg", "invalid")
+    return f"{where}: {msg}{more}" if e.get("type") != "json_invalid" else f"not valid JSON ({msg})"
+
+
 def read_cases(path: Path) -> Iterator[LabelledCase]:
-    with _open(path, "r") as fh:
-        for line in fh:
-            line = line.strip()
-            if line:
-                yield LabelledCase.model_validate_json(line)
+    """Cases from a corpus JSONL file; InputError (file:line, one line) for a record that is not a case."""
+    try:
+        with _open(path, "r") as fh:
+            for lineno, line in enumerate(fh, 1):
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    yield LabelledCase.model_validate_json(line)
+                except ValidationError as exc:
+                    raise InputError(f"{path}:{lineno}", f"not a corpus case: {validation_summary(exc)}") from None
+    except OSError as exc:  # also gzip's BadGzipFile
+        raise InputError(str(path), f"cannot read the corpus ({getattr(exc, 'strerror', None) or exc})") from None
+    except EOFError:
+        raise InputError(str(path), "truncated compressed corpus") from None
+    except UnicodeDecodeError:
+        raise InputError(str(path), "not a corpus JSONL file (binary content)") from None
 
 

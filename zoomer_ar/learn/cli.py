@@ -19,6 +19,24 @@ def _models_root(models: Path | None) -> Path:
     return Path(models) if models else models_dir()
 
 
+def _must_exist(path: Path | None, what: str) -> None:
+    """An explicit path that does not exist is an error (exit 2), never silently ignored."""
+    if path is not None and not Path(path).exists():
+        raise InputError(str(path), f"no such file or directory ({what})")
+
+
+def _real_traces(traces: Path | None) -> Path:
+    """--traces (must exist and hold LABELS.yaml) or the default ../shared/traces."""
+    from .corpus import DEFAULT_TRACES
+
+    if traces is None:
+        return DEFAULT_TRACES
+    _must_exist(traces, "--traces: the real traces with LABELS.yaml")
+    if not (Path(traces) / "LABELS.yaml").is_file():
+        raise InputError(str(traces), "no LABELS.yaml in this folder (--traces: the real traces with their labels)")
+    return Path(traces)
+
+
 @click.group()
 def corpus() -> None:
     """The labelled training corpus (training_data/corpus/)."""
@@ -39,9 +57,15 @@ def corpus_build(out, n_synth, augment, seed, workers, small, traces, examples) 
 
     cfg = BuildConfig(n_synth=n_synth, augment_per_source=augment, seed=seed, workers=workers, small=small)
     if traces:
-        cfg.traces = str(traces)
+        cfg.traces = str(_real_traces(traces))
     if examples:
+        _must_exist(examples, "--examples: the recorded scenario traces")
         cfg.examples = str(examples)
+    warn = lambda s: click.echo(f"zoomer-ar: warning: {s}", err=True)  # noqa: E731
+    if not (Path(cfg.traces) / "LABELS.yaml").is_file():
+        warn(f"no LABELS.yaml under {cfg.traces}: the corpus gets no augmented real traces (give --traces)")
+    if not Path(cfg.examples).is_dir():
+        warn(f"no recorded example traces at {cfg.examples}: the corpus gets no example cases (give --examples)")
     m = build(cfg, Path(out) if out else DEFAULT_OUT, log=lambda s: click.echo(s, err=True))
     click.echo(f"{m['cases']} cases ({', '.join(f'{k} {v}' for k, v in m['by_source'].items())}) in {m['build_seconds']:.1f} s")
     click.echo(f"wrote {(Path(out) if out else DEFAULT_OUT) / 'corpus.jsonl'}")
@@ -53,7 +77,7 @@ def corpus_stats(path) -> None:
     """Label counts per anti-pattern and source."""
     from .corpus import DEFAULT_OUT, label_counts, load_corpus
 
-    cases = load_corpus(Path(path) if path else DEFAULT_OUT)
+    cases = load_corpus(Path(path) if path else DEFAULT_OUT)  # InputError (one line) for a missing or bad corpus
     by_src: dict[str, int] = {}
     for c in cases:
         by_src[c.source] = by_src.get(c.source, 0) + 1
@@ -91,7 +115,9 @@ def corpus_sample(seed, out, plant) -> None:
 @click.option("--traces", type=P(), default=None, help="Real traces for the card's evaluation (default ../shared/traces).")
 @click.option("--cache", type=P(), default=None, help="Cache folder for real-trace features.")
 @click.option("--promote", is_flag=True, help="Promote the new version through the gate.")
-def train_cmd(data, out, labels, seed, traces, cache, promote) -> None:
+@click.option("--allow-dropped-labels", is_flag=True,
+              help="With --promote: accept a version without a booster for a label the current model covers.")
+def train_cmd(data, out, labels, seed, traces, cache, promote, allow_dropped_labels) -> None:
     """Train one LightGBM model per anti-pattern (grouped CV, calibration, thresholds); writes models/<version>/."""
     from .train import TrainConfig, train
 
@@ -103,9 +129,13 @@ def train_cmd(data, out, labels, seed, traces, cache, promote) -> None:
     if labels:
         cfg.labels = str(labels)
     if traces:
-        cfg.traces = str(traces)
+        cfg.traces = str(_real_traces(traces))
     if cache:
         cfg.cache = str(cache)
+    if labels:
+        _must_exist(labels, "--labels: the human verdicts file")
+        if not Path(labels).is_file():
+            raise InputError(str(labels), "not a file (--labels: the human verdicts JSONL)")
     if not Path(cfg.data).exists():
         raise InputError(cfg.data, "no corpus here: run `zoomer-ar corpus build` first")
     d = train(cfg, log=lambda s: click.echo(s, err=True))
@@ -117,7 +147,7 @@ def train_cmd(data, out, labels, seed, traces, cache, promote) -> None:
         click.echo(format_real_table(meta["real"]))
     click.echo(f"model {meta['version']} written to {d}")
     if promote:
-        _promote(Path(cfg.out), meta["version"], traces, cache, False)
+        _promote(Path(cfg.out), meta["version"], traces, cache, False, allow_dropped_labels)
 
 
 @click.command("evaluate")
@@ -129,8 +159,9 @@ def train_cmd(data, out, labels, seed, traces, cache, promote) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the evaluation as JSON.")
 def evaluate_cmd(version, models, data, traces, cache, as_json) -> None:
     """Rules alone vs model alone vs ensemble, per anti-pattern: held-out corpus and real traces."""
+    from ..detect.ensemble import schema_compatible, schema_mismatch_reason
     from .cases import held_out
-    from .corpus import DEFAULT_TRACES, load_corpus
+    from .corpus import load_corpus
     from .evaluate import DEFAULT_CACHE, evaluate_cases, evaluate_real, format_corpus_table, format_real_table
     from .model import ModelBundle
     from .registry import current
@@ -145,26 +176,45 @@ def evaluate_cmd(version, models, data, traces, cache, as_json) -> None:
         vdir = root / v
     if not (vdir / "meta.json").is_file():
         raise InputError(str(vdir), "not a model version folder (no meta.json)")
-    bundle = ModelBundle(vdir)
-    out: dict = {"version": bundle.version}
+    _must_exist(data, "--data: the corpus to score")
+    traces_p = _real_traces(traces)
+    bundle = ModelBundle(vdir)  # ModelLoadError (one line, exit 2) for a bad meta.json or booster
+    if not schema_compatible(bundle.feature_schema_version):
+        raise InputError(str(vdir), schema_mismatch_reason(bundle.version, bundle.feature_schema_version))
+    out: dict = {"version": bundle.version, "warnings": []}
     from .train import resolve_project_path
 
     corpus_path = Path(data) if data else resolve_project_path(bundle.meta["data"]["corpus"])
     if corpus_path.exists():
-        cases = [c for c in load_corpus(corpus_path) if c.source != "verdict" and held_out(c.group)
-                 and c.feature_schema_version == bundle.feature_schema_version]
-        out["held_out"] = evaluate_cases(bundle, cases)
-    traces_p = Path(traces) if traces else DEFAULT_TRACES
+        held = [c for c in load_corpus(corpus_path) if c.source != "verdict" and held_out(c.group)]
+        cases = [c for c in held if c.feature_schema_version == bundle.feature_schema_version]
+        if held and not cases:
+            msg = (f"all {len(held)} held-out cases are of feature schema "
+                   f"{', '.join(sorted({c.feature_schema_version for c in held}))}, the model's is "
+                   f"{bundle.feature_schema_version}: nothing to score (rebuild the corpus with `zoomer-ar corpus build`)")
+            if data:
+                raise InputError(str(corpus_path), msg)
+            out["warnings"].append(f"{corpus_path}: {msg}")
+        else:
+            if len(cases) < len(held):
+                out["warnings"].append(f"{corpus_path}: skipped {len(held) - len(cases)} of {len(held)} held-out cases of "
+                                       f"another feature schema than the model's {bundle.feature_schema_version}")
+            out["held_out"] = evaluate_cases(bundle, cases)
     if (traces_p / "LABELS.yaml").is_file():
-        out["real"] = evaluate_real(bundle, traces_p, Path(cache) if cache else DEFAULT_CACHE)
+        pairs = {(a, b) for a, b in (bundle.meta.get("data", {}).get("verdict_real_pairs") or [])}
+        out["real"] = evaluate_real(bundle, traces_p, Path(cache) if cache else DEFAULT_CACHE, exclude=pairs)
+    for w in out["warnings"]:
+        click.echo(f"zoomer-ar: warning: {w}", err=True)
     if as_json:
         click.echo(json.dumps(out, indent=1))
         return
     click.echo(f"model {bundle.version}")
     if "held_out" in out:
         click.echo(format_corpus_table(out["held_out"], f"Held-out corpus ({out['held_out']['n']} cases, {corpus_path})"))
-    else:
+    elif not corpus_path.exists():
         click.echo(f"(corpus {corpus_path} not found: no held-out table)")
+    else:
+        click.echo("(no held-out table: see the warning above)")
     if "real" in out:
         click.echo(format_real_table(out["real"]))
     else:
@@ -188,27 +238,48 @@ def models_list(root) -> None:
         return
     fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
     for v in vs:
+        if v.get("error"):
+            click.echo(f"{'*' if v['current'] else ' '} {v['version']}  {v['error']}")
+            continue
         click.echo(f"{'*' if v['current'] else ' '} {v['version']}  {v['created']}  data {v['data_hash']}  cases {v['cases']}  "
                    f"macro-F1 model {fmt(v['macro_f1_model'])} rules {fmt(v['macro_f1_rules'])} ensemble {fmt(v['macro_f1_ensemble'])}"
                    f"{'  promoted' if v['promotion'] else ''}")
 
 
-def _promote(root: Path, version: str, traces, cache, force: bool) -> None:
-    from .corpus import DEFAULT_TRACES
+def _promote(root: Path, version: str, traces, cache, force: bool, allow_dropped_labels: bool = False) -> None:
     from .evaluate import DEFAULT_CACHE
-    from .registry import GateError, promote
+    from .registry import GateError, current, promote
 
     if not (root / version / "meta.json").is_file():  # an unknown version is bad input (exit 2), not a refusal
         known = sorted(p.name for p in root.glob("v*") if (p / "meta.json").is_file()) if root.is_dir() else []
         raise InputError(str(root / version), f"no model version {version} (versions here: {', '.join(known) or 'none'})")
+    if current(root) == version:
+        click.echo(f"{version} is already the current model: nothing to do")
+        return
+    traces_p = _real_traces(traces)
     try:
-        rep = promote(root, version, Path(traces) if traces else DEFAULT_TRACES, Path(cache) if cache else DEFAULT_CACHE, force)
+        rep = promote(root, version, traces_p, Path(cache) if cache else DEFAULT_CACHE, force, allow_dropped_labels)
     except GateError as exc:
         raise click.ClickException(str(exc)) from None
+    if rep.get("noop"):
+        click.echo(f"{version} is already the current model: nothing to do")
+        return
     real = rep.get("real") or {}
-    click.echo(f"{version} is now current (real-trace labels right: {real.get('candidate')}; "
-               f"held-out macro-F1: {(rep.get('held_out') or {}).get('candidate')})"
+    held = rep.get("held_out") or {}
+    cov = rep.get("coverage") or {}
+    fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+    mf = held.get("candidate") or {}
+    rc = real.get("candidate") or {}
+    click.echo(f"{version} is now current (real-trace labels right: ensemble {rc.get('ensemble')}, rules {rc.get('rules')} "
+               f"of {real.get('labelled')}; held-out macro-F1 on {held.get('cases')} cases, {held.get('labels')} labels: "
+               f"model {fmt(mf.get('model'))}, rules {fmt(mf.get('rules'))}, ensemble {fmt(mf.get('ensemble'))})"
                + ("" if rep["ok"] else f"  [forced past: {'; '.join(rep['reasons'])}]"))
+    click.echo(f"labels with a booster: {len(cov.get('candidate') or [])} of {len(PATTERN_IDS)}"
+               + (f" (current had {len(cov['current'])})" if cov.get("current") is not None else "")
+               + (f"; dropped: {', '.join(cov['dropped'])}" if cov.get("dropped") else "")
+               + (f"; added: {', '.join(cov['added'])}" if cov.get("added") else ""))
+    for n in rep.get("notes") or []:
+        click.echo(f"note: {n}")
 
 
 @models.command("promote")
@@ -217,9 +288,12 @@ def _promote(root: Path, version: str, traces, cache, force: bool) -> None:
 @click.option("--traces", type=P(), default=None)
 @click.option("--cache", type=P(), default=None)
 @click.option("--force", is_flag=True, help="Promote even when the gate fails (recorded in HISTORY.jsonl).")
-def models_promote(version, root, traces, cache, force) -> None:
-    """Make VERSION current if it passes the gate (no real-trace label lost, held-out macro-F1 not lower)."""
-    _promote(_models_root(root), version, traces, cache, force)
+@click.option("--allow-dropped-labels", is_flag=True,
+              help="Accept a version without a booster for a label the current model has one for (the rules alone there).")
+def models_promote(version, root, traces, cache, force, allow_dropped_labels) -> None:
+    """Make VERSION current if it passes the gate (no real-trace label lost, no label dropped, held-out
+    macro-F1 on the common held-out cases not lower). Promoting the current version does nothing."""
+    _promote(_models_root(root), version, traces, cache, force, allow_dropped_labels)
 
 
 @models.command("rollback")

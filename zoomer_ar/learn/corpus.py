@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from ..errors import InputError
 from ..features import FEATURE_SCHEMA_VERSION, extract
 from ..load import Job, load_job
 from ..load.columns import PH_META, RankTrace
@@ -334,7 +335,21 @@ class _Serial:
         return map(fn, tasks)
 
 
-def load_corpus(path: Path) -> list[LabelledCase]:
+def corpus_file(path: Path) -> Path:
+    """The corpus JSONL of `path` (a corpus folder or the file itself); InputError when there is none."""
+    path = Path(path)
     if path.is_dir():
-        path = path / "corpus.jsonl"
-    return list(read_cases(path))
+        f = path / "corpus.jsonl"
+        if not f.is_file():
+            raise InputError(str(path), "no corpus.jsonl in this folder: build one with `zoomer-ar corpus build`")
+        return f
+    if not path.exists():
+        raise InputError(str(path), "no such corpus file or folder: build one with `zoomer-ar corpus build`")
+    if not path.is_file():
+        raise InputError(str(path), "not a corpus file")
+    return path
+
+
+def load_corpus(path: Path) -> list[LabelledCase]:
+    """Every case of a corpus (folder or JSONL file); InputError (one line) for a missing or malformed corpus."""
+    return list(read_cases(corpus_file(path)))

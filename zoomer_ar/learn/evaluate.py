@@ -23,7 +23,7 @@ from ..models import PATTERN_IDS
 from ..paths import TRAINING_DATA_DIR
 from .cases import LabelledCase
 from .featurize import full_features
-from .metrics import macro_f1, pr_auc, prf
+from .metrics import coverage, macro_f1, pr_auc, prf
 
 DEFAULT_CACHE = TRAINING_DATA_DIR / "cache"
 
@@ -85,7 +85,12 @@ def score_labels(y: np.ndarray, rules: np.ndarray, prob: dict[str, np.ndarray], 
 
 
 def summarize(per_label: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    return {k: macro_f1(per_label, k) for k in ("rules", "model", "ensemble")}
+    """Macro-F1 of rules, model and ensemble over one label set (the labels with both classes in the cases):
+    a label without a booster scores as the rules there (what inference does). `model_covered` is the
+    model's mean over its own labels only (informative, not comparable across models)."""
+    out: dict[str, Any] = {k: macro_f1(per_label, k) for k in ("rules", "model", "ensemble")}
+    out["model_covered"] = macro_f1(per_label, "model", fallback=None)
+    return out
 
 
 def evaluate_cases(bundle, cases: list[LabelledCase], rules: list[Rule] | None = None) -> dict[str, Any]:
@@ -95,7 +100,7 @@ def evaluate_cases(bundle, cases: list[LabelledCase], rules: list[Rule] | None =
     y = label_matrix(cases)
     prob = bundle.probabilities(feats) if (bundle is not None and cases) else {}
     per = score_labels(y, fires, prob, guards, bundle.labels if bundle is not None else {})
-    return {"per_label": per, "macro_f1": summarize(per), "n": len(cases)}
+    return {"per_label": per, "macro_f1": summarize(per), "coverage": coverage(per), "n": len(cases)}
 
 
 # --- real traces -----------------------------------------------------------------------------------------------
@@ -166,26 +171,35 @@ def real_features(traces: Path, cache_dir: Path | None = DEFAULT_CACHE) -> list[
 
 
 def evaluate_real(bundle, traces: Path, cache_dir: Path | None = DEFAULT_CACHE, rules: list[Rule] | None = None,
-                  entries: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """Every labelled (trace, pattern): is each of rules / model / ensemble right?"""
+                  entries: list[dict[str, Any]] | None = None, exclude: set[tuple[str, str]] | None = None) -> dict[str, Any]:
+    """Every labelled (trace, pattern): is each of rules / model / ensemble right?
+
+    Where the model has no booster for a pattern it abstains and the rules stand in (what inference does):
+    the item's `model` is the rules' verdict and `model_abstained` is true. Pairs in `exclude` (trained on
+    through a human verdict, see train.verdict_real_pairs) are left out of the counts and listed in `excluded`."""
     rules = rules if rules is not None else load_rules()
     entries = entries if entries is not None else real_features(traces, cache_dir)
     feats = [full_features(e["features"]) for e in entries]
     fires, guards = rule_matrix(feats, rules)
     prob = bundle.probabilities(feats) if (bundle is not None and entries) else {}
     items = []
+    excluded = []
+    exclude = exclude or set()
     for i, e in enumerate(entries):
         for p, lab in sorted(e["labels"].items()):
             if p not in PATTERN_IDS:
+                continue
+            if (e["rel"], p) in exclude:
+                excluded.append({"trace": e["rel"], "pattern": p, "label": lab})
                 continue
             j = PATTERN_IDS.index(p)
             want = lab == "positive"
             info = bundle.labels.get(p) if bundle is not None else None
             q = float(prob[p][i]) if info is not None else None
-            model = (q >= info["threshold"]) if info is not None else None
+            model = (q >= info["threshold"]) if info is not None else bool(fires[i, j])  # no booster: the rules
             ens = decide(bool(fires[i, j]), q, info.get("add_threshold", 1.01) if info else 1.01, bool(guards[i, j]))
             items.append({"trace": e["rel"], "pattern": p, "label": lab, "probability": None if q is None else round(q, 4),
-                          "rules": bool(fires[i, j]) == want, "model": None if model is None else model == want,
+                          "rules": bool(fires[i, j]) == want, "model": model == want, "model_abstained": info is None,
                           "ensemble": ens == want})
     per: dict[str, dict[str, Any]] = {}
     for it in items:
@@ -197,6 +211,8 @@ def evaluate_real(bundle, traces: Path, cache_dir: Path | None = DEFAULT_CACHE, 
     return {
         "items": items, "per_label": per, "labelled": total,
         "correct": {k: sum(int(bool(it[k])) for it in items) for k in ("rules", "model", "ensemble")},
+        "model_abstained": sum(int(it["model_abstained"]) for it in items),
+        "excluded": excluded,
         "ensemble_holds_all": all(it["ensemble"] for it in items),
     }
 
@@ -213,8 +229,13 @@ def format_corpus_table(ev: dict[str, Any], title: str) -> str:
                      f"{('%.2f' % auc) if auc is not None else '-':>6s} | {f(m['ensemble'])}")
     mf = ev["macro_f1"]
     fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
-    lines.append(f"macro-F1: rules {fmt(mf['rules'])}  model {fmt(mf['model'])}  ensemble {fmt(mf['ensemble'])}"
+    cov = ev.get("coverage")
+    lines.append(f"macro-F1 over {cov['scored'] if cov else '?'} labels: rules {fmt(mf['rules'])}  model {fmt(mf['model'])}  "
+                 f"ensemble {fmt(mf['ensemble'])}"
                  + (f"  (model - rules: {mf['model'] - mf['rules']:+.3f})" if mf["model"] is not None and mf["rules"] is not None else ""))
+    if cov:
+        lines.append(f"model coverage: a booster for {len(cov['covered'])} of {cov['scored']} scored labels"
+                     + (f"; scored as the rules (no booster): {', '.join(cov['rules_fallback'])}" if cov["rules_fallback"] else ""))
     return "\n".join(lines)
 
 
@@ -230,6 +251,12 @@ def format_real_table(ev: dict[str, Any]) -> str:
     c = ev["correct"]
     lines.append(f"total {ev['labelled']}: rules {c['rules']}  model {c['model']}  ensemble {c['ensemble']}"
                  f"  -> ensemble holds every label: {'yes' if ev['ensemble_holds_all'] else 'NO'}")
+    if ev.get("model_abstained"):
+        lines.append(f"(model: {ev['model_abstained']} label(s) with no booster, counted as the rules' verdict)")
+    if ev.get("excluded"):
+        lines.append(f"left out: {len(ev['excluded'])} (trace, pattern) pair(s) the model trained on through human verdicts: "
+                     + "; ".join(f"{x['trace']}: {x['pattern']}" for x in ev["excluded"][:5])
+                     + (" ..." if len(ev["excluded"]) > 5 else ""))
     bad = [f"{it['trace']}: {it['pattern']} ({it['label']}, p={it['probability']})" for it in ev["items"] if not it["ensemble"]]
     if bad:
         lines += ["ensemble wrong on:"] + [f"  {b}" for b in bad]

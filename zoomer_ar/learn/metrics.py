@@ -62,6 +62,29 @@ def group_folds(groups: list[str], k: int = 5, seed: int = 0) -> np.ndarray:
     return np.array([fold_of[g] for g in groups], dtype=int)
 
 
-def macro_f1(per_label: dict[str, dict[str, Any]], key: str) -> float | None:
-    vals = [m[key]["f1"] for m in per_label.values() if m.get(key) and m.get("support_pos", 0) > 0 and m.get("support_neg", 0) > 0]
+def scored_labels(per_label: dict[str, dict[str, Any]]) -> list[str]:
+    """The labels a macro-F1 averages over: those with both classes among the scored cases. The set depends on
+    the cases only, never on which labels a model has, so two models scored on one set of cases average over
+    the same labels."""
+    return [p for p, m in per_label.items() if m.get("support_pos", 0) > 0 and m.get("support_neg", 0) > 0]
+
+
+def macro_f1(per_label: dict[str, dict[str, Any]], key: str, fallback: str | None = "rules") -> float | None:
+    """Mean F1 of `key` over scored_labels(). A label where `key` has no score (a model with no booster for
+    it) counts with `fallback`'s F1 (the rules: what the ensemble does at inference without a booster);
+    fallback=None leaves such labels out (the mean over the covered labels only, not comparable across models)."""
+    vals = []
+    for p in scored_labels(per_label):
+        m = per_label[p]
+        if m.get(key):
+            vals.append(m[key]["f1"])
+        elif fallback is not None and m.get(fallback):
+            vals.append(m[fallback]["f1"])
     return round(float(np.mean(vals)), 4) if vals else None
+
+
+def coverage(per_label: dict[str, dict[str, Any]], key: str = "model") -> dict[str, Any]:
+    """Which scored labels `key` has a score for (a booster), and which it falls back to the rules on."""
+    scored = scored_labels(per_label)
+    covered = [p for p in scored if per_label[p].get(key)]
+    return {"scored": len(scored), "covered": covered, "rules_fallback": [p for p in scored if not per_label[p].get(key)]}

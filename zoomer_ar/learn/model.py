@@ -9,7 +9,10 @@ Layout of models/<version>/:
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import os
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -17,8 +20,88 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import InputError
 from . import calibrate
 from .featurize import full_features, matrix
+
+
+class ModelLoadError(InputError):
+    """A model version that cannot be loaded (no or bad meta.json, a missing or truncated booster file).
+    One line naming the file; exit code 2 from the CLI."""
+
+
+def _first_line(text: str) -> str:
+    lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
+    return lines[0] if lines else "unreadable"
+
+
+def read_meta(directory: Path) -> dict[str, Any]:
+    """A version's meta.json, checked for the fields inference needs (ModelLoadError otherwise)."""
+    f = Path(directory) / "meta.json"
+    try:
+        meta = json.loads(f.read_text())
+    except OSError as exc:
+        raise ModelLoadError(str(f), f"cannot read the model's meta.json ({exc.strerror or exc})") from None
+    except ValueError as exc:
+        raise ModelLoadError(str(f), f"not valid JSON ({_first_line(str(exc))})") from None
+    if not isinstance(meta, dict):
+        raise ModelLoadError(str(f), "not a model meta.json (not a JSON object)")
+    missing = [k for k in ("version", "feature_schema_version", "feature_names", "labels") if k not in meta]
+    if missing:
+        raise ModelLoadError(str(f), f"not a model meta.json (missing {', '.join(missing)})")
+    if not isinstance(meta["labels"], dict) or not all(isinstance(v, dict) and "file" in v and "threshold" in v
+                                                       for v in meta["labels"].values()):
+        raise ModelLoadError(str(f), "not a model meta.json (labels: expected {pattern: {file, threshold, ...}})")
+    return meta
+
+
+def load_booster(path: Path):
+    """One LightGBM text booster, with a one-line ModelLoadError for a missing, truncated or corrupt file.
+    LightGBM's own "[LightGBM] [Fatal] ..." line (printed through Python) is kept off the terminal."""
+    import lightgbm as lgb
+
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ModelLoadError(str(path), f"cannot read the booster file ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise ModelLoadError(str(path), "not a LightGBM text model (binary content)") from None
+    if not text.startswith("tree") or "end of trees" not in text:
+        raise ModelLoadError(str(path), "not a complete LightGBM text model (truncated or corrupt: no 'end of trees')")
+    try:
+        with _quiet_native():
+            return lgb.Booster(model_str=text)
+    except Exception as exc:  # LightGBMError and friends
+        raise ModelLoadError(str(path), f"LightGBM cannot load it ({_first_line(str(exc))})") from None
+
+
+@contextlib.contextmanager
+def _quiet_native():
+    """Keep LightGBM's native "[LightGBM] [Fatal] ..." line (written straight to file descriptor 2 by the C++
+    library, and its Python log callback's print) off the terminal while a booster loads: the error is reported
+    as a ModelLoadError instead. A no-op where the descriptors cannot be redirected."""
+    import sys
+    import tempfile
+
+    saved = None
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):
+        saved = None
+    if saved is None:
+        with contextlib.redirect_stdout(io.StringIO()):
+            yield
+        return
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
 
 
 @dataclass
@@ -32,18 +115,13 @@ class Vote:
 
 class ModelBundle:
     def __init__(self, directory: Path):
-        import lightgbm as lgb
-
         self.dir = Path(directory)
-        self.meta: dict[str, Any] = json.loads((self.dir / "meta.json").read_text())
+        self.meta: dict[str, Any] = read_meta(self.dir)
         self.version: str = self.meta["version"]
         self.feature_names: list[str] = self.meta["feature_names"]
         self.vocab: dict[str, list[str]] = self.meta.get("vocab", {})
         self.labels: dict[str, dict[str, Any]] = self.meta["labels"]
-        self.boosters = {}
-        for p, info in self.labels.items():
-            f = self.dir / info["file"]
-            self.boosters[p] = lgb.Booster(model_file=str(f))
+        self.boosters = {p: load_booster(self.dir / info["file"]) for p, info in self.labels.items()}
 
     @property
     def feature_schema_version(self) -> str:

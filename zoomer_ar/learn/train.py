@@ -2,11 +2,15 @@
 
 1. Cases: the corpus (training_data/corpus/corpus.jsonl) plus the human verdicts
    (training_data/labels.jsonl, weight 5). Cases of another feature-schema version are skipped.
-2. Split: the held-out part is a fixed 20% of the groups (hash of the group name; verdicts always
-   train). Unknown labels are left out per label.
+   A verdict joins its trace's group (verdicts.cases): the same key as the trace's corpus cases.
+2. Split: the held-out part is a fixed 20% of the groups (hash of the group name; a verdict on a
+   trace of a held-out group is held out with it, a verdict on a trace the corpus does not hold
+   always trains). Unknown labels are left out per label.
 3. Per label, on the training part: 5-fold cross-validation grouped by source (variants of one
    trace or scenario never on both sides) gives out-of-fold scores and the number of boosting
-   rounds (early stopping per fold, mean best iteration); a calibrator (isotonic, or Platt when a
+   rounds. The rounds of a fold's booster come from early stopping on an inner grouped split of
+   that fold's training rows, never on the fold it scores (which would make the out-of-fold
+   scores optimistic); the final rounds are the mean of those. A calibrator (isotonic, or Platt when a
    class has < 30 examples) is fitted on the out-of-fold scores; the threshold maximises
    out-of-fold F1; the ensemble's add-threshold (>= threshold) maximises out-of-fold F1 of
    `rules OR (p >= add-threshold AND guard)`. The final booster is trained on the whole training part.
@@ -28,13 +32,14 @@ import numpy as np
 
 from ..detect.ensemble import decide
 from ..detect.rules import load_rules
+from ..errors import InputError
 from ..features import FEATURE_SCHEMA_VERSION
 from ..models import PATTERN_IDS
 from ..paths import MODELS_DIR, PROJECT_DIR, TRAINING_DATA_DIR
 from . import calibrate
 from .cases import LabelledCase, held_out
-from .corpus import DEFAULT_TRACES, load_corpus
-from .evaluate import DEFAULT_CACHE, evaluate_cases, label_matrix, rule_matrix
+from .corpus import DEFAULT_TRACES, corpus_file as find_corpus_file, load_corpus
+from .evaluate import DEFAULT_CACHE, evaluate_cases, label_matrix, real_entries, rule_matrix
 from .featurize import build_vocab, feature_names, full_features, matrix
 from .metrics import best_threshold, group_folds, prf
 from . import verdicts as V
@@ -92,20 +97,85 @@ def _fit(lgb, params, X, y, w, rounds, valid=None):
                      callbacks=[lgb.early_stopping(30, verbose=False)])
 
 
+def early_stopping_split(rows: np.ndarray, groups: list[str], y: np.ndarray, k: int, seed: int) -> np.ndarray | None:
+    """A grouped subset of `rows` (indices) to early-stop on: the first of k grouped folds of those rows
+    that holds both classes; None when none does. Deterministic for the rows, groups and seed."""
+    if rows.size == 0 or k < 2:
+        return None
+    inner = group_folds([groups[i] for i in rows], k, seed + 1)
+    for f in range(k):
+        sel = rows[inner == f]
+        if 0 < sel.size < rows.size and len(set(y[sel])) == 2 and len(set(y[rows[inner != f]])) == 2:
+            return sel
+    return None
+
+
+def oof_scores(lgb, params, X, y, W, groups: list[str], fold_of: np.ndarray, m_tr: np.ndarray, cfg) -> tuple[np.ndarray, list[int]]:
+    """Out-of-fold raw scores on the rows of m_tr, and each fold booster's number of rounds.
+
+    Fold f's booster trains on the other folds' rows; its number of rounds comes from early stopping on an
+    inner grouped split of those rows (early_stopping_split), never on fold f itself, so the scores of
+    fold f are those of a model that has not seen fold f in any way."""
+    oof = np.full(len(y), np.nan)
+    rounds_used: list[int] = []
+    for f in range(cfg.folds):
+        fit_m = m_tr & (fold_of != f)
+        val_m = m_tr & (fold_of == f)
+        if not val_m.any() or len(set(y[fit_m])) < 2:
+            continue
+        fit_rows = np.flatnonzero(fit_m)
+        es = early_stopping_split(fit_rows, groups, y, max(2, cfg.folds - 1), cfg.seed + f)
+        if es is not None:
+            inner = np.setdiff1d(fit_rows, es, assume_unique=True)
+            b = _fit(lgb, params, X[inner], y[inner], W[inner], cfg.max_rounds, (X[es], y[es], W[es]))
+            n = b.best_iteration if b.best_iteration > 0 else cfg.max_rounds
+        else:  # too few of a class to early-stop on: the full budget, decided without fold f
+            b = _fit(lgb, params, X[fit_rows], y[fit_rows], W[fit_rows], cfg.max_rounds)
+            n = cfg.max_rounds
+        rounds_used.append(int(n))
+        oof[val_m] = b.predict(X[val_m], raw_score=True, num_iteration=n)
+    return oof, rounds_used
+
+
+def verdict_real_pairs(cases: list[LabelledCase], train_mask: np.ndarray) -> list[list[str]]:
+    """[LABELS.yaml trace, pattern] pairs that training-side human verdicts label: the real-trace check must not
+    score a model on exactly what it was trained on, so these pairs are left out of it."""
+    pairs = set()
+    for c, t in zip(cases, train_mask):
+        rel = (c.provenance or {}).get("real_trace") if c.source == "verdict" else None
+        if not (t and rel):
+            continue
+        for p, lab in c.labels.items():
+            if lab in ("positive", "negative"):
+                pairs.add((rel, p))
+    return [list(x) for x in sorted(pairs)]
+
+
+def is_held_out(case: LabelledCase) -> bool:
+    """The held-out side: by the group's hash; a verdict only when it joined a corpus or real trace's group
+    (a verdict on a trace the corpus does not hold has nothing to leak into and always trains)."""
+    if case.source == "verdict" and case.group.startswith("verdict:"):
+        return False
+    return held_out(case.group)
+
+
 def train(cfg: TrainConfig, log=print) -> Path:
     import lightgbm as lgb
 
     t0 = time.time()
-    data_path = Path(cfg.data)
-    corpus_file = data_path / "corpus.jsonl" if data_path.is_dir() else data_path
-    cases: list[LabelledCase] = load_corpus(corpus_file)
-    vcases = V.cases(Path(cfg.labels))
-    skipped = [c for c in cases + vcases if c.feature_schema_version != FEATURE_SCHEMA_VERSION]
-    cases = [c for c in cases + vcases if c.feature_schema_version == FEATURE_SCHEMA_VERSION]
+    corpus_file = find_corpus_file(Path(cfg.data))
+    all_corpus: list[LabelledCase] = load_corpus(corpus_file)
+    traces = Path(cfg.traces) if cfg.traces else DEFAULT_TRACES
+    real_rels = [e["rel"] for e in real_entries(traces)]
+    vcases = V.cases(Path(cfg.labels), groups=V.trace_groups(all_corpus), traces=traces, real_rels=real_rels)
+    skipped = [c for c in all_corpus + vcases if c.feature_schema_version != FEATURE_SCHEMA_VERSION]
+    cases = [c for c in all_corpus + vcases if c.feature_schema_version == FEATURE_SCHEMA_VERSION]
+    if not [c for c in cases if c.source != "verdict"]:
+        found = sorted({c.feature_schema_version for c in all_corpus})
+        raise InputError(str(corpus_file), (f"no cases of feature schema {FEATURE_SCHEMA_VERSION} (the corpus has "
+                                            f"{', '.join(found) or 'no cases'}): rebuild it with `zoomer-ar corpus build`"))
     if skipped:
         log(f"train: skipped {len(skipped)} cases of another feature-schema version (rebuild the corpus)")
-    if not cases:
-        raise ValueError(f"no cases of feature schema {FEATURE_SCHEMA_VERSION} in {corpus_file}")
     feats = [full_features(c.features) for c in cases]
     names = feature_names()
     vocab = build_vocab(feats)
@@ -113,7 +183,7 @@ def train(cfg: TrainConfig, log=print) -> Path:
     Y = label_matrix(cases)
     W = np.array([c.weight for c in cases])
     groups = [c.group for c in cases]
-    test = np.array([c.source != "verdict" and held_out(c.group) for c in cases])
+    test = np.array([is_held_out(c) for c in cases])
     tr = ~test
     rules = load_rules()
     fires, guards = rule_matrix(feats, rules)
@@ -121,12 +191,17 @@ def train(cfg: TrainConfig, log=print) -> Path:
     fold_of = np.full(len(cases), -1)
     fold_of[tr] = folds
     params = lgb_params(cfg)
+    n_verdicts = len(verdicts_in(cases))
+    held_verdicts = sum(1 for c, t in zip(cases, test) if t and c.source == "verdict")
     log(f"train: {len(cases)} cases ({int(tr.sum())} train, {int(test.sum())} held out), {len(names)} features, "
-        f"{len(verdicts_in(cases))} from verdicts")
-    version = next_version(Path(cfg.out))
-    out_dir = Path(cfg.out) / version
-    out_dir.mkdir(parents=True, exist_ok=True)
+        f"{n_verdicts} from verdicts" + (f" ({held_verdicts} on held-out traces: held out with them)" if held_verdicts else ""))
+    real_pairs = verdict_real_pairs(cases, tr)
+    if real_pairs:
+        log(f"train: warning: human verdicts on LABELS.yaml traces are trained on ({len(real_pairs)} (trace, pattern) "
+            f"pair(s): {'; '.join(f'{a}: {b}' for a, b in real_pairs[:3])}{' ...' if len(real_pairs) > 3 else ''}); "
+            "the real-trace check leaves those pairs out")
     labels_meta: dict[str, dict[str, Any]] = {}
+    boosters: dict[str, Any] = {}
     skipped_labels: dict[str, str] = {}
     cv_report: dict[str, dict[str, Any]] = {}
     for j, p in enumerate(PATTERN_IDS):
@@ -138,17 +213,7 @@ def train(cfg: TrainConfig, log=print) -> Path:
             skipped_labels[p] = f"too few examples ({n_pos} positive, {n_neg} negative)"
             log(f"  {p:25s} skipped: {skipped_labels[p]}")
             continue
-        oof = np.full(len(cases), np.nan)
-        best_iters = []
-        for f in range(cfg.folds):
-            fit_m = m_tr & (fold_of != f)
-            val_m = m_tr & (fold_of == f)
-            if not val_m.any() or len(set(y_all[fit_m])) < 2:
-                continue
-            valid = (X[val_m], y_all[val_m], W[val_m]) if len(set(y_all[val_m])) == 2 else None
-            b = _fit(lgb, params, X[fit_m], y_all[fit_m], W[fit_m], cfg.max_rounds, valid)
-            best_iters.append(b.best_iteration if (valid is not None and b.best_iteration > 0) else cfg.max_rounds)
-            oof[val_m] = b.predict(X[val_m], raw_score=True, num_iteration=best_iters[-1])
+        oof, best_iters = oof_scores(lgb, params, X, y_all, W, groups, fold_of, m_tr, cfg)
         has = m_tr & ~np.isnan(oof)
         cal = calibrate.fit(oof[has], y_all[has], W[has])
         p_oof = calibrate.apply(cal, oof[has])
@@ -161,9 +226,8 @@ def train(cfg: TrainConfig, log=print) -> Path:
             if fval > best_f + 1e-9:
                 best_f, t_add = fval, t
         rounds = max(10, int(round(float(np.mean(best_iters))))) if best_iters else cfg.max_rounds
-        final = _fit(lgb, params, X[m_tr], y_all[m_tr], W[m_tr], rounds)
+        boosters[p] = _fit(lgb, params, X[m_tr], y_all[m_tr], W[m_tr], rounds)
         fname = f"{p}.txt"
-        final.save_model(str(out_dir / fname))
         cv_report[p] = {
             "model": prf(y_all[has], p_oof >= thr, W[has]),
             "rules": prf(y_all[has], r_oof, W[has]),
@@ -174,6 +238,14 @@ def train(cfg: TrainConfig, log=print) -> Path:
         log(f"  {p:25s} pos {n_pos:5d} neg {n_neg:5d}  rounds {rounds:3d}  threshold {thr:.2f}  add {t_add:.2f}  "
             f"CV F1 model {cv_report[p]['model']['f1']:.3f} rules {cv_report[p]['rules']['f1']:.3f} "
             f"ensemble {cv_report[p]['ensemble']['f1']:.3f}")
+    if not boosters:
+        raise InputError(str(corpus_file), (f"no anti-pattern has {MIN_CLASS} positive and {MIN_CLASS} negative training "
+                                            "examples: nothing to train, no model version written (build a larger corpus)"))
+    version = next_version(Path(cfg.out))
+    out_dir = Path(cfg.out) / version
+    out_dir.mkdir(parents=True, exist_ok=False)
+    for p, b in boosters.items():
+        b.save_model(str(out_dir / labels_meta[p]["file"]))
     sources = {}
     for c in cases:
         sources[c.source] = sources.get(c.source, 0) + 1
@@ -186,26 +258,30 @@ def train(cfg: TrainConfig, log=print) -> Path:
         "data": {"corpus": project_relative(corpus_file), "labels": project_relative(Path(cfg.labels)),
                  "hash": data_hash([corpus_file, Path(cfg.labels)]), "cases": len(cases),
                  "train": int(tr.sum()), "held_out": int(test.sum()), "by_source": sources,
-                 "held_out_rule": "sha1(group) % 100 < 20 (verdicts always train)"},
+                 "held_out_rule": "sha1(group) % 100 < 20 (a verdict follows its trace's group; one on a trace the corpus "
+                                  "does not hold always trains)",
+                 "verdict_real_pairs": real_pairs},
         "config": asdict(cfg),
         "lightgbm": {"version": lgb.__version__, "params": params},
+        "cv": {"early_stopping": "inner grouped split of each fold's training rows (never the scored fold)"},
         "labels": labels_meta,
         "skipped_labels": skipped_labels,
         "decision_rule": "ensemble(P) = rule(P) fires OR (p(P) >= add_threshold(P) AND guard(P)); see docs/learning.md",
     }
     (out_dir / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
-    # held-out evaluation with the saved model (what inference will load)
+    # held-out evaluation with the saved model (what inference will load); held-out verdicts are not scored,
+    # so the numbers are those the gate computes on the same corpus
     from .model import ModelBundle
 
     bundle = ModelBundle(out_dir)
-    held = [c for c, t in zip(cases, test) if t]
+    held = [c for c, t in zip(cases, test) if t and c.source != "verdict"]
     ev = evaluate_cases(bundle, held, rules)
     meta["held_out"] = ev
-    traces = Path(cfg.traces) if cfg.traces else DEFAULT_TRACES
     if (traces / "LABELS.yaml").is_file():
         from .evaluate import evaluate_real
 
-        meta["real"] = evaluate_real(bundle, traces, Path(cfg.cache) if cfg.cache else DEFAULT_CACHE, rules)
+        meta["real"] = evaluate_real(bundle, traces, Path(cfg.cache) if cfg.cache else DEFAULT_CACHE, rules,
+                                     exclude={(a, b) for a, b in real_pairs})
     meta["train_seconds"] = round(time.time() - t0, 2)
     (out_dir / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
     from .card import write_card

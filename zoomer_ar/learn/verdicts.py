@@ -7,7 +7,13 @@
 The features are stored with the verdict, so the verdict stays usable when the trace moves; when
 the trace is still there and the feature schema changed, `train` re-featurises it. The next
 `train` turns the verdicts of one trace into one case (the latest verdict per pattern wins),
-with weight VERDICT_WEIGHT, always on the training side.
+with weight VERDICT_WEIGHT.
+
+Grouping: a verdict joins the group of the trace it judges, whatever produced that group (one key per
+trace): the corpus group of a case with the same trace sha256 (a real trace's augmentations `real:<rel>`,
+a scenario's recordings `example:<name>`), else `real:<rel>` when the trace is a LABELS.yaml trace under
+the real-traces folder, else its own group `verdict:<sha256[:16]>`. So a verdict on a held-out trace is
+held out with its augmentations and never splits from them across CV folds.
 """
 
 from __future__ import annotations
@@ -42,14 +48,42 @@ def labels_path(store: Path | None = None) -> Path:
 
 
 def _from_findings(path: Path) -> tuple[dict[str, Any], str, list[str], str] | None:
+    """(features, trace path, rank sha256s, feature schema) of an analysed job's findings.json; None when
+    `path` is not one. InputError (one line) for a findings.json that `zoomer-ar analyze` did not write."""
     f = path / "findings.json" if path.is_dir() else path
     if f.name != "findings.json" or not f.is_file():
         return None
-    doc = json.loads(f.read_text())
-    feats = {k: v for k, v in doc.get("features", {}).items() if k != "per_rank"}
-    job = doc.get("job", {})
-    return feats, job.get("path", str(path)), [r.get("sha256", "") for r in job.get("ranks", [])], doc.get(
-        "feature_schema_version", FEATURE_SCHEMA_VERSION)
+    from ..features.schema import FeatureVector
+
+    def bad(why: str) -> InputError:
+        return InputError(str(f), f"not a findings.json written by `zoomer-ar analyze` ({why}); nothing recorded")
+
+    try:
+        doc = json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(str(f), f"cannot read it ({exc})") from None
+    except ValueError as exc:
+        raise bad(f"not valid JSON: {str(exc).splitlines()[0]}") from None
+    if not isinstance(doc, dict):
+        raise bad(f"a JSON {type(doc).__name__}, not an object")
+    raw = doc.get("features")
+    if not isinstance(raw, dict) or not raw:
+        raise bad("no 'features' object")
+    feats = {k: v for k, v in raw.items() if k != "per_rank"}
+    known = [k for k in feats if k in FeatureVector.model_fields]
+    if len(known) < max(1, len(FeatureVector.model_fields) // 2):
+        raise bad(f"'features' holds {len(known)} of the {len(FeatureVector.model_fields)} feature-vector fields")
+    job = doc.get("job")
+    if not isinstance(job, dict) or not isinstance(job.get("ranks"), list) or not job["ranks"]:
+        raise bad("no 'job' with its 'ranks'")
+    shas = [r.get("sha256") if isinstance(r, dict) else None for r in job["ranks"]]
+    if not all(isinstance(x, str) and x for x in shas):
+        raise bad("a rank without its sha256")
+    version = doc.get("feature_schema_version", FEATURE_SCHEMA_VERSION)
+    if not isinstance(version, str) or not version:
+        raise bad("no feature_schema_version")
+    trace = job.get("path") if isinstance(job.get("path"), str) and job.get("path") else str(path)
+    return feats, trace, shas, version
 
 
 def record(target: Path, pattern: str, verdict: bool, note: str = "", store: Path = DEFAULT_LABELS) -> dict[str, Any]:
@@ -77,19 +111,79 @@ def record(target: Path, pattern: str, verdict: bool, note: str = "", store: Pat
     return rec
 
 
+def _check_record(r: Any) -> str | None:
+    """Why a verdict record cannot be used (None when it can)."""
+    if not isinstance(r, dict):
+        return f"a JSON {type(r).__name__}, not a verdict object"
+    for k, kind in (("trace", str), ("pattern", str), ("verdict", str), ("at", str), ("features", dict)):
+        if not isinstance(r.get(k), kind):
+            return f"'{k}' missing or not a {kind.__name__}"
+    if r["pattern"] not in PATTERN_IDS:
+        return f"unknown anti-pattern {r['pattern']!r}"
+    if r["verdict"] not in ("positive", "negative"):
+        return f"verdict {r['verdict']!r} (expected positive or negative)"
+    shas = r.get("trace_sha256")
+    if shas is not None and not (isinstance(shas, list) and all(isinstance(x, str) for x in shas)):
+        return "'trace_sha256' is not a list of strings"
+    return None
+
+
 def read(store: Path = DEFAULT_LABELS) -> list[dict[str, Any]]:
+    """The verdict records; InputError naming the file and line for a line that is not one."""
+    store = Path(store)
     if not store.is_file():
         return []
+    try:
+        text = store.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(str(store), f"cannot read the verdict file ({exc})") from None
     out = []
-    for line in store.read_text(encoding="utf-8").splitlines():
+    for lineno, line in enumerate(text.splitlines(), 1):
         line = line.strip()
-        if line:
-            out.append(json.loads(line))
+        if not line:
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError as exc:
+            raise InputError(f"{store}:{lineno}", f"not a verdict record (invalid JSON: {str(exc).splitlines()[0]})") from None
+        why = _check_record(rec)
+        if why:
+            raise InputError(f"{store}:{lineno}", f"not a verdict record ({why})")
+        out.append(rec)
     return out
 
 
-def cases(store: Path = DEFAULT_LABELS) -> list[LabelledCase]:
-    """One training case per labelled trace."""
+def trace_groups(corpus_cases: list[LabelledCase]) -> dict[str, str]:
+    """rank-file sha256 -> the corpus group of the trace it belongs to (from the cases' provenance)."""
+    out: dict[str, str] = {}
+    for c in corpus_cases:
+        for sha in (c.provenance or {}).get("trace_sha256") or []:
+            if isinstance(sha, str) and sha:
+                out.setdefault(sha, c.group)
+    return out
+
+
+def real_trace_of(trace: str, traces: Path | None, real_rels: list[str] | tuple[str, ...] = ()) -> str | None:
+    """The LABELS.yaml entry (relative path) that the judged trace path is, or lies in; None if none."""
+    if traces is None or not real_rels:
+        return None
+    try:
+        rel = Path(trace).resolve().relative_to(Path(traces).resolve()).as_posix()
+    except (ValueError, OSError):
+        return None
+    for r in real_rels:
+        if rel == r or rel.startswith(r.rstrip("/") + "/"):
+            return r
+    return None
+
+
+def cases(store: Path = DEFAULT_LABELS, groups: dict[str, str] | None = None, traces: Path | None = None,
+          real_rels: list[str] | tuple[str, ...] = ()) -> list[LabelledCase]:
+    """One training case per labelled trace, grouped with its trace (see the module docstring).
+
+    groups: trace_groups() of the corpus; traces / real_rels: the real-traces folder and its LABELS.yaml
+    entries. A case judged on a LABELS.yaml trace carries provenance["real_trace"] = its entry."""
+    groups = groups or {}
     by_trace: dict[str, list[dict[str, Any]]] = {}
     for r in read(store):
         key = ",".join(r.get("trace_sha256") or []) or r["trace"]
@@ -106,10 +200,19 @@ def cases(store: Path = DEFAULT_LABELS) -> list[LabelledCase]:
             except Exception:
                 pass
         labels = {r["pattern"]: r["verdict"] for r in recs}
+        shas = sorted(last.get("trace_sha256") or [])
+        rel = real_trace_of(last["trace"], traces, real_rels)
+        group = next((groups[s] for s in shas if s in groups), None)
+        if group is None:
+            group = f"real:{rel}" if rel else f"verdict:{key[:16]}"
+        if rel is None and group.startswith("real:"):
+            rel = group[len("real:"):]
+        prov = {"trace": last["trace"], "trace_sha256": last.get("trace_sha256"),
+                "verdicts": [{k: r.get(k) for k in ("pattern", "verdict", "note", "at")} for r in recs]}
+        if rel:
+            prov["real_trace"] = rel
         out.append(LabelledCase(
-            case_id=f"verdict-{key[:16]}", source="verdict", group=f"verdict:{key[:16]}", weight=VERDICT_WEIGHT,
-            feature_schema_version=version, features=feats, labels=full_labels(labels),
-            provenance={"trace": last["trace"], "trace_sha256": last.get("trace_sha256"),
-                        "verdicts": [{k: r[k] for k in ("pattern", "verdict", "note", "at")} for r in recs]},
+            case_id=f"verdict-{key[:16]}", source="verdict", group=group, weight=VERDICT_WEIGHT,
+            feature_schema_version=version, features=feats, labels=full_labels(labels), provenance=prov,
         ))
     return out
