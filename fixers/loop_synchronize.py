@@ -11,8 +11,16 @@ from zoomer_ar.fix.base import Context, Edit, Example, Fixer
 
 SYNCHRONIZE = {"torch.cuda.synchronize", "torch.cuda.current_stream.synchronize"}
 TIMERS = {
-    "time.time", "time.perf_counter", "time.monotonic", "time.process_time", "time.perf_counter_ns",
-    "time.time_ns", "time.monotonic_ns", "timeit.default_timer",
+    "time.time", "time.perf_counter", "time.monotonic", "time.process_time", "time.thread_time",
+    "time.time_ns", "time.perf_counter_ns", "time.monotonic_ns", "time.process_time_ns", "time.thread_time_ns",
+    "time.clock_gettime", "time.clock_gettime_ns", "timeit.default_timer",
+    # wall-clock timestamps: `t0 = datetime.now()` ... `dt = datetime.now() - t0`
+    "datetime.datetime.now", "datetime.datetime.utcnow", "datetime.datetime.today",
+}
+#: spellings accepted when nothing in the file binds their root (snippets, star imports)
+TIMERS_BARE = TIMERS | {
+    "perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "process_time", "time_ns", "default_timer",
+    "datetime.now", "datetime.utcnow", "datetime.today",
 }
 TIMER_METHODS = {"record", "elapsed_time"}
 
@@ -20,7 +28,7 @@ TIMER_METHODS = {"record", "elapsed_time"}
 def _has_timing(ctx: Context, stmt: cst.CSTNode) -> bool:
     for n in h.walk(stmt, into_scopes=False):
         if isinstance(n, cst.Call):
-            if ctx.matches(n, TIMERS, TIMERS | {"perf_counter", "default_timer"}):
+            if ctx.matches(n, TIMERS, TIMERS_BARE):
                 return True
             m = h.method(n)
             if m is not None and m[1] in TIMER_METHODS:
@@ -36,7 +44,8 @@ class LoopSynchronize(Fixer):
 ## What it does
 Removes a `torch.cuda.synchronize()` statement inside a `for`/`while` loop body, unless the
 statement next to it (before or after, in the same block) reads a clock (`time.time()`,
-`time.perf_counter()`, `time.monotonic()`, `timeit.default_timer()`, CUDA event
+`time.perf_counter()`, `time.monotonic()`, `time.process_time()`, their `_ns` variants,
+`timeit.default_timer()`, `datetime.now()`/`utcnow()`/`today()`, CUDA event
 `record()`/`elapsed_time()`): there it brackets timing code and is needed. An only statement
 becomes `pass`; comments are kept.
 
@@ -69,6 +78,28 @@ for x, y in loader:
         "import torch\nstep()\ntorch.cuda.synchronize()\n",
         "import torch\nfor x in loader:\n    step(x)\n    torch.cuda.synchronize()  # zoomer: ignore[sync-point]\n",
         "import torch\nfor x in loader:\n    start.record()\n    step(x)\n    end.record()\n    torch.cuda.synchronize()\n",
+        # timing with wall-clock timestamps (datetime), module and class forms
+        "import torch\nfrom datetime import datetime\n\nfor x in loader:\n    t0 = datetime.now()\n    step(x)\n"
+        "    torch.cuda.synchronize()\n    dt = datetime.now() - t0\n",
+        "import datetime\nimport torch\nfor x in loader:\n    step(x)\n    torch.cuda.synchronize()\n"
+        "    elapsed = datetime.datetime.utcnow() - t0\n",
+        "import torch\nfrom datetime import datetime as DT\nfor x in loader:\n    step(x)\n    torch.cuda.synchronize()\n"
+        "    t1 = DT.today()\n",
+        "import torch\nfor x in loader:\n    step(x)\n    torch.cuda.synchronize()\n    t1 = datetime.now()\n",
+        "import time, torch\nfor x in loader:\n    t0 = time.time_ns()\n    step(x)\n    torch.cuda.synchronize()\n"
+        "    dt = time.time_ns() - t0\n",
+        "import torch\nfrom time import process_time_ns as clock\nfor x in loader:\n    step(x)\n    torch.cuda.synchronize()\n"
+        "    dt = clock() - t0\n",
+        "import torch\nimport time as tm\nfor x in loader:\n    step(x)\n    torch.cuda.synchronize()\n"
+        "    dt = tm.thread_time() - t0\n",
+        # every clock the file's timing loops use, imported in its usual forms
+        "import torch\nimport time\nfrom time import perf_counter as pc\nfrom datetime import datetime\n\n"
+        "for x in loader:\n    t0 = time.perf_counter_ns()\n    step(x)\n    torch.cuda.synchronize()\n    dt = time.perf_counter_ns() - t0\n\n"
+        "for x in loader:\n    t0 = pc()\n    step(x)\n    torch.cuda.synchronize()\n    dt = pc() - t0\n\n"
+        "for x in loader:\n    t0 = datetime.now()\n    step(x)\n    torch.cuda.synchronize()\n    dt = datetime.now() - t0\n\n"
+        "for x in loader:\n    t0 = time.time_ns()\n    step(x)\n    torch.cuda.synchronize()\n    dt = time.time_ns() - t0\n",
+        # CUDA events: the synchronize lets elapsed_time read both events
+        "import torch\nfor x in loader:\n    end.record()\n    torch.cuda.synchronize()\n    ms = start.elapsed_time(end)\n",
     ]
     INVALID = [
         Example(

@@ -33,14 +33,24 @@ def _training(ctx: Context) -> bool:
     return False
 
 
+#: names whose mention means the script manages float32 precision itself: the legacy setter and
+#: the newer per-backend API (torch >= 2.9: ``torch.backends.fp32_precision``,
+#: ``torch.backends.cuda.matmul.fp32_precision``, ``torch.backends.cudnn[.conv|.rnn].fp32_precision``,
+#: ``torch.backends.mkldnn...fp32_precision``, ``flags(fp32_precision=...)``), which must not be
+#: mixed with the legacy one (later reads of ``allow_tf32`` raise RuntimeError)
+PRECISION_NAMES = {"set_float32_matmul_precision", "fp32_precision"}
+
+
 def _configured(ctx: Context) -> bool:
     for attr in ctx.nodes(cst.Attribute):
         if attr.attr.value == "allow_tf32" and isinstance(attr.value, cst.Attribute) and attr.value.attr.value == "matmul":
             return True
-        if attr.attr.value == "set_float32_matmul_precision":
-            return True
+    # attribute names, keywords and plain names alike
     for name in ctx.nodes(cst.Name):
-        if name.value == "set_float32_matmul_precision":
+        if name.value in PRECISION_NAMES:
+            return True
+    for string in ctx.nodes(cst.SimpleString):  # setattr(torch.backends.cuda.matmul, "fp32_precision", ...)
+        if h.string_value(string) in PRECISION_NAMES:
             return True
     return False
 
@@ -67,8 +77,10 @@ class MatmulPrecision(Fixer):
     explanation = """\
 ## What it does
 For a training script (it calls `.backward()` or uses `torch.optim`) that uses CUDA (`.cuda()`,
-`"cuda"`, `torch.device("cuda")`) and never sets `torch.backends.cuda.matmul.allow_tf32` or
-calls `torch.set_float32_matmul_precision(...)`, inserts
+`"cuda"`, `torch.device("cuda")`) and never sets `torch.backends.cuda.matmul.allow_tf32`, calls
+`torch.set_float32_matmul_precision(...)` or uses the newer `fp32_precision` API
+(`torch.backends.cuda.matmul.fp32_precision = "ieee"`, `torch.backends.fp32_precision`,
+`torch.backends.cudnn.conv.fp32_precision`, ...), inserts
 `torch.set_float32_matmul_precision("high")` once, after the leading imports. It needs a
 top-level `import torch` (any alias) before that point; otherwise it reports only.
 
@@ -79,8 +91,11 @@ newer GPUs, several times slower than TF32 tensor cores (`fp32-matmul` in the tr
 range with a 10-bit mantissa, which is accurate enough for training almost every model.
 
 ## Caveats
-Numerics change slightly (TF32 rounding inside matmuls). For code that needs full FP32
-matmuls (e.g. some scientific workloads), suppress with `# zoomer: ignore-file[fp32-matmul]`.
+Numerics change slightly (TF32 rounding inside matmuls). A script that mentions
+`fp32_precision` anywhere is left alone: it chose a precision with the new API, and PyTorch
+refuses mixing that with the legacy one (a later read of `allow_tf32` may raise RuntimeError).
+For code that needs full FP32 matmuls (e.g. some scientific workloads), suppress with
+`# zoomer: ignore-file[fp32-matmul]` (or set `torch.backends.cuda.matmul.fp32_precision = "ieee"`).
 Mixed-precision (autocast) regions are unaffected.
 
 ## Example
@@ -106,6 +121,14 @@ model = Net().cuda()
         # no CUDA
         'import torch\nmodel = Net()\nloss.backward()\n',
         '# zoomer: ignore-file[fp32-matmul]\nimport torch\nmodel = Net().cuda()\nloss.backward()\n',
+        # the newer fp32_precision API (torch >= 2.9) sets the precision explicitly: adding the legacy
+        # setter would override "ieee" and mix the two APIs
+        'import torch\n\ntorch.backends.cuda.matmul.fp32_precision = "ieee"  # exact FP32 for this solver\n'
+        'torch.backends.cudnn.conv.fp32_precision = "ieee"\nmodel = Net().cuda()\nloss = model(x).sum()\nloss.backward()\n',
+        'import torch\ntorch.backends.fp32_precision = "tf32"\nmodel = Net().cuda()\nloss.backward()\n',
+        'import torch\nimport torch.backends.cudnn as cudnn\ncudnn.conv.fp32_precision = "tf32"\nmodel = Net().cuda()\nloss.backward()\n',
+        'import torch\nsetattr(torch.backends.cuda.matmul, "fp32_precision", "ieee")\nmodel = Net().cuda()\nloss.backward()\n',
+        'import torch\nmodel = Net().cuda()\nwith torch.backends.cudnn.flags(enabled=True, fp32_precision="ieee"):\n    loss = model(x).sum()\nloss.backward()\n',
     ]
     INVALID = [
         Example(

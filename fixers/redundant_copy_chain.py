@@ -35,11 +35,74 @@ def _ints(call: cst.Call) -> list[int] | None:
     return None if any(v is None for v in out) else out  # type: ignore[return-value]
 
 
+TORCH_DTYPES = frozenset(
+    {
+        "bfloat16", "bool", "cdouble", "cfloat", "chalf", "complex128", "complex32", "complex64", "double", "float",
+        "float16", "float32", "float64", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz",
+        "half", "int", "int16", "int32", "int64", "int8", "long", "short", "uint16", "uint32", "uint64", "uint8",
+    }
+)
+TORCH_DTYPE_NAMES = frozenset(f"torch.{n}" for n in TORCH_DTYPES)
+AMBIGUOUS = -1
+
+
+def _is_dtype(ctx: Context, expr: cst.CSTNode) -> bool:
+    """``torch.float16`` (any alias of torch)."""
+    return isinstance(expr, cst.Attribute) and ctx.matches(expr, TORCH_DTYPE_NAMES, TORCH_DTYPE_NAMES)
+
+
+def _is_device(ctx: Context, expr: cst.CSTNode) -> bool:
+    """A device spelled so that it cannot be a dtype or a tensor: ``"cuda:0"``, ``0``, ``torch.device(...)``."""
+    if h.string_value(expr) is not None or type(h.literal(expr)) is int:
+        return True
+    return isinstance(expr, cst.Call) and ctx.matches(expr, {"torch.device"}, {"torch.device"})
+
+
+def _to_copy_slot(ctx: Context, call: cst.Call) -> int | None:
+    """Where ``copy`` stands in the ``Tensor.to(...)`` call: None when it is not passed, its
+    positional index when it is passed by position, AMBIGUOUS when that cannot be told. The
+    overloads are ``to(dtype, non_blocking, copy)``, ``to(tensor, non_blocking, copy)`` and
+    ``to(device, dtype, non_blocking, copy)`` (``memory_format`` is keyword-only): up to two
+    positional arguments never include ``copy``; four are the device form (``copy`` 4th); three
+    are ``(device, dtype, non_blocking)`` when the second is a dtype or the first a device
+    literal, ``(dtype, non_blocking, copy)`` when the first is a dtype, else ambiguous."""
+    pos = h.positionals(call)
+    if len(pos) <= 2:
+        return None
+    if len(pos) == 3:
+        if _is_dtype(ctx, pos[1].value) or _is_device(ctx, pos[0].value):
+            return None
+        if _is_dtype(ctx, pos[0].value):
+            return 2
+        return AMBIGUOUS
+    if len(pos) == 4:
+        return 3
+    return AMBIGUOUS
+
+
+def _with_copy(ctx: Context, call: cst.Call) -> cst.Call | None:
+    """``call`` (a ``.to(...)`` without ``copy=`` by keyword) made to always copy: ``copy=True``
+    added, or the positional ``copy`` argument set to True; None when ambiguous."""
+    slot = _to_copy_slot(ctx, call)
+    if slot is None:
+        return h.add_kwargs(call, [("copy", "True")])
+    if slot == AMBIGUOUS:
+        return None
+    target = h.positionals(call)[slot]
+    return call.with_changes(args=[a.with_changes(value=cst.Name("True")) if a is target else a for a in call.args])
+
+
 def _pure(expr: cst.CSTNode) -> bool:
     """Names, attributes and literals: evaluating them twice is the same as once."""
     if isinstance(expr, (cst.Name, cst.Attribute)):
         return h.dotted(expr) is not None
     return h.literal(expr) is not h.MISSING
+
+
+_AMBIGUOUS_TO = (
+    " (not rewritten: from its positional arguments it cannot be told which Tensor.to overload"
+    " the call selects, so whether `copy` is already passed by position)"
+)
 
 
 class RedundantCopyChain(Fixer):
@@ -53,12 +116,15 @@ Collapses method chains whose second step is provably redundant:
 * the same no-argument method twice, `x.m().m()` for `contiguous`, `clone`, `detach`, `cpu`,
   `cuda`, `float`, `half`, `double`, `bfloat16`, `long`, `int`, `bool` -> `x.m()`;
 * `x.clone().to(...)` -> `x.to(..., copy=True)` (one copy instead of two; still a new tensor);
+  when `copy` is passed by position (`x.clone().to(d, torch.float16, False, False)`) that
+  argument becomes `True`; when the positional arguments do not tell which `Tensor.to` overload
+  is called (three, none a literal dtype or device), it is reported only;
 * `x.clone().contiguous()` and `x.contiguous().clone()` ->
   `x.clone(memory_format=torch.contiguous_format)` (needs `import torch`);
 * `x.to(a).to(a)` with the same simple arguments -> `x.to(a)`;
 * `x.to(x.dtype)` / `x.to(x.device)` (x a plain name or attribute) -> `x`: converting a tensor to
   its own dtype or device returns it unchanged;
-* `x.to(d).clone()` -> `x.to(d, copy=True)`;
+* `x.to(d).clone()` -> `x.to(d, copy=True)` (the same care for a positional `copy`);
 * dtype round trips through float64, `x.to(torch.float64).to(torch.float32)` (also to float16 or
   bfloat16, `.double().float()`, with or without a trailing `.clone()`): float64 holds every
   value of those types exactly, so the round trip equals one conversion. It becomes
@@ -74,10 +140,13 @@ Collapses method chains whose second step is provably redundant:
 
 "Only read" is decided statically inside the function: every later use of `x` is a metadata
 read (`x.shape`, `x.device`), an operand of arithmetic, the receiver of an out-of-place method
-(`x.mean(dim=1)`, `x.softmax(-1)`), an argument of an out-of-place `torch.*`/`F.*` function, or
-a view of `x` used the same way; `x` is never returned, stored, passed to any other call (a
-module could modify its input in place) or modified, and no other local name aliases it. The
-function's locals die with it, so nobody can tell the missing copy.
+(`x.mean(dim=1)`, `x.softmax(-1)`), an argument of a `torch.*`/`F.*` function known to return a
+new tensor and not to modify it (not with `inplace` true or unknown, by keyword or by position:
+`F.relu(x, True)`; not a dropout that may return its input, i.e. unless `training` is true and
+`p` a literal other than 0; not `F.batch_norm`'s running statistics; not `torch.einsum`, which
+may return a view), or a view of `x` used the same way; `x` is never returned, stored, passed
+to any other call (a module could modify its input in place) or modified, and no other local
+name aliases it. The function's locals die with it, so nobody can tell the missing copy.
 
 ## Why is this bad?
 Every `clone()`/`contiguous()`/`.to()` that actually copies launches a copy kernel and
@@ -118,6 +187,24 @@ y = x.to(device, copy=True)
         "y = x.transpose(0, 1).contiguous().transpose(1, 2)\n",
         "import torch\ny = x.to(torch.float16).to(torch.float32)\n",
         "import torch\ny = x.to(torch.float64).to(torch.int32)\n",
+        # in-place functional calls, the flag passed by position: the clone protects the caller's x
+        "import torch\nimport torch.nn.functional as F\n\n\ndef act(x):\n    x = x.clone()\n    F.relu(x, True)\n    return x.sum()\n\n\n"
+        "def drop(x, p):\n    x = x.clone()\n    y = F.dropout(x, p, False)\n    y.mul_(2)\n    return y.sum() + x.sum()\n\n\n"
+        "def lr(x):\n    x = x.clone()\n    F.leaky_relu(x, 0.1, True)\n    print(x)\n",
+        "import torch.nn.functional as F\n\n\ndef f(x, flag):\n    x = x.clone()\n    return F.hardtanh(x, -1.0, 1.0, flag).sum()\n",
+        "import torch.nn.functional as F\n\n\ndef f(x):\n    x = x.clone()\n    return F.threshold(x, 0.1, 0.0, True).sum()\n",
+        "import torch.nn.functional as F\n\n\ndef f(x, kw):\n    x = x.clone()\n    return F.elu(x, **kw).sum()\n",
+        # dropout returns its input itself unless training is true and p not 0 (alpha_dropout's
+        # training defaults to False)
+        "import torch.nn.functional as F\n\n\ndef f(x):\n    x = x.clone()\n    y = F.alpha_dropout(x)\n    y.add_(1)\n    return y\n",
+        "import torch.nn.functional as F\n\n\ndef f(self, x):\n    x = x.clone()\n    y = F.dropout(x, self.p, self.training)\n    y.add_(1)\n    return y\n",
+        "import torch.nn.functional as F\n\n\ndef f(x):\n    x = x.clone()\n    y = F.dropout2d(x, 0.0)\n    y.add_(1)\n    return y\n",
+        # batch_norm updates its running statistics in place; einsum may return a view
+        "import torch.nn.functional as F\n\n\ndef f(x, rm, rv):\n    rm = rm.clone()\n    return F.batch_norm(x, rm, rv, None, None, True).sum()\n",
+        "import torch\n\n\ndef f(x):\n    x = x.clone()\n    y = torch.einsum(\"ij->ji\", x)\n    y.add_(1)\n    return y\n",
+        # `copy` passed by position in an overload that cannot be told: not rewritten (report only is an INVALID example)
+        "import torch as T\n\ndef f(x, d):\n    c = x.clone().to(d, copy=False)\n    g = x.to(d).clone(memory_format=T.channels_last)\n"
+        "    h = x.to(d, copy=False).clone()\n    return c, g, h\n",
     ]
     INVALID = [
         Example("y = x.contiguous().contiguous()\n", "y = x.contiguous()\n", message_contains="contiguous"),
@@ -166,6 +253,39 @@ y = x.to(device, copy=True)
             message_contains="only read afterwards",
         ),
         Example("y = x.permute(0, 2, 1).contiguous().permute(0, 2, 1)\n", None, message_contains="another memory layout"),
+        # out-of-place functional calls (inplace False, dropout certainly in training mode) only read x
+        Example(
+            "import torch.nn.functional as F\n\n\ndef f(x):\n    x = x.clone()\n"
+            "    return F.relu(x, False).sum() + F.dropout(x, 0.1, True).sum() + F.batch_norm(x, rm, rv, training=True).sum()\n",
+            "import torch.nn.functional as F\n\n\ndef f(x):\n"
+            "    return F.relu(x, False).sum() + F.dropout(x, 0.1, True).sum() + F.batch_norm(x, rm, rv, training=True).sum()\n",
+            message_contains="only read afterwards",
+        ),
+        # `copy` passed by position: Tensor.to(device, dtype, non_blocking, copy) takes four
+        # positional arguments, to(dtype, non_blocking, copy) three; adding copy=True would raise TypeError
+        Example(
+            "import torch as T\n\ndef f(x, d):\n    e = x.clone().to(d, T.float16, False, False)\n"
+            "    k = x.clone().to(d, T.float16, False)\n    m = x.clone().to(T.half, True, False)\n"
+            "    n = x.to(d, T.float16, False, False).clone()\n    return e, k, m, n\n",
+            "import torch as T\n\ndef f(x, d):\n    e = x.to(d, T.float16, False, True)\n"
+            "    k = x.to(d, T.float16, False, copy=True)\n    m = x.to(T.half, True, True)\n"
+            "    n = x.to(d, T.float16, False, True)\n    return e, k, m, n\n",
+            message_contains="copy=True",
+        ),
+        Example(
+            "import torch as T\n\ndef f(x, d):\n    a = x.clone().contiguous()\n    b = x.contiguous().clone()\n"
+            "    c = x.clone().to(d, copy=False)\n    e = x.clone().to(d, T.float16, False, False)\n"
+            "    g = x.to(d).clone(memory_format=T.channels_last)\n    h = x.to(d, copy=False).clone()\n"
+            "    k = x.clone().to(d, T.float16, False)\n    return a, b, c, e, g, h, k\n",
+            "import torch as T\n\ndef f(x, d):\n    a = x.clone(memory_format=T.contiguous_format)\n    b = x.clone(memory_format=T.contiguous_format)\n"
+            "    c = x.clone().to(d, copy=False)\n    e = x.to(d, T.float16, False, True)\n"
+            "    g = x.to(d).clone(memory_format=T.channels_last)\n    h = x.to(d, copy=False).clone()\n"
+            "    k = x.to(d, T.float16, False, copy=True)\n    return a, b, c, e, g, h, k\n",
+            message_contains="copies once",
+        ),
+        # three positional arguments, none a literal dtype or device: (dtype|tensor, non_blocking, copy)
+        # or (device, dtype, non_blocking) cannot be told apart
+        Example("y = x.clone().to(a, b, False)\nz = x.to(a, b, False).clone()\n", None, message_contains="cannot be told"),
     ]
 
     def check(self, ctx: Context) -> Iterable[Edit]:
@@ -191,10 +311,18 @@ y = x.to(device, copy=True)
                 yield self.replace(call, message, {call: keep(inner_call)})
             elif first == "to" and second == "clone" and not call.args and inner_call.args and h.kwarg(inner_call, "copy") is None and not h.has_star(inner_call) and self._dtype_round_trip(ctx, inner_call, alias) is None:
                 message = ".to(...).clone() can copy twice; .to(..., copy=True) copies once"
-                yield self.replace(call, message, {call: keep(h.add_kwargs(inner_call, [("copy", "True")]))})
+                new = _with_copy(ctx, inner_call)
+                if new is None:
+                    yield self.report(call, message + _AMBIGUOUS_TO)
+                else:
+                    yield self.replace(call, message, {call: keep(new)})
             elif first == "clone" and second == "to" and not inner_call.args and h.kwarg(call, "copy") is None and not h.has_star(call) and call.args:
                 message = ".clone().to(...) copies twice; .to(..., copy=True) copies once"
-                yield self.replace(call, message, {call: keep(h.add_kwargs(call.with_changes(func=call.func.with_changes(value=receiver)), [("copy", "True")]))})  # type: ignore[union-attr]
+                new = _with_copy(ctx, call.with_changes(func=call.func.with_changes(value=receiver)))  # type: ignore[union-attr]
+                if new is None:
+                    yield self.report(call, message + _AMBIGUOUS_TO)
+                else:
+                    yield self.replace(call, message, {call: keep(new)})
             elif {first, second} == {"clone", "contiguous"} and not call.args and not inner_call.args:
                 message = f".{first}().{second}() can copy twice; use .clone(memory_format=torch.contiguous_format)"
                 if alias is None:

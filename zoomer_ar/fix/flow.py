@@ -226,20 +226,109 @@ def arg_param(ctx: Context, call: cst.Call, fn: cst.FunctionDef, expr: cst.CSTNo
 # --------------------------------------------------------------------------------------------
 
 
-def _torch_out_of_place(ctx: Context, call: cst.Call) -> bool:
-    """``torch.cat/stack/...`` or ``F.*`` called without ``out=``/``inplace=True`` and not an
-    in-place variant (``F.relu_``)."""
+#: ``torch.nn.functional`` functions with an ``inplace`` parameter: its positional index (torch
+#: 2.x signatures; ``F.relu(x, True)`` is in place just like ``F.relu(x, inplace=True)``)
+F_INPLACE_INDEX = {
+    "relu": 1, "relu6": 1, "selu": 1, "silu": 1, "mish": 1, "hardsigmoid": 1, "hardswish": 1,
+    "elu": 2, "celu": 2, "leaky_relu": 2, "hardtanh": 3, "threshold": 3, "rrelu": 4,
+    "dropout": 3, "dropout1d": 3, "dropout2d": 3, "dropout3d": 3, "alpha_dropout": 3, "feature_alpha_dropout": 3,
+}
+#: dropout functions: they return their input itself when ``training`` is false or ``p`` is 0;
+#: name -> the default of ``training`` (``p`` is positional 1, ``training`` positional 2)
+F_DROPOUT_TRAINING_DEFAULT = {
+    "dropout": True, "dropout1d": True, "dropout2d": True, "dropout3d": True,
+    "alpha_dropout": False, "feature_alpha_dropout": False,
+}
+#: functions that update some tensor arguments in place (running statistics of batch/instance
+#: norm, ``max_norm`` renormalisation of an embedding's weight): only their input is just read
+F_MUTATE_OTHER_ARGS = frozenset({"batch_norm", "instance_norm", "embedding", "embedding_bag"})
+#: ``torch.nn.functional`` functions that return a new tensor and leave their arguments alone
+#: (given no ``inplace`` flag); anything not listed here is not assumed to (it might return its
+#: input or a view of it, or modify it)
+F_FRESH = frozenset(
+    {
+        *F_INPLACE_INDEX, *F_MUTATE_OTHER_ARGS,
+        "gelu", "sigmoid", "tanh", "softplus", "softsign", "softshrink", "hardshrink", "tanhshrink",
+        "logsigmoid", "glu", "prelu", "softmax", "log_softmax", "softmin", "gumbel_softmax", "normalize",
+        "linear", "bilinear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+        "conv_transpose3d", "conv_tbc", "avg_pool1d", "avg_pool2d", "avg_pool3d", "max_pool1d", "max_pool2d",
+        "max_pool3d", "max_pool1d_with_indices", "max_pool2d_with_indices", "max_pool3d_with_indices",
+        "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d",
+        "adaptive_max_pool2d", "adaptive_max_pool3d", "adaptive_max_pool1d_with_indices",
+        "adaptive_max_pool2d_with_indices", "adaptive_max_pool3d_with_indices", "lp_pool1d", "lp_pool2d",
+        "lp_pool3d", "max_unpool1d", "max_unpool2d", "max_unpool3d", "layer_norm", "group_norm", "rms_norm",
+        "local_response_norm", "one_hot", "pad", "interpolate", "upsample", "upsample_bilinear",
+        "upsample_nearest", "grid_sample", "affine_grid", "pixel_shuffle", "pixel_unshuffle", "unfold", "fold",
+        "scaled_dot_product_attention", "cosine_similarity", "pairwise_distance", "pdist", "mse_loss", "l1_loss",
+        "smooth_l1_loss", "huber_loss", "cross_entropy", "nll_loss", "binary_cross_entropy",
+        "binary_cross_entropy_with_logits", "kl_div", "poisson_nll_loss", "gaussian_nll_loss",
+        "cosine_embedding_loss", "hinge_embedding_loss", "margin_ranking_loss", "multi_margin_loss",
+        "multilabel_margin_loss", "multilabel_soft_margin_loss", "soft_margin_loss", "triplet_margin_loss",
+        "ctc_loss",
+    }
+)
+#: ``torch.*`` functions that return a new tensor (``torch.einsum`` is not one: ``'ij->ji'``
+#: returns a view of its operand)
+TORCH_FRESH = frozenset(
+    {
+        "cat", "stack", "matmul", "mm", "bmm", "sum", "mean", "exp", "log", "softmax", "sigmoid", "tanh",
+        "add", "mul", "sub", "div", "where", "amax", "amin", "norm", "relu", "abs", "sqrt", "cdist",
+    }
+)
+
+
+def _arg_at(call: cst.Call, name: str, index: int | None) -> cst.Arg | None:
+    """The argument bound to parameter ``name`` (by keyword, or at positional ``index``)."""
+    arg = h.kwarg(call, name)
+    if arg is not None or index is None:
+        return arg
+    pos = h.positionals(call)
+    return pos[index] if index < len(pos) else None
+
+
+def _statically_fresh_dropout(call: cst.Call, last: str) -> bool:
+    """A dropout call that certainly returns a new tensor: ``training`` literally true (or true by
+    default) and ``p`` a literal other than 0 (or the default 0.5); otherwise it may return its
+    input itself (``F.dropout(x, p, False) is x``)."""
+    training = _arg_at(call, "training", 2)
+    if training is None:
+        if not F_DROPOUT_TRAINING_DEFAULT[last]:
+            return False
+    elif not h.is_literal(training.value, True):
+        return False
+    p = _arg_at(call, "p", 1)
+    if p is None:
+        return True
+    value = h.literal(p.value)
+    return type(value) in (int, float) and value != 0
+
+
+def _torch_out_of_place(ctx: Context, call: cst.Call, arg: cst.Arg | None = None) -> bool:
+    """``torch.cat/stack/...`` or ``F.*`` called so that it returns a new tensor and leaves the
+    argument ``arg`` (any argument when None) unmodified: no ``out=``, no ``inplace`` flag that
+    is not literally False (by keyword or by position, ``F.relu(x, True)``), not an in-place
+    variant (``F.relu_``), not a dropout that may return its input, not ``*args``/``**kwargs``.
+    Functions not known to return a fresh tensor do not qualify."""
     d = h.dotted(call.func) or ""
     last = d.split(".")[-1]
-    if last.endswith("_") or h.kwarg(call, "out") is not None:
+    if last.endswith("_") or h.kwarg(call, "out") is not None or h.has_star(call):
         return False
-    inplace = h.kwarg(call, "inplace")
-    if inplace is not None and not h.is_literal(inplace.value, False):
+    if ctx.matches(call, {f"torch.nn.functional.{last}"}, {f"F.{last}", f"torch.nn.functional.{last}", f"nn.functional.{last}"}):
+        if last not in F_FRESH:
+            return False
+        if last in F_INPLACE_INDEX:
+            inplace = _arg_at(call, "inplace", F_INPLACE_INDEX[last])
+            if inplace is not None and not h.is_literal(inplace.value, False):
+                return False
+        if last in F_DROPOUT_TRAINING_DEFAULT and not _statically_fresh_dropout(call, last):
+            return False
+        if last in F_MUTATE_OTHER_ARGS:
+            first = h.positionals(call)[:1]
+            return arg is not None and (any(a is arg for a in first) or (arg.keyword is not None and arg.keyword.value == "input"))
+        return True
+    if h.kwarg(call, "inplace") is not None:
         return False
-    functional = ctx.matches(call, {f"torch.nn.functional.{last}"}, {f"F.{last}", f"torch.nn.functional.{last}", f"nn.functional.{last}"})
-    known = last in {"cat", "stack", "matmul", "mm", "bmm", "sum", "mean", "exp", "log", "softmax", "sigmoid", "tanh",
-                     "add", "mul", "sub", "div", "where", "einsum", "amax", "amin", "norm", "relu", "abs", "sqrt", "cdist"}
-    return functional or (known and ctx.matches(call, {f"torch.{last}"}, {f"torch.{last}"}))
+    return last in TORCH_FRESH and ctx.matches(call, {f"torch.{last}"}, {f"torch.{last}"})
 
 
 def read_only_use(ctx: Context, node: cst.CSTNode, depth: int = 0) -> bool:
@@ -283,7 +372,7 @@ def read_only_use(ctx: Context, node: cst.CSTNode, depth: int = 0) -> bool:
         holder = ctx.parent(seq) if isinstance(seq, (cst.List, cst.Tuple)) else None
         if isinstance(holder, cst.Arg):
             call = ctx.parent(holder)
-            return isinstance(call, cst.Call) and _torch_out_of_place(ctx, call)
+            return isinstance(call, cst.Call) and _torch_out_of_place(ctx, call, holder)
         return False
     if isinstance(p, cst.Arg) and p.value is node and not p.star:
         call = ctx.parent(p)
@@ -291,7 +380,7 @@ def read_only_use(ctx: Context, node: cst.CSTNode, depth: int = 0) -> bool:
             return False
         if isinstance(call.func, cst.Name) and ctx.qualnames(call.func) & READERS:
             return True
-        return _torch_out_of_place(ctx, call)
+        return _torch_out_of_place(ctx, call, p)
     if isinstance(p, (cst.FormattedStringExpression,)):
         return True
     return False

@@ -1,0 +1,264 @@
+"""The torch facts some fixers rely on, checked against the installed torch (skipped without it),
+and whole repro files run before and after a fix where the generated example tests cannot run code.
+
+* redundant-copy-chain / flow.read_only_use: which ``torch.nn.functional`` functions take
+  ``inplace`` (and at which position), which dropout variants may return their input;
+  ``Tensor.to``'s positional ``copy``.
+* dataloader-workers: DataLoader refuses ``shuffle=True`` / a sampler for an IterableDataset (so
+  those prove a map-style dataset), and workers replay an unsharded IterableDataset.
+* matmul-precision: the ``fp32_precision`` API exists and the fixer leaves it alone.
+"""
+
+from __future__ import annotations
+
+import inspect
+import textwrap
+
+import pytest
+
+from zoomer_ar.fix import flow
+from zoomer_ar.fix.registry import load_registry
+
+FIXERS = {cls.name: cls for cls in load_registry().fixers}
+
+
+def _fix(name: str, source: str) -> str:
+    return FIXERS[name]().fix(source)
+
+
+def _torch():
+    return pytest.importorskip("torch")
+
+
+# --------------------------------------------------------------------------------------------
+# redundant-copy-chain: in-place functional calls and aliasing
+# --------------------------------------------------------------------------------------------
+
+
+def test_inplace_positions_match_torch_signatures():
+    torch = _torch()
+    F = torch.nn.functional
+    with_inplace = {}
+    for name in dir(F):
+        fn = getattr(F, name)
+        if name.startswith("_") or not callable(fn):
+            continue
+        try:
+            params = list(inspect.signature(fn).parameters.values())
+        except (TypeError, ValueError):
+            continue
+        for i, p in enumerate(params):
+            if p.name == "inplace":
+                assert p.kind is p.POSITIONAL_OR_KEYWORD, name
+                with_inplace[name] = i
+    assert with_inplace == flow.F_INPLACE_INDEX
+    for name, default in flow.F_DROPOUT_TRAINING_DEFAULT.items():
+        params = inspect.signature(getattr(F, name)).parameters
+        assert list(params)[1:3] == ["p", "training"], name
+        assert params["training"].default is default, name
+    # every function assumed fresh exists
+    assert all(hasattr(F, n) for n in flow.F_FRESH), sorted(n for n in flow.F_FRESH if not hasattr(F, n))
+
+
+def test_dropout_may_return_its_input_and_einsum_a_view():
+    torch = _torch()
+    F = torch.nn.functional
+    x = torch.randn(4, 4)
+    assert F.dropout(x, 0.5, False) is x
+    assert F.dropout(x, 0.0, True) is x
+    assert F.alpha_dropout(x) is x  # training defaults to False
+    assert F.dropout(x, 0.5, True) is not x
+    assert torch.einsum("ij->ji", x).untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+
+
+COPY1 = textwrap.dedent(
+    """\
+    import torch
+    import torch.nn.functional as F
+
+
+    def act(x):
+        x = x.clone()
+        F.relu(x, True)
+        return x.sum()
+
+
+    def drop(x, p):
+        x = x.clone()
+        y = F.dropout(x, p, False)
+        y.mul_(2)
+        return y.sum() + x.sum()
+
+
+    def lr(x):
+        x = x.clone()
+        F.leaky_relu(x, 0.1, True)
+        print(x)
+    """
+)
+
+
+def test_clone_before_positional_inplace_call_is_kept():
+    assert _fix("redundant-copy-chain", COPY1) == COPY1
+    assert FIXERS["redundant-copy-chain"]().detect(COPY1) == []
+
+
+def test_clone_before_positional_inplace_call_protects_the_caller():
+    """What the removed clone would have exposed: the caller's tensor modified."""
+    torch = _torch()
+    ns: dict = {}
+    exec(COPY1.replace("    x = x.clone()\n", ""), ns)  # the audit's wrong output
+    x = -torch.ones(3)
+    ns["act"](x)
+    assert x.tolist() == [0.0, 0.0, 0.0]
+    ns2: dict = {}
+    exec(COPY1, ns2)
+    x = -torch.ones(3)
+    ns2["act"](x)
+    ns2["drop"](x, 0.5)
+    assert x.tolist() == [-1.0, -1.0, -1.0]
+
+
+def test_positional_copy_rewrite_runs_and_matches():
+    torch = _torch()
+    before = textwrap.dedent(
+        """\
+        import torch as T
+
+        def f(x, d):
+            a = x.clone().contiguous()
+            b = x.contiguous().clone()
+            c = x.clone().to(d, copy=False)
+            e = x.clone().to(d, T.float16, False, False)
+            g = x.to(d).clone(memory_format=T.channels_last)
+            h = x.to(d, copy=False).clone()
+            k = x.clone().to(d, T.float16, False)
+            m = x.clone().to(T.float16, False, False)
+            n = x.to(T.float16, False, False).clone()
+            o = x.clone().to("cpu", None, False)
+            return a, b, c, e, g, h, k, m, n, o
+        """
+    )
+    after = _fix("redundant-copy-chain", before)
+    assert "False, False, copy=True" not in after
+    assert "e = x.to(d, T.float16, False, True)" in after
+    assert "m = x.to(T.float16, False, True)" in after
+    assert "n = x.to(T.float16, False, True)" in after
+    assert "o = x.to(\"cpu\", None, False, copy=True)" in after
+
+    def run(code):
+        ns: dict = {}
+        exec(code, ns)
+        x = torch.randn(2, 3, 4, 5)
+        return [(r is x, r.data_ptr() == x.data_ptr(), r.dtype, r.stride()) for r in ns["f"](x, "cpu")]
+
+    assert run(after) == run(before)
+    assert not any(same or shared for same, shared, _, _ in run(after))
+
+
+def test_ambiguous_positional_to_is_reported_not_rewritten():
+    source = "def f(x, a, b):\n    return x.clone().to(a, b, False), x.to(a, b, False).clone()\n"
+    matches = FIXERS["redundant-copy-chain"]().detect(source)
+    assert len(matches) == 2 and not any(m.fixable for m in matches)
+    assert _fix("redundant-copy-chain", source) == source
+
+
+# --------------------------------------------------------------------------------------------
+# dataloader-workers: iterable-style datasets
+# --------------------------------------------------------------------------------------------
+
+IT = textwrap.dedent(
+    """\
+    import torch
+    from torch.utils.data import DataLoader, IterableDataset
+
+
+    class Stream(IterableDataset):
+        def __iter__(self):
+            return iter(range(8))
+
+
+    def count():
+        loader = DataLoader(Stream(), batch_size=None)
+        return sum(1 for _ in loader)
+
+
+    if __name__ == "__main__":
+        print(count())
+    """
+)
+
+
+def test_iterable_dataset_loader_is_reported_only():
+    matches = FIXERS["dataloader-workers"]().detect(IT)
+    assert len(matches) == 1 and not matches[0].fixable and matches[0].edits == []
+    assert "replay the whole stream" in matches[0].message
+    assert _fix("dataloader-workers", IT) == IT
+
+
+def test_all_fixers_together_leave_the_iterable_loader_alone():
+    from zoomer_ar.fix import api
+
+    assert "num_workers" not in api.fix_source(IT)
+
+
+def test_dataloader_refuses_map_style_options_for_an_iterable_dataset():
+    torch = _torch()
+    from torch.utils.data import DataLoader, IterableDataset
+
+    class Stream(IterableDataset):
+        def __iter__(self):
+            return iter(range(8))
+
+    for kwargs in ({"shuffle": True}, {"sampler": [0, 1]}, {"batch_sampler": [[0]]}):
+        with pytest.raises(ValueError):
+            DataLoader(Stream(), **kwargs)
+    DataLoader(Stream(), shuffle=False)  # shuffle=False proves nothing
+    assert torch is not None
+
+
+# --------------------------------------------------------------------------------------------
+# matmul-precision: the newer fp32_precision API
+# --------------------------------------------------------------------------------------------
+
+
+def test_fp32_precision_api_exists_and_counts_as_configured():
+    torch = _torch()
+    if not hasattr(torch.backends.cuda.matmul, "fp32_precision"):
+        pytest.skip("torch without the fp32_precision API")
+    source = (
+        "import torch\n\n"
+        'torch.backends.cuda.matmul.fp32_precision = "ieee"  # exact FP32 for this solver\n'
+        'torch.backends.cudnn.conv.fp32_precision = "ieee"\n'
+        "model = Net().cuda()\nloss = model(x).sum()\nloss.backward()\n"
+    )
+    assert FIXERS["matmul-precision"]().detect(source) == []
+    assert _fix("matmul-precision", source) == source
+
+
+# --------------------------------------------------------------------------------------------
+# loop-synchronize: timing with datetime
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("imports", "clock"),
+    [
+        ("from datetime import datetime", "datetime.now()"),
+        ("from datetime import datetime", "datetime.utcnow()"),
+        ("import datetime", "datetime.datetime.now()"),
+        ("import datetime as dt", "dt.datetime.today()"),
+        ("import time", "time.monotonic()"),
+        ("import time", "time.process_time()"),
+        ("import time", "time.monotonic_ns()"),
+        ("import time", "time.clock_gettime(time.CLOCK_MONOTONIC)"),
+    ],
+)
+def test_synchronize_between_clock_reads_is_kept(imports, clock):
+    source = f"import torch\n{imports}\n\nfor x in loader:\n    t0 = {clock}\n    step(x)\n    torch.cuda.synchronize()\n    dt = {clock} - t0\n"
+    assert FIXERS["loop-synchronize"]().detect(source) == []
+
+
+def test_unrelated_now_is_not_a_clock():
+    source = "import torch\nfrom mylib import calendar\n\nfor x in loader:\n    step(x)\n    torch.cuda.synchronize()\n    day = calendar.now()\n"
+    assert _fix("loop-synchronize", source) == source.replace("    torch.cuda.synchronize()\n", "")
