@@ -82,3 +82,15 @@ def test_reports_say_which_findings_lie_within_another(tmp_path):
     assert render_markdown(analysis).count("part of `idle-gpu`'s time") == 2
     # without idle-gpu among the findings nothing is within anything
     assert within_present([f for f in analysis.findings if f.pattern != "idle-gpu"]) == {}
+
+
+def test_a_rules_impact_never_exceeds_the_step():
+    from zoomer_ar.detect.rules import load_rules
+    from zoomer_ar.features import FeatureVector
+
+    rule = next(r for r in load_rules() if r.id == "idle-gpu")
+    features = FeatureVector(has_gpu=True, has_accelerator=True, gpu_busy_pct=0.6, step_ms=111.2,
+                             gpu_idle_ms_per_step=136.4, profiler_steps=2).model_dump()
+    result = rule.evaluate(features)
+    assert result is not None
+    assert result["impact_ms"] == 111.2 and result["impact_pct"] == 100.0

@@ -45,8 +45,15 @@ def test_labelled_trace(rel, label, tmp_root, capsys):
     for key in ("schema_version", "job", "features", "bottleneck", "findings"):
         assert key in doc
     found = {f["pattern"] for f in doc["findings"]}
+    step = doc["features"]["step_ms"]
     for f in doc["findings"]:
         assert "pct_of_step" in f["impact"]
+        # no fix saves more than the step (trace_compare/base: idle over a GPU span wider than its
+        # two steps gave idle-gpu 136 ms of a 111 ms step)
+        assert f["impact"]["pct_of_step"] <= 100.0 and f["impact"]["ms_per_step"] <= step + 1e-6, (rel, f["pattern"])
+        for ev in f["evidence"]["events"]:  # evidence sits inside the profiled window, not at a placeholder
+            if ev["category"] in ("collective",):
+                assert ev["ts_ms"] > 0.0, (rel, f["pattern"], ev["name"])
     for p in label.get("positive", []) or []:
         assert p in found, f"{rel}: positive label {p} not found (found {sorted(found)})"
     for p in label.get("negative", []) or []:
@@ -84,3 +91,17 @@ def test_every_file_analyses_or_is_refused(path, tmp_path, capsys):
         if LABELS.get(rel, {}).get("about", "").startswith("Meta MTIA"):
             assert doc["features"]["has_gpu"] is False
             assert not doc["findings"], "GPU rules must not fire on MTIA"
+
+
+def test_most_compute_rank_is_not_the_straggler_rank(tmp_root, capsys):
+    """sharding-imbalance names the rank with the most compute; straggler the one the others wait
+    for. On dlrm_8ranks they differ: one figure held both, and the straggler's overwrote it."""
+    rc, doc = analyse("param/dlrm_8ranks", tmp_root)
+    capsys.readouterr()
+    assert rc == 0
+    per_rank = doc["features"]["per_rank"]
+    heavy = max(per_rank, key=lambda r: r["compute_ms_total"] / r["n_steps"])["rank"]
+    assert doc["features"]["most_compute_rank"] == heavy
+    straggler = next(f for f in doc["findings"] if f["pattern"] == "straggler")
+    assert doc["features"]["slowest_rank"] != heavy  # the late rank is not the busiest one here
+    assert {e["rank"] for e in straggler["evidence"]["events"]} >= {doc["features"]["slowest_rank"]}

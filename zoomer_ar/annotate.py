@@ -90,6 +90,8 @@ def _evidence_by_rank(analysis: Analysis) -> dict[int, list[Marker]]:
     out: dict[int, list[Marker]] = {}
     for k, f in enumerate(analysis.findings):
         for ev in f.evidence.events:
+            if ev.category == "rank":  # a per-rank aggregate (compute per step): no place in time to mark
+                continue
             out.setdefault(int(ev.rank), []).append(Marker(finding=k, event=ev))
     return out
 

@@ -145,6 +145,8 @@ class Rule(BaseModel):
         impact_ms = self._impact(features)
         impact_ms = max(0.0, float(impact_ms)) if impact_ms is not None else 0.0
         step = features.get("step_ms") or 0.0
+        if step > 0:  # no fix saves more than the whole step (idle over a GPU span wider than the steps can)
+            impact_ms = min(impact_ms, step)
         impact_pct = 100.0 * impact_ms / step if step > 0 else 0.0
         env = dict(features, impact_ms=impact_ms, impact_pct=impact_pct)
         if not self._condition(env):

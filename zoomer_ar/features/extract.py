@@ -69,7 +69,8 @@ def _cross_rank(rfs: list[RankFeatures], out: dict[str, Any]) -> dict[str, list[
             )
             for j in np.argsort(-compute)[:5]
         ]
-        out["slowest_rank"] = ranks[heavy]
+        out["slowest_rank"] = ranks[heavy]  # until a straggler is found below
+        out["most_compute_rank"] = ranks[heavy]
     # straggler: match the k-th collective of each type across ranks; the shortest one arrived last
     by_type: dict[str, list[list[tuple[float, float]]]] = {}
     for rf in rfs:
@@ -83,7 +84,7 @@ def _cross_rank(rfs: list[RankFeatures], out: dict[str, Any]) -> dict[str, list[
     caused = np.zeros(len(rfs))  # wait the others spent because this rank was last
     last_count = np.zeros(len(rfs))
     matched = 0
-    worst: list[tuple[float, str, int, int]] = []
+    worst: list[tuple[float, str, int, int, float]] = []
     for ctype, lists in by_type.items():
         n = min(len(x) for x in lists)
         for k in range(n):
@@ -93,21 +94,22 @@ def _cross_rank(rfs: list[RankFeatures], out: dict[str, Any]) -> dict[str, list[
             caused[last] += wait.sum() / max(len(rfs) - 1, 1)
             last_count[last] += 1
             matched += 1
-            worst.append((float(wait.max()), ctype, k, last))
+            worst.append((float(wait.max()), ctype, k, last, lists[last][k][0]))
     if matched:
         s = int(np.argmax(caused))
         out["slowest_rank"] = ranks[s]
         n_steps = np.mean([rf.v["n_steps"] for rf in rfs])
         out["straggler_wait_ms_per_step"] = float(caused[s] / 1000.0 / n_steps)
         out["straggler_last_share"] = float(last_count[s] / matched)
-        worst.sort(reverse=True)
+        worst.sort(key=lambda x: x[:4], reverse=True)
         evidence["straggler"] = [
-            EvidenceEvent(
+            EvidenceEvent(  # at the late rank's own collective: where it arrived last
                 name=f"{ctype} #{k}: others waited up to {w / 1000.0:.3f} ms for rank {ranks[last]}",
-                rank=ranks[last], ts_ms=0.0, dur_ms=round(w / 1000.0, 4), category="collective",
+                rank=ranks[last], ts_ms=round((ts - rfs[last].t0) / 1000.0, 4), dur_ms=round(w / 1000.0, 4),
+                category="collective",
                 detail=f"rank {ranks[last]} had the shortest {ctype}: it arrived last",
             )
-            for w, ctype, k, last in worst[:5]
+            for w, ctype, k, last, ts in worst[:5]
         ]
     return evidence
 

@@ -24,6 +24,7 @@ class RankFeatures:
     v: dict[str, Any] = field(default_factory=dict)
     evidence: dict[str, list[EvidenceEvent]] = field(default_factory=dict)
     collectives: list[tuple[str, float, float]] = field(default_factory=list)  # (type, ts, dur) in order
+    t0: float = 0.0  # the rank's first complete event: evidence times (ts_ms) are relative to it
     _timeline_of: tuple[np.ndarray, np.ndarray, float] | None = None  # (union starts, ends, t0)
 
     def timeline(self, bins: int = 120) -> list[TimelineBin]:
@@ -708,7 +709,7 @@ def _memory(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.nd
 
 def rank_features(trace: RankTrace) -> RankFeatures:
     c = _Ctx(trace)
-    rf = RankFeatures(rank=trace.rank)
+    rf = RankFeatures(rank=trace.rank, t0=c.t0)
     rf.v["has_python_stacks"] = c.frames.available
     step_starts, step_ends = _steps(c, rf)
     _gpu(c, rf, step_starts, step_ends)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-FEATURE_SCHEMA_VERSION = "1.1.0"
+FEATURE_SCHEMA_VERSION = "1.2.0"
 
 
 def F(description: str, unit: str = "", group: str = "", default=None):  # noqa: N802 - reads like a column spec
@@ -149,6 +149,9 @@ class FeatureVector(BaseModel):
         "The rank the others wait for: last to arrive at collectives (shortest collective), else most compute.",
         "rank",
         "ranks",
+    )
+    most_compute_rank: int | None = F(
+        "The rank with the most compute (non-collective kernel) time per step: the overloaded shard.", "rank", "ranks"
     )
     straggler_wait_ms_per_step: float = F(
         "Mean time per step the other ranks spend in collectives waiting for the slowest rank.", "ms", "ranks", 0.0

@@ -1,7 +1,7 @@
 """Feature vectors -> model input rows.
 
 Column order: the FeatureVector fields in declaration order (minus identifiers that carry no
-behaviour: `slowest_rank`, `trace_start_unix_s`), then one derived column per `*_ms_per_step`
+behaviour: `slowest_rank`, `most_compute_rank`, `trace_start_unix_s`), then one derived column per `*_ms_per_step`
 field: its share of the step (`pct_step:<field>` = 100 * field / step_ms), because the labels are
 costs relative to the step and trees cannot divide. bools -> 0/1, None -> NaN (LightGBM treats it
 as missing), strings -> the index in a vocabulary stored with the model (unseen -> NaN).
@@ -16,7 +16,7 @@ import numpy as np
 
 from ..features.schema import FeatureVector
 
-EXCLUDED = ("slowest_rank", "trace_start_unix_s")
+EXCLUDED = ("slowest_rank", "most_compute_rank", "trace_start_unix_s")
 
 
 def base_fields() -> list[str]:
