@@ -6,9 +6,9 @@ waste over time is inline SVG. The Markdown carries the same tables and a text s
 
 from __future__ import annotations
 
-from decimal import Decimal
-
 import json
+import re
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
@@ -57,6 +57,32 @@ def fmt_change(v: float | None) -> str:
     return f"{'↑' if v > 0 else '↓'} {abs(v):.0f}%"
 
 
+_MD_SPECIAL = re.compile(r"[\\`*\[\]|]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
+_MD_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\u0085\u2028\u2029]+")
+
+
+def md_text(value: object) -> str:
+    """User text (job, team and owner names) for Markdown: literal, never markup.
+
+    `& < >` become entities (no raw HTML such as `<script>` or `<img onerror>` reaches the page),
+    Markdown punctuation (backslash, backtick, `*`, `[`, `]`, `|`, and `_` where it could start or
+    end emphasis) is backslash-escaped, and line breaks and control characters become one space.
+    """
+    if value is None:
+        return ""
+    text = _CONTROL.sub(" ", str(value))
+    text = _MD_SPECIAL.sub(lambda m: "\\" + m.group(0), text)
+    return "".join(_MD_ENTITIES.get(ch, ch) for ch in text)
+
+
+def md_code(value: object) -> str:
+    """Text inside a Markdown code span (pattern ids): no backtick can close the span, no `|` split a table cell."""
+    if value is None:
+        return ""
+    return _CONTROL.sub(" ", str(value)).replace("`", "'").replace("|", "\\|")
+
+
 def _env() -> Environment:
     env = Environment(
         loader=FileSystemLoader(str(REPORTS_DIR)),
@@ -70,7 +96,8 @@ def _env() -> Environment:
     env.filters["usd"] = fmt_usd
     env.filters["change"] = fmt_change
     env.filters["pct"] = lambda v: "-" if v is None else f"{v:.1f}%"
-    env.filters["md"] = lambda s: "" if s is None else str(s).replace("|", "\\|")
+    env.filters["md"] = md_text
+    env.filters["code"] = md_code
     return env
 
 
@@ -107,7 +134,9 @@ def render_history(h: History, fmt: str = "text") -> str:
         return json.dumps(h.model_dump(mode="json"), indent=2) + "\n"
     md = fmt == "md"
     lines: list[str] = []
-    head = f"{h.job}: team {h.team or '-'}, owner {h.owner or '-'}, {h.gpu_count or 0} x {h.gpu_type or 'GPU'}"
+    esc = md_text if md else (lambda v: "" if v is None else _CONTROL.sub(" ", str(v)))
+    head = (f"{esc(h.job)}: team {esc(h.team) or '-'}, owner {esc(h.owner) or '-'}, {h.gpu_count or 0} x "
+            f"{esc(h.gpu_type) or 'GPU'}")
     if h.gpu_hour_cost is not None:
         head += f", ${h.gpu_hour_cost:,.2f}/GPU-hour"
     lines.append(f"# History: {head}" if md else head)
@@ -119,7 +148,7 @@ def render_history(h: History, fmt: str = "text") -> str:
         lines += ["| Week | Recorded | Trace | GPU-h | Cost | Step | Findings (pct of step, wasted GPU-h) |",
                   "|---|---|---|---|---|---|---|"]
     for r in h.runs:
-        fs = ", ".join(f"{f.pattern} {f.pct_of_step:.1f}% ({fmt_gh(f.wasted_gpu_hours)})" for f in r.findings) or "none"
+        fs = ", ".join(f"{esc(f.pattern)} {f.pct_of_step:.1f}% ({fmt_gh(f.wasted_gpu_hours)})" for f in r.findings) or "none"
         if md:
             lines.append(f"| {r.week} | {r.recorded_at:%Y-%m-%d %H:%M} | `{r.trace_hash[:12]}` | {fmt_gh(r.gpu_hours)} | "
                          f"{fmt_usd(r.usd)} | {r.step_ms:,.1f} ms | {fs} |")
@@ -139,7 +168,7 @@ def render_history(h: History, fmt: str = "text") -> str:
             lines.append("| Pattern | " + " | ".join(h.weeks) + " |")
             lines.append("|---|" + "---|" * len(h.weeks))
             for p in h.patterns:
-                lines.append(f"| `{p}` | " + " | ".join(fmt_gh(h.matrix[p][w]) if w in h.matrix[p] else "·"
+                lines.append(f"| `{md_code(p)}` | " + " | ".join(fmt_gh(h.matrix[p][w]) if w in h.matrix[p] else "·"
                                                        for w in h.weeks) + " |")
         else:
             lines.append(f"{'pattern':<26} " + " ".join(f"{w:>9}" for w in h.weeks))

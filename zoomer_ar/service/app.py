@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Path as PathParam, Query, Request
 from fastapi.concurrency import run_in_threadpool
+from fastapi.exception_handlers import request_validation_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -103,8 +104,19 @@ class Health(BaseModel):
     version: str
 
 
+def _bad_chars(v: str, extra: str = "") -> list[str]:
+    """Control and format characters (Unicode Cc, Cf, line/paragraph separators) and those of `extra`."""
+    import unicodedata
+
+    return sorted({ch for ch in v if ch in extra or unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp")})
+
+
 class JobMetadata(BaseModel):
-    """The text fields of POST /v1/jobs."""
+    """The text fields of POST /v1/jobs.
+
+    `job` (the store job, recorded as `<team>/<job>`) may not contain `/` or `\\` (so `<team>/<job>`
+    names exactly one team's job) nor control characters; `name` and `owner` no control characters.
+    """
 
     name: str | None = Field(None, min_length=1, max_length=200)
     job: str | None = Field(None, min_length=1, max_length=180)
@@ -114,6 +126,26 @@ class JobMetadata(BaseModel):
     gpu_hour_cost: float | None = Field(None, ge=0, le=1e6)
     week: str | None = None
     record: bool = True
+
+    @field_validator("job")
+    @classmethod
+    def _job(cls, v: str | None) -> str | None:
+        if v is None:
+            return None
+        bad = _bad_chars(v, "/\\")
+        if bad:
+            raise ValueError(f"job name may not contain {', '.join(repr(c) for c in bad)} "
+                             "(no '/' or backslash: the store records it as <team>/<job>; no control characters)")
+        if v != v.strip():
+            raise ValueError("job name may not start or end with spaces")
+        return v
+
+    @field_validator("name", "owner")
+    @classmethod
+    def _printable(cls, v: str | None) -> str | None:
+        if v is not None and _bad_chars(v):
+            raise ValueError(f"may not contain control characters ({', '.join(repr(c) for c in _bad_chars(v))})")
+        return v
 
     @field_validator("week")
     @classmethod
@@ -127,11 +159,17 @@ class JobMetadata(BaseModel):
         except W.WeekError as exc:
             raise ValueError(str(exc)) from None
 
-    @field_validator("gpu_hours", "gpu_hour_cost")
+    @field_validator("gpu_hours", "gpu_hour_cost", mode="before")
     @classmethod
-    def _finite(cls, v: float | None) -> float | None:
-        if v is not None and not math.isfinite(v):
-            raise ValueError("must be a finite number")
+    def _finite(cls, v: Any) -> Any:
+        # before the range checks: "nan" is not finite, not "greater than 1e12"
+        if isinstance(v, (str, int, float)) and not isinstance(v, bool):
+            try:
+                f = float(v)
+            except (TypeError, ValueError):
+                return v  # not a number: the float validator says so
+            if not math.isfinite(f):
+                raise ValueError("must be a finite number")
         return v
 
 
@@ -155,7 +193,9 @@ UPLOAD_SCHEMA = {
                                   "mapped to its lines and patch.diff applies at its root (`patch -p1`)."},
         "name": {"type": "string", "maxLength": 200, "description": "Job name in the report (default: from the upload)."},
         "job": {"type": "string", "maxLength": 180,
-                "description": "Job name in the store (recorded as <team>/<job>; default: the report name)."},
+                "description": "Job name in the store (recorded as <team>/<job>; default: the report name, with "
+                               "'/', '\\' and control characters replaced by '_'). No '/', '\\' or control "
+                               "characters."},
         "owner": {"type": "string", "maxLength": 200},
         "gpus": {"type": "integer", "minimum": 0, "maximum": 1000000},
         "gpu_hours": {"type": "number", "minimum": 0, "maximum": 1e12},
@@ -228,6 +268,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings = settings
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        """A body that is not JSON is a malformed request (400, as documented), not invalid parameters (422)."""
+        reason = _not_json(exc.errors())
+        if reason is not None:
+            return JSONResponse({"detail": reason}, status_code=400)
+        return await request_validation_exception_handler(request, exc)
 
     def status(job, eng, names: list[str] | None = None) -> JobStatus:
         if names is None:
@@ -376,15 +424,24 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         job = Q.get_job(eng, body.job_id, who.team_id)
         if job is None:
             raise HTTPException(404, f"job {body.job_id} not found")
-        if job.state != Q.DONE or job.kind != "analyze" or not job.content_hash:
-            raise HTTPException(409, f"job {body.job_id} has no recorded analysis (state {job.state})")
+        if job.state != Q.DONE or job.kind != "analyze":
+            raise HTTPException(409, f"job {body.job_id} has no recorded analysis (it is a {job.kind} job, "
+                                     f"state {job.state})")
+        if job.analysis_id is None:
+            why = "; ".join((job.result or {}).get("notes") or []) or "uploaded with record=false"
+            raise HTTPException(409, f"job {body.job_id} has no recorded analysis of your team ({why}): "
+                                     "verdicts label only runs your team recorded")
+        chash = Q.recorded_trace_of_team(eng, job.analysis_id, who.team)
+        if chash is None:
+            raise HTTPException(409, f"job {body.job_id} has no recorded analysis of your team (its run is no "
+                                     "longer in the store, or belongs to another team)")
         from ..store.db import StoreError
 
         try:
-            vid = add_verdict(job.content_hash, body.pattern, body.label, author=who.author, source="service",
+            vid = add_verdict(chash, body.pattern, body.label, author=who.author, source="service",
                               note=body.note, db=eng)
         except StoreError:
-            raise HTTPException(409, f"job {body.job_id} has no recorded analysis (uploaded with record=false)") from None
+            raise HTTPException(409, f"job {body.job_id} has no recorded analysis (its trace is no longer in the store)") from None
         return VerdictOut(id=vid, job_id=body.job_id, pattern=body.pattern, label=body.label, author=who.author)
 
     @app.get("/v1/digest", tags=["store"], responses={
@@ -467,6 +524,22 @@ def _team_name(eng, team_id: int) -> str:  # noqa: ANN001
         with read_session(eng) as s:
             _team_cache[key] = s.execute(select(ServiceTeam.name).where(ServiceTeam.id == team_id)).scalar_one()
     return _team_cache[key]
+
+
+def _not_json(errors) -> str | None:  # noqa: ANN001 - FastAPI's error list
+    """Why the request body is not JSON, when that is what the validation errors say; else None."""
+    for e in errors:
+        loc = tuple(e.get("loc") or ())
+        if not loc or loc[0] != "body":
+            continue
+        if e.get("type") == "json_invalid":
+            err = (e.get("ctx") or {}).get("error")
+            return f"the body is not JSON ({err})" if err else "the body is not JSON"
+        if loc == ("body",) and e.get("type") == "missing":
+            return "the body is not JSON (it is empty): send a JSON object with Content-Type: application/json"
+        if loc == ("body",) and isinstance(e.get("input"), (str, bytes)):
+            return "the body is not JSON: send a JSON object with Content-Type: application/json"
+    return None
 
 
 def _display_name(params: dict) -> str:

@@ -3,11 +3,16 @@
 A token is `zat_` + 43 URL-safe characters (32 random bytes). The store keeps sha256(token) (hex)
 and the first 12 characters for listings, never the token. Requests send
 `Authorization: Bearer <token>`; the token's team scopes everything the request sees.
+
+Team names are 1-64 characters from `A-Z a-z 0-9 . _ -`, starting with a letter or digit
+(TEAM_NAME): no `/` (the store records a team's jobs as `<team>/<job>`, so a team `ml/resnet`
+could collide with team `ml`'s job `resnet/...`), no spaces, no control characters.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 import time
 from dataclasses import dataclass
@@ -18,6 +23,18 @@ from ..store.db import read_session, with_retry, write_session
 from ..store.service_tables import ServiceTeam, ServiceToken
 
 TOKEN_PREFIX = "zat_"
+TEAM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+TEAM_RULE = "1-64 characters from A-Z a-z 0-9 . _ -, starting with a letter or digit"
+
+
+def check_team_name(name: str) -> str:
+    """The team name, stripped; ValueError (one line) when it is empty or not of TEAM_NAME's characters."""
+    name = (name or "").strip()
+    if not name:
+        raise ValueError("team name is empty")
+    if not TEAM_NAME.fullmatch(name):
+        raise ValueError(f"team name {name!r} is not allowed: use {TEAM_RULE} (no '/', spaces or control characters)")
+    return name
 
 
 @dataclass(frozen=True)
@@ -39,10 +56,8 @@ def hash_token(token: str) -> str:
 
 
 def ensure_team(engine: Engine, name: str) -> int:
-    """The team's id, creating it when new."""
-    name = name.strip()
-    if not name:
-        raise ValueError("team name is empty")
+    """The team's id, creating it when new; ValueError for a name check_team_name refuses."""
+    name = check_team_name(name)
 
     def tx() -> int:
         with write_session(engine) as s:
@@ -98,6 +113,15 @@ def list_tokens(engine: Engine, team: str | None = None) -> list[dict]:
         return [{"id": t.id, "team": team_name, "name": t.name, "prefix": t.prefix,
                  "created_at": t.created_at.isoformat() if t.created_at else None,
                  "revoked": t.revoked_at is not None} for t, team_name in s.execute(q)]
+
+
+def token_state(engine: Engine, token_id: int) -> str | None:
+    """'active', 'revoked', or None when there is no token with this id."""
+    with read_session(engine) as s:
+        row = s.execute(select(ServiceToken.revoked_at).where(ServiceToken.id == token_id)).first()
+    if row is None:
+        return None
+    return "active" if row[0] is None else "revoked"
 
 
 def revoke_token(engine: Engine, token_id: int) -> bool:

@@ -187,11 +187,13 @@ def token() -> None:
 def token_create(team: str, name: str, db: str | None) -> None:
     """Create a token and print it (shown only this once; the store keeps its sha256)."""
     from ..store.db import open_store
-    from .auth import create_token
+    from .auth import check_team_name, create_token
 
-    if not team.strip():
-        raise click.BadParameter("team name is empty", param_hint="--team")
-    tok, tid = create_token(open_store(db), team.strip(), name)
+    try:
+        team = check_team_name(team)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--team") from None
+    tok, tid = create_token(open_store(db), team, name)
     click.echo(tok)
     click.echo(f"token #{tid} for team {team.strip()}: store it now, it is not shown again", err=True)
 
@@ -213,12 +215,16 @@ def token_list(team: str | None, db: str | None) -> None:
 @click.argument("token_id", type=int)
 @DB_OPTION
 def token_revoke(token_id: int, db: str | None) -> None:
-    """Revoke a token by id (see `token list`)."""
+    """Revoke a token by id (see `token list`). Exit 2 for an unknown or already revoked id."""
+    from ..errors import InputError
     from ..store.db import open_store
-    from .auth import revoke_token
+    from .auth import revoke_token, token_state
 
-    if not revoke_token(open_store(db), token_id):
-        raise click.ClickException(f"no active token #{token_id}")
+    engine = open_store(db)
+    if not revoke_token(engine, token_id):
+        if token_state(engine, token_id) == "revoked":
+            raise InputError(None, f"token #{token_id} is already revoked")
+        raise InputError(None, f"no token #{token_id} (see `zoomer-ar token list`)")
     click.echo(f"revoked token #{token_id}")
 
 

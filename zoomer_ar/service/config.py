@@ -104,4 +104,11 @@ class Settings:
         archive = {k: given.pop(k) for k in ("max_bytes", "max_entries", "max_ratio") if k in given}
         if archive:
             given["archive"] = replace(s.archive, **archive)
-        return replace(s, **given)
+        s = replace(s, **given)
+        from .auth import check_team_name
+
+        try:
+            s.webhook_team = check_team_name(s.webhook_team)
+        except ValueError as exc:
+            raise ValueError(f"webhook team: {exc}") from None
+        return s

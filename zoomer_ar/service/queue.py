@@ -13,6 +13,12 @@
   'running'`). A worker that lost its lease (it stalled past expiry and another worker took the
   job) has its results dropped, so a job is finished exactly once; `done` and `failed` jobs are
   never claimed again.
+- **Recorded runs of failed jobs are undone**: an analysis job records its run in the store before
+  it renders its reports (the reports show the recorded cost). The recording transaction also
+  sets the job's `analysis_id` (`mark_recorded`, under the lease), so while a job is running its
+  `analysis_id` is the run it created. When the job then fails (`fail`), or is abandoned after
+  too many claims (`claim`), that run is deleted in the same transaction (unless another finished
+  job links to it): a failed job never counts in the digest or a job's history.
 
 All times are the database server's clock in epoch seconds (`db_now`), so workers on different
 hosts agree on expiry.
@@ -95,6 +101,8 @@ def claim(engine: Engine, worker: str, lease_s: float, *, kinds: tuple[str, ...]
                     job.error = (f"abandoned: claimed {job.attempts} times and its worker stopped each time "
                                  "(lease expired without a result)")
                     s.flush()
+                    _undo_recording(s, job.id)
+                    s.expire(job)
                     continue
                 token = uuid.uuid4().hex
                 job.state, job.attempts = RUNNING, job.attempts + 1
@@ -110,6 +118,39 @@ def claim(engine: Engine, worker: str, lease_s: float, *, kinds: tuple[str, ...]
 
 def _mine(c: Claim):
     return and_(ServiceJob.id == c.job_id, ServiceJob.lease_token == c.lease_token, ServiceJob.state == RUNNING)
+
+
+def mark_recorded(session: Session, c: Claim, analysis_id: int) -> None:
+    """In the store's recording transaction: note the run this job created (LeaseLost, rolling the recording
+    back, if the worker no longer holds the job)."""
+    res = session.execute(update(ServiceJob).where(_mine(c)).values(analysis_id=analysis_id))
+    if res.rowcount != 1:
+        raise LeaseLost(c.job_id)
+
+
+def _undo_recording(s: Session, job_id: str) -> None:
+    """The run a running job recorded (its analysis_id) is deleted, unless another finished job links to it."""
+    from ..store.record import forget_analysis
+
+    aid = s.execute(select(ServiceJob.analysis_id).where(ServiceJob.id == job_id)).scalar_one_or_none()
+    if aid is None:
+        return
+    linked = s.execute(select(ServiceJob.id).where(ServiceJob.analysis_id == aid, ServiceJob.state == DONE,
+                                                   ServiceJob.id != job_id).limit(1)).first()
+    if linked is None:
+        forget_analysis(s, aid)
+    s.execute(update(ServiceJob).where(ServiceJob.id == job_id).values(analysis_id=None))
+
+
+def recorded_trace_of_team(engine: Engine, analysis_id: int, team: str) -> str | None:
+    """The content hash of recorded run `analysis_id` when its store job belongs to `team`; else None."""
+    from ..store.orm import Analysis, Job, Trace
+
+    with read_session(engine) as s:
+        return s.execute(
+            select(Trace.content_hash).join(Analysis, Analysis.trace_id == Trace.id).join(Job, Job.id == Analysis.job_id)
+            .where(Analysis.id == analysis_id, Job.team == team)
+        ).scalar_one_or_none()
 
 
 def heartbeat(engine: Engine, c: Claim, lease_s: float) -> bool:
@@ -149,7 +190,8 @@ def complete(engine: Engine, c: Claim, *, result: dict[str, Any], artifacts: dic
 
 
 def fail(engine: Engine, c: Claim, error: str, *, result: dict[str, Any] | None = None) -> bool:
-    """Move the job to failed with `error`; False if the lease was lost."""
+    """Move the job to failed with `error`, undoing the run it recorded (see the module docstring), in one
+    transaction; False (nothing changed) if the lease was lost."""
     def tx() -> bool:
         with write_session(engine) as s:
             now = db_now(s)
@@ -157,7 +199,10 @@ def fail(engine: Engine, c: Claim, error: str, *, result: dict[str, Any] | None 
                 state=FAILED, finished_at=now, error=error[:4000], result=result, lease_token=None,
                 lease_expires_at=None,
             ))
-            return res.rowcount == 1
+            if res.rowcount != 1:
+                return False
+            _undo_recording(s, c.job_id)
+            return True
 
     return with_retry(tx)
 

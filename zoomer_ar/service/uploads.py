@@ -176,8 +176,33 @@ class MultipartReceiver:
                 self._part.fh = None
 
 
+def _gzip_of_json(path: Path) -> bool:
+    """A bare `.gz` counts as a trace only when it is gzip whose content starts like JSON (`{` or `[`):
+    an `inner.tar.gz` (a nested archive) does not."""
+    import gzip
+    import zlib
+
+    try:
+        with gzip.open(path, "rb") as fh:
+            head = fh.read(4096)
+    except (OSError, EOFError, zlib.error):
+        return False
+    return head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"{", b"[")
+
+
 def _has_trace_files(root: Path) -> bool:
-    return any(p.is_file() and p.name.endswith(TRACE_SUFFIXES) for p in root.rglob("*"))
+    """Whether the folder the worker will load holds a file it reads as a rank trace.
+
+    Mirrors zoomer_ar.load.job.load_job on a folder: its own files (not subfolders), not hidden,
+    not `job.json`, named `*.json` or `*.json.gz`, or `*.gz` when that is gzip of JSON (_gzip_of_json).
+    """
+    for p in root.iterdir():
+        name = p.name.lower()
+        if not p.is_file() or p.name.startswith(".") or p.name == "job.json":
+            continue
+        if name.endswith((".json", ".json.gz")) or (name.endswith(".gz") and _gzip_of_json(p)):
+            return True
+    return False
 
 
 def _stem(filename: str) -> str:
@@ -219,7 +244,8 @@ def prepare_inputs(job_dir: Path, files: dict[str, ReceivedFile], limits: Archiv
         safe_extract(rf.path, dest, limits, what="rank archive")
         root = single_root(dest)
         if not _has_trace_files(root):
-            raise UploadError("rank archive: no trace files (.json, .json.gz) in it")
+            raise UploadError("rank archive: no trace files in it (rank files *.json, *.json.gz, or *.gz holding "
+                              "JSON, at its top level or in its single top folder; nested archives are not opened)")
         params.update(input="ranks", path=root.relative_to(inp).as_posix(),
                       default_name=root.name if root != dest else _stem(rf.filename))
     if "source" in files:

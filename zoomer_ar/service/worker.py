@@ -6,7 +6,9 @@ transaction (queue.complete). Job kinds:
 
 - `analyze`: the uploaded trace or rank folder through the same pipeline as `zoomer-ar analyze`
   (sources mapped with the uploaded source archive, recorded in the store under the job's team,
-  findings.json, report.md, report.html, patch.diff, relaunch.yaml, optimize.ipynb);
+  findings.json, report.md, report.html, patch.diff, relaunch.yaml, optimize.ipynb). A job that
+  fails after recording has its run deleted again when it is marked failed (queue.fail), so a
+  failed job never counts in the digest;
 - `review`: `zoomer_ar.review.review` on a pull request (from the GitHub webhook): review.json,
   review.md, review.sarif, and optionally the review posted on GitHub.
 
@@ -95,7 +97,7 @@ def run_analyze(claim: Q.Claim, settings: Settings, engine: Engine) -> tuple[dic
     from ..analyze_cli import write_fix_outputs
     from ..render import write_outputs
     from ..store.cost import cost_attribution
-    from ..store.record import RecordOptions, content_hash, record_analysis
+    from ..store.record import JobTeamConflict, RecordOptions, content_hash, record_analysis
 
     p = claim.params
     root = Path(claim.input_dir or "")
@@ -109,14 +111,22 @@ def run_analyze(claim: Q.Claim, settings: Settings, engine: Engine) -> tuple[dic
     chash = content_hash(analysis)
     analysis_id = None
     notes: list[str] = []
-    store_job = f"{claim.team}/{p.get('job') or analysis.job.name}"
+    store_job = f"{claim.team}/{p.get('job') or store_job_name(analysis.job.name)}"
     cost = None
     if p.get("record", True):
-        rr = record_analysis(analysis, RecordOptions(
-            job=store_job, team=claim.team, owner=p.get("owner"), gpus=p.get("gpus"), gpu_hours=p.get("gpu_hours"),
-            gpu_hour_cost=p.get("gpu_hour_cost"), week=p.get("week"),
-        ), db=engine)
-        if rr.job == store_job or _team_of(engine, rr.job_id) == claim.team:
+        try:
+            # the run is recorded first (the reports show its recorded cost); the same transaction marks this
+            # job as its recorder, so that failing the job later deletes the run again (queue.fail)
+            rr = record_analysis(analysis, RecordOptions(
+                job=store_job, team=claim.team, owner=p.get("owner"), gpus=p.get("gpus"),
+                gpu_hours=p.get("gpu_hours"), gpu_hour_cost=p.get("gpu_hour_cost"), week=p.get("week"),
+            ), db=engine, on_recorded=lambda s, r: Q.mark_recorded(s, claim, r.analysis_id))
+        except JobTeamConflict:
+            rr = None
+            notes.append(f"the store job {store_job} belongs to another team; this run is not recorded")
+        if rr is None:
+            pass
+        elif _team_of(engine, rr.job_id) == claim.team:
             cost, analysis_id = rr.cost, rr.analysis_id
             if rr.job != store_job:
                 notes.append(f"this trace was already recorded as job {rr.job}; that run stands")
@@ -145,6 +155,14 @@ def run_analyze(claim: Q.Claim, settings: Settings, engine: Engine) -> tuple[dic
         "notes": notes,
     }
     return summary, artifacts, chash, analysis_id
+
+
+def store_job_name(name: str) -> str:
+    """A report name as the `<job>` of `<team>/<job>`: '/', '\\' and control characters become '_'."""
+    import unicodedata
+
+    out = "".join("_" if ch in "/\\" or unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") else ch for ch in name)
+    return out.strip() or "job"
 
 
 def _team_of(engine: Engine, job_id: int) -> str | None:
@@ -259,6 +277,8 @@ class Worker:
             ok = Q.complete(self.engine, c, result=summary, artifacts=artifacts, content_hash=chash,
                             analysis_id=analysis_id)
             state = "done" if ok else "lost"
+        except Q.LeaseLost:  # another worker holds the job now (its recording, if any, was rolled back)
+            state = "lost"
         except ZoomerError as exc:  # bad input: the reason, with paths relative to the job's inputs
             msg = str(exc).replace(f"{c.input_dir}/", "") if c.input_dir else str(exc)
             ok = Q.fail(self.engine, c, msg, result={"worker": self.id})

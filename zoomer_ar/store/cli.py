@@ -34,7 +34,7 @@ def _write_or_echo(text: str, out: Path | None) -> None:
 def digest(week: str | None, team: str | None, fmt: str, out: Path | None, top: int, db: str | None) -> None:
     """The week's top anti-patterns by wasted GPU-hours and dollars, trends, costliest jobs and owners, resolved patterns.
 
-    Exit 2 for a --db file that does not exist or a --db that is not a URL."""
+    Exit 2 for a --db file that does not exist, is not a SQLite database, or a --db that is not a URL."""
     from ..render.digest import render_digest
     from .digest import build_digest
 
@@ -45,8 +45,8 @@ def digest(week: str | None, team: str | None, fmt: str, out: Path | None, top: 
 
 def _readable_store(db: str | None):
     """The store a read-only command (digest, history) opens: a --db that is not a database URL,
-    or a SQLite file that does not exist, is bad input (exit 2); reading must not create an empty
-    store at a mistyped path."""
+    a SQLite file that does not exist, or a file that is not a SQLite database is bad input (exit 2,
+    one line naming it; db.NotAStoreError); reading must not create an empty store at a mistyped path."""
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
@@ -72,7 +72,8 @@ def _readable_store(db: str | None):
 def history(job: str, fmt: str, limit: int, db: str | None) -> None:
     """One job's recorded runs and findings over time.
 
-    Exit 2 for a job never recorded, a --db file that does not exist or a --db that is not a URL."""
+    Exit 2 for a job never recorded, a --db file that does not exist or is not a SQLite database, or a --db
+    that is not a URL."""
     from sqlalchemy import select
 
     from ..render.digest import render_history
@@ -116,11 +117,18 @@ def db() -> None:
 @db.command("upgrade")
 @DB_OPTION
 def db_upgrade(db: str | None) -> None:
-    """Apply the Alembic migrations (recording does this on first use)."""
-    from .db import current_revision, get_engine, head_revision, redact, upgrade
+    """Apply the Alembic migrations (recording does this on first use).
+
+    Exit 2 for a --db file that is not a SQLite database."""
+    from sqlalchemy.exc import DatabaseError
+
+    from .db import current_revision, get_engine, head_revision, redact, store_error, upgrade
 
     engine = get_engine(db)
-    upgrade(engine)
+    try:
+        upgrade(engine)
+    except DatabaseError as exc:
+        raise store_error(engine, exc) from None
     click.echo(f"{redact(str(engine.url))}: at revision {current_revision(engine)} (head {head_revision()})")
 
 

@@ -24,10 +24,10 @@ from typing import TypeVar
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.exc import DatabaseError, DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
-from ..errors import ZoomerError
+from ..errors import InputError, ZoomerError
 
 T = TypeVar("T")
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
@@ -44,6 +44,32 @@ class StoreError(ZoomerError):
     """The store cannot be reached or used."""
 
     exit_code = 1
+
+
+class NotAStoreError(InputError, StoreError):
+    """`--db` names a file that is not a SQLite database (or a folder): bad input, exit 2, one line naming it."""
+
+    exit_code = 2
+
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def check_sqlite_file(path: str | Path) -> None:
+    """NotAStoreError when `path` exists but cannot be a SQLite store (a folder, or a non-empty file without
+    the SQLite header). A missing or empty file is fine: SQLite creates the database there."""
+    p = Path(path)
+    if p.is_dir():
+        raise NotAStoreError(str(p), "is a folder, not a SQLite store file")
+    try:
+        with open(p, "rb") as fh:
+            head = fh.read(len(SQLITE_MAGIC))
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise NotAStoreError(str(p), f"cannot read the store file ({exc.strerror or exc})") from None
+    if head and head != SQLITE_MAGIC:
+        raise NotAStoreError(str(p), "not a SQLite database (the file exists but is not a Zoomer AR store)")
 
 
 def user_data_dir() -> Path:
@@ -89,7 +115,10 @@ def _sqlite_setup(engine: Engine) -> None:
             try:
                 cur.execute("PRAGMA journal_mode = WAL")
                 break
-            except Exception:  # noqa: BLE001 - another process is switching the file to WAL
+            except Exception as exc:  # noqa: BLE001 - another process is switching the file to WAL
+                msg = str(exc).lower()
+                if ("locked" not in msg and "busy" not in msg) or attempt == 49:
+                    raise  # not a database, unreadable...: no point waiting
                 time.sleep(0.05 * (attempt + 1))
         cur.execute("PRAGMA synchronous = NORMAL")
         cur.execute("PRAGMA foreign_keys = ON")
@@ -113,6 +142,7 @@ def get_engine(db: str | None = None) -> Engine:
         u = make_url(url)
         if u.get_backend_name() == "sqlite":
             if u.database and u.database != ":memory:":
+                check_sqlite_file(u.database)
                 Path(u.database).parent.mkdir(parents=True, exist_ok=True)
             engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
             _sqlite_setup(engine)
@@ -225,9 +255,19 @@ def ensure_schema(engine: Engine) -> None:
     try:
         if current_revision(engine) != head_revision():
             upgrade(engine)
-    except OperationalError as exc:
-        raise StoreError(f"cannot open the store {redact(key)}: {exc.orig}") from None
+    except DatabaseError as exc:
+        raise store_error(engine, exc) from None
     _migrated.add(key)
+
+
+def store_error(engine: Engine, exc: DatabaseError) -> StoreError:
+    """One line for a database error while opening the store: a SQLite file that is not a database (or is
+    corrupt) is bad input (NotAStoreError, exit 2); anything else (unreachable server...) a StoreError."""
+    orig = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else str(exc).splitlines()[0]
+    sqlite_bad = engine.dialect.name == "sqlite" and not isinstance(exc, OperationalError)
+    if sqlite_bad or "not a database" in orig or "malformed" in orig:
+        return NotAStoreError(engine.url.database or str(engine.url), f"not a usable SQLite store ({orig})")
+    return StoreError(f"cannot open the store {redact(str(engine.url))}: {orig}")
 
 
 def open_store(db: str | None = None) -> Engine:

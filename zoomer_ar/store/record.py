@@ -1,22 +1,27 @@
 """Recording analyses: idempotent by trace content, safe with many recorders at once.
 
-One transaction per recording: upsert the job (by name), upsert the trace (by content hash),
-insert the analysis (one per trace: unique trace_id) and its findings. Re-recording the same
-content returns the existing analysis untouched, unless the tool, feature-schema, findings-schema
-or model version differs: then the analysis is refreshed in place (same id, week and job).
+One transaction per recording: look the content up first; when it is new, upsert the job (by
+name), upsert the trace (by content hash), insert the analysis (one per trace: unique trace_id)
+and its findings. Re-recording the same content returns the existing analysis and changes nothing
+(not the job, its team, owner or price), unless the tool, feature-schema, findings-schema or model
+version differs: then the analysis is refreshed in place (same id, week and job).
+A job's team, once set, never changes: recording a job under another team is refused
+(JobTeamConflict), so a job cannot be taken over by another team.
 Concurrent recorders: SQLite serialises writers (BEGIN IMMEDIATE, busy timeout, retries);
-PostgreSQL uses INSERT ... ON CONFLICT on the unique keys, and whole-transaction retries.
+PostgreSQL uses INSERT ... ON CONFLICT on the unique keys, and whole-transaction retries (a
+recorder that loses the race for the same content rolls back and finds the winner's run).
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, Integer, String, delete, func, literal, select, update
+from sqlalchemy import Engine, Integer, String, delete, exists, func, literal, select, update
 from sqlalchemy.orm import Session
 
 from ..detect.combine import counted_shares
@@ -25,10 +30,28 @@ from ..features.schema import FeatureVector
 from ..models import Analysis
 from . import weeks as W
 from .cost import cost_attribution, default_gpus, profiled_gpu_hours
-from .db import open_store, with_retry, write_session
+from .db import StoreError, open_store, with_retry, write_session
 from .orm import Analysis as AnalysisRow
 from .orm import Finding as FindingRow
 from .orm import Job, Model, Trace, Verdict
+
+
+class JobTeamConflict(StoreError):
+    """The job is recorded under another team; a job's team never changes (exit 2: bad input)."""
+
+    exit_code = 2
+
+    def __init__(self, job: str, team: str, requested: str):
+        self.job, self.team, self.requested = job, team, requested
+        super().__init__(f"job {job!r} belongs to team {team!r}; it cannot be recorded for team {requested!r} "
+                         "(a job's team never changes: use another job name)")
+
+    def __reduce__(self):
+        return (type(self), (self.job, self.team, self.requested))
+
+
+class _LostRace(Exception):
+    """A concurrent recorder recorded the same content first: roll back and look again."""
 
 
 @dataclass
@@ -114,11 +137,10 @@ def _insert(session: Session):
     return insert
 
 
-def _for_update(session: Session, stmt):
-    return stmt.with_for_update() if session.get_bind().dialect.name == "postgresql" else stmt
-
-
 def _upsert_job(session: Session, name: str, opts: RecordOptions, derived_type: str | None, derived_gpus: int):
+    """Insert the job or update its attributes; its team is only ever set once (JobTeamConflict otherwise).
+
+    The caller's transaction rolls back on JobTeamConflict, so a refused recording changes nothing."""
     insert = _insert(session)
     ins = insert(Job).values(
         name=name, team=opts.team, owner=opts.owner, gpu_type=opts.gpu_type or derived_type,
@@ -128,15 +150,18 @@ def _upsert_job(session: Session, name: str, opts: RecordOptions, derived_type: 
     stmt = ins.on_conflict_do_update(
         index_elements=[Job.name],
         set_={
-            "team": func.coalesce(ex.team, Job.team),
+            "team": func.coalesce(Job.team, ex.team),  # the stored team wins: a job is never handed to another team
             "owner": func.coalesce(ex.owner, Job.owner),
             "gpu_type": func.coalesce(literal(opts.gpu_type, String), Job.gpu_type, ex.gpu_type),
             "gpu_count": func.coalesce(literal(opts.gpus, Integer), Job.gpu_count, ex.gpu_count),
             "gpu_hour_cost": func.coalesce(ex.gpu_hour_cost, Job.gpu_hour_cost),
             "updated_at": func.now(),
         },
-    ).returning(Job.id, Job.gpu_count, Job.gpu_hour_cost)
-    return session.execute(stmt).one()
+    ).returning(Job.id, Job.gpu_count, Job.gpu_hour_cost, Job.team)
+    job_id, gpus, price, team = session.execute(stmt).one()
+    if opts.team is not None and team is not None and team != opts.team:
+        raise JobTeamConflict(name, team, opts.team)
+    return job_id, gpus, price
 
 
 def _upsert_trace(session: Session, analysis: Analysis, chash: str, started: datetime | None) -> int:
@@ -217,11 +242,12 @@ def _price_unpriced_runs(session: Session, job_id: int, price: float) -> None:
                     .values(gpu_hour_cost=price, usd=AnalysisRow.gpu_hours * price))
 
 
-def _existing(session: Session, chash: str):
-    return session.execute(
-        select(AnalysisRow, Job.name).join(Trace, Trace.id == AnalysisRow.trace_id).join(Job, Job.id == AnalysisRow.job_id)
-        .where(Trace.content_hash == chash)
-    ).first()
+def _existing(session: Session, chash: str, *, lock: bool = False):
+    q = (select(AnalysisRow, Job.name).join(Trace, Trace.id == AnalysisRow.trace_id)
+         .join(Job, Job.id == AnalysisRow.job_id).where(Trace.content_hash == chash))
+    if lock and session.get_bind().dialect.name == "postgresql":
+        q = q.with_for_update(of=AnalysisRow)
+    return session.execute(q).first()
 
 
 def _same_versions(row: AnalysisRow, analysis: Analysis, model_version: str | None) -> bool:
@@ -242,8 +268,15 @@ def _result(row: AnalysisRow, job_name: str, status: str, analysis: Analysis) ->
     )
 
 
-def record_analysis(analysis: Analysis, opts: RecordOptions | None = None, *, db: str | Engine | None = None) -> RecordResult:
-    """Store an analysis (see the module docstring). `db`: an engine, a URL/path, or None for the default store."""
+def record_analysis(analysis: Analysis, opts: RecordOptions | None = None, *, db: str | Engine | None = None,
+                    on_recorded: Callable[[Session, RecordResult], None] | None = None) -> RecordResult:
+    """Store an analysis (see the module docstring). `db`: an engine, a URL/path, or None for the default store.
+
+    `on_recorded(session, result)` runs inside the recording transaction when a new run was recorded
+    (status "recorded"): what it writes commits with the run, and an exception from it rolls the
+    recording back (the service marks its job this way; see zoomer_ar.service.queue).
+    Raises JobTeamConflict (nothing written) when the job belongs to another team.
+    """
     opts = opts or RecordOptions()
     engine = db if isinstance(db, Engine) else open_store(db)
     chash = content_hash(analysis)
@@ -263,8 +296,30 @@ def record_analysis(analysis: Analysis, opts: RecordOptions | None = None, *, db
         if hit is not None and _same_versions(hit[0], analysis, model_version):
             return _result(hit[0], hit[1], "exists", analysis)
 
+    def refresh(s: Session, row: AnalysisRow) -> AnalysisRow:
+        # newer tool/schema/model: refresh in place, keeping the job, week, GPU-hours and price it was recorded with
+        model_id = _model_id(s, model_version, analysis.feature_schema_version)
+        values = _analysis_values(analysis, feats=feats, gpus=row.gpu_count, gpu_hours=row.gpu_hours,
+                                  source=row.gpu_hours_source, price=row.gpu_hour_cost, model_version=model_version,
+                                  model_id=model_id)
+        values["usd"] = row.usd
+        s.execute(update(AnalysisRow).where(AnalysisRow.id == row.id).values(**values))
+        s.execute(delete(FindingRow).where(FindingRow.analysis_id == row.id))
+        rows = _finding_rows(analysis, row.id, row.job_id, row.week, row.gpu_hours, row.gpu_hour_cost)
+        if rows:
+            s.execute(FindingRow.__table__.insert(), rows)
+        s.expire(row)
+        return s.get(AnalysisRow, row.id)
+
     def tx() -> RecordResult:
         with write_session(engine) as s:
+            # already recorded? then nothing of this call's options is applied (not even to the job)
+            hit = _existing(s, chash, lock=True)
+            if hit is not None:
+                row, job_name = hit
+                if _same_versions(row, analysis, model_version):
+                    return _result(row, job_name, "exists", analysis)
+                return _result(refresh(s, row), job_name, "refreshed", analysis)
             job_id, job_gpus, job_price = _upsert_job(s, name, opts, derived_type, derived_gpus)
             if opts.gpu_hour_cost is not None:
                 _price_unpriced_runs(s, job_id, opts.gpu_hour_cost)
@@ -276,41 +331,50 @@ def record_analysis(analysis: Analysis, opts: RecordOptions | None = None, *, db
             model_id = _model_id(s, model_version, analysis.feature_schema_version)
             values = _analysis_values(analysis, feats=feats, gpus=gpus, gpu_hours=hours, source=source, price=price,
                                       model_version=model_version, model_id=model_id)
-            row = s.execute(_for_update(s, select(AnalysisRow).where(AnalysisRow.trace_id == trace_id))).scalar_one_or_none()
-            status = "recorded"
-            if row is None:
-                insert = _insert(s)
-                new_id = s.execute(
-                    insert(AnalysisRow).values(trace_id=trace_id, job_id=job_id, week=week, recorded_at=when, **values)
-                    .on_conflict_do_nothing(index_elements=[AnalysisRow.trace_id]).returning(AnalysisRow.id)
-                ).scalar_one_or_none()
-                if new_id is None:  # a concurrent recorder won: theirs stands
-                    row = s.execute(select(AnalysisRow).where(AnalysisRow.trace_id == trace_id)).scalar_one()
-                    status = "exists"
-                else:
-                    rows = _finding_rows(analysis, new_id, job_id, week, hours, price)
-                    if rows:
-                        s.execute(FindingRow.__table__.insert(), rows)
-                    row = s.get(AnalysisRow, new_id)
-            else:
-                status = "exists"
-            if status == "exists" and not _same_versions(row, analysis, model_version):
-                # newer tool/schema/model: refresh in place, keeping the job, week and GPU-hours it was recorded with
-                keep = {"gpu_count": row.gpu_count, "gpu_hours": row.gpu_hours, "gpu_hours_source": row.gpu_hours_source,
-                        "gpu_hour_cost": row.gpu_hour_cost, "usd": row.usd}
-                values.update(keep)
-                s.execute(update(AnalysisRow).where(AnalysisRow.id == row.id).values(**values))
-                s.execute(delete(FindingRow).where(FindingRow.analysis_id == row.id))
-                rows = _finding_rows(analysis, row.id, row.job_id, row.week, row.gpu_hours, row.gpu_hour_cost)
-                if rows:
-                    s.execute(FindingRow.__table__.insert(), rows)
-                s.expire(row)
-                row = s.get(AnalysisRow, row.id)
-                status = "refreshed"
-            job_name = s.execute(select(Job.name).where(Job.id == row.job_id)).scalar_one()
-            return _result(row, job_name, status, analysis)
+            insert = _insert(s)
+            new_id = s.execute(
+                insert(AnalysisRow).values(trace_id=trace_id, job_id=job_id, week=week, recorded_at=when, **values)
+                .on_conflict_do_nothing(index_elements=[AnalysisRow.trace_id]).returning(AnalysisRow.id)
+            ).scalar_one_or_none()
+            if new_id is None:  # a concurrent recorder won: undo this transaction (job upsert included), look again
+                raise _LostRace()
+            rows = _finding_rows(analysis, new_id, job_id, week, hours, price)
+            if rows:
+                s.execute(FindingRow.__table__.insert(), rows)
+            row = s.get(AnalysisRow, new_id)
+            result = _result(row, name, "recorded", analysis)
+            if on_recorded is not None:
+                on_recorded(s, result)
+            return result
 
-    return with_retry(tx)
+    for _ in range(20):
+        try:
+            return with_retry(tx)
+        except _LostRace:
+            continue
+    raise StoreError(f"could not record {chash[:12]}: concurrent recorders kept conflicting")
+
+
+def forget_analysis(session: Session, analysis_id: int) -> bool:
+    """Delete a recorded run (its findings too) inside the caller's transaction, as if it had never been recorded.
+
+    The trace row goes too unless verdicts label it, and the job row unless it has other runs.
+    For runs whose recording must be undone (a service job that failed after recording); False if
+    there was no such run."""
+    got = session.execute(select(AnalysisRow.trace_id, AnalysisRow.job_id)
+                          .where(AnalysisRow.id == analysis_id)).first()
+    if got is None:
+        return False
+    trace_id, job_id = got
+    session.execute(delete(FindingRow).where(FindingRow.analysis_id == analysis_id))
+    session.execute(delete(AnalysisRow).where(AnalysisRow.id == analysis_id))
+    session.execute(delete(Trace).where(
+        Trace.id == trace_id,
+        ~exists(select(Verdict.id).where(Verdict.trace_id == trace_id)),
+        ~exists(select(AnalysisRow.id).where(AnalysisRow.trace_id == trace_id)),
+    ))
+    session.execute(delete(Job).where(Job.id == job_id, ~exists(select(AnalysisRow.id).where(AnalysisRow.job_id == job_id))))
+    return True
 
 
 def add_verdict(content_hash_: str, pattern: str, label: str, *, author: str = "", source: str = "human",
