@@ -25,19 +25,26 @@ def _analyses(db: str) -> list[tuple[str, str | None]]:
 def test_batch_on_a_local_cluster_survives_a_failing_trace(tmp_path):
     bad = tmp_path / "broken.json"
     bad.write_text('{"nodes": [], "schema": "execution trace"}')
-    good = [EXAMPLES / "dataloader_bound", EXAMPLES / "sync_point", shared_trace(RESNET_NW0)]
+    # two inputs named sync_point (a CPU and a GPU recording): two report folders, neither overwritten
+    good = [EXAMPLES / "dataloader_bound", EXAMPLES / "sync_point", shared_trace(RESNET_NW0),
+            REPO / "examples" / "gpu" / "sync_point"]
     db = f"sqlite:///{tmp_path / 'store.db'}"
     out = zoomer("batch", *map(str, good), str(bad), str(tmp_path / "missing.json"), "--db", db, "--team", "perf",
                  "--workers", "2", "--out", str(tmp_path / "reports"), "--no-progress", timeout=600)
     assert out.returncode == 1, out.stdout + out.stderr  # some failed, the rest done
     text = out.stdout + out.stderr
-    assert "batch: 3 analysed, 2 failed" in out.stdout and "on 2 workers (LocalCluster)" in out.stdout
+    assert "batch: 4 analysed, 2 failed" in out.stdout and "on 2 workers (LocalCluster)" in out.stdout
     assert "execution trace" in text and "missing.json: not found" in text
-    assert text.count("ok     ") == 3 and "[4/4]" in text
+    assert text.count("ok     ") == 4 and "[5/5]" in text
     rows = _analyses(db)
-    assert sorted(name for name, _ in rows) == ["dataloader_bound", "resnet50_num_workers_0", "sync_point"]
+    assert sorted(name for name, _ in rows) == ["dataloader_bound", "resnet50_num_workers_0", "sync_point", "sync_point"]
     assert {team for _, team in rows} == {"perf"}
-    assert (tmp_path / "reports" / "sync_point" / "report.html").is_file()
+    import json
+
+    written = {json.loads((tmp_path / "reports" / d / "findings.json").read_text())["job"]["path"]
+               for d in ("sync_point", "sync_point-2")}
+    assert written == {str(EXAMPLES / "sync_point"), str(REPO / "examples" / "gpu" / "sync_point")}
+    assert all((tmp_path / "reports" / d / "report.html").is_file() for d in ("sync_point", "sync_point-2"))
 
 
 def test_batch_on_an_existing_cluster(tmp_path):

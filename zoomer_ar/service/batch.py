@@ -38,6 +38,7 @@ class TraceResult:
     recorded: str | None = None  # "recorded" | "exists" | "refreshed"
     analysis_id: int | None = None
     worker: str | None = None
+    out: str | None = None  # the report folder written (--out)
 
 
 @dataclass
@@ -141,9 +142,13 @@ def run_batch(
                         r.recorded, r.analysis_id = rr.status, rr.analysis_id
                         analysis.features["cost_attribution"] = rr.cost
                     if out_dir is not None:
+                        from ..analyze_cli import default_out_dir
                         from ..render import write_outputs
 
-                        write_outputs(analysis, out_dir / analysis.job.name)
+                        # <job>, or <job>-2... when that folder holds another input's results (as analyze does)
+                        target = default_out_dir(analysis.job.name, Path(path), root=out_dir)
+                        write_outputs(analysis, target)
+                        r.out = str(target)
                 except Exception as exc:  # noqa: BLE001 - recording failed for this trace
                     r.ok, r.error = False, f"recording failed: {type(exc).__name__}: {exc}"
             results.append(r)
@@ -164,7 +169,8 @@ def describe(r: TraceResult) -> str:
         return f"FAILED {r.path}: {r.error}"
     rec = f", {r.recorded}" if r.recorded else ""
     pats = f" ({', '.join(r.patterns)})" if r.patterns else ""
-    return f"ok     {r.path}: {r.findings} finding{'s' if r.findings != 1 else ''}{pats}, {r.bottleneck}{rec}, {r.seconds:.1f} s"
+    out = f" -> {r.out}" if r.out else ""
+    return f"ok     {r.path}: {r.findings} finding{'s' if r.findings != 1 else ''}{pats}, {r.bottleneck}{rec}, {r.seconds:.1f} s{out}"
 
 
 def run_with_progress(paths: list[str], echo: Callable[[str], None], *, show_bar: bool | None = None, **kw) -> BatchResult:
