@@ -24,6 +24,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from zoomer_ar.store.db import dispose_engine
+
 REPO = Path(__file__).resolve().parents[2]
 SHARED_TRACES = Path(os.environ.get("ZOOMER_SHARED_TRACES", REPO.parent / "shared" / "traces"))
 RESNET_NW0 = SHARED_TRACES / "kineto" / "resnet50_num_workers_0"
@@ -328,3 +330,18 @@ def create_pg_database(server_url: str) -> tuple[str, callable]:
 
 def load_json(resp: httpx.Response) -> dict:
     return json.loads(resp.content)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path):
+    """A fresh store: SQLite, and PostgreSQL where ZOOMER_TEST_PG_URL (or CI's server) is there."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'store.db'}"
+        yield url
+        dispose_engine(url)
+    else:
+        url, drop = create_pg_database(pg_server_url())
+        try:
+            yield url
+        finally:
+            drop()

@@ -15,15 +15,14 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select, update
 
-from zoomer_ar.store.db import dispose_engine, open_store, read_session, write_session
+from zoomer_ar.store.db import open_store, read_session, write_session
 from zoomer_ar.store.orm import Analysis, Finding, Job, Trace, Verdict
 from zoomer_ar.store.service_tables import ServiceJob
 
-from service_testutil import (
+from service_testutil import (  # db_url: a fixture, the store on SQLite and PostgreSQL
+    db_url,  # noqa: F401
     EXAMPLE_DL,
     Server,
-    create_pg_database,
-    pg_server_url,
     tar_gz,
     trace_file,
     unique_trace,
@@ -251,18 +250,6 @@ def test_token_revoke_unknown_id_exits_2(server):
 # --- 3. a job that fails after recording leaves nothing in the store -------------------------------------
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_db(request, tmp_path):
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'store.db'}"
-        yield url
-        dispose_engine(url)
-    else:
-        url, drop = create_pg_database(pg_server_url())
-        try:
-            yield url
-        finally:
-            drop()
 
 
 class _Crash(BaseException):
@@ -297,21 +284,21 @@ def _store_rows(engine) -> dict[str, int]:  # noqa: ANN001
                 for t in (Job, Trace, Analysis, Finding)}
 
 
-def test_job_failing_after_recording_leaves_no_run(store_db, tmp_path, monkeypatch):
+def test_job_failing_after_recording_leaves_no_run(db_url, tmp_path, monkeypatch):
     import zoomer_ar.analyze_cli as ac
     from zoomer_ar.service import queue as Q
     from zoomer_ar.service.config import Settings
     from zoomer_ar.service.worker import Worker
     from zoomer_ar.store.digest import build_digest
 
-    engine = open_store(store_db)
+    engine = open_store(db_url)
     (jid,) = _queue(engine, tmp_path, "ml")
 
     def boom(*_a, **_k):
         raise RuntimeError("simulated render failure")
 
     monkeypatch.setattr(ac, "write_fix_outputs", boom)
-    Worker(Settings(db=store_db, data_dir=tmp_path), engine=engine).run(exit_when_idle=True)
+    Worker(Settings(db=db_url, data_dir=tmp_path), engine=engine).run(exit_when_idle=True)
     job = Q.get_job(engine, jid, None)
     assert job.state == "failed" and "simulated render failure" in job.error and job.analysis_id is None
     assert _store_rows(engine) == {"jobs": 0, "traces": 0, "analyses": 0, "findings": 0}
@@ -319,7 +306,7 @@ def test_job_failing_after_recording_leaves_no_run(store_db, tmp_path, monkeypat
     assert d.runs == 0 and d.gpu_hours == 0 and not d.jobs
 
 
-def test_abandoned_job_run_is_undone_unless_a_finished_job_links_it(store_db, tmp_path, monkeypatch):
+def test_abandoned_job_run_is_undone_unless_a_finished_job_links_it(db_url, tmp_path, monkeypatch):
     """Worker killed after recording: the job is abandoned at its next claim and its run deleted; a run that a
     finished job of the same team links to stays."""
     import zoomer_ar.analyze_cli as ac
@@ -327,8 +314,8 @@ def test_abandoned_job_run_is_undone_unless_a_finished_job_links_it(store_db, tm
     from zoomer_ar.service.config import Settings
     from zoomer_ar.service.worker import Worker
 
-    engine = open_store(store_db)
-    settings = Settings(db=store_db, data_dir=tmp_path, lease_s=1.0)
+    engine = open_store(db_url)
+    settings = Settings(db=db_url, data_dir=tmp_path, lease_s=1.0)
     real = ac.write_fix_outputs
 
     def crash(*_a, **_k):
@@ -365,14 +352,14 @@ def test_abandoned_job_run_is_undone_unless_a_finished_job_links_it(store_db, tm
     assert Q.recorded_trace_of_team(engine, done.analysis_id, "ml") is not None
 
 
-def test_recording_is_rolled_back_when_the_lease_is_lost(store_db, tmp_path):
+def test_recording_is_rolled_back_when_the_lease_is_lost(db_url, tmp_path):
     from zoomer_ar.service import queue as Q
     from zoomer_ar.service.config import Settings
     from zoomer_ar.service.worker import Worker
 
-    engine = open_store(store_db)
+    engine = open_store(db_url)
     (jid,) = _queue(engine, tmp_path, "ml")
-    w = Worker(Settings(db=store_db, data_dir=tmp_path), engine=engine)
+    w = Worker(Settings(db=db_url, data_dir=tmp_path), engine=engine)
     c = Q.claim(engine, w.id, 30.0)
     with write_session(engine) as s:  # another worker took the job over
         s.execute(update(ServiceJob).where(ServiceJob.id == jid).values(lease_token="f" * 32))

@@ -13,24 +13,10 @@ from sqlalchemy import func, select, update
 
 from zoomer_ar.service import queue as Q
 from zoomer_ar.service.auth import authenticate, create_token, ensure_team, hash_token, list_tokens, revoke_token
-from zoomer_ar.store.db import dispose_engine, open_store, read_session, write_session
+from zoomer_ar.store.db import open_store, read_session, write_session
 from zoomer_ar.store.service_tables import ServiceArtifact, ServiceJob, ServiceToken
 
-from service_testutil import create_pg_database, pg_server_url
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db_url(request, tmp_path):
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'store.db'}"
-        yield url
-        dispose_engine(url)
-    else:
-        url, drop = create_pg_database(pg_server_url())
-        try:
-            yield url
-        finally:
-            drop()
+from service_testutil import db_url  # noqa: F401 - a fixture: the store, SQLite and PostgreSQL
 
 
 def _jobs(engine, n: int, team: str = "t", max_attempts: int = 3) -> list[str]:

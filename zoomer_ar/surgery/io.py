@@ -18,7 +18,8 @@ from __future__ import annotations
 import gzip
 import os
 import re
-from collections.abc import Callable, Iterable
+from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -206,11 +207,23 @@ def copy_file(src: Path, dst: Path, chunk: int = 1 << 20) -> None:
     """Copy the bytes of src to dst through a temporary file (no partial dst on a full disk);
     InputError naming src when it cannot be read, OutputError naming dst when dst cannot be written."""
     sink = _Sink(dst)
-    try:
+    with copying_into(sink, src):
         with src.open("rb") as fh:
             while data := fh.read(chunk):
                 sink.write(data)
+
+
+@contextmanager
+def copying_into(sink: _Sink, src: Path) -> Iterator[_Sink]:
+    """Commit ``sink`` when the block copied ``src`` into it whole; else remove the partial output.
+    The sink's own failures are OutputError; an OSError or a stream error of the block is the
+    input's: InputError naming src."""
+    try:
+        yield sink
         sink.commit()
+    except StreamError as exc:
+        sink.abort()
+        raise InputError(str(src), str(exc)) from None
     except OSError as exc:  # the sink's own errors are OutputError: this one is the input's
         sink.abort()
         raise InputError(str(src), f"cannot read: {exc.strerror or exc}") from None

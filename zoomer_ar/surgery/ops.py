@@ -27,7 +27,8 @@ from ..stream.scan import ScanResult, scan
 from ..stream.source import ChunkReader, StreamError, is_trace_file
 from . import guard
 from .io import (
-    TOO_DEEP, Lite, Placed, TraceWriter, _Sink, compression_for, copy_file, decode_top, encode_head, read_events,
+    TOO_DEEP, Lite, Placed, TraceWriter, _Sink, compression_for, copy_file, copying_into, decode_top, encode_head,
+    read_events,
 )
 from .validate import placeable, refuse_wrong_types
 
@@ -399,7 +400,7 @@ def compress_trace(src: Path, dst: Path, *, compression: str | None = None, leve
     read_events(src, lambda raws, lite: None)
     sink = _Sink(dst, comp, level)
     st = Stats()
-    try:
+    with copying_into(sink, src):
         first = True
         for data, _ in ChunkReader(src, hash=False):
             if first:
@@ -410,16 +411,6 @@ def compress_trace(src: Path, dst: Path, *, compression: str | None = None, leve
             sink.write(data)
         if first:
             raise InputError(str(src), "empty file")
-        sink.commit()
-    except StreamError as exc:
-        sink.abort()
-        raise InputError(str(src), str(exc)) from None
-    except OSError as exc:  # the sink's own errors are OutputError: this one is the input's
-        sink.abort()
-        raise InputError(str(src), f"cannot read: {exc.strerror or exc}") from None
-    except BaseException:
-        sink.abort()
-        raise
     st.outputs.append(str(dst))
     st.bytes_out = dst.stat().st_size
     st.note = f"from {_human_bytes(sink.bytes_in)} of JSON, {comp}"
