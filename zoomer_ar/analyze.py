@@ -11,18 +11,17 @@ from .detect.rules import Rule
 from .features import FEATURE_SCHEMA_VERSION, JobFeatures, extract
 from .load import Job, load_job
 from .load.reader import Progress
-from .models import Analysis, Finding
+from .models import SEVERITY_ORDER, Analysis, Finding
 
 
 IMPLAUSIBLE_WALL_MS = 7 * 86_400_000.0  # a profiler session lasts seconds to hours, not a week
 TOO_FEW_EVENTS = 20  # a hand-made fixture or a cut-off capture, not a profile of a training step
-_SEVERITY_ORDER = ("info", "low", "medium", "high", "critical")
 
 
 def _capped(findings: list[Finding], most: str) -> list[Finding]:
     """The findings with no severity above `most` (shares of a window too small to judge stay, their weight goes)."""
-    top = _SEVERITY_ORDER.index(most)
-    return [f if _SEVERITY_ORDER.index(f.severity) <= top else f.model_copy(update={"severity": most}) for f in findings]
+    top = SEVERITY_ORDER[most]
+    return [f if SEVERITY_ORDER[f.severity] <= top else f.model_copy(update={"severity": most}) for f in findings]
 
 
 def build_analysis(job: Job, jf: JobFeatures, findings: list[Finding]) -> Analysis:

@@ -102,12 +102,13 @@ def write_fix_outputs(analysis, target: Path, source_dir: Path | None, trace_pat
     out: dict[str, Path] = {}
     patch_name = None
     patched: set[str] = set()
+    job = recorded_job(trace_path)  # the capture helper's job.json: read once
     if source_dir is not None:
         from .fix.api import run_directory
         from .sourcemap import files_ran
 
         if fixers is None:
-            fixers = patch_fixers(analysis.findings, None, unlocked_by_facts(recorded_job(trace_path), _ran_on_accelerator(analysis)))[0]
+            fixers = patch_fixers(analysis.findings, None, unlocked_by_facts(job, _ran_on_accelerator(analysis)))[0]
         only = files_ran(analysis)
         # nothing located in the traced code: nothing to patch (map_sources' note says why)
         result = run_directory(source_dir, select=fixers, only=only) if fixers and only else None
@@ -131,8 +132,8 @@ def write_fix_outputs(analysis, target: Path, source_dir: Path | None, trace_pat
                 if ran and read and f.pattern not in patched:
                     notes.append(f"no automatic fix for {f.pattern}: {', '.join(ran)} found nothing to change in "
                                  f"{where}; its recommendation says what to do")
-    spec = spec_from_analysis(analysis, argv=_recorded_argv(trace_path), patch=patch_name, source_dir=source_dir,
-                              **_recorded_launch(trace_path),
+    spec = spec_from_analysis(analysis, argv=_recorded_argv(job), patch=patch_name, source_dir=source_dir,
+                              **_recorded_launch(job),
                               patched=patched)
     atomic_write(target / "relaunch.yaml", render_spec(spec))
     out["relaunch.yaml"] = target / "relaunch.yaml"
@@ -141,10 +142,10 @@ def write_fix_outputs(analysis, target: Path, source_dir: Path | None, trace_pat
     return out
 
 
-def _recorded_argv(trace_path: Path) -> list[str] | None:
+def _recorded_argv(job: dict) -> list[str] | None:
     """The job's command line from the capture helper's job.json (its ``sys.argv``), as recorded:
     every argument the program ran with, its required ones (--out) included, or the relaunch fails."""
-    argv = recorded_job(trace_path).get("argv")
+    argv = job.get("argv")
     if not (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)):
         return None
     return list(argv)
@@ -163,10 +164,9 @@ def _skipped_source_notes(errors: list[str]) -> list[str]:
     return out
 
 
-def _recorded_launch(trace_path: Path) -> dict[str, str | None]:
+def _recorded_launch(job: dict) -> dict[str, str | None]:
     """How job.json says the job was started: its interpreter (``python``) and, for ``python -m
     NAME``, the module (``module``); None where it does not say (a job.json of an older capture)."""
-    job = recorded_job(trace_path)
     python, module = job.get("executable"), job.get("module")
     return {"python": python if isinstance(python, str) and python else None,
             "module": module if isinstance(module, str) and module else None}

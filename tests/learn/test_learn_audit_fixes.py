@@ -467,3 +467,25 @@ def test_training_is_reproducible(tmp_path, fake_real):
     assert files == ["idle-gpu.txt", "sync-point.txt"]
     for f in files:
         assert (a / f).read_bytes() == (b / f).read_bytes()
+
+
+def test_a_booster_load_redirects_no_output_while_other_threads_run(tmp_path, capfd):
+    """The native "[Fatal]" line is kept off a single-threaded CLI's terminal by redirecting the
+    process's stderr; with other threads running (the service's workers) that would swallow their
+    output too, so nothing is redirected and LightGBM's line stays."""
+    import threading
+
+    from zoomer_ar.learn.model import ModelLoadError, load_booster
+
+    bad = tmp_path / "sync-point.txt"
+    bad.write_text((REPO / "models" / "v0001" / "sync-point.txt").read_text()[:2000] + "\nend of trees\n")
+    gate = threading.Event()
+    other = threading.Thread(target=gate.wait)
+    other.start()
+    try:
+        with pytest.raises(ModelLoadError):
+            load_booster(bad)
+    finally:
+        gate.set()
+        other.join()
+    assert "[Fatal]" in capfd.readouterr().err

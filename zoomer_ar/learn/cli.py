@@ -248,14 +248,11 @@ def models_list(root) -> None:
 
 def _promote(root: Path, version: str, traces, cache, force: bool, allow_dropped_labels: bool = False) -> None:
     from .evaluate import DEFAULT_CACHE
-    from .registry import GateError, current, promote
+    from .registry import GateError, promote
 
     if not (root / version / "meta.json").is_file():  # an unknown version is bad input (exit 2), not a refusal
         known = sorted(p.name for p in root.glob("v*") if (p / "meta.json").is_file()) if root.is_dir() else []
         raise InputError(str(root / version), f"no model version {version} (versions here: {', '.join(known) or 'none'})")
-    if current(root) == version:
-        click.echo(f"{version} is already the current model: nothing to do")
-        return
     traces_p = _real_traces(traces)
     try:
         rep = promote(root, version, traces_p, Path(cache) if cache else DEFAULT_CACHE, force, allow_dropped_labels)

@@ -79,10 +79,15 @@ def load_booster(path: Path):
 def _quiet_native():
     """Keep LightGBM's native "[LightGBM] [Fatal] ..." line (written straight to file descriptor 2 by the C++
     library, and its Python log callback's print) off the terminal while a booster loads: the error is reported
-    as a ModelLoadError instead. A no-op where the descriptors cannot be redirected."""
+    as a ModelLoadError instead. Only in a single-threaded process (the CLI): the descriptor and sys.stdout are
+    the whole process's, so with other threads running (the service's workers) nothing is redirected."""
     import sys
     import tempfile
+    import threading
 
+    if threading.active_count() > 1:  # a server's threads would lose their output meanwhile: keep the line
+        yield
+        return
     saved = None
     try:
         sys.stdout.flush()
