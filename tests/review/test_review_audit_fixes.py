@@ -275,7 +275,7 @@ def test_failed_write_leaves_no_temporary_file_or_new_folder(tmp_path, monkeypat
     def refuse(*a, **k):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(cli.os, "replace", refuse)
+    monkeypatch.setattr(os, "replace", refuse)
     with pytest.raises(OutputError, match="No space left on device"):
         cli._write("text\n", str(tmp_path / "new" / "deeper" / "out.md"))
     assert list(tmp_path.iterdir()) == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -97,22 +98,30 @@ def _umask() -> int:
 def atomic_write(path: Path, data: str | bytes) -> None:
     """Write ``path`` whole or not at all (a temporary file renamed over it), with the mode a plain
     open() would give it under the user's umask: mkstemp creates 0600, which would hide the
-    reports from the group and the web server that serve them."""
+    reports from the group and the web server that serve them. Any failure (a full disk, a folder
+    in the way, ``path`` a folder) is one OutputError and leaves nothing behind: no temporary file,
+    no folder this call created. Text is UTF-8 (surrogate escapes kept: undecodable file names)."""
+    if path.is_dir():
+        raise OutputError(str(path), "it is a directory")
+    created: list[Path] = []  # folders made here, removed again on failure
+    tmp: str | None = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        for d in reversed([d for d in (path.parent, *path.parent.parents) if not d.exists()]):
+            d.mkdir()
+            created.append(d)
         fd, tmp = tempfile.mkstemp(dir=str(path.parent), prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as exc:
-        raise OutputError(str(path), exc.strerror or str(exc)) from None
-    try:
         os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data.encode("utf-8") if isinstance(data, str) else data)
+            fh.write(data.encode("utf-8", "surrogateescape") if isinstance(data, str) else data)
         os.replace(tmp, path)
     except BaseException as exc:
-        if os.path.exists(tmp):
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
-        if isinstance(exc, OSError):  # a full disk, a folder in the way: the output's fault, said in one line
-            raise OutputError(str(path), exc.strerror or str(exc)) from None
+        for d in reversed(created):
+            with contextlib.suppress(OSError):
+                d.rmdir()
+        if isinstance(exc, (OSError, UnicodeError)):  # the output's fault, said in one line
+            raise OutputError(str(path), getattr(exc, "strerror", None) or str(exc) or type(exc).__name__) from None
         raise
 
 

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 import click
 
-from ..errors import InputError, OutputError
+from ..errors import InputError
 from .catalogue import SEVERITIES
 from .config import DEFAULT_MAX_INLINE
 
@@ -18,54 +16,14 @@ FORMATS = ("md", "sarif", "github", "text", "json")
 
 
 def _write(text: str, output: str | None) -> None:
-    """stdout, or the file ``output`` replaced atomically (a temporary file beside it, renamed).
-    Any failure is one ``cannot write`` line (exit 2) and leaves nothing behind: no temporary
-    file, no folder this call created."""
+    """stdout, or the file ``output`` replaced atomically (render.report.atomic_write: any failure is
+    one ``cannot write`` line, exit 2, and leaves nothing behind)."""
     if output is None or output == "-":
         click.echo(text, nl=not text.endswith("\n"))
         return
-    p = Path(output)
-    if p.is_dir():
-        raise OutputError(output, "it is a directory")
-    created: list[Path] = []  # folders made here, removed again on failure
-    tmp: str | None = None
-    done = False
-    try:
-        missing = [d for d in [p.parent, *p.parent.parents] if not d.exists()]
-        for d in reversed(missing):
-            d.mkdir()
-            created.append(d)
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-        with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as fh:
-            fh.write(text)
-        os.chmod(tmp, _file_mode(p))
-        os.replace(tmp, p)
-        done = True
-    except (OSError, UnicodeError) as exc:
-        reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-        raise OutputError(output, reason) from None
-    finally:
-        if not done:
-            if tmp is not None:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
-            for d in reversed(created):
-                try:
-                    d.rmdir()
-                except OSError:
-                    pass
+    from ..render.report import atomic_write
 
-
-def _file_mode(p: Path) -> int:
-    """The mode the output gets: that of the file it replaces, else the usual one (umask)."""
-    try:
-        return p.stat().st_mode & 0o7777
-    except OSError:
-        mask = os.umask(0o022)
-        os.umask(mask)
-        return 0o666 & ~mask
+    atomic_write(Path(output), text)
 
 
 @click.command("review")
