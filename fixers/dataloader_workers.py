@@ -241,22 +241,14 @@ def _target_texts(target: cst.CSTNode) -> set[str]:
     return {d} if d is not None else set()
 
 
-def _arg(call: cst.Call, name: str, index: int) -> cst.Arg | None:
-    arg = h.kwarg(call, name)
-    if arg is not None:
-        return arg
-    pos = h.positionals(call)
-    return pos[index] if index < len(pos) else None
-
-
 def map_style_by_call(call: cst.Call) -> bool:
     """The DataLoader call itself rules out an IterableDataset (DataLoader raises ValueError for
     one given ``shuffle=True``, a ``sampler`` or a ``batch_sampler``)."""
-    shuffle = _arg(call, "shuffle", 2)
+    shuffle = h.arg_at(call, "shuffle", 2)
     if shuffle is not None and h.is_literal(shuffle.value, True):
         return True
     for name, index in (("sampler", 3), ("batch_sampler", 4)):
-        arg = _arg(call, name, index)
+        arg = h.arg_at(call, name, index)
         if arg is not None and not h.is_literal(arg.value, None):
             return True
     return False
@@ -428,7 +420,7 @@ loader = DataLoader(dataset, batch_size=64, shuffle=True, num_workers=4, pin_mem
             if len(h.positionals(call)) > 5:
                 yield self.report(call, "DataLoader gets num_workers positionally; pass num_workers>0 and pin_memory=True by keyword")
                 continue
-            dataset = _arg(call, "dataset", 0)
+            dataset = h.arg_at(call, "dataset", 0)
             expr = dataset.value if dataset is not None else None
             scope = ctx.enclosing_scope(call)
             if map_style_by_call(call):

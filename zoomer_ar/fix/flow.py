@@ -277,26 +277,17 @@ TORCH_FRESH = frozenset(
 )
 
 
-def _arg_at(call: cst.Call, name: str, index: int | None) -> cst.Arg | None:
-    """The argument bound to parameter ``name`` (by keyword, or at positional ``index``)."""
-    arg = h.kwarg(call, name)
-    if arg is not None or index is None:
-        return arg
-    pos = h.positionals(call)
-    return pos[index] if index < len(pos) else None
-
-
 def _statically_fresh_dropout(call: cst.Call, last: str) -> bool:
     """A dropout call that certainly returns a new tensor: ``training`` literally true (or true by
     default) and ``p`` a literal other than 0 (or the default 0.5); otherwise it may return its
     input itself (``F.dropout(x, p, False) is x``)."""
-    training = _arg_at(call, "training", 2)
+    training = h.arg_at(call, "training", 2)
     if training is None:
         if not F_DROPOUT_TRAINING_DEFAULT[last]:
             return False
     elif not h.is_literal(training.value, True):
         return False
-    p = _arg_at(call, "p", 1)
+    p = h.arg_at(call, "p", 1)
     if p is None:
         return True
     value = h.literal(p.value)
@@ -317,7 +308,7 @@ def _torch_out_of_place(ctx: Context, call: cst.Call, arg: cst.Arg | None = None
         if last not in F_FRESH:
             return False
         if last in F_INPLACE_INDEX:
-            inplace = _arg_at(call, "inplace", F_INPLACE_INDEX[last])
+            inplace = h.arg_at(call, "inplace", F_INPLACE_INDEX[last])
             if inplace is not None and not h.is_literal(inplace.value, False):
                 return False
         if last in F_DROPOUT_TRAINING_DEFAULT and not _statically_fresh_dropout(call, last):

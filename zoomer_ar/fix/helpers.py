@@ -92,6 +92,16 @@ def positionals(call: cst.Call) -> list[cst.Arg]:
     return [a for a in call.args if a.keyword is None and not a.star]
 
 
+def arg_at(call: cst.Call, name: str, index: int | None) -> cst.Arg | None:
+    """The argument bound to parameter ``name``: by keyword, else at positional ``index`` (None:
+    keyword-only)."""
+    arg = kwarg(call, name)
+    if arg is not None or index is None:
+        return arg
+    pos = positionals(call)
+    return pos[index] if index < len(pos) else None
+
+
 def has_star(call: cst.Call) -> bool:
     return any(a.star for a in call.args)
 
