@@ -27,6 +27,7 @@ from . import queue as Q
 from .archives import ArchiveError
 from .auth import Principal, authenticate
 from .config import Settings
+from .names import SEPARATORS, bad_chars
 from .uploads import FILE_FIELDS, MultipartReceiver, UploadError, prepare_inputs
 from .webhook import WebhookError, review_job, verify
 
@@ -104,13 +105,6 @@ class Health(BaseModel):
     version: str
 
 
-def _bad_chars(v: str, extra: str = "") -> list[str]:
-    """Control and format characters (Unicode Cc, Cf, line/paragraph separators) and those of `extra`."""
-    import unicodedata
-
-    return sorted({ch for ch in v if ch in extra or unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp")})
-
-
 class JobMetadata(BaseModel):
     """The text fields of POST /v1/jobs.
 
@@ -132,7 +126,7 @@ class JobMetadata(BaseModel):
     def _job(cls, v: str | None) -> str | None:
         if v is None:
             return None
-        bad = _bad_chars(v, "/\\")
+        bad = bad_chars(v, SEPARATORS)
         if bad:
             raise ValueError(f"job name may not contain {', '.join(repr(c) for c in bad)} "
                              "(no '/' or backslash: the store records it as <team>/<job>; no control characters)")
@@ -143,8 +137,9 @@ class JobMetadata(BaseModel):
     @field_validator("name", "owner")
     @classmethod
     def _printable(cls, v: str | None) -> str | None:
-        if v is not None and _bad_chars(v):
-            raise ValueError(f"may not contain control characters ({', '.join(repr(c) for c in _bad_chars(v))})")
+        bad = bad_chars(v) if v is not None else []
+        if bad:
+            raise ValueError(f"may not contain control characters ({', '.join(repr(c) for c in bad)})")
         return v
 
     @field_validator("week")

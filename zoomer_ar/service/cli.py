@@ -195,7 +195,7 @@ def token_create(team: str, name: str, db: str | None) -> None:
         raise click.BadParameter(str(exc), param_hint="--team") from None
     tok, tid = create_token(open_store(db), team, name)
     click.echo(tok)
-    click.echo(f"token #{tid} for team {team.strip()}: store it now, it is not shown again", err=True)
+    click.echo(f"token #{tid} for team {team}: store it now, it is not shown again", err=True)
 
 
 @token.command("list")

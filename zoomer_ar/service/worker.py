@@ -41,6 +41,7 @@ from sqlalchemy import Engine
 from ..errors import ZoomerError
 from . import queue as Q
 from .config import Settings
+from .names import store_job_name
 
 log = logging.getLogger("zoomer_ar.service.worker")
 
@@ -124,13 +125,11 @@ def run_analyze(claim: Q.Claim, settings: Settings, engine: Engine) -> tuple[dic
         except JobTeamConflict:
             rr = None
             notes.append(f"the store job {store_job} belongs to another team; this run is not recorded")
-        if rr is None:
-            pass
-        elif _team_of(engine, rr.job_id) == claim.team:
+        if rr is not None and _team_of(engine, rr.job_id) == claim.team:
             cost, analysis_id = rr.cost, rr.analysis_id
             if rr.job != store_job:
                 notes.append(f"this trace was already recorded as job {rr.job}; that run stands")
-        else:
+        elif rr is not None:
             notes.append("this trace was already recorded by another team; it is not recorded again")
     if cost is None:
         cost = cost_attribution(analysis.features, analysis.findings, gpus=p.get("gpus"), gpu_hours=p.get("gpu_hours"),
@@ -155,14 +154,6 @@ def run_analyze(claim: Q.Claim, settings: Settings, engine: Engine) -> tuple[dic
         "notes": notes,
     }
     return summary, artifacts, chash, analysis_id
-
-
-def store_job_name(name: str) -> str:
-    """A report name as the `<job>` of `<team>/<job>`: '/', '\\' and control characters become '_'."""
-    import unicodedata
-
-    out = "".join("_" if ch in "/\\" or unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") else ch for ch in name)
-    return out.strip() or "job"
 
 
 def _team_of(engine: Engine, job_id: int) -> str | None:
