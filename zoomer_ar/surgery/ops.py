@@ -745,7 +745,7 @@ def _merge_rank(w: TraceWriter, rank: int, f: Path, st: Stats) -> None:
 
     def consume(view) -> None:
         events = _DICTS.decode(view)  # first: a DecodeError here makes the scanner cut elsewhere
-        refuse_wrong_types(f, bytes(view), seen[0])
+        refuse_wrong_types(f, view, seen[0])  # decoded where it lies (no copy)
         seen[0] += len(events)
         st.events_in += len(events)
         w.write_objects(_remap(events, rank))

@@ -91,7 +91,7 @@ def wrong_type(exc: msgspec.ValidationError) -> str:
     return f"`{field}` has the wrong type ({m.group('why')})" if field else f"wrong type ({m.group('why')})"
 
 
-def type_problems(data: bytes, before: int = 0, limit: int = 1) -> list[tuple[int, str]]:
+def type_problems(data: bytes | memoryview, before: int = 0, limit: int = 1) -> list[tuple[int, str]]:
     """(index in the file, why) of the events of this JSON array (a slice of the events, `before`
     events precede it) whose fields the loader refuses, at most `limit`. One decode of the whole
     slice when all are fine, as nearly always; event by event only in a slice that is not."""
@@ -111,7 +111,7 @@ def type_problems(data: bytes, before: int = 0, limit: int = 1) -> list[tuple[in
     return out
 
 
-def refuse_wrong_types(path: Path, data: bytes, before: int) -> None:
+def refuse_wrong_types(path: Path, data: bytes | memoryview, before: int) -> None:
     """InputError naming the file and the first event of this slice the loader refuses."""
     bad = type_problems(data, before)
     if bad:
@@ -132,7 +132,7 @@ def check_trace(path: Path, limit: int = 20) -> tuple[int, list[str]]:
             return
         found = [(base + k, pr) for k, e in enumerate(events)
                  for pr in event_problems(e.ph, e.name, e.ts, e.dur, e.pid, e.tid, e.id)]
-        found += type_problems(bytes(view), base, limit - len(problems))
+        found += type_problems(view, base, limit - len(problems))  # decoded where it lies (no copy)
         for i, pr in sorted(found, key=lambda f: f[0])[: limit - len(problems)]:
             ph = events[i - base].ph
             timed = isinstance(ph, str) and ph in _TIMED
