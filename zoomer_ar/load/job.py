@@ -218,6 +218,13 @@ def is_trace_file(p: Path) -> bool:
     return p.is_file() and (n.endswith(".json") or n.endswith(".json.gz") or n.endswith(".gz"))
 
 
+def rank_files(folder: Path, is_trace: Callable[[Path], bool] = is_trace_file) -> list[Path]:
+    """The rank trace files of a job folder, sorted: its own files (not subfolders) that ``is_trace``
+    accepts, not hidden, not the capture helper's job.json. Every reader of a rank folder (the
+    loaders, surgery, the service's upload check) chooses its files here."""
+    return sorted(f for f in folder.iterdir() if is_trace(f) and not f.name.startswith(".") and f.name != "job.json")
+
+
 _NAME_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".trace.json.gz", ".trace.json", ".json.gz", ".json",
                   ".json.zst", ".gz")
 
@@ -249,8 +256,7 @@ def load_job(
     if not p.exists():
         raise InputError(str(p), missing_reason(p))
     if p.is_dir():
-        files = sorted(f for f in p.iterdir() if is_trace_file(f) and not f.name.startswith("."))
-        files = [f for f in files if f.name != "job.json"]
+        files = rank_files(p)
         if not files:
             raise InputError(str(p), "folder holds no trace files (*.json, *.json.gz)")
     else:

@@ -193,16 +193,16 @@ def _gzip_of_json(path: Path) -> bool:
 def _has_trace_files(root: Path) -> bool:
     """Whether the folder the worker will load holds a file it reads as a rank trace.
 
-    Mirrors zoomer_ar.load.job.load_job on a folder: its own files (not subfolders), not hidden,
-    not `job.json`, named `*.json` or `*.json.gz`, or `*.gz` when that is gzip of JSON (_gzip_of_json).
+    The loader's choice of files (zoomer_ar.load.job.rank_files), named `*.json` or `*.json.gz`,
+    or `*.gz` when that is gzip of JSON (_gzip_of_json).
     """
-    for p in root.iterdir():
+    from ..load.job import rank_files
+
+    def readable(p: Path) -> bool:
         name = p.name.lower()
-        if not p.is_file() or p.name.startswith(".") or p.name == "job.json":
-            continue
-        if name.endswith((".json", ".json.gz")) or (name.endswith(".gz") and _gzip_of_json(p)):
-            return True
-    return False
+        return p.is_file() and (name.endswith((".json", ".json.gz")) or (name.endswith(".gz") and _gzip_of_json(p)))
+
+    return bool(rank_files(root, readable))
 
 
 def _stem(filename: str) -> str:

@@ -45,11 +45,12 @@ def json_size_estimate(path: Path) -> int:
 
 
 def job_size_estimate(path: str | Path) -> int:
+    from ..load.job import rank_files
     from .source import is_trace_file
 
     p = Path(path)
     if p.is_dir():
-        return sum(json_size_estimate(f) for f in p.iterdir() if is_trace_file(f) and not f.name.startswith("."))
+        return sum(json_size_estimate(f) for f in rank_files(p, is_trace_file))
     return json_size_estimate(p) if p.is_file() else 0
 
 
@@ -68,6 +69,7 @@ def should_stream(path: str | Path, limit: int | None = None) -> bool:
 
 
 def _any_zstd(path: str | Path) -> bool:
+    from ..load.job import rank_files
     from .source import is_trace_file
 
     p = Path(path)

@@ -21,8 +21,8 @@ from pathlib import Path
 from ..errors import InputError
 from ..load import fastcols
 from ..load.columns import RankTrace
-from ..load.job import (TOO_DEEP, Job, _accelerator, _schema, assemble_job, load_trace, missing_reason, rank_from_name,
-                        rebase_times)
+from ..load.job import (TOO_DEEP, Job, _accelerator, _schema, assemble_job, load_trace, missing_reason, rank_files,
+                        rank_from_name, rebase_times)
 from ..load.reader import Progress, TraceTooBig
 from ..models import RankInfo, SkippedFile
 from .compact import CompactBuilder, NeedAnotherPass, constant_columns, fix_mmap_threshold, trim_heap
@@ -185,8 +185,7 @@ def _worker(path: str, kw: dict) -> tuple[RankTrace, RankInfo] | InputError:
 
 def _files(p: Path) -> list[Path]:
     if p.is_dir():
-        files = sorted(f for f in p.iterdir() if is_trace_file(f) and not f.name.startswith("."))
-        files = [f for f in files if f.name != "job.json"]
+        files = rank_files(p, is_trace_file)
         if not files:
             raise InputError(str(p), "folder holds no trace files (*.json, *.json.gz)")
         return files

@@ -21,6 +21,7 @@ import msgspec
 import numpy as np
 
 from ..errors import InputError
+from ..load.job import rank_files as folder_rank_files
 from ..load.job import rank_from_name
 from ..stream.compact import NsCounter
 from ..stream.scan import ScanResult, scan
@@ -499,7 +500,7 @@ def job_folder(src: Path) -> JobFiles:
     """The rank files of a job folder (see rank_files); InputError when it holds none."""
     if not src.is_dir():
         raise InputError(str(src), "not a folder of per-rank trace files")
-    files = sorted(f for f in src.iterdir() if is_trace_file(f) and not f.name.startswith(".") and f.name != "job.json")
+    files = folder_rank_files(src, is_trace_file)
     if not files:
         raise InputError(str(src), "folder holds no trace files (*.json, *.json.gz)")
     return rank_files(files, str(src))
