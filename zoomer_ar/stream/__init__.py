@@ -73,7 +73,7 @@ def _any_zstd(path: str | Path) -> bool:
     from .source import is_trace_file
 
     p = Path(path)
-    files = [f for f in p.iterdir() if is_trace_file(f)] if p.is_dir() else [p]
+    files = rank_files(p, is_trace_file) if p.is_dir() else [p]  # the files the loaders read
     for f in files:
         if not f.is_file():  # a named pipe would block the open: the loaders refuse it in one line
             continue
