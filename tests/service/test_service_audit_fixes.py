@@ -380,3 +380,82 @@ def test_token_commands_on_a_file_that_is_not_a_store(tmp_path):
         lines = out.stderr.strip().splitlines()
         assert len(lines) == 1 and str(junk) in lines[0] and "not a SQLite database" in lines[0], out
     assert junk.read_bytes() == b"garbage\n" * 100
+
+
+def _analyses(engine) -> set[int]:  # noqa: ANN001
+    with read_session(engine) as s:
+        return set(s.execute(select(Analysis.id)).scalars())
+
+
+def test_run_reused_by_a_running_job_survives_its_recorders_failure(db_url, tmp_path, monkeypatch):
+    """Job 1 records the trace and dies; job 2 (same bytes) finds the run recorded and renders its reports; job 1
+    then fails. The run stays (job 2 relies on it and inherits it); had job 2 failed too, it would go."""
+    import zoomer_ar.analyze_cli as ac
+    from zoomer_ar.service import queue as Q
+    from zoomer_ar.service.config import Settings
+    from zoomer_ar.service.worker import run_analyze
+    from zoomer_ar.store.digest import build_digest
+
+    engine = open_store(db_url)
+    settings = Settings(db=db_url, data_dir=tmp_path)
+    real = ac.write_fix_outputs
+    for second_fails in (False, True):
+        first, second = _queue(engine, tmp_path, "ml", 2, data=unique_trace(SMALL_TRACE))
+        c1 = Q.claim(engine, "w1", 60.0)
+        monkeypatch.setattr(ac, "write_fix_outputs", lambda *_a, **_k: (_ for _ in ()).throw(_Crash()))
+        with pytest.raises(_Crash):
+            run_analyze(c1, settings, engine)
+        run = Q.get_job(engine, first, None).analysis_id
+        assert run is not None and run in _analyses(engine)
+        monkeypatch.setattr(ac, "write_fix_outputs", real)
+        c2 = Q.claim(engine, "w2", 60.0)
+        assert c2.job_id == second
+        summary, artifacts, chash, aid = run_analyze(c2, settings, engine)
+        assert aid == run and summary["recorded"]
+        assert Q.fail(engine, c1, "render failed")  # the recorder fails while job 2 still runs
+        assert run in _analyses(engine)  # the old code deleted it here: job 2 then pointed at nothing
+        assert Q.get_job(engine, first, None).analysis_id is None
+        assert Q.get_job(engine, second, None).analysis_id == run  # job 2 inherited the run
+        if second_fails:
+            assert Q.fail(engine, c2, "failed too")
+            assert run not in _analyses(engine)
+        else:
+            assert Q.complete(engine, c2, result=summary, artifacts=artifacts, content_hash=chash, analysis_id=aid)
+            assert run in _analyses(engine) and Q.get_job(engine, second, None).analysis_id == run
+            assert build_digest(engine, week="2026-W41").runs == 1
+
+
+def test_run_gone_before_the_reusing_job_links_it_is_recorded_again(db_url, tmp_path, monkeypatch):
+    """Job 1's run vanishes (job 1 fails) between job 2 finding it recorded and holding on to it: job 2 records
+    the trace itself and its reports point at a run that exists."""
+    import zoomer_ar.analyze_cli as ac
+    from zoomer_ar.service import queue as Q
+    from zoomer_ar.service.config import Settings
+    from zoomer_ar.service.worker import run_analyze
+
+    engine = open_store(db_url)
+    settings = Settings(db=db_url, data_dir=tmp_path)
+    first, second = _queue(engine, tmp_path, "ml", 2, data=unique_trace(SMALL_TRACE))
+    c1 = Q.claim(engine, "w1", 60.0)
+    real_out = ac.write_fix_outputs
+    monkeypatch.setattr(ac, "write_fix_outputs", lambda *_a, **_k: (_ for _ in ()).throw(_Crash()))
+    with pytest.raises(_Crash):
+        run_analyze(c1, settings, engine)
+    old = Q.get_job(engine, first, None).analysis_id
+    monkeypatch.setattr(ac, "write_fix_outputs", real_out)
+    real_link = Q.link_recorded
+    calls = []
+
+    def fail_first_then_link(*a, **k):
+        calls.append(a[2])
+        if len(calls) == 1:
+            assert Q.fail(engine, c1, "render failed")  # no job relies on the run yet: it goes
+            assert old not in _analyses(engine)
+        return real_link(*a, **k)
+
+    monkeypatch.setattr(Q, "link_recorded", fail_first_then_link)
+    c2 = Q.claim(engine, "w2", 60.0)
+    summary, artifacts, chash, aid = run_analyze(c2, settings, engine)
+    assert calls == [old] and aid is not None and aid in _analyses(engine)  # (SQLite may reuse the id)
+    assert Q.get_job(engine, second, None).analysis_id == aid  # job 2 recorded it: its own failure would undo it
+    assert Q.complete(engine, c2, result=summary, artifacts=artifacts, content_hash=chash, analysis_id=aid)

@@ -17,8 +17,11 @@
   it renders its reports (the reports show the recorded cost). The recording transaction also
   sets the job's `analysis_id` (`mark_recorded`, under the lease), so while a job is running its
   `analysis_id` is the run it created. When the job then fails (`fail`), or is abandoned after
-  too many claims (`claim`), that run is deleted in the same transaction (unless another finished
-  job links to it): a failed job never counts in the digest or a job's history.
+  too many claims (`claim`), that run is deleted in the same transaction, unless another job relies
+  on it: a finished job that links to it, or a running job that found the trace already recorded
+  and said so (`link_recorded`, which sets its `content_hash` while it runs; the oldest such job
+  inherits the run, so that it goes if that job fails too). A failed job never counts in the digest
+  or a job's history, and a job that reuses a run never loses it to another job's failure.
 
 All times are the database server's clock in epoch seconds (`db_now`), so workers on different
 hosts agree on expiry.
@@ -128,18 +131,53 @@ def mark_recorded(session: Session, c: Claim, analysis_id: int) -> None:
         raise LeaseLost(c.job_id)
 
 
+def link_recorded(engine: Engine, c: Claim, analysis_id: int, content_hash: str) -> bool:
+    """A job whose trace was already recorded (status "exists" or "refreshed") marks, under its lease, that it
+    relies on that run: its `content_hash` is set while it runs, which spares the run from the undo of the job
+    that recorded it (`_undo_recording`). False when the run is gone (its recorder failed meanwhile): the caller
+    records the trace again. The run's row is locked first (as `_undo_recording` locks it), so a link and an
+    undo never pass each other."""
+    from ..store.orm import Analysis
+
+    def tx() -> bool:
+        with write_session(engine) as s:
+            held = s.execute(select(Analysis.id).where(Analysis.id == analysis_id).with_for_update()).first()
+            if held is None:
+                return False
+            res = s.execute(update(ServiceJob).where(_mine(c)).values(content_hash=content_hash))
+            if res.rowcount != 1:
+                raise LeaseLost(c.job_id)
+            return True
+
+    return with_retry(tx)
+
+
 def _undo_recording(s: Session, job_id: str) -> None:
-    """The run a running job recorded (its analysis_id) is deleted, unless another finished job links to it."""
+    """The run a failing job recorded (its analysis_id) is deleted, unless another job relies on it: a finished
+    job that links to it, or a running job that found it already recorded (`link_recorded`; the oldest such job
+    then becomes the run's recorder, so that the run goes if that job fails too)."""
+    from ..store.orm import Analysis, Trace
     from ..store.record import forget_analysis
 
     aid = s.execute(select(ServiceJob.analysis_id).where(ServiceJob.id == job_id)).scalar_one_or_none()
     if aid is None:
         return
+    s.execute(update(ServiceJob).where(ServiceJob.id == job_id).values(analysis_id=None))
+    held = s.execute(select(Trace.content_hash).join(Analysis, Analysis.trace_id == Trace.id)
+                     .where(Analysis.id == aid).with_for_update(of=Analysis)).first()
+    if held is None:
+        return
     linked = s.execute(select(ServiceJob.id).where(ServiceJob.analysis_id == aid, ServiceJob.state == DONE,
                                                    ServiceJob.id != job_id).limit(1)).first()
-    if linked is None:
-        forget_analysis(s, aid)
-    s.execute(update(ServiceJob).where(ServiceJob.id == job_id).values(analysis_id=None))
+    if linked is not None:
+        return
+    heir = s.execute(select(ServiceJob.id).where(ServiceJob.content_hash == held[0], ServiceJob.state == RUNNING,
+                                                 ServiceJob.analysis_id.is_(None), ServiceJob.id != job_id)
+                     .order_by(ServiceJob.queued_at, ServiceJob.id).limit(1)).first()
+    if heir is not None:
+        s.execute(update(ServiceJob).where(ServiceJob.id == heir[0]).values(analysis_id=aid))
+        return
+    forget_analysis(s, aid)
 
 
 def recorded_trace_of_team(engine: Engine, analysis_id: int, team: str) -> str | None:

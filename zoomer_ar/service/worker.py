@@ -118,10 +118,18 @@ def run_analyze(claim: Q.Claim, settings: Settings, engine: Engine) -> tuple[dic
         try:
             # the run is recorded first (the reports show its recorded cost); the same transaction marks this
             # job as its recorder, so that failing the job later deletes the run again (queue.fail)
-            rr = record_analysis(analysis, RecordOptions(
+            opts = RecordOptions(
                 job=store_job, team=claim.team, owner=p.get("owner"), gpus=p.get("gpus"),
                 gpu_hours=p.get("gpu_hours"), gpu_hour_cost=p.get("gpu_hour_cost"), week=p.get("week"),
-            ), db=engine, on_recorded=lambda s, r: Q.mark_recorded(s, claim, r.analysis_id))
+            )
+            for _ in range(5):
+                rr = record_analysis(analysis, opts, db=engine,
+                                     on_recorded=lambda s, r: Q.mark_recorded(s, claim, r.analysis_id))
+                # a run recorded before: hold on to it (its recorder may still fail); gone already: record again
+                if rr.status == "recorded" or Q.link_recorded(engine, claim, rr.analysis_id, chash):
+                    break
+            else:
+                raise ZoomerError(f"could not record {chash[:12]}: the run kept vanishing while being reused")
         except JobTeamConflict:
             rr = None
             notes.append(f"the store job {store_job} belongs to another team; this run is not recorded")
