@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import threading
 
 from dataclasses import dataclass, field
 from itertools import compress, repeat
@@ -86,7 +87,7 @@ class RankTrace:
             if hit is not None and hit[0] == len(self.names):
                 return hit[1]
         if named and "<locals>" not in getattr(predicate, "__qualname__", "<locals>"):
-            codes = np.asarray(_matching(predicate, self.names), dtype=np.int32)
+            codes = _matching(predicate, self.__dict__, self.names).astype(np.int32)
         else:
             codes = np.asarray([i for i, n in enumerate(self.names) if predicate(n)], dtype=np.int32)
         if cache is not None:
@@ -127,24 +128,58 @@ class RankTrace:
 
 # Verdicts of module-level name predicates (pure functions of the name: features.names, phases),
 # shared by every trace of the process: the ranks of a job repeat each other's names, and each
-# verdict (often a regex search) is then computed once per name, not once per rank.
-_VERDICTS: dict[Any, dict[str, bool]] = {}
-_VERDICTS_MAX = 1 << 18  # names remembered per predicate; beyond it the memo starts again
+# verdict (often a regex search) is then computed once per name, not once per rank. Names get a
+# process-wide id (`_NAME_IDS`); each trace maps its name table to those ids once, and a verdict
+# table per predicate answers for every name of a trace in one numpy lookup.
+_NAME_IDS: dict[str, int] = {}
+_NAME_LIST: list[str] = []
+_VERDICTS: dict[Any, np.ndarray] = {}
+_VERDICTS_MAX = 1 << 18  # names remembered; beyond it the registry starts again
+_REGISTRY_LOCK = threading.Lock()
+# the registry's identity: a trace's cached id map is valid while it holds this very object (a new one when
+# the registry starts again; a trace pickled to or from another process carries a copy, never this one)
+_GENERATION = [object()]
 
 
-def _matching(predicate, names: list[str]) -> list[int]:
-    """Indices of the names that satisfy a module-level predicate, through _VERDICTS."""
-    memo = _VERDICTS.get(predicate)
-    if memo is None or len(memo) > _VERDICTS_MAX:
-        memo = _VERDICTS[predicate] = {}
-    out = []
+def _name_ids(trace_dict: dict, names: list[str]) -> np.ndarray:
+    """The process-wide ids of a trace's names (cached on the trace while its table and the
+    registry stay as they are)."""
+    with _REGISTRY_LOCK:  # ranks may be read by several threads (load.job)
+        return _name_ids_locked(trace_dict, names)
+
+
+def _name_ids_locked(trace_dict: dict, names: list[str]) -> np.ndarray:
+    hit = trace_dict.get("_name_ids")
+    if hit is not None and hit[0] == len(names) and hit[1] is _GENERATION[0]:
+        return hit[2]
+    if len(_NAME_IDS) + len(names) > _VERDICTS_MAX:
+        _NAME_IDS.clear()
+        _NAME_LIST.clear()
+        _VERDICTS.clear()
+        _GENERATION[0] = object()
+    ids = _NAME_IDS
+    out = np.empty(len(names), dtype=np.int64)
     for i, n in enumerate(names):
-        v = memo.get(n)
-        if v is None:
-            v = memo[n] = bool(predicate(n))
-        if v:
-            out.append(i)
+        g = ids.get(n)
+        if g is None:
+            g = ids[n] = len(_NAME_LIST)
+            _NAME_LIST.append(n)
+        out[i] = g
+    trace_dict["_name_ids"] = (len(names), _GENERATION[0], out)
     return out
+
+
+def _matching(predicate, trace_dict: dict, names: list[str]) -> np.ndarray:
+    """Indices of the names that satisfy a module-level predicate, through _VERDICTS."""
+    with _REGISTRY_LOCK:
+        gids = _name_ids_locked(trace_dict, names)
+        table = _VERDICTS.get(predicate)
+        known = 0 if table is None else table.size
+        if known < len(_NAME_LIST):
+            fresh = np.fromiter((bool(predicate(n)) for n in _NAME_LIST[known:]), dtype=bool,
+                                count=len(_NAME_LIST) - known)
+            table = _VERDICTS[predicate] = fresh if table is None else np.concatenate([table, fresh])
+    return np.flatnonzero(table.take(gids)) if gids.size else np.empty(0, dtype=np.int64)
 
 
 class Ends:
