@@ -7,6 +7,7 @@ from typing import Iterable
 import libcst as cst
 
 from zoomer_ar.fix import helpers as h
+from zoomer_ar.fix.datasets import workers_rewritable
 from zoomer_ar.fix.base import Context, Edit, Example, Fixer
 
 ITER_WRAPPERS = {"enumerate", "iter", "zip", "tqdm", "tqdm.tqdm", "tqdm.auto.tqdm", "islice", "itertools.islice", "prefetch"}
@@ -177,9 +178,8 @@ for x, y in loader:
         pin = h.kwarg(call, "pin_memory")
         if pin is not None:
             return h.is_literal(pin.value, True)
-        return (
+        return (  # dataloader-workers pins it in this run: it rewrites this call (not an iterable-style loader)
             DATALOADER_FIXER in ctx.fixing
-            and h.dataloader_is_serial(call)
-            and h.dataloader_fixable(call)
+            and workers_rewritable(ctx, call)
             and not ctx.is_suppressed(call, "dataloader-bound", DATALOADER_FIXER)
         )

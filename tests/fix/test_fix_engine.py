@@ -229,3 +229,32 @@ def test_combined_fix_pins_loader_and_adds_non_blocking(project: Path):
 def test_unified_diff_no_newline_marker():
     d = engine.unified_diff("x.py", "a = 1\nb = 2", "a = 1\nb = 3")
     assert d.endswith("-b = 2\n\\ No newline at end of file\n+b = 3\n\\ No newline at end of file\n")
+
+
+def test_non_blocking_is_not_added_for_a_loader_the_workers_fixer_leaves_unpinned(tmp_path: Path):
+    """dataloader-workers refuses an IterableDataset loader (workers would replay the stream), so it stays
+    unpinned: non-blocking-h2d must not add non_blocking=True nor claim the loader pins memory."""
+    src = (
+        "import torch\n"
+        "from torch.utils.data import DataLoader, IterableDataset\n\n\n"
+        "class Stream(IterableDataset):\n"
+        "    def __iter__(self):\n"
+        "        yield torch.zeros(4)\n\n\n"
+        "loader = DataLoader(Stream(), batch_size=None)\n"
+        "for x in loader:\n"
+        "    x = x.to('cuda')\n"
+    )
+    (tmp_path / "train.py").write_text(src)
+    result = engine.run(tmp_path, fix=True, select="dataloader-workers,non-blocking-h2d")
+    assert "non_blocking" not in result.diff() and "pin_memory" not in result.diff()
+    messages = [f"{m.fixer}: {m.message}" for f in result.files for m in f.findings]
+    assert any("non-blocking-h2d" in m and "pin the loader's memory" in m for m in messages), messages
+    assert not any("the loader pins memory" in m for m in messages), messages
+    # a map-style loader in the same run is pinned and gets non_blocking=True, as before
+    (tmp_path / "train.py").write_text(
+        "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n\n"
+        "loader = DataLoader(TensorDataset(torch.zeros(8, 4)), batch_size=2)\n"
+        "for (x,) in loader:\n    x = x.to('cuda')\n"
+    )
+    diff = engine.run(tmp_path, fix=True, select="dataloader-workers,non-blocking-h2d").diff()
+    assert "pin_memory=True" in diff and "non_blocking=True" in diff
