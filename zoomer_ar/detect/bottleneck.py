@@ -17,7 +17,9 @@ def classify(fv: FeatureVector) -> Bottleneck:
         input_ms = fv.idle_data_ms_per_step or 0.0
         host_ms = (fv.idle_host_ms_per_step or 0.0) + (fv.idle_sync_ms_per_step or 0.0)
         comm_ms = fv.exposed_comm_ms_per_step
-        memory_ms = fv.memcpy_htod_ms_per_step + fv.memcpy_dtoh_ms_per_step + fv.memcpy_dtod_ms_per_step + fv.memset_ms_per_step
+        # copies and memsets that kernels do not hide: a copy overlapping compute on another stream costs no time
+        memory_ms = fv.memory_exposed_ms_per_step if fv.memory_exposed_ms_per_step is not None else (
+            fv.memcpy_htod_ms_per_step + fv.memcpy_dtoh_ms_per_step + fv.memcpy_dtod_ms_per_step + fv.memset_ms_per_step)
         # the union of non-collective kernels: kernels overlapping on several streams count once,
         # so compute never claims more than the GPU was busy (a plain sum can exceed the step)
         compute_ms = fv.compute_ms_per_step if fv.compute_ms_per_step is not None else max(

@@ -2,13 +2,13 @@
 
 Some rules measure a part of what another measures: launch-bound's host-bound idle, sync-point's
 idle after host syncs and (on a GPU) dataloader-bound's idle while the host waits for data are
-disjoint parts of the GPU idle time that idle-gpu measures whole; their rule files say
-`within: idle-gpu`. Fixing the parts saves at most their sum, fixing the cause of the whole
-saves the whole, so a finding and the findings within it count as the larger of the two. Findings
-that measure different time add up. The total is capped at the step (100%).
-
-Other overlaps are not modelled (host time in allocator calls can lie inside host-bound idle),
-so the combination stays an upper bound, a much tighter one than the plain sum.
+disjoint parts of the GPU idle time that idle-gpu measures whole; host time in the optimizer
+(single-tensor-optimizer) and in allocator calls (allocator-churn) costs a GPU job's step only as
+GPU idle too. Their rule files say `within: idle-gpu`. Whatever is fixed, no more than the whole
+is saved, so where the whole is among the findings it counts and the findings within it do not;
+without it, the parts add up (host-side parts may overlap each other, allocator calls inside the
+optimizer step: then that sum is an upper bound). Findings that measure different time add up. The
+total is capped at the step (100%).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def within_present(findings: Iterable[Finding]) -> dict[str, str]:
 
 def counted_shares(findings: Iterable[Finding]) -> list[float]:
     """For each finding (in order), the share of its own impact that the combined total counts:
-    1 or 0 within a group (a finding and those within it: the larger side counts), times the cap's
+    1 or 0 within a group (a finding and those within it: the whole counts where present), times the cap's
     scale. Stored per finding, these let a SQL sum give combined totals (zoomer_ar.store)."""
     findings = list(findings)
     inside = within_present(findings)
@@ -47,9 +47,9 @@ def counted_shares(findings: Iterable[Finding]) -> list[float]:
     for key in set(inside.values()):
         whole = [i for i, f in enumerate(findings) if f.pattern == key]
         parts = [i for i, g in enumerate(group) if g == key and findings[i].pattern != key]
-        whole_ms = sum(findings[i].impact.ms_per_step for i in whole)
-        parts_ms = sum(findings[i].impact.ms_per_step for i in parts)
-        for i in parts if whole_ms >= parts_ms else whole:
+        # the parts are time inside the whole (host-side ones may overlap each other): with the whole
+        # present, it is the bound on what fixing any of them saves
+        for i in parts if whole else whole:
             shares[i] = 0.0
     pct = sum(s * f.impact.pct_of_step for s, f in zip(shares, findings))
     if pct > 100.0:

@@ -186,7 +186,7 @@ def extract(job: Job, devices: list[str] | None = None) -> JobFeatures:
         "gpu_idle_ms_per_step": "gpu_idle_ms_total", "idle_host_ms_per_step": "idle_host_ms_total",
         "idle_sync_ms_per_step": "idle_sync_ms_total", "idle_data_ms_per_step": "idle_data_ms_total",
         "idle_other_ms_per_step": "idle_other_ms_total", "kernel_ms_per_step": "kernel_ms_total",
-        "compute_ms_per_step": "compute_ms_total",
+        "compute_ms_per_step": "compute_ms_total", "memory_exposed_ms_per_step": "memory_exposed_ms_total",
         "launch_ms_per_step": "launch_ms_total",
     }
     for out_key, key in per_step_keys.items():
@@ -211,11 +211,13 @@ def extract(job: Job, devices: list[str] | None = None) -> JobFeatures:
     out["dataloader_pct"] = 100.0 * out["dataloader_ms_per_step"] / out["step_ms"] if out["step_ms"] > 0 else 0.0
     out.update(job_phases(job.ranks))  # phases group (cost attribution)
     evidence = _cross_rank(rfs, out)
+    chosen_by: dict[int, float] = {}  # each event's ranking key across ranks: its duration unless chosen by another
     for rf in rfs:
+        chosen_by.update(rf.evidence_keys)
         for key, evs in rf.evidence.items():
             evidence.setdefault(key, []).extend(evs)
     for key, evs in evidence.items():
-        evs.sort(key=lambda e: -e.dur_ms)
+        evs.sort(key=lambda e: -chosen_by.get(id(e), e.dur_ms * 1000.0))
         evidence[key] = evs[:8]
     vector = FeatureVector(**_finite(out))
     per_rank = [

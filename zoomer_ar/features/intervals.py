@@ -58,6 +58,22 @@ def overlap_with(
     return covered_until(ends) - covered_until(starts)
 
 
+def contained(starts: np.ndarray, ends: np.ndarray, durs: np.ndarray, cover: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Per interval: does the disjoint sorted set `cover` hold it (99.9% of its length covered)? An
+    interval of zero length is held when its point lies in (or on the edge of) a segment: a coverage
+    test alone says yes to it anywhere (0 >= 0)."""
+    held = overlap_with(starts, ends, cover) >= durs * 0.999
+    point = durs <= 0
+    if point.any():
+        c_s, c_e = cover
+        if c_s.size == 0:
+            held[point] = False
+        else:
+            k = np.searchsorted(c_s, starts[point], side="right") - 1
+            held[point] = (k >= 0) & (starts[point] <= c_e[np.maximum(k, 0)])
+    return held
+
+
 def gaps(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Gaps between consecutive disjoint sorted intervals."""
     if s.size < 2:

@@ -110,8 +110,15 @@ def is_pageable(name: str) -> bool:
 _GEMM_KERNEL_RE = re.compile(r"(gemm|cutlass|xmma|cijk_|nvjet|matmul|_mm_|hgemm|sgemm|dgemm)", re.I)
 
 
+# cuDNN / MIOpen convolutions run as implicit or explicit GEMMs (implicit_convolve_sgemm,
+# sm80_xmma_fprop_implicit_gemm, ..._dgrad_/_wgrad_, FFT convolutions' complex gemms): their precision is
+# cudnn.allow_tf32's (on by default), not the matmul precision's, so they are not matrix multiplies here
+_CONV_KERNEL_RE = re.compile(r"(conv|fprop|dgrad|wgrad|implicit_gemm|implicit_precomp|gcgemm|fft|winograd|igemm)", re.I)
+
+
 def is_gemm_kernel(name: str) -> bool:
-    return bool(_GEMM_KERNEL_RE.search(name[:200]))
+    head = name[:200]
+    return bool(_GEMM_KERNEL_RE.search(head)) and not _CONV_KERNEL_RE.search(head)
 
 
 def is_fp32_gemm_kernel(name: str) -> bool:

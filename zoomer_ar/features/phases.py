@@ -219,7 +219,7 @@ def rank_phases(trace: RankTrace) -> dict[str, Any]:
         }
         special = np.concatenate([opt, dl, bw])
         covered = iv.union(t.ts[special], t.end[special])
-        inside = iv.overlap_with(t.ts[host], t.end[host], covered) >= t.dur[host] * 0.999
+        inside = iv.contained(t.ts[host], t.end[host], t.dur[host], covered)
         other = host[~inside]
         if bw_threads:
             other = other[~np.isin(t.tid[other], list(bw_threads))]

@@ -23,6 +23,9 @@ class RankFeatures:
     rank: int
     v: dict[str, Any] = field(default_factory=dict)
     evidence: dict[str, list[EvidenceEvent]] = field(default_factory=dict)
+    # what each evidence event was chosen by, where not its duration (us; e.g. a GEMM op's GPU time, a
+    # collective's exposed time): the job's evidence keeps that order when it merges the ranks'
+    evidence_keys: dict[int, float] = field(default_factory=dict)  # id(event) -> key
     collectives: list[tuple[str, float, float]] = field(default_factory=list)  # (type, ts, dur) in order
     t0: float = 0.0  # the rank's first complete event: evidence times (ts_ms) are relative to it
     _timeline_of: tuple[np.ndarray, np.ndarray, float] | None = None  # (union starts, ends, t0)
@@ -64,6 +67,7 @@ class _Ctx:
         self.launch_lookup: tuple[np.ndarray, np.ndarray] | None = None
         self.ext_time: tuple[np.ndarray, np.ndarray] | None = None
         self._syncs: np.ndarray | None = None
+        self.keys: dict[int, float] = {}  # RankFeatures.evidence_keys
 
     def sync_calls(self) -> np.ndarray:
         """Host synchronisation API calls, without the profiler's own stop synchronisation and
@@ -115,9 +119,16 @@ class _Ctx:
     def worst(self, idx: np.ndarray, key: np.ndarray | None = None, k: int = EVIDENCE_PER_KIND, detail=None):
         if idx.size == 0:
             return []
-        key = self.t.dur[idx] if key is None else key
-        top = idx[np.argsort(-key, kind="stable")[:k]]
-        return [self.ev(int(i), detail(int(i)) if detail else "") for i in top]
+        if key is None:
+            top = idx[np.argsort(-self.t.dur[idx], kind="stable")[:k]]
+            return [self.ev(int(i), detail(int(i)) if detail else "") for i in top]
+        order = np.argsort(-key, kind="stable")[:k]
+        out = []
+        for j in order.tolist():
+            e = self.ev(int(idx[j]), detail(int(idx[j])) if detail else "")
+            self.keys[id(e)] = float(key[j])
+            out.append(e)
+        return out
 
 
 def _steps(c: _Ctx, rf: RankFeatures) -> tuple[np.ndarray, np.ndarray]:
@@ -322,6 +333,13 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
     comp_u = iv.union(t.ts[compute], c.end[compute])
     del compute, is_comm
     v["compute_ms_total"] = float((comp_u[1] - comp_u[0]).sum()) / 1000.0
+    # copies and memsets that compute kernels do not hide (a copy on its own stream overlapping kernels costs
+    # the step nothing): what the bottleneck's memory share counts
+    moves = np.concatenate([mc, ms])
+    mem_u = iv.union(t.ts[moves], c.end[moves])
+    del moves
+    v["memory_exposed_ms_total"] = (float((mem_u[1] - mem_u[0]).sum()) - iv.intersection_total(mem_u, comp_u)) / 1000.0
+    del mem_u
     if comm.size:
         comm_u = iv.union(t.ts[comm], c.end[comm])
         comm_total = float((comm_u[1] - comm_u[0]).sum())
@@ -360,6 +378,10 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
         alloc = alloc[in_steady]
         steady_steps = step_starts.size - 1
     else:
+        # no steady state to go by (churn is allocation repeated step after step): a trace without two
+        # profiler steps shows start-up (CUDA context, cuBLAS workspaces, the caching allocator's first
+        # blocks) and device-wide waits inside cudaFree, not churn
+        alloc = alloc[:0]
         steady_steps = 1
     v["allocator_calls"] = int(alloc.size)
     v["allocator_calls_per_step"] = alloc.size / steady_steps
@@ -420,7 +442,7 @@ def _host(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndar
     excluded = np.concatenate([opt, dl, zg])
     if excluded.size and copies.size:
         cov = iv.union(t.ts[excluded], c.end[excluded])
-        inside_excl = iv.overlap_with(t.ts[copies], c.end[copies], cov) >= t.dur[copies] * 0.999
+        inside_excl = iv.contained(t.ts[copies], c.end[copies], t.dur[copies], cov)
         copies = copies[~inside_excl]
     copies = _outermost(c, copies)
     copies = copies[~_holds_precision_cast(c, copies, cpu_ops)]
@@ -504,7 +526,7 @@ def _inside(c: _Ctx, outer: np.ndarray, candidates: np.ndarray) -> np.ndarray:
         sel = t.tid[cand] == tid
         if sel.any():
             cs = cand[sel]
-            keep[sel] = iv.overlap_with(t.ts[cs], c.end[cs], u) >= t.dur[cs] * 0.999
+            keep[sel] = iv.contained(t.ts[cs], c.end[cs], t.dur[cs], u)
     return cand[keep]
 
 
@@ -601,8 +623,10 @@ def _operators(c: _Ctx, rf: RankFeatures) -> None:
     if gemm_ops.size and gemm_time > 0:
         v["misaligned_gemm_share"] = mis_time / gemm_time
         v["misaligned_gemm_ms_total"] = mis_time / 1000.0
-        rf.evidence["misaligned_gemm"] = c.worst(
-            np.asarray(misaligned, dtype=np.int64), detail=lambda i: f"shapes {t.input_dims.get(i)}"
+        mis = np.asarray(misaligned, dtype=np.int64)
+        rf.evidence["misaligned_gemm"] = c.worst(  # the ops that cost most: GPU time on a GPU, as the impact counts
+            mis, key=np.asarray([times[i] for i in misaligned], dtype=np.float64),
+            detail=lambda i: f"shapes {t.input_dims.get(i)}" + (f", GPU time {times[i] / 1000.0:.4f} ms" if has_gpu else ""),
         )
         if not has_gpu:  # CPU trace: precision from op dtypes
             v["gemm_ms_total"] = gemm_time / 1000.0
@@ -716,4 +740,5 @@ def rank_features(trace: RankTrace) -> RankFeatures:
     _host(c, rf, step_starts, step_ends)
     _operators(c, rf)
     _memory(c, rf, step_starts, step_ends)
+    rf.evidence_keys = c.keys
     return rf

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-FEATURE_SCHEMA_VERSION = "1.2.0"
+FEATURE_SCHEMA_VERSION = "1.3.0"
 
 
 def F(description: str, unit: str = "", group: str = "", default=None):  # noqa: N802 - reads like a column spec
@@ -90,6 +90,12 @@ class FeatureVector(BaseModel):
     memcpy_pageable_ms_per_step: float = F("Pageable copy time per step.", "ms", "memory-traffic", 0.0)
     memset_count: int = F("GPU memsets.", "memsets", "memory-traffic", 0)
     memset_ms_per_step: float = F("GPU memset time per step.", "ms", "memory-traffic", 0.0)
+    memory_exposed_ms_per_step: float | None = F(
+        "Copy and memset time per step that compute kernels do not overlap (the union of memcpy and memset "
+        "events less what non-collective kernels cover): the bottleneck's memory share.",
+        "ms",
+        "memory-traffic",
+    )
     cpu_copy_ops_per_step: float = F(
         "Host-side tensor copies per step (aten::_to_copy, aten::clone, aten::copy_ not under the optimizer).",
         "ops",
@@ -130,7 +136,7 @@ class FeatureVector(BaseModel):
     zero_grad_fill_ms_per_step: float = F("Time of those fills per step (host op time, plus kernels on GPU).", "ms", "optimizer", 0.0)
 
     # --- allocator -------------------------------------------------------------------------------
-    allocator_calls: int = F("cudaMalloc/cudaFree/hipMalloc/hipFree calls in steady-state steps.", "calls", "allocator", 0)
+    allocator_calls: int = F("cudaMalloc/cudaFree/hipMalloc/hipFree calls in steady-state steps (from the second profiler step on; 0 without two profiler steps: such a trace shows start-up, not churn).", "calls", "allocator", 0)
     allocator_calls_per_step: float = F("Allocator calls per steady-state step.", "calls", "allocator", 0.0)
     allocator_ms_per_step: float = F("Host time in allocator calls per step.", "ms", "allocator", 0.0)
 

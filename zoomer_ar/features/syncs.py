@@ -65,23 +65,33 @@ def pageable_copy_syncs(c, runtime: np.ndarray, sync: np.ndarray, gap_us: float)
     copy with non_blocking=True), not a synchronisation the user wrote (sync-point): a sync call
     that is itself a pageable HtoD copy's runtime call, or that begins within gap_us of the end of
     one on the same thread, with no other runtime call between them. Device-to-host copies keep
-    their syncs: the host waits for data it asked for (`.cpu()`, `.item()`)."""
+    their syncs: the host waits for data it asked for (`.cpu()`, `.item()`). Where the trace does
+    not say pageable or pinned (ROCm's "Memcpy HtoD (Host -> Device)"), a sync call that is itself
+    the HtoD copy's runtime call (hipMemcpyWithStream) is the copy's cost too."""
     t = c.t
     if sync.size == 0:
         return sync
     mc = np.flatnonzero(t.mask_cat(*N.MEMCPY_CATS) & c.x)
-    codes = [k for k in np.unique(t.name[mc]).tolist()
-             if N.is_pageable(t.names[k]) and N.memcpy_kind(t.names[k]) == "htod"]
-    if not codes:
+    htod = [k for k in np.unique(t.name[mc]).tolist() if N.memcpy_kind(t.names[k]) == "htod"]
+    codes = [k for k in htod if N.is_pageable(t.names[k])]
+    # ROCm names a copy "Memcpy HtoD (Host -> Device)", pageable or pinned alike: a synchronous copy call
+    # (hipMemcpyWithStream, what a blocking .to(device) issues there) is that copy's cost, not a user sync
+    unknown = [k for k in htod if not N.is_pageable(t.names[k]) and "pinned" not in t.names[k].lower()]
+    if not codes and not unknown:
         return sync[:0]
-    corr = t.correlation[mc[t.has_name_code(t.name[mc], codes)]]
-    corr = corr[corr != INT_NONE]
     rt = np.flatnonzero(runtime)
-    is_copy = np.isin(t.correlation[rt], corr) & (t.correlation[rt] != INT_NONE)
-    if not is_copy.any():
+
+    def copies_of(kind_codes: list[int]) -> np.ndarray:
+        corr = t.correlation[mc[t.has_name_code(t.name[mc], kind_codes)]] if kind_codes else np.empty(0, np.int64)
+        corr = corr[corr != INT_NONE]
+        return np.isin(t.correlation[rt], corr) & (t.correlation[rt] != INT_NONE)
+
+    is_copy = copies_of(codes)
+    is_own = is_copy | copies_of(unknown)
+    if not is_own.any():
         return sync[:0]
     is_sync = np.isin(rt, sync)
-    out = [rt[is_sync & is_copy]]
+    out = [rt[is_sync & is_own]]
     for tid in np.unique(t.tid[rt[is_copy]]):
         on = rt[t.tid[rt] == tid]
         on = on[np.argsort(t.ts[on], kind="stable")]

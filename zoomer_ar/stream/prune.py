@@ -8,7 +8,7 @@ with the rows it is given (about 100 bytes per row at its peak). Once the whole 
 protects (zoomer_ar/features/rank.py and phases.py):
 
 - aten ops kept for the optimizer counts that are not inside an Optimizer.step# window by the
-  features' own test (`_inside`: overlap >= 0.999 x duration, same float arithmetic);
+  features' own test (`_inside`: intervals.contained, same float arithmetic);
 - factory ops that are not the latest-ending factory before an `aten::_to_copy` on their thread
   (`_factory_then_move` reads only that end time);
 - backward ops contained in an earlier backward op of their thread (phases reads only their
@@ -84,7 +84,7 @@ def _inside(ts, dur, tid, idx, outer) -> np.ndarray:
             part = sel[a : a + _CHUNK]
             cs = idx[part]
             s, d = ts[cs], dur[cs]
-            keep[part] = iv.overlap_with(s, s + d, u) >= d * 0.999
+            keep[part] = iv.contained(s, s + d, d, u)
             del s, d, cs
         del sel
     return keep
