@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -31,15 +32,29 @@ def apply_patch(patch: Path, workdir: Path) -> bool:
     return True
 
 
+def _absolute(p: Path) -> Path:
+    try:
+        return p.resolve()
+    except OSError:  # pragma: no cover
+        return p.absolute()
+
+
 @click.command()
 @click.argument("spec_path", type=click.Path(path_type=Path))
 @click.option("--dry-run", is_flag=True, help="Print the exact command and patch step; run nothing.")
 @click.option("--cwd", type=click.Path(path_type=Path, file_okay=False), default=None,
-              help="Where to apply the patch and run (default: the current folder).")
+              help="Where to apply the patch and run (default: the spec's cwd, the folder the recorded job ran "
+                   "in; a spec without one: the current folder).")
 def relaunch(spec_path: Path, dry_run: bool, cwd: Path | None) -> None:
-    """Relaunch the job with the spec's environment, launcher arguments and overrides."""
+    """Relaunch the job with the spec's environment, launcher arguments and overrides.
+
+    The patch is applied and the command started in --cwd, else in the spec's ``cwd`` (where the
+    recorded job ran), else in the current folder. The dry run prints the steps: ``cd FOLDER``
+    (on stderr, when that folder is not the current one), then ``git apply PATCH`` and the command
+    on stdout."""
     spec = load_spec(spec_path)
-    workdir = cwd or Path.cwd()
+    workdir = cwd or (Path(spec.cwd) if spec.cwd else Path.cwd())
+    recorded_missing = cwd is None and spec.cwd is not None and not workdir.is_dir()
     patch = None
     if spec.patch:
         patch = Path(spec.patch)
@@ -49,6 +64,10 @@ def relaunch(spec_path: Path, dry_run: bool, cwd: Path | None) -> None:
         if spec.is_template():
             click.echo(f"note: {spec_path} is a template: fill in command.script and command.args before running it",
                        err=True)
+        if recorded_missing:
+            click.echo(f"note: the recorded folder {workdir} is not on this machine: pass --cwd", err=True)
+        if _absolute(workdir) != Path.cwd().resolve():
+            click.echo(f"cd {shlex.quote(str(workdir))}", err=True)
         if patch:
             click.echo(f"git apply {patch}")
         click.echo(spec.shell_command())
@@ -56,6 +75,10 @@ def relaunch(spec_path: Path, dry_run: bool, cwd: Path | None) -> None:
     if spec.is_template():
         raise InputError(str(spec_path), "a template, not a runnable command: no job.json recorded the job's command; "
                                          f"fill in command.script (now {spec.command.script}) and command.args")
+    if recorded_missing:
+        raise InputError(str(spec_path), f"the folder the job ran in ({spec.cwd}, the spec's cwd) is not on this "
+                                         "machine: pass --cwd with the checkout to apply the patch in and run from "
+                                         "(or set cwd in the spec)")
     interpreter = spec.command.python
     if interpreter and not shutil.which(interpreter):
         raise InputError(str(spec_path), f"the recorded interpreter {interpreter} is not on this machine: set "

@@ -3,7 +3,11 @@
 The relaunch spec must not append settings the program rejects (Hydra-style ``k=v`` to an argparse
 program exits with "unrecognized arguments"). The program is never imported or run: its file and
 the local modules it imports are parsed with ``ast`` and their ``argparse`` options, Hydra entry
-points and ``OmegaConf.from_cli`` calls tell which settings a command line can carry.
+points and ``OmegaConf.from_cli`` calls tell which settings a command line can carry. For a Hydra
+program the ``@hydra.main`` decorator's ``config_path``/``config_name`` (literal arguments only)
+say where its YAML config lies (hydra_config.py reads it); the string constants of the program's
+files tell which keys it reads with ``cfg.get("key")``. An argparse option's aliases (``-j``,
+``--workers``) and how many values it takes let a recorded occurrence be replaced, not repeated.
 """
 
 from __future__ import annotations
@@ -26,6 +30,18 @@ VALUE_ACTIONS = {None, "store", "append", "extend"}
 HYDRA_ARG = re.compile(r"^(\+\+|\+|~)?[A-Za-z_][\w.\-/@]*=")
 
 
+@dataclass(frozen=True)
+class HydraMain:
+    """Where a ``@hydra.main`` entry point takes its config from: ``config_path`` (relative to
+    ``file``, the module declaring it) and ``config_name``; ``static`` is False when either is not a
+    literal in the decorator (a name, an expression: not known without running the program)."""
+
+    file: Path
+    config_path: str | None
+    config_name: str | None
+    static: bool = True
+
+
 @dataclass
 class ProgramCli:
     """What the program's command line accepts: its style and (argparse) its value-taking options."""
@@ -35,6 +51,16 @@ class ProgramCli:
     options: dict[str, str] = field(default_factory=dict)
     #: why the style was chosen, for the spec's notes
     evidence: str = ""
+    #: declared option -> every name of its add_argument call ("--num-workers", "-j")
+    aliases: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: declared options that take exactly one value (nargs unset): ``--opt VALUE`` is two tokens
+    single_value: set[str] = field(default_factory=set)
+    #: the program's files read (the script first, then its local imports)
+    files: list[Path] = field(default_factory=list)
+    #: the @hydra.main entry point, when there is one
+    hydra: HydraMain | None = None
+    #: string constants of the program's files (``cfg.get("compile")`` reads key "compile")
+    strings: frozenset[str] = frozenset()
 
     def option_for(self, key: str) -> str | None:
         """The declared option that sets config key ``key`` ("dataloader.num_workers" matches
@@ -104,6 +130,11 @@ class _Scan:
     omegaconf_cli: bool = False
     options: dict[str, str] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)
+    paths: list[Path] = field(default_factory=list)
+    aliases: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    single_value: set[str] = field(default_factory=set)
+    hydra_main: HydraMain | None = None
+    strings: set[str] = field(default_factory=set)
 
 
 def _hydra_main_names(tree: ast.Module) -> set[str]:
@@ -118,16 +149,45 @@ def _hydra_main_names(tree: ast.Module) -> set[str]:
     return names
 
 
-def _scan_tree(tree: ast.Module, scan: _Scan) -> None:
+#: the longest string constant kept as a possible config key
+MAX_KEY_CHARS = 100
+
+
+def _hydra_main(decorator: ast.expr, path: Path) -> HydraMain:
+    """config_path / config_name of a ``@hydra.main(...)`` decorator (positional or keyword)."""
+    if not isinstance(decorator, ast.Call):
+        return HydraMain(path, None, None)
+    given: dict[str, ast.expr] = dict(zip(("config_path", "config_name"), decorator.args))
+    given.update({k.arg: k.value for k in decorator.keywords if k.arg in ("config_path", "config_name")})
+    static = not any(k.arg is None for k in decorator.keywords)
+    values: dict[str, str | None] = {}
+    for name in ("config_path", "config_name"):
+        node = given.get(name)
+        if node is None or (isinstance(node, ast.Constant) and node.value is None):
+            values[name] = None
+        elif _const_str(node) is not None:
+            values[name] = _const_str(node)
+        else:
+            values[name], static = None, False
+    return HydraMain(path, values["config_path"], values["config_name"], static)
+
+
+def _scan_tree(tree: ast.Module, scan: _Scan, path: Path | None = None) -> None:
     """Collect argparse options and Hydra/OmegaConf entry points of one module (importing hydra for
     its utilities does not make a Hydra command line: the ``@hydra.main`` decorator does)."""
     hydra_main = _hydra_main_names(tree)
     for node in ast.walk(tree):
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) <= MAX_KEY_CHARS:
+            scan.strings.add(node.value)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
             mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
             scan.argparse |= any(m.split(".")[0] == "argparse" for m in mods)
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            scan.hydra |= any(_dotted(d) in hydra_main for d in node.decorator_list)
+            for d in node.decorator_list:
+                if _dotted(d) in hydra_main:
+                    scan.hydra = True
+                    if scan.hydra_main is None and path is not None:
+                        scan.hydra_main = _hydra_main(d, path)
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             if node.func.attr == "from_cli" and _dotted(node.func.value).endswith("OmegaConf"):
                 scan.omegaconf_cli = True
@@ -144,8 +204,12 @@ def _add_option(call: ast.Call, scan: _Scan) -> None:
     nargs = kw.get("nargs")
     if isinstance(nargs, ast.Constant) and nargs.value == 0:
         return
-    for name in (s for a in call.args if (s := _const_str(a)) and s.startswith("--")):
+    names = tuple(s for a in call.args if (s := _const_str(a)) and s.startswith("-"))
+    for name in (n for n in names if n.startswith("--")):
         scan.options[_normalise(name)] = name
+        scan.aliases[name] = names
+        if nargs is None and action in (None, "store", "append"):
+            scan.single_value.add(name)
 
 
 def find_script(script: str, source_dir: Path | None) -> Path | None:
@@ -174,15 +238,18 @@ def scan_program(script_file: Path, source_dir: Path | None = None) -> ProgramCl
         if tree is None:
             continue
         scan.files.append(path.name)
-        _scan_tree(tree, scan)
+        scan.paths.append(path)
+        _scan_tree(tree, scan, path)
         todo += _imports(tree, path.parent, roots)
     where = ", ".join(scan.files[:4]) or script_file.name
+    read = dict(files=list(scan.paths), strings=frozenset(scan.strings))
     if scan.hydra or scan.omegaconf_cli:
         what = "@hydra.main" if scan.hydra else "OmegaConf.from_cli"
-        return ProgramCli("hydra", evidence=f"{what} in {where}")
+        return ProgramCli("hydra", evidence=f"{what} in {where}", hydra=scan.hydra_main, **read)
     if scan.argparse or scan.options:
-        return ProgramCli("argparse", options=dict(scan.options), evidence=f"argparse in {where}")
-    return ProgramCli("unknown", evidence=f"no argparse or Hydra command line found in {where}")
+        return ProgramCli("argparse", options=dict(scan.options), evidence=f"argparse in {where}",
+                          aliases=dict(scan.aliases), single_value=set(scan.single_value), **read)
+    return ProgramCli("unknown", evidence=f"no argparse or Hydra command line found in {where}", **read)
 
 
 def style_from_args(args: list[str]) -> ProgramCli:

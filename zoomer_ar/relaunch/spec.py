@@ -1,10 +1,24 @@
 """The relaunch spec: what to change at launch (environment, launcher arguments, config overrides),
-the patch it pairs with and the gain the findings predict. JSON Schema published in docs/."""
+where to run it, the patch it pairs with and the gain the fixes it carries predict. JSON Schema
+published in docs/relaunch.schema.json.
+
+Schema history: 1.1 recorded interpreter and module; 1.2 adds ``cwd``, the folder the recorded job
+ran in (job.json's ``cwd``), where ``zoomer-ar relaunch`` applies the patch and starts the command
+(a 1.1 spec loads with ``cwd`` null: the current folder, as before).
+
+A setting is put on the command line only in a form the program takes (argparse: one of its
+options, replacing a recorded occurrence; Hydra: a key of its config read statically, renamed to
+the config's own key or added with ``+key`` when the program reads it by name); settings that
+raise DataLoader workers are left out when the program's loaders are over iterable-style datasets
+(as the dataloader-workers fixer judges them). ``expected_gain`` counts only the findings whose fix
+the relaunch carries: a patch hunk for the pattern, or its main setting actually set.
+"""
 
 from __future__ import annotations
 
 import json
 import shlex
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -13,10 +27,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..detect.combine import combined_impact
 from ..errors import InputError
+from ..load.job import recorded_job
 from ..models import Analysis, Finding
+from .hydra_config import can_add, find_config, match_key
+from .layout import node_layout
+from .loaders import is_worker_key, refused_loaders
 from .program import HYDRA_ARG, ProgramCli, find_script, scan_program, style_from_args
 
-RELAUNCH_SCHEMA_VERSION = "1.1"
+RELAUNCH_SCHEMA_VERSION = "1.2"
 
 
 class Command(BaseModel):
@@ -41,13 +59,17 @@ class ExpectedGain(BaseModel):
 
 
 class RelaunchSpec(BaseModel):
-    """A schema'd description of how to relaunch the job with the recommended changes."""
+    """A schema'd description of how to relaunch the job with the recommended changes. Schema 1.2
+    added `cwd` (the folder the recorded job ran in); a 1.1 spec, without it, still loads."""
 
     model_config = ConfigDict(extra="forbid")
     schema_version: str = RELAUNCH_SCHEMA_VERSION
     job: str
     trace_sha256: list[str] = Field(default_factory=list)
     command: Command = Field(default_factory=Command)
+    cwd: str | None = Field(default=None, description="The folder the recorded job ran in (job.json's cwd; "
+                            "schema 1.2): `zoomer-ar relaunch` applies the patch and starts the command there "
+                            "unless --cwd says otherwise. None: the current folder.")
     env: dict[str, str] = Field(default_factory=dict)
     launcher_args: dict[str, str | int | bool] = Field(default_factory=dict)
     config_overrides: dict[str, Any] = Field(default_factory=dict)
@@ -85,10 +107,13 @@ class RelaunchSpec(BaseModel):
         """True when no recorded command stood behind the spec: its script is a placeholder."""
         return self.command.script == TEMPLATE_SCRIPT
 
-    def shell_command(self) -> str:
+    def shell_command(self, *, in_cwd: bool = False) -> str:
+        """The command line with its environment; ``in_cwd``: preceded by ``cd CWD &&`` when the
+        spec records where the job ran."""
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
         cmd = " ".join(shlex.quote(x) for x in self.argv())
-        return f"{env} {cmd}".strip()
+        line = f"{env} {cmd}".strip()
+        return f"cd {shlex.quote(self.cwd)} && {line}" if in_cwd and self.cwd else line
 
 
 def json_schema() -> dict:
@@ -111,26 +136,125 @@ def _hydra_key(arg: str) -> str:
     return arg.split("=", 1)[0].lstrip("+~")
 
 
-def _fit_overrides(overrides: dict[str, Any], args: list[str], cli: ProgramCli
-                   ) -> tuple[dict[str, Any], list[str], Literal["hydra", "argparse"], dict[str, Any]]:
-    """(overrides the command line carries, recorded args, their style, overrides it cannot carry).
+@dataclass
+class _Fit:
+    """The findings' settings fitted to the program's command line."""
 
-    Hydra takes every key (a recorded ``k=v`` for a key set again is dropped: Hydra rejects a key
-    given twice); argparse only the keys one of its value-taking options sets, renamed to that
-    option (a boolean is left out: how a flag takes it differs from program to program); an
-    unknown command line takes none."""
-    if cli.style == "hydra":
-        kept = [a for a in args if not (HYDRA_ARG.match(a) and _hydra_key(a) in overrides)]
-        return dict(overrides), kept, "hydra", {}
-    carried: dict[str, Any] = {}
-    left: dict[str, Any] = {}
+    carried: dict[str, Any]  # the name on the command line (option without dashes, config key) -> value
+    source: dict[str, str]  # that name -> the findings' key it sets
+    args: list[str]  # the recorded arguments, less those a carried setting replaces
+    style: Literal["hydra", "argparse"]
+    left: dict[str, Any] = field(default_factory=dict)  # the findings' key -> value, not carried
+    why: str = ""  # why the left ones are not
+    notes: list[str] = field(default_factory=list)
+
+
+def _recorded_occurrences(args: list[str], option: str, cli: ProgramCli) -> tuple[list[str], bool]:
+    """``args`` without the recorded occurrences of ``option`` (its aliases, ``--opt=V``, ``--opt V``,
+    ``-jV``, an unambiguous abbreviation); False when one is there in a form that cannot be removed
+    safely (an option that takes other than one value given as ``--opt V...``)."""
+    names = cli.aliases.get(option, (option,))
+    longs = [n for n in names if n.startswith("--")]
+    others = set(cli.options.values())
+    single = option in cli.single_value
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--":
+            out += args[i:]
+            break
+        head = a.split("=", 1)[0]
+        abbrev = (head.startswith("--") and len(head) > 3 and any(n.startswith(head) for n in longs)
+                  and sum(o.startswith(head) for o in others) == 1)
+        if head in names or abbrev:
+            if "=" in a:
+                i += 1
+                continue
+            if not single:
+                return args, False
+            i += 2
+            continue
+        short = next((n for n in names if len(n) == 2 and a.startswith(n) and len(a) > 2), None)
+        if short and single:
+            i += 1
+            continue
+        out.append(a)
+        i += 1
+    return out, True
+
+
+def _fit_argparse(overrides: dict[str, Any], args: list[str], cli: ProgramCli) -> _Fit:
+    """argparse takes only the keys one of its value-taking options sets, renamed to that option (a
+    boolean is left out: how a flag takes it differs from program to program); a recorded
+    occurrence of the option is replaced, not followed by a second one."""
+    fit = _Fit({}, {}, list(args), "argparse", why=f"its argparse options have no such setting ({cli.evidence})")
     for key, value in overrides.items():
-        option = cli.option_for(key) if cli.style == "argparse" else None
+        option = cli.option_for(key)
         if option and not isinstance(value, (bool, list, dict)) and value is not None:
-            carried[option.lstrip("-")] = value
-        else:
-            left[key] = value
-    return carried, args, "argparse" if cli.style == "argparse" else "hydra", left
+            kept, ok = _recorded_occurrences(fit.args, option, cli)
+            if ok:
+                fit.args = kept
+                fit.carried[option.lstrip("-")] = value
+                fit.source[option.lstrip("-")] = key
+                continue
+            fit.notes.append(f"{key}={_value_text(value)} is not set: {option} is on the recorded command line "
+                             "taking other than one value, which is not replaced safely; set it there yourself.")
+        fit.left[key] = value
+    return fit
+
+
+def _fit_hydra(overrides: dict[str, Any], args: list[str], cli: ProgramCli) -> _Fit:
+    """Hydra takes a key its config has (or renamed to the config's own key for that setting), a key
+    it lacks as ``+key`` only when the program reads it by name; a recorded ``k=v`` for a key set
+    again is dropped (Hydra rejects a key given twice). Without a config to check against (no
+    @hydra.main, a ConfigStore config, the source not given) every key is taken, as written, and
+    a note says they are unchecked."""
+    fit = _Fit({}, {}, list(args), "hydra")
+    config, why_not = find_config(cli.hydra, args) if cli.hydra is not None else (None, "")
+    if config is None:
+        fit.carried = dict(overrides)
+        fit.source = {k: k for k in overrides}
+        if overrides and (cli.hydra is not None or not cli.files):
+            why = why_not or cli.evidence
+            fit.notes.append(f"The overrides are not checked against the program's Hydra config ({why}): Hydra "
+                             "rejects a key its config lacks unless written +key=value, and a key the program does "
+                             "not read changes nothing.")
+    else:
+        renamed, ambiguous = [], []
+        for key, value in overrides.items():
+            name, hits = match_key(key, config)
+            if name is None and can_add(key, config, cli.strings):
+                name = f"+{key}"
+            if name is None:
+                fit.left[key] = value
+                if hits:
+                    ambiguous.append(f"{key} (matches {', '.join(hits[:4])})")
+                continue
+            fit.carried[name] = value
+            fit.source[name] = key
+            if name != key and not name.startswith("+"):
+                renamed.append(f"{key} as {name}")
+        fit.why = (f"the Hydra config ({config.where()}) has no such key and the program does not read it by name "
+                   f"({cli.evidence}); Hydra rejects a key its config lacks unless written +key=value")
+        if ambiguous:
+            fit.why += f"; more than one key could be meant: {'; '.join(ambiguous)}"
+        if renamed:
+            fit.notes.append(f"Set under the config's own keys ({config.where()}): {', '.join(renamed)}.")
+    keys = {_hydra_key(k) for k in fit.carried}
+    fit.args = [a for a in args if not (HYDRA_ARG.match(a) and _hydra_key(a) in keys)]
+    return fit
+
+
+def _fit_overrides(overrides: dict[str, Any], args: list[str], cli: ProgramCli) -> _Fit:
+    """The overrides the command line carries, in the form the program takes them (see _fit_argparse
+    and _fit_hydra); an unknown command line takes none."""
+    if cli.style == "hydra":
+        return _fit_hydra(overrides, args, cli)
+    if cli.style == "argparse":
+        return _fit_argparse(overrides, args, cli)
+    return _Fit({}, {}, list(args), "hydra", left=dict(overrides),
+                why=f"how it takes settings is unknown ({cli.evidence})")
 
 
 def program_cli(script: str, args: list[str], source_dir: Path | None) -> ProgramCli:
@@ -140,15 +264,33 @@ def program_cli(script: str, args: list[str], source_dir: Path | None) -> Progra
     return scan_program(found, source_dir) if found else style_from_args(args)
 
 
-def _left_note(left: dict[str, Any], cli: ProgramCli, origin: dict[str, Finding], patch: str | None,
-               patched: set[str]) -> str:
+def _workers_guard(overrides: dict[str, Any], cli: ProgramCli) -> tuple[dict[str, Any], list[str]]:
+    """The overrides less those raising DataLoader workers when the program's loaders a command-line
+    setting reaches are over iterable-style datasets (the dataloader-workers fixer's verdict), with
+    a note saying why."""
+    keys = [k for k in overrides if is_worker_key(k)]
+    if not keys or not cli.files:
+        return overrides, []
+    refused, _ = refused_loaders(cli.files)
+    if not refused:
+        return overrides, []
+    kept = {k: v for k, v in overrides.items() if k not in keys}
+    settings = ", ".join(f"{k}={_value_text(overrides[k])}" for k in sorted(keys))
+    where = ", ".join(str(r) for r in refused[:3]) + (f" and {len(refused) - 3} more" if len(refused) > 3 else "")
+    return kept, [f"Workers not raised ({settings} left out): the DataLoader at {where} is not taken for a map-style "
+                  "one, so the dataloader-workers fixer leaves it alone too; each worker iterates its own copy of an "
+                  "iterable-style dataset, so N workers would yield every sample N times. Split the stream by "
+                  "torch.utils.data.get_worker_info() in __iter__ (or use a map-style dataset), then raise "
+                  "num_workers."]
+
+
+def _left_note(fit: _Fit, origin: dict[str, Finding], patch: str | None, patched: set[str]) -> str:
     """The note for overrides the command line cannot carry: which, why, and where they go instead."""
+    left = fit.left
     settings = ", ".join(f"{k}={_value_text(v)}" for k, v in sorted(left.items()))
-    why = (f"its argparse options have no such setting ({cli.evidence})" if cli.style == "argparse"
-           else f"how it takes settings is unknown ({cli.evidence})")
     patterns = sorted({origin[k].pattern for k in left} & patched)
     missing = sorted(k for k in left if origin[k].pattern not in patched)
-    parts = [f"Not on the command line: {settings}; {why}."]
+    parts = [f"Not on the command line: {settings}; {fit.why}."]
     if patch and patterns:
         parts.append(f"{patch} carries the {', '.join(patterns)} fix in the code.")
     if missing:
@@ -168,62 +310,129 @@ def _out_note(args: list[str]) -> str | None:
     return None
 
 
+def _carries(f: Finding, patched: set[str], set_keys: set[str]) -> bool:
+    """The relaunch carries the finding's fix: ``patch`` holds a hunk for its pattern, or its main
+    setting is set (the first config override its rule lists, else its environment)."""
+    if f.pattern in patched:
+        return True
+    r = f.relaunch or {}
+    keys = list(r.get("config_overrides") or {})
+    if keys:
+        return keys[0] in set_keys
+    return bool(r.get("env"))
+
+
+def _layout_command(world: int, job: dict, folder: Path | None, analysis: Analysis
+                    ) -> tuple[int | None, int | None, list[str]]:
+    """(nnodes, nproc_per_node, notes) for a multi-rank job from what its records say (layout.py);
+    (None, None, []) for one process. An unknown layout starts every rank on one node, and a note
+    says it was not known rather than passing that off as the job's layout."""
+    if world <= 1:
+        return None, None, []
+    layout = node_layout(world, job, folder, [r.path for r in analysis.job.ranks])
+    if layout.nproc_per_node is not None:
+        if not layout.nnodes or layout.nnodes == 1:
+            return layout.nnodes, layout.nproc_per_node, []
+        return layout.nnodes, layout.nproc_per_node, [
+            f"The job ran on {layout.nnodes} nodes with {layout.nproc_per_node} processes each ({layout.source}): "
+            "run the command on every node, with the rendezvous the job used (--node_rank and "
+            "--master_addr/--master_port, or --rdzv_backend/--rdzv_endpoint), which is not recorded."]
+    why = layout.problem or ("job.json and the trace's distributedInfo record no LOCAL_WORLD_SIZE, nnodes or "
+                             "host list")
+    if layout.nnodes:
+        return layout.nnodes, None, [f"The {world} ranks ran on {layout.nnodes} nodes, but not as many on each "
+                                     f"({why}): set command.nproc_per_node yourself."]
+    return None, world, [f"How the {world} ranks were spread over nodes is not known ({why}): the command starts "
+                         f"all {world} on one node (--nproc_per_node={world}); for a multi-node job set "
+                         "command.nnodes and command.nproc_per_node to its layout."]
+
+
 def spec_from_analysis(analysis: Analysis, *, argv: list[str] | None = None, patch: str | None = None,
                        source_dir: Path | None = None, patched: set[str] | frozenset = frozenset(),
-                       python: str | None = None, module: str | None = None) -> RelaunchSpec:
+                       python: str | None = None, module: str | None = None, cwd: str | None = None,
+                       job: dict | None = None) -> RelaunchSpec:
     """The spec for an analysis: the recorded command line (``argv``, from job.json) replayed as
-    recorded, on the recorded interpreter (``python``) and as the recorded module (``module``: the
-    job ran as ``python -m``), plus the findings' settings in the form the program takes them
-    (``source_dir`` holds its source, read statically; ``patched``: the patterns whose fix ``patch``
-    carries, which settings the command line cannot take are left to); without ``argv`` a template
-    to complete."""
+    recorded, on the recorded interpreter (``python``), as the recorded module (``module``: the
+    job ran as ``python -m``) and in the recorded folder (``cwd``), plus the findings' settings in
+    the form the program takes them (``source_dir`` holds its source, read statically;
+    ``patched``: the patterns whose fix ``patch`` carries, which settings the command line cannot
+    take are left to); without ``argv`` a template to complete. ``job``: the capture helper's
+    job.json (default: the one beside the analysed trace), for ``cwd`` when not given and the
+    node layout of a multi-rank job."""
+    if job is None:
+        job = recorded_job(Path(analysis.job.path)) if analysis.job.path else {}
+    folder = Path(analysis.job.path) if analysis.job.path else None
+    folder = folder if folder is None or folder.is_dir() else folder.parent
     env: dict[str, str] = {}
     overrides: dict[str, Any] = {}
     origin: dict[str, Finding] = {}
     notes: list[str] = []
-    used: list[str] = []
-    acted_on = []
+    acted_on: list[Finding] = []
     for f in analysis.findings:
         r = f.relaunch or {}
         if not r and not f.fixers:
             continue
-        used.append(f.pattern)
         acted_on.append(f)
         env.update({str(k): str(v) for k, v in (r.get("env") or {}).items()})
         overrides.update(r.get("config_overrides") or {})
         origin.update({k: f for k in (r.get("config_overrides") or {})})
         if r.get("notes"):
             notes.append(f"{f.pattern}: {r['notes']}")
-    gain = combined_impact(acted_on)
     world = analysis.job.world_size
     launcher: Literal["python", "torchrun"] = "torchrun" if world > 1 else "python"
     style: Literal["hydra", "argparse"] = "hydra"
+    nnodes, nproc, layout_notes = _layout_command(world, job if argv else {}, folder, analysis)
+    patched = set(patched)
     if argv:
         script, *args = argv
         cli = program_cli(script, args, source_dir)
-        overrides, args, style, left = _fit_overrides(overrides, args, cli)
+        overrides, guard_notes = _workers_guard(overrides, cli)
+        fit = _fit_overrides(overrides, args, cli)
+        unread = sorted(k for k in fit.source.values() if is_worker_key(k)) if not cli.files else []
+        if unread:
+            guard_notes.append(f"The datasets behind {', '.join(unread)} were not read (the program's source was not "
+                               "given): over an iterable-style dataset every worker yields every sample, unless its "
+                               "__iter__ splits the stream by torch.utils.data.get_worker_info().")
+        overrides, args, style = fit.carried, fit.args, fit.style
+        set_keys = set(fit.source.values())
+        cwd = cwd or (job.get("cwd") if isinstance(job.get("cwd"), str) and job.get("cwd") else None)
         cmd = Command(launcher=launcher, python=python, module=module, script=script, args=args,
-                      nproc_per_node=world if world > 1 else None)
-        left_note = _left_note(left, cli, origin, patch, set(patched)) if left else None
-        notes += [n for n in (left_note, _out_note(args)) if n]
+                      nproc_per_node=nproc, nnodes=nnodes)
+        left_note = _left_note(fit, origin, patch, patched) if fit.left else None
+        notes += guard_notes + fit.notes + [n for n in (left_note, _out_note(args)) if n]
+        if cwd:
+            notes.append(f"Runs in {cwd}, the folder the recorded job ran in (job.json's cwd): `zoomer-ar relaunch` "
+                         "applies the patch and starts the command there; --cwd runs it elsewhere.")
     else:
-        cmd = Command(launcher=launcher, script=TEMPLATE_SCRIPT, nproc_per_node=world if world > 1 else None)
+        set_keys = set(overrides)  # a template lists them all, to be written the way the script takes them
+        cwd = None
+        cmd = Command(launcher=launcher, script=TEMPLATE_SCRIPT, nproc_per_node=nproc, nnodes=nnodes)
         notes.insert(0, TEMPLATE_NOTE)
+    notes += layout_notes
+    counted = [f for f in acted_on if _carries(f, patched if patch else set(), set_keys)]
+    uncounted = sorted({f.pattern for f in acted_on} - {f.pattern for f in counted})
+    gain = combined_impact(counted)
+    if uncounted:
+        notes.append(f"Not in expected_gain: {', '.join(uncounted)}: neither {'the patch' if patch else 'a patch'} "
+                     "nor this command carries their fix.")
     return RelaunchSpec(
         job=analysis.job.name,
         trace_sha256=[r.sha256 for r in analysis.job.ranks],
         command=cmd,
+        cwd=cwd,
         env=env,
         config_overrides=overrides,
         override_style=style,
         patch=patch,
         expected_gain=ExpectedGain(
             ms_per_step=round(gain.ms_per_step, 4), pct_of_step=round(gain.pct_of_step, 3),
-            gpu_hours_per_1000_steps=round(gain.gpu_hours_per_1000_steps, 6), from_findings=used,
+            gpu_hours_per_1000_steps=round(gain.gpu_hours_per_1000_steps, 6),
+            from_findings=[f.pattern for f in counted],
         ),
-        notes=notes + ["Gains are combined without counting a finding within another (launch-bound, sync-point and "
-                       "dataloader-bound measure parts of idle-gpu's idle time) and capped at the step; other "
-                       "overlaps remain, so the figure is an upper bound."],
+        notes=notes + ["Gains count only the findings whose fix the patch or this command carries, combined without "
+                       "counting a finding within another (launch-bound, sync-point and dataloader-bound measure "
+                       "parts of idle-gpu's idle time) and capped at the step; other overlaps remain, so the figure "
+                       "is an upper bound."],
     )
 
 
