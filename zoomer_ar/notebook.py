@@ -67,10 +67,12 @@ def build_notebook(analysis: Analysis, *, has_patch: bool, has_spec: bool = True
             new_markdown_cell("## Relaunch\n\nThe relaunch spec lists the environment and overrides; the dry run prints the command."),
             new_code_cell(
                 "RUN = False\n"
-                "print(subprocess.run(['zoomer-ar', 'relaunch', str(HERE / 'relaunch.yaml'), '--dry-run'],\n"
-                "                     capture_output=True, text=True).stdout)\n"
+                "# in the source tree the patch was applied to (--cwd: not the folder the trace was recorded in)\n"
+                "dry = subprocess.run(['zoomer-ar', 'relaunch', str(HERE / 'relaunch.yaml'), '--cwd', str(SOURCE), '--dry-run'],\n"
+                "                     capture_output=True, text=True)\n"
+                "print(dry.stderr + dry.stdout)\n"
                 "if RUN:\n"
-                "    subprocess.run(['zoomer-ar', 'relaunch', str(HERE / 'relaunch.yaml')], cwd=SOURCE, check=True)"
+                "    subprocess.run(['zoomer-ar', 'relaunch', str(HERE / 'relaunch.yaml'), '--cwd', str(SOURCE)], cwd=SOURCE, check=True)"
             ),
             new_markdown_cell("Record the relaunched job (`zoomer_ar.capture`) and compare: `zoomer-ar compare BEFORE AFTER`."),
         ]
