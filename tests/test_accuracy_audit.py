@@ -115,3 +115,13 @@ def test_host_side_parts_never_add_to_the_gpu_idle_they_lie_in():
     assert {"idle-gpu", "allocator-churn"} <= set(by)
     assert combined_impact(a.findings).pct_of_step == pytest.approx(
         sum(f.impact.pct_of_step for f in a.findings if f.pattern in ("idle-gpu", "fp32-matmul")))
+
+
+def test_step_lasts_as_long_as_its_gpu_side():
+    """launch_bound_clean (CUDA-graph replay): the host side of a step takes 0.22 ms, the GPU side (Kineto's
+    GPU-side ProfilerStep ranges) 0.47-0.49 ms; the step was read as 0.22 ms, so kernel time per step (0.43 ms)
+    exceeded the step and fp32-matmul read as 58.5% of it."""
+    a, by = _run(REPO / "examples" / "gpu" / "launch_bound_clean")
+    f = a.features
+    assert f["step_ms"] > 0.45 and f["kernel_ms_per_step"] <= f["step_ms"]
+    assert by["fp32-matmul"].impact.pct_of_step < 40.0

@@ -139,6 +139,15 @@ def _steps(c: _Ctx, rf: RankFeatures) -> tuple[np.ndarray, np.ndarray]:
     idx = idx[np.argsort(t.ts[idx], kind="stable")]
     starts, ends = t.ts[idx], c.end[idx]
     durs = t.dur[idx] / 1000.0
+    # a step lasts as long as the longer of its host side and its device side: where the trace has the
+    # GPU-side ProfilerStep ranges (Kineto's gpu_user_annotation, same name), a host that runs ahead of
+    # the GPU (short CPU steps while the queue fills) does not shorten the step
+    gpu_steps = np.flatnonzero(c.name_mask(N.is_profiler_step) & ~cpu_side)
+    if gpu_steps.size and idx.size:
+        on_gpu: dict[int, float] = {}
+        for code, dur in zip(t.name[gpu_steps].tolist(), t.dur[gpu_steps].tolist()):
+            on_gpu[code] = max(on_gpu.get(code, 0.0), dur)
+        durs = np.maximum(durs, np.asarray([on_gpu.get(code, 0.0) for code in t.name[idx].tolist()]) / 1000.0)
     rf.v["profiler_steps"] = int(idx.size)
     rf.v["wall_ms"] = (c.t1 - c.t0) / 1000.0
     if idx.size:
