@@ -36,10 +36,14 @@ The tensor is allocated and filled on the CPU, then copied host-to-device throug
 memory (`extra-copy` / `pageable-memcpy` in the trace: `Memcpy HtoD (Pageable -> Device)`
 followed by a stall). Created on the device it costs one small fill kernel and no copy.
 
+Random factories (`rand`, `randn`, `randint`) are reported, not rewritten, unless the option
+`random` is set (`--option factory-on-device.random=true`).
+
 ## Caveats
-For `rand`/`randn`/`randint` the numbers come from the device's generator instead of the CPU
-one: same distribution, different values for a given seed (set the option
-`random=false` to only report those). Factories that already have `device=`, `out=`,
+Created on the device, `rand`/`randn`/`randint` draw from the device's generator instead of the
+CPU one: same distribution, different values for a given seed, and every later CPU draw
+(shuffling, initialisation) shifts too. That changes a seeded run's results, so those factories
+are only rewritten with `random=true`. Factories that already have `device=`, `out=`,
 `requires_grad=` (the result would become a leaf), `pin_memory=` or `generator=` are left alone.
 
 ## Example
@@ -51,7 +55,12 @@ Use instead:
 mask = torch.ones(batch, seq, device=device)
 ```
 """
-    OPTIONS = {"random": (True, "also rewrite rand/randn/randint (values change for a fixed seed)")}
+    OPTIONS = {
+        "random": (
+            False,
+            "also rewrite rand/randn/randint (off: reported only; on: the draws move to the device generator, so a seeded run's values change)",
+        )
+    }
 
     VALID = [
         "import torch\nx = torch.zeros(4, device=device)\n",
@@ -78,11 +87,17 @@ mask = torch.ones(batch, seq, device=device)
             "import torch\nt = torch.tensor([1.0, 2.0], device=x.device)\nz = torch.zeros(\n    3,\n    4,\n    device='cuda:0',\n)\n",
             message_contains="device=",
         ),
+        # by default a random factory is reported only: its draws would leave the CPU generator
         Example(
             "import torch\nnoise = torch.randn(8).to(device)\n",
             None,
             message_contains="randn",
-            options={"random": False},
+        ),
+        Example(
+            "import torch\nnoise = torch.randn(8).to(device)\n",
+            "import torch\nnoise = torch.randn(8, device=device)\n",
+            message_contains="randn",
+            options={"random": True},
         ),
         Example("import torch\nx = torch.zeros(*shape, **kw).to(device)\n", None, message_contains="**"),
     ]
@@ -106,7 +121,11 @@ mask = torch.ones(batch, seq, device=device)
             if any(h.kwarg(inner, k) is not None for k in BLOCKING_KWARGS):
                 continue
             if factory in RANDOM and not self.options["random"]:
-                yield self.report(call, message + " (random values would change for a fixed seed)")
+                yield self.report(
+                    call,
+                    message + " (report only: the draws would move from the CPU generator to the device one and change"
+                    " a seeded run's values; set the option random=true to rewrite)",
+                )
                 continue
             new = h.add_kwargs(inner, [("device", device)])
             yield self.replace(call, message, {call: new.with_changes(lpar=call.lpar, rpar=call.rpar)})

@@ -82,7 +82,15 @@ rewritten, conservatively:
   printed whole, read inside the loop) leaves the finding report-only.
 * a `print(...)`/`logger.info(...)`/`writer.add_scalar(...)`/`wandb.log(...)` statement directly
   in a loop with an index (`for i, b in enumerate(...)`, `for step in range(...)`) is wrapped in
-  `if i % 100 == 0:` (option `log_every`).
+  `if i % 100 == 0:` (option `log_every`). Logs and metric trackers (`add_scalar`,
+  `wandb.log`, `log_metrics`, `set_postfix`) count as logging: a sampled curve is the usual
+  practice. Reported instead, not wrapped: a loop whose trip count is a literal `range(...)` (or
+  `enumerate` of one) of at most `log_every` steps (only its first line would remain), a loop
+  whose variable or iterable reads like epochs (`for epoch in range(...)`, `range(num_epochs)`:
+  per-epoch logs are the ones to keep), and statements that write data rather than log:
+  `print(..., file=f)` to anything but `sys.stdout`/`sys.stderr`. Other data writes
+  (`f.write(...)`, `csv_writer.writerow(...)`, `json.dump(...)`, `losses.append(loss.item())`) are
+  never wrapped; their `.item()` is reported.
 
 Everything else is reported, not changed.
 
@@ -242,6 +250,34 @@ print(float(running) / len(loader))
         ),
         Example("preds = []\nwhile running:\n    preds.append(model(x).argmax(1).cpu().numpy())\n", None, message_contains=".cpu()"),
         Example("for x in loader:\n    print(loss.item())\n", None, message_contains="no step index"),
+        # a literal trip count below log_every: the guard would keep epoch 0 only
+        Example(
+            "for i in range(10):\n    loss = train_one_epoch(model)\n    logger.info('%d loss %.3f', i, loss.item())\n",
+            None,
+            message_contains="runs 10 times",
+        ),
+        # per-epoch logs are kept, whatever the trip count
+        Example(
+            "for epoch in range(num_epochs):\n    loss = train_one_epoch(model)\n    logger.info('epoch %d loss %.3f', epoch, loss.item())\n",
+            None,
+            message_contains="once per epoch",
+        ),
+        # a record written to a file is data, not a log
+        Example(
+            "for step in range(1000):\n    loss = train_step()\n    print(loss.item(), file=open('losses.txt', 'a'))\n",
+            None,
+            message_contains="writes a record",
+        ),
+        Example(
+            "for step in range(1000):\n    loss = train_step()\n    losses.append(loss.item())\n",
+            None,
+            message_contains=".item()",
+        ),
+        Example(
+            "for step in range(1000):\n    loss = train_step()\n    fh.write(f'{loss.item()}\\n')\n",
+            None,
+            message_contains=".item()",
+        ),
         # accumulator read before the loop in the same block (stale across epochs): report only
         Example(
             "for epoch in range(3):\n    print(total)\n    total = 0.0\n    for x in loader:\n        total += loss.item()\n",
@@ -268,6 +304,9 @@ print(float(running) / len(loader))
                     yield self.replace(node, base + "; accumulate on the device with .detach() and read it once after the loop", changes)
                     continue
             guard = self._guard_logging(ctx, node, loops[0])
+            if isinstance(guard, str):
+                yield self.report(node, base + guard)
+                continue
             if guard is not None:
                 changes, stmt = guard
                 yield self.replace(node, base + f"; it is logged every step: log every {self.options['log_every']} steps", changes)
@@ -551,7 +590,38 @@ print(float(running) / len(loader))
             name = target.value
         return None if name in (None, "_") else name
 
-    def _guard_logging(self, ctx: Context, node: cst.CSTNode, loop: cst.For | cst.While) -> tuple[dict, cst.CSTNode] | None:
+    @staticmethod
+    def _trip_count(loop: cst.For) -> int | None:
+        """How many times ``for ... in range(<literals>)`` (also through ``enumerate(...)``, or
+        ``enumerate`` of a list/tuple literal) runs, else None."""
+        it = loop.iter
+        if isinstance(it, cst.Call) and h.dotted(it.func) == "enumerate" and it.args and not it.args[0].star and it.args[0].keyword is None:
+            it = it.args[0].value
+            if isinstance(it, (cst.List, cst.Tuple)) and not any(isinstance(e, cst.StarredElement) for e in it.elements):
+                return len(it.elements)
+        if not (isinstance(it, cst.Call) and h.dotted(it.func) == "range") or h.has_star(it) or any(a.keyword for a in it.args):
+            return None
+        values = [h.literal(a.value) for a in it.args]
+        if not 1 <= len(values) <= 3 or any(type(v) is not int for v in values):
+            return None
+        try:
+            return len(range(*values))
+        except ValueError:  # range(0, 10, 0)
+            return None
+
+    @staticmethod
+    def _writes_data(call: cst.Call) -> bool:
+        """``print(..., file=f)`` to anything but ``sys.stdout``/``sys.stderr``: a record, not a log."""
+        if not (isinstance(call.func, cst.Name) and call.func.value == "print"):
+            return False
+        out = h.kwarg(call, "file")
+        if out is None:
+            return h.has_star(call) and any(a.star == "**" for a in call.args)  # file= may hide in **kwargs
+        target = h.dotted(out.value) or ""
+        return target not in ("sys.stdout", "sys.stderr", "None") and not h.is_literal(out.value, None)
+
+    def _guard_logging(self, ctx: Context, node: cst.CSTNode, loop: cst.For | cst.While) -> tuple[dict, cst.CSTNode] | str | None:
+        """The changes that log every N steps, a reason (message suffix) not to, or None."""
         stmt = self._log_stmt(ctx, node)
         if stmt is None or ctx.parent(stmt) is not getattr(loop, "body", None):
             return None
@@ -562,6 +632,16 @@ print(float(running) / len(loader))
             if isinstance(n, (cst.AssignTarget, cst.AugAssign)) and index in h.target_names(getattr(n, "target", n)):
                 return None
         every = max(1, int(self.options["log_every"]))
+        call = stmt.body[0].value  # type: ignore[attr-defined]
+        if self._writes_data(call):
+            return " (it writes a record to a file, not a log line: every step is kept; not changed)"
+        if not isinstance(loop, cst.For):  # _index only names for-loop indices
+            return None
+        if "epoch" in (ctx.code(loop.target) + " " + ctx.code(loop.iter)).lower():
+            return " (it runs once per epoch: logging every N epochs would drop epoch logs; not changed)"
+        trips = self._trip_count(loop)
+        if trips is not None and trips <= every:
+            return f" (the loop runs {trips} times: logging every {every} steps would keep only the first line; not changed)"
         guarded = cst.If(
             test=cst.parse_expression(f"{index} % {every} == 0"),
             body=cst.IndentedBlock(body=[stmt.with_changes(leading_lines=[])]),

@@ -55,6 +55,62 @@ def _configured(ctx: Context) -> bool:
     return False
 
 
+#: environment variables that pin numerics: cuBLAS determinism, or TF32 switched off process-wide
+PINNING_ENV = {"CUBLAS_WORKSPACE_CONFIG", "NVIDIA_TF32_OVERRIDE"}
+
+
+def _assigned_value(ctx: Context, attr: cst.Attribute) -> cst.BaseExpression | None:
+    """The value of ``<attr> = value`` (also ``a = <attr> = value``), else None."""
+    target = ctx.parent(attr)
+    assign = ctx.parent(target) if isinstance(target, cst.AssignTarget) and target.target is attr else None
+    if isinstance(assign, cst.Assign):
+        return assign.value
+    if isinstance(target, cst.AnnAssign) and target.target is attr:
+        return target.value
+    return None
+
+
+def _explicit_choice(ctx: Context) -> cst.CSTNode | None:
+    """Where the file chooses full-FP32 or deterministic numerics, or sets TF32 flags in one of
+    its functions (which a top-level setting would fight with), else None:
+
+    * ``torch.backends.cudnn.allow_tf32 = False`` (any ``X.allow_tf32`` not set to a literal
+      ``True``, ``setattr(X, "allow_tf32", ...)``, ``cudnn.flags(allow_tf32=False)``), and any
+      ``allow_tf32`` setting inside a def;
+    * ``torch.use_deterministic_algorithms(True)`` (anything but a literal ``False``),
+      ``torch.backends.cudnn.deterministic = True``, ``cudnn.flags(deterministic=True)``;
+    * the ``CUBLAS_WORKSPACE_CONFIG`` / ``NVIDIA_TF32_OVERRIDE`` environment variables.
+    """
+    found: list[cst.CSTNode] = []
+    for attr in ctx.nodes(cst.Attribute):
+        name = attr.attr.value
+        if name == "allow_tf32":
+            value = _assigned_value(ctx, attr)
+            in_def = any(isinstance(a, cst.FunctionDef) for a in ctx.ancestors(attr))
+            if in_def or value is None or not h.is_literal(value, True):
+                found.append(attr)
+        elif name == "deterministic" and h.last_name(attr.value) == "cudnn":
+            value = _assigned_value(ctx, attr)
+            if value is not None and not h.is_literal(value, False):
+                found.append(attr)
+    for call in ctx.nodes(cst.Call):
+        if h.last_name(call.func) == "use_deterministic_algorithms":
+            first = call.args[0].value if call.args else None
+            if not h.is_literal(first, False):
+                found.append(call)
+        elif h.dotted(call.func) == "setattr" and len(call.args) >= 2 and h.string_value(call.args[1].value) == "allow_tf32":
+            found.append(call)
+        elif h.last_name(call.func) == "flags":  # with torch.backends.cudnn.flags(allow_tf32=False, deterministic=True)
+            for key, pinned in (("allow_tf32", False), ("deterministic", True)):
+                arg = h.kwarg(call, key)
+                if arg is not None and not h.is_literal(arg.value, not pinned):
+                    found.append(call)
+    for string in ctx.nodes(cst.SimpleString):
+        if h.string_value(string) in PINNING_ENV:
+            found.append(string)
+    return min(found, key=ctx.order) if found else None
+
+
 def _import_block_end(module: cst.Module) -> cst.SimpleStatementLine | None:
     """The last statement of the leading run of import statements (after a docstring)."""
     last = None
@@ -83,6 +139,16 @@ For a training script (it calls `.backward()` or uses `torch.optim`) that uses C
 `torch.backends.cudnn.conv.fp32_precision`, ...), inserts
 `torch.set_float32_matmul_precision("high")` once, after the leading imports. It needs a
 top-level `import torch` (any alias) before that point; otherwise it reports only.
+
+It also reports only, and inserts nothing, when the file makes an explicit full-FP32 or
+determinism choice, which TF32 would override: `torch.backends.cudnn.allow_tf32 = False` (any
+`allow_tf32` not set to a literal `True`, also through `setattr` or `cudnn.flags(allow_tf32=False)`),
+`torch.use_deterministic_algorithms(True)`, `torch.backends.cudnn.deterministic = True`, or the
+`CUBLAS_WORKSPACE_CONFIG` / `NVIDIA_TF32_OVERRIDE` environment variables; and when one of its
+functions sets a TF32 flag (`def setup_precision(): torch.backends.cudnn.allow_tf32 = ...`):
+the inserted call would run before that function and be undone by it. A file that sets the
+matmul precision itself anywhere, in a function or not (`set_float32_matmul_precision`,
+`torch.backends.cuda.matmul.allow_tf32`, `fp32_precision`), is left alone.
 
 ## Why is this bad?
 float32 matrix multiplies and convolutions then run on the plain FP32 pipeline of Ampere and
@@ -129,6 +195,11 @@ model = Net().cuda()
         'import torch\nimport torch.backends.cudnn as cudnn\ncudnn.conv.fp32_precision = "tf32"\nmodel = Net().cuda()\nloss.backward()\n',
         'import torch\nsetattr(torch.backends.cuda.matmul, "fp32_precision", "ieee")\nmodel = Net().cuda()\nloss.backward()\n',
         'import torch\nmodel = Net().cuda()\nwith torch.backends.cudnn.flags(enabled=True, fp32_precision="ieee"):\n    loss = model(x).sum()\nloss.backward()\n',
+        # explicit FP32 matmuls, at the top or in a function called later: left alone
+        'import torch\ntorch.backends.cuda.matmul.allow_tf32 = False\nmodel = Net().cuda()\nloss.backward()\n',
+        'import torch\n\n\ndef setup_precision():\n    torch.set_float32_matmul_precision("highest")\n\n\n'
+        'setup_precision()\nmodel = Net().cuda()\nloss.backward()\n',
+        'import torch\nfp32_precision = "ieee"\ntorch.backends.cuda.matmul.fp32_precision = fp32_precision\nmodel = Net().cuda()\nloss.backward()\n',
     ]
     INVALID = [
         Example(
@@ -146,6 +217,34 @@ model = Net().cuda()
             None,
             message_contains="import torch",
         ),
+        # explicit full-FP32 / deterministic numerics: TF32 would override the choice
+        Example(
+            'import torch\ntorch.backends.cudnn.allow_tf32 = False\nmodel = Net().cuda()\nloss.backward()\n',
+            None,
+            message_contains="explicit FP32/determinism choice",
+        ),
+        Example(
+            'import torch\ntorch.use_deterministic_algorithms(True)\nmodel = Net().cuda()\nloss.backward()\n',
+            None,
+            message_contains="use_deterministic_algorithms",
+        ),
+        Example(
+            'import torch\nfrom torch.backends.cuda import matmul\nmatmul.allow_tf32 = False\nmodel = Net().cuda()\nloss.backward()\n',
+            None,
+            message_contains="explicit FP32/determinism choice",
+        ),
+        Example(
+            'import os\nimport torch\nos.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"\nmodel = Net().cuda()\nloss.backward()\n',
+            None,
+            message_contains="CUBLAS_WORKSPACE_CONFIG",
+        ),
+        # a function of the file sets TF32 flags after the point of insertion: it would undo the call
+        Example(
+            'import torch\n\n\ndef setup_precision(args):\n    torch.backends.cudnn.allow_tf32 = args.tf32\n\n\n'
+            'setup_precision(args)\nmodel = Net().cuda()\nloss.backward()\n',
+            None,
+            message_contains="sets TF32 flags",
+        ),
     ]
 
     def check(self, ctx: Context) -> Iterable[Edit]:
@@ -153,9 +252,20 @@ model = Net().cuda()
         if evidence is None or not _training(ctx) or _configured(ctx):
             return
         line = ctx.pos(evidence).start.line
+        message = f"CUDA training script (CUDA at line {line}) never enables TF32: float32 matmuls run on the slow full-FP32 path"
         anchor = _import_block_end(ctx.module)
         alias = ctx.torch_alias()
-        message = f"CUDA training script (CUDA at line {line}) never enables TF32: float32 matmuls run on the slow full-FP32 path"
+        choice = _explicit_choice(ctx)
+        if choice is not None:
+            # flagged where the call would go (as the other findings), the choice named in the message
+            text = ctx.code(choice)
+            text = text if len(text) <= 50 else text[:47] + "..."
+            yield self.report(
+                anchor or evidence,
+                message + f"; not changed: the file makes an explicit FP32/determinism choice or sets TF32 flags itself"
+                f" (`{text}` at line {ctx.pos(choice).start.line}), which enabling TF32 would override",
+            )
+            return
         if anchor is None or alias is None or not _imports_torch_before(ctx, anchor, alias):
             yield self.report(anchor or evidence, message + "; add `import torch` and torch.set_float32_matmul_precision(\"high\")")
             return

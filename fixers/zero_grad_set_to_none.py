@@ -48,6 +48,62 @@ def _module_like(ctx: Context, expr: cst.BaseExpression) -> bool:
     return d == "self" or "model" in last or last.endswith("net") or last in ("module", "backbone", "encoder", "decoder")
 
 
+def _simple_owner(ctx: Context, loop: cst.CSTNode) -> cst.BaseExpression | None:
+    """The module of ``for p in <module>.parameters(): p.grad.zero_()`` (also the
+    ``.grad.data`` and ``if p.grad is not None:`` forms) when the loop is exactly that, else None."""
+    if not isinstance(loop, cst.For) or not isinstance(loop.target, cst.Name) or not isinstance(loop.body, cst.IndentedBlock):
+        return None
+    var = loop.target.value
+    stmts = list(loop.body.body)
+    if len(stmts) == 1 and _grad_not_none_guard(stmts[0], var) is not None:
+        stmts = [_grad_not_none_guard(stmts[0], var)]
+    owner = h.method(loop.iter)
+    if (
+        len(stmts) == 1
+        and _grad_zero(stmts[0], var)
+        and loop.orelse is None
+        and loop.asynchronous is None
+        and owner is not None
+        and owner[1] == "parameters"
+        and not loop.iter.args  # type: ignore[union-attr]
+        and _module_like(ctx, owner[0])
+    ):
+        return owner[0]
+    return None
+
+
+def _is_backward(node: cst.CSTNode) -> bool:
+    """``loss.backward()``, ``scaler.scale(loss).backward()``, ``accelerator.backward(loss)``,
+    ``torch.autograd.backward(...)``, ``backward(...)``."""
+    return isinstance(node, cst.Call) and h.last_name(node.func) == "backward"
+
+
+def _is_grad_read(ctx: Context, node: cst.CSTNode) -> bool:
+    """``x.grad`` used as a value (not ``x.grad = ...``, not ``del x.grad``, not
+    ``torch.autograd.grad(...)``)."""
+    if not (isinstance(node, cst.Attribute) and node.attr.value == "grad"):
+        return False
+    parent = ctx.parent(node)
+    if isinstance(parent, cst.AssignTarget) and parent.target is node:
+        return False
+    if isinstance(parent, cst.Call) and parent.func is node:
+        return False
+    if isinstance(parent, cst.Del) and parent.target is node:
+        return False
+    return True
+
+
+def _is_optimizer_step(node: cst.CSTNode) -> bool:
+    """``opt.step()`` / ``self.optimizer.step()`` / ``scaler.step(optimizer)``: an update that
+    uses the gradients (a zero gradient still moves the weights through momentum or weight
+    decay; a None one is skipped)."""
+    m = h.method(node)
+    if m is None or m[1] != "step":
+        return False
+    names = [h.last_name(m[0])] + [h.last_name(a.value) for a in node.args]  # type: ignore[attr-defined]
+    return any(n is not None and "opt" in n.lower() for n in names)
+
+
 class ZeroGradSetToNone(Fixer):
     pattern = "zero-grad-not-none"
     name = "zero-grad-set-to-none"
@@ -59,7 +115,17 @@ that zero-fills every gradient (`for p in model.parameters(): p.grad.zero_()`, a
 `p.grad.data.zero_()` and the `if p.grad is not None:` guarded form) by
 `model.zero_grad(set_to_none=True)` when the loop is exactly that (one statement, no `else`)
 and the receiver is recognisably a module (`model`, `net`, `self`, ...). Other loops are
-reported.
+reported. Two or more such loops over the same module in a row become one call.
+
+Nothing is rewritten when the gradients are used after the zeroing, before the next backward
+pass (a `.backward(` call) in the same function or loop body (or anywhere after it when no
+backward follows): a read of `.grad` (`sum(p.grad.sum() for p in model.parameters())`, `if
+p.grad is not None`), an optimizer step (`opt.step()`, `scaler.step(opt)`) or a call of a function
+of the same file that does either. In a loop, the statements at the top of its body count too
+(they run after the zeroing on the next iteration) unless a backward follows the zeroing in the
+loop. Those sites are reported only: with `set_to_none=True` the gradients would be `None` there
+(an `AttributeError`, or an optimizer step that skips the parameters instead of applying
+momentum and weight decay).
 
 ## Why is this bad?
 Zero-filling launches a memset kernel per gradient every step (`zero-grad-not-none` in the
@@ -68,8 +134,9 @@ memory alive between steps. With `set_to_none=True` the gradients are dropped: n
 the next backward pass writes (rather than accumulates into) fresh gradients.
 
 ## Caveats
-Afterwards `p.grad` is `None` until the next backward instead of a zero tensor: code that reads
-gradients between `zero_grad()` and `backward()` must handle `None`. Since PyTorch 2.0
+Afterwards `p.grad` is `None` until the next backward instead of a zero tensor. Reads the
+fixer can see in the same scope keep the site report-only; reads it cannot see (another module,
+a function called through an object other than `self`) must handle `None`. Since PyTorch 2.0
 `set_to_none=True` is the default of `zero_grad()`.
 
 ## Example
@@ -88,6 +155,7 @@ optimizer.zero_grad(set_to_none=True)
         "for p in model.parameters():\n    p.grad = None\n",
         "opt.zero_grad(set_to_none=False)  # zoomer: ignore[zero-grad-not-none]\n",
         "for p in model.parameters():\n    p.requires_grad_(False)\n",
+        "for p in model.parameters():\n    p.grad = None\ntotal = sum(p.grad is None for p in model.parameters())\n",
     ]
     INVALID = [
         Example(
@@ -127,9 +195,73 @@ optimizer.zero_grad(set_to_none=True)
             None,
             message_contains="zero-fills",
         ),
+        # the zeroed gradients are read next: with set_to_none=True they would be None (crash)
+        Example(
+            "for p in model.parameters():\n"
+            "    p.grad.zero_()\n"
+            "total = sum(p.grad.sum() for p in model.parameters())\n",
+            None,
+            message_contains="would be None",
+        ),
+        Example(
+            "optimizer.zero_grad(set_to_none=False)\nfor p in model.parameters():\n    p.grad.add_(noise)\n",
+            None,
+            message_contains="would be None",
+        ),
+        # no backward in the loop: the read at the top of the body sees the zeroed gradients
+        Example(
+            "for step in range(3):\n"
+            "    print(model.fc.weight.grad.norm())\n"
+            "    for p in model.parameters():\n"
+            "        p.grad.zero_()\n"
+            "    loss = model(x).sum()\n",
+            None,
+            message_contains="would be None",
+        ),
+        # an optimizer step before the next backward would skip None gradients
+        Example(
+            "for p in model.parameters():\n    p.grad.zero_()\noptimizer.step()\n",
+            None,
+            message_contains="optimizer.step()",
+        ),
+        # a function of the file that reads gradients, called before the next backward
+        Example(
+            "def log_grads(model):\n"
+            "    print(sum(p.grad.norm() for p in model.parameters()))\n"
+            "\n"
+            "for p in model.parameters():\n"
+            "    p.grad.zero_()\n"
+            "log_grads(model)\n",
+            None,
+            message_contains="log_grads(model)",
+        ),
+        # a backward pass comes first: the reads after it see fresh gradients
+        Example(
+            "for p in model.parameters():\n"
+            "    p.grad.zero_()\n"
+            "loss.backward()\n"
+            "norm = sum(p.grad.norm() for p in model.parameters())\n",
+            "model.zero_grad(set_to_none=True)\n"
+            "loss.backward()\n"
+            "norm = sum(p.grad.norm() for p in model.parameters())\n",
+            message_contains="zero-fills",
+        ),
+        # two loops in a row over the same module: one zero_grad call, not two
+        Example(
+            "for p in model.parameters():\n"
+            "    p.grad.zero_()\n"
+            "for p in model.parameters():  # again\n"
+            "    p.grad.zero_()\n"
+            "loss.backward()\n",
+            "# again\n"
+            "model.zero_grad(set_to_none=True)\n"
+            "loss.backward()\n",
+            message_contains="zero-fills",
+        ),
     ]
 
     def check(self, ctx: Context) -> Iterable[Edit]:
+        reads = _GradReads(self, ctx)
         for call in ctx.nodes(cst.Call):
             if not h.is_method_call(call, "zero_grad"):
                 continue
@@ -139,11 +271,16 @@ optimizer.zero_grad(set_to_none=True)
                 arg = pos[0]
             if arg is None or not h.is_literal(arg.value, False):
                 continue
+            message = "zero_grad(set_to_none=False) zero-fills every gradient each step; use set_to_none=True"
             if h.has_star(call) or len(call.args) != 1:
-                yield self.report(call, "zero_grad(set_to_none=False) zero-fills every gradient each step; use set_to_none=True")
+                yield self.report(call, message)
+                continue
+            read = reads.read_after(call)
+            if read is not None:
+                yield self.report(call, message + read)
                 continue
             new = call.with_changes(args=[h.make_arg("set_to_none", "True").with_changes(comma=arg.comma)])
-            yield self.replace(call, "zero_grad(set_to_none=False) zero-fills every gradient each step; use set_to_none=True", {call: new})
+            yield self.replace(call, message, {call: new})
 
         for loop in ctx.nodes(cst.For):
             if not isinstance(loop.target, cst.Name) or not isinstance(loop.body, cst.IndentedBlock):
@@ -157,28 +294,155 @@ optimizer.zero_grad(set_to_none=True)
                 if not any(_grad_zero(s, var) for s in h.walk(loop.body) if isinstance(s, cst.SimpleStatementLine)):
                     continue
             message = f"the loop zero-fills each {var}.grad with a kernel per parameter; use zero_grad(set_to_none=True)"
-            it = loop.iter
-            owner = h.method(it)
-            simple = (
-                len(stmts) == 1
-                and _grad_zero(stmts[0], var)
-                and loop.orelse is None
-                and loop.asynchronous is None
-                and owner is not None
-                and owner[1] == "parameters"
-                and not it.args  # type: ignore[union-attr]
-                and _module_like(ctx, owner[0])
-            )
-            if not simple:
+            owner = _simple_owner(ctx, loop)
+            if owner is None:
                 yield self.report(loop, message)
                 continue
-            # comments inside the loop (header, body) move above the new statement
+            dups = reads.repeats(loop)
+            read = reads.read_after(dups[-1] if dups else loop)
+            if read is not None:
+                yield self.report(loop, message + read)
+                continue
+            if reads.repeated(loop):
+                yield self.report(loop, message + " (it repeats the loop just above, which the fix replaces by one zero_grad call)")
+                continue
+            # comments inside the loop (header, body) and in the repeats it absorbs move above the
+            # new statement
             inner = [
                 c for c in h.walk(loop) if isinstance(c, cst.Comment) and not any(c is e.comment for e in loop.leading_lines)
             ]
+            for dup in dups:
+                inner.extend(c for c in h.walk(dup) if isinstance(c, cst.Comment))
             inner.sort(key=lambda c: (ctx.pos(c).start.line, ctx.pos(c).start.column))
             kept = [cst.EmptyLine(indent=True, whitespace=cst.SimpleWhitespace(""), comment=c) for c in inner]
-            new = h.simple_stmt(f"{ctx.code(owner[0])}.zero_grad(set_to_none=True)\n").with_changes(
+            new = h.simple_stmt(f"{ctx.code(owner)}.zero_grad(set_to_none=True)\n").with_changes(
                 leading_lines=[*loop.leading_lines, *kept]
             )
-            yield self.replace(loop, message, {loop: new})
+            changes: dict = {loop: new}
+            for dup in dups:
+                changes[dup] = cst.RemovalSentinel.REMOVE
+            yield self.replace(loop, message, changes)
+
+
+class _GradReads:
+    """Where gradients are read after a zeroing site, before the next backward pass.
+
+    Events are looked for in the scope (function, class body or module) of the site, in source
+    order: reads of ``x.grad`` (stores like ``p.grad = None`` excepted), optimizer steps, calls of
+    this file's functions that do either, and ``.backward(`` calls. A read after the site, before
+    a backward that follows it, means the zeroed gradients are used: with ``set_to_none=True`` they
+    would be ``None``. Inside a loop, the reads at the top of the loop body run after the site too
+    (next iteration) unless a backward follows the site in that loop. Zeroing loops the fixer
+    rewrites (unsuppressed, simple) are not reads: they become ``zero_grad`` calls too."""
+
+    def __init__(self, fixer: Fixer, ctx: Context):
+        self.fixer = fixer
+        self.ctx = ctx
+        self._events: dict[cst.CSTNode, list[tuple[int, str, cst.CSTNode]]] = {}
+        self._simple: dict[cst.CSTNode, cst.BaseExpression | None] = {}
+        self._readers: set[str] | None = None
+
+    # -- simple, rewritable zeroing loops ------------------------------------------------------
+
+    def owner(self, loop: cst.CSTNode) -> cst.BaseExpression | None:
+        if loop not in self._simple:
+            owner = _simple_owner(self.ctx, loop)
+            if owner is not None and self.ctx.is_suppressed(loop, self.fixer.pattern, self.fixer.name):
+                owner = None
+            self._simple[loop] = owner
+        return self._simple[loop]
+
+    def _same_owner(self, a: cst.CSTNode, b: cst.CSTNode) -> bool:
+        oa, ob = self.owner(a), self.owner(b)
+        return oa is not None and ob is not None and oa.deep_equals(ob)
+
+    def repeats(self, loop: cst.For) -> list[cst.For]:
+        """The zeroing loops over the same module right after ``loop`` in its block."""
+        where = self.ctx.block_of(loop)
+        if where is None or self.owner(loop) is None:
+            return []
+        block, i = where
+        out: list[cst.For] = []
+        for stmt in block.body[i + 1 :]:  # type: ignore[attr-defined]
+            if not self._same_owner(loop, stmt):
+                break
+            out.append(stmt)
+        return out
+
+    def repeated(self, loop: cst.For) -> bool:
+        """``loop`` repeats the zeroing loop right before it (that one's fix absorbs it)."""
+        where = self.ctx.block_of(loop)
+        if where is None or where[1] == 0:
+            return False
+        return self._same_owner(where[0].body[where[1] - 1], loop)  # type: ignore[attr-defined]
+
+    def _in_simple_loop(self, node: cst.CSTNode) -> bool:
+        return any(isinstance(a, cst.For) and self.owner(a) is not None for a in self.ctx.ancestors(node))
+
+    # -- events ----------------------------------------------------------------------------------
+
+    def _reads(self, node: cst.CSTNode) -> bool:
+        ctx = self.ctx
+        return (_is_grad_read(ctx, node) or _is_optimizer_step(node)) and not self._in_simple_loop(node)
+
+    def _reader_functions(self) -> set[str]:
+        """Names of this file's functions that read gradients (directly or through each other)."""
+        if self._readers is None:
+            defs = self.ctx.nodes(cst.FunctionDef)
+            readers = {fn.name.value for fn in defs if any(self._reads(n) for n in h.walk(fn.body))}
+            while True:
+                more = {
+                    fn.name.value
+                    for fn in defs
+                    if fn.name.value not in readers
+                    and any(isinstance(n, cst.Call) and self._calls_reader(n, readers) for n in h.walk(fn.body))
+                }
+                if not more:
+                    break
+                readers |= more
+            self._readers = readers
+        return self._readers
+
+    @staticmethod
+    def _calls_reader(call: cst.Call, readers: set[str]) -> bool:
+        name = h.last_name(call.func)
+        if name is None or name not in readers:
+            return False
+        return isinstance(call.func, cst.Name) or (h.dotted(call.func) or "").startswith(("self.", "cls."))
+
+    def events(self, scope: cst.CSTNode) -> list[tuple[int, str, cst.CSTNode]]:
+        if scope not in self._events:
+            out = []
+            for n in h.walk(scope, into_scopes=False):
+                if _is_backward(n):
+                    out.append((self.ctx.order(n), "backward", n))
+                elif self._reads(n) or (isinstance(n, cst.Call) and self._calls_reader(n, self._reader_functions())):
+                    out.append((self.ctx.order(n), "read", n))
+            out.sort(key=lambda e: e[0])
+            self._events[scope] = out
+        return self._events[scope]
+
+    def read_after(self, site: cst.CSTNode) -> str | None:
+        """Why the gradients are read after ``site`` (a message suffix), else None."""
+        ctx = self.ctx
+        events = [e for e in self.events(ctx.enclosing_scope(site)) if not ctx.contains(site, e[2])]
+        at = ctx.order(site)
+        for _, kind, node in (e for e in events if e[0] > at):
+            if kind == "backward":
+                break
+            return self._why(node)
+        for loop in ctx.loops_around(site):
+            inside = [e for e in events if ctx.contains(loop, e[2])]
+            if any(kind == "backward" and order > at for order, kind, _ in inside):
+                continue
+            for order, kind, node in inside:
+                if order > at or kind == "backward":
+                    break
+                return self._why(node)  # read at the top of the loop, next iteration
+        return None
+
+    def _why(self, node: cst.CSTNode) -> str:
+        text = self.ctx.code(node)
+        text = text if len(text) <= 40 else text[:37] + "..."
+        line = self.ctx.pos(node).start.line
+        return f" (report only: `{text}` at line {line} uses the gradients before the next backward; they would be None)"
