@@ -29,9 +29,11 @@ calls that do not set it. An explicit `gradient_as_bucket_view=False` is reporte
 ## Why is this bad?
 By default DDP copies every gradient into its flat communication buckets before each
 all-reduce and back afterwards: extra device copies on the critical path and a second copy of
-all gradients in memory. With bucket views the gradients *are* the buckets. Bucket size
-controls how early communication can start overlapping the backward pass
-(`exposed-communication` in the trace: NCCL kernels not hidden behind compute).
+all gradients in memory. With bucket views the gradients *are* the buckets. This saves those
+copies and the memory; it does not by itself make the all-reduce overlap the backward pass any
+more. For overlap (`exposed-communication` in the trace: NCCL kernels not hidden behind compute),
+smaller buckets start communicating earlier: `bucket_cap_mb` below the default 25 (the option
+sets a value you choose; a larger one delays the first all-reduce).
 
 ## Caveats
 Gradients become views into the buckets: code that calls `p.grad.detach_()` or replaces

@@ -125,3 +125,26 @@ def test_step_lasts_as_long_as_its_gpu_side():
     f = a.features
     assert f["step_ms"] > 0.45 and f["kernel_ms_per_step"] <= f["step_ms"]
     assert by["fp32-matmul"].impact.pct_of_step < 40.0
+
+
+def test_tf32_patch_is_offered_only_on_gpus_with_tf32(shared_traces):
+    """df_index_resolver ran on V100s: its FP32 GEMMs are found, but the fixer's TF32 setting would change nothing
+    there, so no fixer or relaunch setting goes with the finding (the relaunch predicted the whole gain)."""
+    a, by = _run(shared_traces / "hta" / "df_index_resolver")
+    assert a.features["tf32_capable"] is False
+    f = by["fp32-matmul"]
+    assert f.fixers == [] and not f.relaunch and "no TF32" in f.recommendation
+    h, hby = _run(REPO / "examples" / "gpu" / "fp32_matmul")  # H200: the patch is offered
+    assert h.features["tf32_capable"] is True and hby["fp32-matmul"].fixers == ["fp32-matmul"]
+
+
+def test_fix_when_must_name_features(tmp_path):
+    import yaml
+
+    from zoomer_ar.detect.rules import RuleError, load_rule
+
+    doc = yaml.safe_load((REPO / "rules" / "fp32-matmul.yaml").read_text(encoding="utf-8"))
+    doc["fix"]["when"] = "no_such_feature > 0"
+    (tmp_path / "fp32-matmul.yaml").write_text(yaml.safe_dump(doc), encoding="utf-8")
+    with pytest.raises(RuleError, match="fix.when"):
+        load_rule(tmp_path / "fp32-matmul.yaml")

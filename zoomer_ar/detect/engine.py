@@ -46,6 +46,10 @@ def finding_from_rule(rule: Rule, result: dict[str, Any], jf: JobFeatures, featu
     for key in rule.evidence:
         events.extend(jf.evidence.get(key, []))
     events = events[:8]
+    fixable = rule.fix_applies(features)  # fix.when: the automatic fix's premise holds on this job
+    recommendation = rule.recommendation.strip()
+    if not fixable and rule.fix.unless:
+        recommendation += "\n\n" + rule.fix.unless.strip()
     return Finding(
         pattern=rule.id,
         title=rule.title,
@@ -53,11 +57,11 @@ def finding_from_rule(rule: Rule, result: dict[str, Any], jf: JobFeatures, featu
         confidence=round(result["confidence"], 3),
         impact=impact_for(result, features),
         evidence=Evidence(figures=_figures(rule, features), events=events, frames=_frames(events)),
-        recommendation=rule.recommendation.strip(),
+        recommendation=recommendation,
         explanation=rule.explanation.strip(),
         references=rule.references,
-        fixers=rule.fix.fixers,
-        relaunch=rule.fix.relaunch,
+        fixers=rule.fix.fixers if fixable else [],
+        relaunch=rule.fix.relaunch if fixable else {},
         detected_by=["rules"],
     )
 

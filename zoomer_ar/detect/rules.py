@@ -56,6 +56,10 @@ class Fix(BaseModel):
     model_config = ConfigDict(extra="forbid")
     fixers: list[str] = Field(default_factory=list)
     relaunch: dict[str, Any] = Field(default_factory=dict)
+    # the fixers and relaunch settings help only where this holds over the features (e.g. a TF32 setting
+    # needs a GPU with TF32); elsewhere the finding stands with its recommendation and `unless` as a note
+    when: str = "True"
+    unless: str = ""
 
 
 class Rule(BaseModel):
@@ -91,6 +95,7 @@ class Rule(BaseModel):
     _condition: Expr
     _impact: Expr
     _confidence: Expr
+    _fix_when: Expr
 
     @field_validator("id")
     @classmethod
@@ -131,6 +136,14 @@ class Rule(BaseModel):
             if unknown:
                 raise ValueError(f"{field_name}: unknown name(s) {unknown}")
             parsed[field_name] = e
+        try:
+            fix_when = Expr(self.fix.when)
+        except ExprError as exc:
+            raise ValueError(f"fix.when: {exc}") from None
+        unknown = sorted(fix_when.names - FEATURE_NAMES)
+        if unknown:
+            raise ValueError(f"fix.when: unknown name(s) {unknown}")
+        self._fix_when = fix_when
         self._applies = parsed["applies_when"]
         self._condition = parsed["condition"]
         self._impact = parsed["impact_ms"]
@@ -154,6 +167,10 @@ class Rule(BaseModel):
         conf = self._confidence(env)
         conf = 0.5 if conf is None else max(0.0, min(1.0, float(conf)))
         return {"impact_ms": impact_ms, "impact_pct": impact_pct, "confidence": conf}
+
+    def fix_applies(self, features: dict[str, Any]) -> bool:
+        """Do this rule's fixers and relaunch settings help on this job (`fix.when`)?"""
+        return bool(self._fix_when(features))
 
     def severity_for(self, impact_pct: float) -> Severity:
         if self.fixed_severity:
