@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import difflib
+import json
+import re
+
 import click
 
 from ..errors import InputError
@@ -23,6 +27,43 @@ def list_rules() -> None:
         click.echo(f"{r.id:<{width}}  {r.category:<15} {r.title}{fixers}")
 
 
+SEVERITY_ORDER = ("info", "low", "medium", "high", "critical")
+
+
+def _setting(v: object) -> str:
+    """A relaunch value as the command line takes it: JSON for booleans, lists and maps."""
+    return json.dumps(v) if isinstance(v, (bool, list, dict)) or v is None else str(v)
+
+
+def _relaunch_lines(relaunch: dict) -> list[str]:
+    """The rule's relaunch settings, one bullet per kind, each setting as `key=value`."""
+    words = {"config_overrides": "config overrides", "env": "environment"}
+    lines = []
+    for kind, value in relaunch.items():
+        if isinstance(value, dict):
+            items = ", ".join(f"`{k}={_setting(v)}`" for k, v in value.items())
+            lines.append(f"- {words.get(kind, kind.replace('_', ' '))}: {items}")
+        elif kind == "notes":
+            lines.append(f"- note: {' '.join(str(value).split())}")
+        else:
+            lines.append(f"- {kind.replace('_', ' ')}: `{_setting(value)}`")
+    return lines
+
+
+def _severity_line(r) -> str:
+    """How the rule's severity is set, in words: fixed, or impact_pct bands down to min_severity."""
+    if r.fixed_severity:
+        return (f"- severity: always {r.fixed_severity} (`fixed_severity`: set by the rule, whatever the "
+                "measured impact)")
+    b = r.severity_bands
+    floor = SEVERITY_ORDER.index(r.min_severity)
+    bands = [(name, getattr(b, name)) for name in ("critical", "high", "medium", "low")
+             if SEVERITY_ORDER.index(name) > floor]
+    ladder = ", ".join(f"{name} from {threshold:g}%" for name, threshold in bands)
+    return (f"- severity: from `impact_pct`: {ladder}, otherwise {r.min_severity} (`min_severity`: the lowest "
+            "severity a finding of this rule gets, however small its impact)")
+
+
 def explain_text(rule_id: str) -> str:
     r = get_rule(rule_id)
     lines = [f"# {r.id}: {r.title}", "", f"Category: {r.category}", "", "## What it detects", "", r.summary, ""]
@@ -33,9 +74,20 @@ def explain_text(rule_id: str) -> str:
     if r.fix.fixers:
         lines += [f"Automatic fix: `zoomer-ar fix DIR --select {','.join(r.fix.fixers)} --diff`", ""]
     if r.fix.relaunch:
-        lines += ["Relaunch settings:", ""] + [f"- {k}: {v}" for k, v in r.fix.relaunch.items()] + [""]
-    lines += ["## How it is measured", "", f"- applies when: `{r.applies_when}`", f"- fires when: `{r.condition}`",
-              f"- impact (ms per step): `{r.impact_ms}`", f"- confidence: `{r.confidence}`"]
+        lines += ["Relaunch settings (`zoomer-ar relaunch` applies them to the recorded command):", ""]
+        lines += _relaunch_lines(r.fix.relaunch) + [""]
+    lines += ["## How it is measured", ""]
+    applies = " ".join(str(r.applies_when).split())
+    lines += ["- applies to: every trace" if applies in ("True", "") else f"- applies when: `{applies}`"]
+    measured = " ".join((r.condition, str(r.confidence)))
+    lines += [f"- fires when: `{' '.join(r.condition.split())}`",
+              f"- impact (ms per step): `{' '.join(r.impact_ms.split())}`"]
+    if "impact_pct" in measured or not r.fixed_severity:
+        lines += ["- `impact_pct`: that impact as a percentage of the step (100 x impact / `step_ms`, the impact "
+                  "capped at the whole step)"]
+    if re.search(r"\bimpact_ms\b", measured):
+        lines += ["- `impact_ms`: that impact in ms per step, capped at the whole step"]
+    lines += [f"- confidence: `{' '.join(str(r.confidence).split())}`", _severity_line(r)]
     if r.figures:
         lines += [f"- evidence figures: {', '.join(r.figures)}"]
     if r.within:
@@ -45,13 +97,24 @@ def explain_text(rule_id: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def suggest(rule_id: str, known: list[str]) -> str | None:
+    """The rule id closest to a mistyped one (`sync_point`, `Sync-Point`, `sync-pont`), if any."""
+    normal = "-".join(rule_id.strip().lower().replace("_", "-").split())
+    if normal in known:
+        return normal
+    close = difflib.get_close_matches(normal, known, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
 @rules.command("explain")
 @click.argument("rule_id")
 def explain(rule_id: str) -> None:
     """What a rule detects, why it costs time, an example, the fix (exit 2 for an unknown id)."""
     known = [r.id for r in load_rules()]
     if rule_id not in known:  # a wrong id is bad input (exit 2), not a broken catalogue (RuleError, exit 1)
-        raise InputError(None, f"no rule with id {rule_id!r} (see `zoomer-ar rules list`)")
+        hint = suggest(rule_id, known)
+        did_you_mean = f"did you mean {hint}? " if hint else ""
+        raise InputError(None, f"no rule with id {rule_id!r} ({did_you_mean}see `zoomer-ar rules list`)")
     click.echo(explain_text(rule_id), nl=False)
 
 

@@ -7,80 +7,18 @@ waste over time is inline SVG. The Markdown carries the same tables and a text s
 from __future__ import annotations
 
 import json
-import re
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from ..paths import REPORTS_DIR
+from .filters import fmt_change, fmt_gh, fmt_usd, install, md_code_text, md_text, one_line
+
+__all__ = ["chart", "fmt_change", "fmt_gh", "fmt_usd", "md_code_text", "md_text", "render_digest", "render_history"]
 
 if TYPE_CHECKING:
     from ..store.digest import Digest
     from ..store.history import History
-
-
-def fmt_gh(v: float | None) -> str:
-    """GPU-hours: tiny profiled windows and fleet-scale weeks both readable."""
-    if v is None:
-        return "-"
-    a = abs(v)
-    if a == 0:
-        return "0"
-    if a >= 100:
-        return f"{v:,.0f}"
-    if a >= 10:
-        return f"{v:,.1f}"
-    if a >= 0.1:
-        return f"{v:.2f}"
-    return format(Decimal(f"{v:.3g}"), "f")  # 0.0000443, not 4.43e-05: three digits, no exponent
-
-
-def fmt_usd(v: float | None) -> str:
-    if v is None:
-        return "-"
-    a = abs(v)
-    if a == 0:
-        return "$0"
-    if a >= 100:
-        return f"${v:,.0f}"
-    if a >= 0.01:
-        return f"${v:,.2f}"
-    return "<$0.01"
-
-
-def fmt_change(v: float | None) -> str:
-    if v is None:
-        return "new"
-    if abs(v) < 0.5:
-        return "→ 0%"
-    return f"{'↑' if v > 0 else '↓'} {abs(v):.0f}%"
-
-
-_MD_SPECIAL = re.compile(r"[\\`*\[\]|]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
-_MD_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
-_CONTROL = re.compile(r"[\x00-\x1f\x7f\u0085\u2028\u2029]+")
-
-
-def md_text(value: object) -> str:
-    """User text (job, team and owner names) for Markdown: literal, never markup.
-
-    `& < >` become entities (no raw HTML such as `<script>` or `<img onerror>` reaches the page),
-    Markdown punctuation (backslash, backtick, `*`, `[`, `]`, `|`, and `_` where it could start or
-    end emphasis) is backslash-escaped, and line breaks and control characters become one space.
-    """
-    if value is None:
-        return ""
-    text = _CONTROL.sub(" ", str(value))
-    text = _MD_SPECIAL.sub(lambda m: "\\" + m.group(0), text)
-    return "".join(_MD_ENTITIES.get(ch, ch) for ch in text)
-
-
-def md_code(value: object) -> str:
-    """Text inside a Markdown code span (pattern ids): no backtick can close the span, no `|` split a table cell."""
-    if value is None:
-        return ""
-    return _CONTROL.sub(" ", str(value)).replace("`", "'").replace("|", "\\|")
 
 
 def _env() -> Environment:
@@ -92,13 +30,7 @@ def _env() -> Environment:
         lstrip_blocks=True,
         keep_trailing_newline=True,
     )
-    env.filters["gh"] = fmt_gh
-    env.filters["usd"] = fmt_usd
-    env.filters["change"] = fmt_change
-    env.filters["pct"] = lambda v: "-" if v is None else f"{v:.1f}%"
-    env.filters["md"] = md_text
-    env.filters["code"] = md_code
-    return env
+    return install(env)
 
 
 def chart(d: Digest, width: int = 560, height: int = 140) -> dict[str, Any]:
@@ -134,7 +66,7 @@ def render_history(h: History, fmt: str = "text") -> str:
         return json.dumps(h.model_dump(mode="json"), indent=2) + "\n"
     md = fmt == "md"
     lines: list[str] = []
-    esc = md_text if md else (lambda v: "" if v is None else _CONTROL.sub(" ", str(v)))
+    esc = md_text if md else one_line
     head = (f"{esc(h.job)}: team {esc(h.team) or '-'}, owner {esc(h.owner) or '-'}, {h.gpu_count or 0} x "
             f"{esc(h.gpu_type) or 'GPU'}")
     if h.gpu_hour_cost is not None:
@@ -168,7 +100,7 @@ def render_history(h: History, fmt: str = "text") -> str:
             lines.append("| Pattern | " + " | ".join(h.weeks) + " |")
             lines.append("|---|" + "---|" * len(h.weeks))
             for p in h.patterns:
-                lines.append(f"| `{md_code(p)}` | " + " | ".join(fmt_gh(h.matrix[p][w]) if w in h.matrix[p] else "·"
+                lines.append(f"| `{md_code_text(p)}` | " + " | ".join(fmt_gh(h.matrix[p][w]) if w in h.matrix[p] else "·"
                                                        for w in h.weeks) + " |")
         else:
             lines.append(f"{'pattern':<26} " + " ".join(f"{w:>9}" for w in h.weeks))

@@ -14,6 +14,7 @@ from ..detect.combine import combined_impact, within_present
 from ..errors import OutputError
 from ..models import Analysis
 from ..paths import REPORTS_DIR
+from .filters import bottleneck_summary, install
 
 
 def _env() -> Environment:
@@ -25,24 +26,7 @@ def _env() -> Environment:
         lstrip_blocks=True,
         keep_trailing_newline=True,
     )
-    env.filters["ms"] = lambda v: "-" if v is None else f"{v:,.2f} ms"
-    env.filters["pct"] = lambda v: "-" if v is None else f"{v:.1f}%"
-    env.filters["num"] = _num
-    return env
-
-
-def _num(v) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, float):
-        if abs(v) >= 1e6:
-            return f"{v:,.0f}"
-        return f"{v:,.3f}".rstrip("0").rstrip(".") if v != int(v) else f"{v:,.0f}"
-    if isinstance(v, int):
-        return f"{v:,}"
-    return str(v)
+    return install(env)
 
 
 def _fixer_names(analysis: Analysis) -> dict[str, list[tuple[str, bool]]]:
@@ -66,7 +50,8 @@ def _fixer_names(analysis: Analysis) -> dict[str, list[tuple[str, bool]]]:
 def _context(analysis: Analysis) -> dict:
     return {"a": analysis, "findings": analysis.findings, "job": analysis.job, "f": analysis.features,
             "fixer_names": _fixer_names(analysis), "avoidable": combined_impact(analysis.findings),
-            "within": within_present(analysis.findings)}
+            "within": within_present(analysis.findings),
+            "bottleneck": bottleneck_summary(analysis.bottleneck.summary, analysis.features)}
 
 
 def render_markdown(analysis: Analysis) -> str:

@@ -1,0 +1,226 @@
+"""Report audit: Markdown that survives hostile names (kernel, file, function, job), numbers written
+one way in every report, complete `rules explain` pages, and accelerator traces not called GPU-less.
+
+The Markdown is read back with a real CommonMark/GFM parser (markdown-it-py, installed with rich):
+a table row must keep its cells, a code span its text, a paragraph its own lines.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from pathlib import Path
+
+import pytest
+
+from zoomer_ar.analyze import analyze_path
+from zoomer_ar.cli import main
+from zoomer_ar.render import render_html, render_markdown, render_text
+
+markdown_it = pytest.importorskip("markdown_it")
+
+REPO = Path(__file__).resolve().parent.parent
+GPU_SYNC = REPO / "examples" / "gpu" / "sync_point"
+CPU_FP32 = REPO / "examples" / "traces" / "fp32_matmul"
+
+HOSTILE_NAMES = [
+    "new\nline\r\tkernel void cutlass::Kernel2<cutlass_80_simt_sgemm>",
+    "a|b `c` ``d`` e\\|f void at::native::(anonymous namespace)::vectorized",
+    "`leading backtick and trailing`",
+    "</code></td><img src=x onerror=alert(2)> void softmax_warp_forward",
+    "**bold** [link](http://evil.example/x) {{ 7*7 }} " + "x" * 120,
+]
+HOSTILE_FILE = "sync|`<b>x</b>`.py"
+
+
+def _md() -> markdown_it.MarkdownIt:
+    return markdown_it.MarkdownIt("commonmark").enable("table")
+
+
+def _tables(text: str) -> list[tuple[list[str], list[list[str]]]]:
+    """Every table of the document as (header cells, body rows), each cell as rendered plain text."""
+    out = []
+    doc = _md().render(text)
+    for table in re.findall(r"<table>(.*?)</table>", doc, re.S):
+        def cells(row: str, tag: str) -> list[str]:
+            return [html.unescape(re.sub(r"<[^>]+>", "", c)) for c in re.findall(rf"<{tag}[^>]*>(.*?)</{tag}>", row, re.S)]
+        head = re.search(r"<thead>(.*?)</thead>", table, re.S).group(1)
+        body = re.search(r"<tbody>(.*?)</tbody>", table, re.S)
+        rows = re.findall(r"<tr>(.*?)</tr>", body.group(1), re.S) if body else []
+        out.append((cells(head, "th"), [cells(r, "td") for r in rows]))
+    return out
+
+
+def _shown(name: str, limit: int = 80) -> str:
+    flat = re.sub(r"\r\n|[\x00-\x1f\x7f\u0085\u2028\u2029]", " ", name)
+    return flat if len(flat) <= limit else flat[:limit] + "…"
+
+
+@pytest.fixture(scope="module")
+def gpu_analysis():
+    return analyze_path(GPU_SYNC)
+
+
+@pytest.fixture(scope="module")
+def hostile(gpu_analysis):
+    a = gpu_analysis.model_copy(deep=True)
+    a.job.name = "job <script>|`x`"
+    for f in a.findings:
+        f.evidence.events = [e.model_copy(update={"name": HOSTILE_NAMES[i % len(HOSTILE_NAMES)]})
+                             for i, e in enumerate(f.evidence.events)]
+        f.evidence.frames = [fr.model_copy(update={"file": HOSTILE_FILE, "resolved_path": None, "function": "train_*step*"})
+                             for fr in f.evidence.frames]
+    return a
+
+
+# --- 1. hostile names in Markdown --------------------------------------------------------------------
+def test_markdown_event_tables_keep_rows_columns_and_names(hostile):
+    text = render_markdown(hostile)
+    events = [e for f in hostile.findings for e in f.evidence.events]
+    tables = [(h, rows) for h, rows in _tables(text) if h and h[0] == "Event"]
+    assert sum(len(rows) for _, rows in tables) == len(events), "a newline in a name ended a table"
+    shown = iter(events)
+    for head, rows in tables:
+        for row in rows:
+            e = next(shown)
+            assert len(row) == len(head) == 5
+            assert row[0] == _shown(e.name), row  # the whole name, on one line, cut with an ellipsis
+            assert row[1] == str(e.rank) and row[2] == f"{e.ts_ms:,.3f}", row  # nothing spilled into the next cells
+    # a backslash-escaped backslash before a pipe is a cell separator for cmark-gfm and mistune
+    assert not [line for line in text.splitlines() if line.startswith("|") and "\\\\|" in line]
+
+
+def test_markdown_source_line_and_job_title_are_literal(hostile):
+    text = render_markdown(hostile)
+    doc = _md().render(text)
+    assert "<b>" not in doc and "<script>" not in doc and "<img" not in doc
+    source = next(line for line in text.splitlines() if line.startswith("Source: "))
+    para = _md().render(source)
+    frame = next(f for f in hostile.findings if f.evidence.frames).evidence.frames[0]
+    assert html.unescape(re.search(r"<code>(.*?)</code>", para).group(1)) == f"{HOSTILE_FILE}:{frame.resolved_line or frame.line}"
+    assert "train_*step*" in html.unescape(re.sub(r"<[^>]+>", "", para))  # no emphasis eaten
+    title = _md().render(text.splitlines()[0])
+    assert html.unescape(re.sub(r"<[^>]+>", "", title)).strip() == "Zoomer AR report: job <script>|`x`"
+
+
+def test_markdown_severity_line_is_its_own_paragraph(gpu_analysis):
+    doc = _md().render(render_markdown(gpu_analysis))
+    paras = re.findall(r"<p>(.*?)</p>", doc, re.S)
+    for f in gpu_analysis.findings:
+        sev = next(p for p in paras if p.startswith("<strong>Severity</strong> " + f.severity))
+        assert "\n" not in sev, f"the severity line of {f.pattern} ran into the explanation"
+
+
+def test_markdown_tables_all_parse_with_their_columns(hostile):
+    text = render_markdown(hostile)
+    table_lines = sum(1 for line in text.splitlines() if line.startswith("|"))
+    parsed = _tables(text)
+    assert table_lines == sum(len(rows) + 2 for _, rows in parsed), "a table line was not read as a table row"
+    for head, rows in parsed:
+        assert all(len(r) == len(head) for r in rows)
+
+
+def test_code_span_helper_and_its_jinja_twin_agree():
+    from zoomer_ar.render.filters import md_code
+    from zoomer_ar.review.render import _env
+
+    macro = _env().from_string('{% import "_markdown.j2" as md %}{{ md.code(v, cell=cell, limit=limit) }}')
+    samples = HOSTILE_NAMES + [HOSTILE_FILE, "we|ird`name.py:7", " spaced ", "``", "plain", "x\\", "a\r\nb\u2028c"]
+    for v in samples:
+        for cell in (True, False):
+            for limit in (None, 20):
+                assert macro.render(v=v, cell=cell, limit=limit) == md_code(v, cell, limit), (v, cell, limit)
+                if not cell:
+                    got = _md().render(md_code(v, cell, limit))
+                    assert html.unescape(re.search(r"<code>(.*?)</code>", got, re.S).group(1)) == _shown(v, limit or 10**6)
+
+
+def test_review_comment_keeps_an_odd_file_name_in_its_code_span():
+    from zoomer_ar.review.models import FileNote, ReviewFinding, ReviewResult
+    from zoomer_ar.review.render import render_markdown as review_md
+
+    path = "we|ird`name.py"
+    f = ReviewFinding(rule_id="sync-point", fixer="loop-item-sync", title="T", severity="high", message="m | n",
+                      path=path, line=7, column=1, end_line=7, end_column=5, statement_line=7,
+                      fingerprint="ab" * 16 + ":1", comment_line=7, fix_diff="@@ -7 +7 @@\n-a\n+b\n")
+    r = ReviewResult(repo="/r", base="main", base_sha="a" * 40, head="f", head_sha="b" * 40, merge_base_sha="a" * 40,
+                     files_changed=1, findings=[f], errors=[FileNote(path=path, message="bad", line=3)],
+                     skipped=[FileNote(path=path, message="binary")])
+    text = review_md(r)
+    [(head, rows)] = _tables(text)
+    assert rows[0][3] == f"{path}:7" and rows[0][4] == "m | n" and len(rows[0]) == len(head)
+    codes = [html.unescape(c) for c in re.findall(r"<code>(.*?)</code>", _md().render(text), re.S)]
+    assert f"{path}:7" in codes and f"{path}:3" in codes and path in codes, codes
+
+
+# --- 2. numbers ---------------------------------------------------------------------------------------
+def test_numbers_have_one_style(gpu_analysis):
+    a = gpu_analysis.model_copy(deep=True)
+    a.features["profiler_steps"] = 1
+    a.features["step_ms"] = 13336.32
+    a.bottleneck.summary = "host-bound: 96% of the accounted GPU time (13250.65 ms per profiled step)"
+    a.findings[-1].impact.gpu_hours_per_1000_steps = 0.000122
+    text, md, page = render_text(a), render_markdown(a), render_html(a)
+    assert "1 profiled step\n" in text.splitlines()[0] + "\n" and "1 profiled steps" not in text
+    assert "13,250.65 ms per profiled step" in text and "13250.65" not in md + text + page
+    assert "(1 profiled step)" in page and "(1 steps)" not in page
+    row = next(line for line in md.splitlines() if line.startswith(f"| {len(a.findings)} |"))
+    assert "| 0.000122 |" in row, row
+    assert "0.000122 GPU-hours per 1,000 steps" in page
+
+
+def test_cost_tables_use_the_shared_number_filters(gpu_analysis):
+    from zoomer_ar.store.cost import cost_attribution
+
+    a = gpu_analysis.model_copy(deep=True)
+    a.features["cost_attribution"] = cost_attribution(a.features, a.findings, gpus=1, gpu_hour_cost=2.5)
+    md = render_markdown(a)
+    cost = md[md.index("## Cost attribution"):]
+    assert "e-0" not in cost and "e-1" not in cost, "GPU-hours without exponents"
+    assert "$2.50/GPU-hour" in cost
+
+
+def test_cpu_only_trace_names_its_hardware():
+    a = analyze_path(CPU_FP32)
+    md = render_markdown(a)
+    hw = next(line for line in md.splitlines() if line.startswith("| Hardware"))
+    assert "CPU-only" in hw and "| none |" not in hw
+    row = next(line for line in md.splitlines() if line.startswith("| 1 | `fp32-matmul`"))
+    assert "| 0.0000 |" not in row, row
+
+
+# --- 3. rules explain ---------------------------------------------------------------------------------
+def test_explain_pages_spell_out_settings_and_terms(capsys):
+    assert main(["rules", "explain", "launch-bound"]) == 0
+    page = capsys.readouterr().out
+    assert "{'" not in page and "'compile': True" not in page
+    assert "`compile=true`" in page and "`compile_mode=reduce-overhead`" in page
+    assert "- `impact_pct`:" in page and "min_severity" in page and "critical from 25%" in page
+    assert main(["rules", "explain", "sync-point"]) == 0
+    page = capsys.readouterr().out
+    assert "`True`" not in page and "applies to: every trace" in page
+    assert "otherwise info" in page
+    assert main(["rules", "explain", "memory-growth"]) == 0
+    assert "always high (`fixed_severity`" in capsys.readouterr().out
+
+
+def test_explain_suggests_the_closest_rule(capsys):
+    assert main(["rules", "explain", "sync_point"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "did you mean sync-point?" in err[0], err
+    assert main(["rules", "explain", "no-such-rule-at-all"]) == 2
+    assert "did you mean" not in capsys.readouterr().err
+
+
+# --- 4. accelerator traces ------------------------------------------------------------------------------
+def test_accelerator_trace_is_not_called_gpu_less(gpu_analysis):
+    a = gpu_analysis.model_copy(deep=True)
+    a.features.update(has_gpu=False, has_accelerator=True, accelerator="mtia", gpu_busy_pct=None)
+    a.job.ranks[0].devices = []
+    a.job.ranks[0].accelerator = "mtia"
+    a.bottleneck.summary = "compute-bound: 99% of the host time (no GPU in this trace) (13250.65 ms per profiled step)"
+    for out in (render_markdown(a), render_text(a), render_html(a)):
+        assert "no GPU in this trace" not in out
+        assert "no CUDA/ROCm GPU events; accelerator trace" in out
+    hw = next(line for line in render_markdown(a).splitlines() if line.startswith("| Hardware"))
+    assert "MTIA" in hw
