@@ -105,13 +105,15 @@ def write_fix_outputs(analysis, target: Path, source_dir: Path | None, trace_pat
     job = recorded_job(trace_path)  # the capture helper's job.json: read once
     if source_dir is not None:
         from .fix.api import run_directory
-        from .sourcemap import files_ran
+        from .sourcemap import files_ran, patch_scopes
 
         if fixers is None:
             fixers = patch_fixers(analysis.findings, None, unlocked_by_facts(job, _ran_on_accelerator(analysis)))[0]
         only = files_ran(analysis)
         # nothing located in the traced code: nothing to patch (map_sources' note says why)
-        result = run_directory(source_dir, select=fixers, only=only) if fixers and only else None
+        # and in them only the functions the findings point at (their frames' and located statements')
+        result = (run_directory(source_dir, select=fixers, only=only, scopes=patch_scopes(analysis, source_dir))
+                  if fixers and only else None)
         if result is not None and notes is not None:
             notes.extend(_skipped_source_notes(result.errors))
         diff = result.diff_bytes() if result else b""

@@ -6,7 +6,9 @@ shares the longest suffix with it; library frames were already dropped by the fe
 Inside the function, the fix stage's `locate` finds the statement the finding is about (the
 `.item()`, the `DataLoader(...)`, the `.to(...)`, the optimizer construction). When the function
 holds no such statement (a DataLoader built in `main` but iterated in `train`), the same file is
-searched statically for that pattern.
+searched statically for that pattern. When nothing is found, the location is the function's
+`def`: where the source moved since the recording (lines inserted above it), the line it has now
+(the function found by its name), never the trace's line, which then lies in other code.
 
 A finding whose evidence has no Python frame (launch-bound's short kernels, idle gaps, a memory
 curve) is looked for statically in the job's own program: the files the trace shows running (the
@@ -16,6 +18,12 @@ other files searched, and those locations are marked unconfirmed (``function`` e
 `` (unconfirmed)``, a note says so) and patch nothing: a folder of several programs is not
 patched on a guess. A folder that holds a single Python file is that program. User code is
 parsed, never run.
+
+patch.diff changes only the code the findings point at (:func:`files_ran`, :func:`patch_scopes`):
+the files their confirmed locations lie in, and in those files only the functions of the trace's
+frames and the functions (or the module-level code) holding the located statements. Another
+function of the same file with the same anti-pattern (a helper the trace never shows running) is
+reported by `zoomer-ar fix`, not patched.
 """
 
 from __future__ import annotations
@@ -99,7 +107,23 @@ def _best_line(text: str, rel: str, frame: SourceFrame, pattern: str) -> int:
         return in_file[0].line
     if inside:
         return sorted(inside, key=lambda m: m.line)[0].line
-    return frame.line
+    return function_line(text, frame)
+
+
+def function_line(text: str, frame: SourceFrame) -> int:
+    """The line of the frame's function in ``text``: the frame's own line when a function of
+    that name starts there (its ``def`` or first decorator), else the ``def`` of the one function
+    of that name (the source moved since the recording), else the frame's line."""
+    if not frame.function or frame.function == "<module>" or nesting_problem(text) is not None:
+        return frame.line
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return frame.line
+    same = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == frame.function]
+    if any(frame.line in {n.lineno, *(d.lineno for d in n.decorator_list)} for n in same):
+        return frame.line
+    return same[0].lineno if len(same) == 1 else frame.line
 
 
 def _map_frame(index: SourceIndex, frame: SourceFrame, pattern: str) -> SourceFrame:
@@ -293,6 +317,37 @@ def files_ran(analysis: Analysis) -> list[str]:
 
     A source folder often holds more than the program that was profiled (other entry points,
     scenario programs side by side, old experiments): patch.diff changes only the code the trace
-    shows running, and never a program the trace does not show."""
+    shows running, and never a program the trace does not show; inside those files, only the
+    functions :func:`patch_scopes` names."""
     files = {fr.resolved_path for f in analysis.findings for fr in f.all_frames() if fr.resolved_path and not is_unconfirmed(fr)}
     return sorted(files)
+
+
+def patch_scopes(analysis: Analysis, source_dir: Path) -> dict[str, list[str]]:
+    """For each file of :func:`files_ran`, the functions patch.diff may change (``<module>``:
+    the code outside any function, as :func:`enclosing_function` names it): the function of
+    each confirmed frame located in it (the code the trace shows running) and the function
+    holding each located statement (a DataLoader built in ``main``, a conv in a block builder).
+    The fix stage leaves the file's other findings alone (``run(..., scopes=...)``), so a helper
+    that the trace never shows is not patched because it repeats the anti-pattern."""
+    root = Path(source_dir)
+    texts: dict[str, str | None] = {}
+    out: dict[str, set[str]] = {}
+    for f in analysis.findings:
+        for fr in f.all_frames():
+            if not fr.resolved_path or is_unconfirmed(fr):
+                continue
+            names = out.setdefault(fr.resolved_path, set())
+            if fr.function:
+                names.add(fr.function)
+            if fr.resolved_line is None:
+                continue
+            if fr.resolved_path not in texts:
+                try:
+                    texts[fr.resolved_path] = decode((root / fr.resolved_path).read_bytes())[0]
+                except (OSError, ValueError):
+                    texts[fr.resolved_path] = None
+            text = texts[fr.resolved_path]
+            if text is not None:
+                names.add(enclosing_function(text, fr.resolved_line))
+    return {path: sorted(names) for path, names in sorted(out.items())}

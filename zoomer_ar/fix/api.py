@@ -72,11 +72,13 @@ def locate_file(path: str | Path, function_def_line: int, pattern: str, *, funct
 
 
 def run_directory(root: str | Path, select: Ids = None, *, ignore: Ids = None, options: Options = None, fix: bool = True,
-                  only: Iterable[str | Path] | None = None) -> engine.RunResult:
+                  only: Iterable[str | Path] | None = None,
+                  scopes: Mapping[str, Iterable[str]] | None = None) -> engine.RunResult:
     """:func:`zoomer_ar.fix.engine.run`: findings, ``.diff()`` / ``.diff_bytes()`` for a tree (with
-    ``only``: for those files of it)."""
+    ``only``: for those files of it; with ``scopes``: fixing only inside those functions of each file,
+    see zoomer_ar.sourcemap.patch_scopes)."""
     return engine.run(root, select=select, ignore=ignore, options=options, fix=fix,
-                      only=None if only is None else [Path(root) / q for q in only])
+                      only=None if only is None else [Path(root) / q for q in only], scopes=scopes)
 
 
 def fixers(registry: Registry | None = None) -> list[dict[str, Any]]:

@@ -66,8 +66,8 @@ def _list_fixers(fmt: str) -> None:
 @click.option("--option", "-o", "opts", multiple=True, metavar="ID.KEY=VALUE", help="Fixer option, e.g. dataloader-bound.num_workers=8 (repeatable).")
 @click.option("--list", "list_fixers", is_flag=True, help="List the fixers and exit.")
 def fix(path: Path | None, select: str | None, ignore: str | None, show_diff: bool, do_apply: bool, fmt: str, opts: tuple[str, ...], list_fixers: bool) -> int:
-    """Find performance anti-patterns in the Python files under PATH (a folder or a file) and
-    fix them with codemods.
+    """Find performance anti-patterns in the Python files and notebooks (.ipynb) under PATH (a
+    folder or a file) and fix them with codemods.
 
     Without --diff/--apply the findings are listed (path:line:col pattern message). Inline
     `# zoomer: ignore[ID]` comments suppress a finding. Files that do not parse are reported

@@ -4,12 +4,21 @@ The diff splits lines as git does (``\\n`` only, :mod:`.lines`) and names files 
 folder given (apply inside it), or, for a single file, relative to the current directory (apply
 here; see :func:`diff_path`).
 
-Only regular ``*.py`` files under the root are read: hidden folders, virtual environments
-(``.venv``, ``site-packages``, any folder holding ``pyvenv.cfg``), ``__pycache__`` and
+Only regular ``*.py`` and ``*.ipynb`` files under the root are read: hidden folders, virtual
+environments (``.venv``, ``site-packages``, any folder holding ``pyvenv.cfg``), ``__pycache__`` and
 ``node_modules`` are skipped and symbolic links (files or folders) are never followed, so
-nothing outside the root is read or written. Files are decoded with their PEP 263 encoding
-(BOM and coding cookie honoured) and written back in it, line endings untouched. A file that
-does not parse is reported with a one-line message and skipped.
+nothing outside the root is read or written: a linked file (given as the PATH, or met in a
+folder) is listed as skipped with a one-line reason, never read, diffed or replaced by a regular
+file (``git`` records a link as a link: a text patch of it would not apply). Files are decoded
+with their PEP 263 encoding (BOM and coding cookie honoured) and written back in it, line
+endings untouched. A file that does not parse is reported with a one-line message and skipped.
+
+Notebooks (``*.ipynb``) are read as JSON, never as Python: the fixers run over their code cells
+(:mod:`.notebooks`: magics masked, findings at ``nb.ipynb:cell N:LINE:COL``, fixes rewriting
+only the code cells' ``source`` so the diff is one of the JSON text).
+
+``scopes`` (``run``) confines the fixes of a file to some functions (``<module>`` for code
+outside any function): ``analyze --source`` patches only the code its findings point at.
 """
 
 from __future__ import annotations
@@ -24,8 +33,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
+import libcst as cst
+
 from ..errors import InputError
-from .base import Context, Fixer, SourceParseError, StaticMatch, apply_fixer, collect_matches
+from . import notebooks
+from .base import MAX_ROUNDS, Context, Fixer, SourceParseError, StaticMatch, apply_edits, apply_fixer, collect_matches
 from .lines import split_git_lines
 from .registry import Registry, load_registry
 
@@ -128,10 +140,16 @@ def detect_source(source: str, path: str, selection: Selection) -> list[StaticMa
     return out
 
 
-def fix_source_with(source: str, path: str, selection: Selection, findings: Sequence[StaticMatch] | None = None) -> str:
-    """Apply the selection's fixing fixers in turn (each output re-parsed by apply_fixer)."""
+def fix_source_with(source: str, path: str, selection: Selection, findings: Sequence[StaticMatch] | None = None,
+                    scope: Iterable[str] | None = None) -> str:
+    """Apply the selection's fixing fixers in turn (each output re-parsed by apply_fixer).
+
+    ``scope``: the names of the functions (``<module>``: code outside any function) whose
+    findings may be fixed; a finding flagged elsewhere is left as it is (None: everywhere)."""
+    allowed = None if scope is None else frozenset(scope)
     if findings is None:
         findings = detect_source(source, path, selection)
+    findings = confine(findings, source, path, allowed)
     current = source
     for _ in range(MAX_PASSES):
         wanted = {m.fixer for m in findings if m.fixable}
@@ -140,12 +158,77 @@ def fix_source_with(source: str, path: str, selection: Selection, findings: Sequ
         for fixer in selection.fixers:
             if fixer.name in wanted:
                 try:
-                    current = apply_fixer(fixer, current, path, fixing=selection.fixing)
+                    if allowed is None:
+                        current = apply_fixer(fixer, current, path, fixing=selection.fixing)
+                    else:
+                        current = _apply_fixer_in(fixer, current, path, selection.fixing, allowed)
                 except SourceParseError:
                     raise
                 except Exception as exc:
                     raise _crash(fixer, exc) from exc
-        findings = detect_source(current, path, selection)
+        findings = confine(detect_source(current, path, selection), current, path, allowed)
+    return current
+
+
+# --------------------------------------------------------------------------------------------
+# Scopes: the functions a fix may touch
+# --------------------------------------------------------------------------------------------
+
+#: the scope of code outside any function (module level, class bodies)
+MODULE_SCOPE = "<module>"
+
+
+def _def_spans(ctx: Context) -> list[tuple[int, int, str]]:
+    spans = []
+    for fn in ctx.nodes(cst.FunctionDef):
+        rng = ctx.pos(fn)
+        spans.append((rng.start.line, rng.end.line, fn.name.value))
+    return spans
+
+
+def _scope_at(spans: list[tuple[int, int, str]], line: int) -> str:
+    """The name of the innermost function holding ``line`` (``<module>`` outside any)."""
+    best: tuple[int, str] | None = None
+    for start, end, name in spans:
+        if start <= line <= end and (best is None or start >= best[0]):
+            best = (start, name)
+    return best[1] if best else MODULE_SCOPE
+
+
+def scope_of(source: str, line: int, path: str = "<string>") -> str:
+    """The scope (function name or ``<module>``) of line ``line`` of ``source``."""
+    return _scope_at(_def_spans(Context(source, path)), line)
+
+
+def confine(findings: Sequence[StaticMatch], source: str, path: str, scope: frozenset[str] | None) -> list[StaticMatch]:
+    """``findings`` with those flagged outside ``scope`` no longer fixable (None: unchanged)."""
+    if scope is None or not any(m.fixable for m in findings):
+        return list(findings)
+    spans = _def_spans(Context(source, path))
+    return [m.model_copy(update={"fixable": False}) if m.fixable and _scope_at(spans, m.line) not in scope else m
+            for m in findings]
+
+
+def _apply_fixer_in(fixer: Fixer, source: str, path: str, fixing: Iterable[str], scope: frozenset[str]) -> str:
+    """:func:`~.base.apply_fixer` for the edits flagged inside ``scope`` only (an edit's
+    changes go together: a fix flagged in scope may change a line elsewhere, such as the read
+    of an accumulator after its loop)."""
+    fixing = frozenset(fixing) | {fixer.name}
+    current = source
+    for _ in range(MAX_ROUNDS):
+        ctx = Context(current, path, fixing=fixing)
+        spans = _def_spans(ctx)
+        edits = [e for e in fixer.check(ctx)
+                 if e.changes and not ctx.is_suppressed(e.node, fixer.pattern, fixer.name)
+                 and _scope_at(spans, ctx.pos(e.node).start.line) in scope]
+        if not edits:
+            break
+        new, complete = apply_edits(ctx, edits)
+        if new is None or new == current:
+            break
+        current = new
+        if complete:
+            break
     return current
 
 
@@ -160,6 +243,17 @@ def _is_venv(path: Path) -> bool:
 
 def iter_python_files(root: Path) -> Iterator[Path]:
     """``*.py`` regular files under ``root`` (sorted), skipping hidden/venv folders and links."""
+    yield from _walk(root, (".py",), links=False)
+
+
+def iter_source_files(root: Path) -> Iterator[Path]:
+    """What ``fix`` reads: ``*.py`` and ``*.ipynb`` files under ``root`` (sorted), skipping
+    hidden/venv folders and linked folders; linked files are yielded (:func:`process_file`
+    lists them as skipped, unread). A file root is yielded whatever its name."""
+    yield from _walk(root, (".py", notebooks.SUFFIX), links=True)
+
+
+def _walk(root: Path, suffixes: tuple[str, ...], *, links: bool) -> Iterator[Path]:
     if root.is_file():
         yield root
         return
@@ -174,10 +268,14 @@ def iter_python_files(root: Path) -> Iterator[Path]:
             and not _is_venv(here / d)
         )
         for name in sorted(filenames):
-            if not name.endswith(".py") or name.startswith("."):
+            if not name.lower().endswith(suffixes) or name.startswith("."):
                 continue
             p = here / name
-            if p.is_symlink() or not p.is_file():
+            if p.is_symlink():
+                if links:
+                    yield p
+                continue
+            if not p.is_file():
                 continue
             yield p
 
@@ -209,7 +307,7 @@ class FileResult:
     def error_line(self, shown: str | None = None) -> str:
         where = shown or self.path
         err = self.error or ""
-        return f"{where}:{err}" if err[:1].isdigit() else f"{where}: {err}"
+        return f"{where}:{err}" if err[:1].isdigit() or err.startswith("cell ") else f"{where}: {err}"
 
     @property
     def changed(self) -> bool:
@@ -243,7 +341,8 @@ class RunResult:
 
     @property
     def errors(self) -> list[str]:
-        """One line per skipped file: ``path:line:col: reason`` or ``path: reason``."""
+        """One line per skipped file: ``path:line:col: reason`` or ``path: reason`` (a notebook:
+        the cells left out, ``nb.ipynb:cell 4:2:5: reason; cell 6:...``, its other cells analysed)."""
         return [f.error_line() for f in self.files if f.error]
 
     @property
@@ -320,30 +419,50 @@ def diff_path(root: Path, path: Path) -> str:
     return real.relative_to(top).as_posix() if top is not None else path.name
 
 
-def process_file(root: Path, path: Path, selection: Selection, *, fix: bool) -> FileResult:
+def _link_reason(path: Path) -> str:
+    try:
+        target = os.readlink(path)
+    except OSError:
+        target = "?"
+    target = " ".join(target.split())
+    return f"a symbolic link (to {target}), not followed; run on the file it points to"
+
+
+def process_file(root: Path, path: Path, selection: Selection, *, fix: bool, scope: Iterable[str] | None = None) -> FileResult:
+    """Findings (and with ``fix`` the fixed text) of one file; ``scope`` confines the fixes
+    (see :func:`fix_source_with`). A notebook is handled by :mod:`.notebooks`; a symbolic link
+    is never read (skipped with its reason)."""
     rel = _rel(root, path)
     res = FileResult(rel, path)
     if root.is_file():
         res.diff_path = diff_path(root, path)
+    if path.is_symlink():
+        res.error = _link_reason(path)
+        return res
+    notebook = notebooks.is_notebook(path.name)
+    limit = notebooks.MAX_NOTEBOOK_BYTES if notebook else MAX_FILE_BYTES
     try:
         res.stat = path.stat()
-        if res.stat.st_size > MAX_FILE_BYTES:
-            res.error = f"skipped: larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB"
+        if res.stat.st_size > limit:
+            res.error = f"skipped: larger than {limit // (1024 * 1024)} MiB"
             return res
         raw = path.read_bytes()
     except OSError as exc:
         res.error = f"cannot read: {exc.strerror or exc}"
         return res
+    if notebook:
+        return _process_notebook(res, raw, selection, fix=fix)
     try:
         text, res.encoding = decode(raw)
     except ValueError as exc:
         res.error = f"cannot decode: {exc}"
         return res
     res.before = text
+    allowed = None if scope is None else frozenset(scope)
     try:
-        res.findings = detect_source(text, rel, selection)
+        res.findings = confine(detect_source(text, rel, selection), text, rel, allowed)
         if fix and any(m.fixable for m in res.findings):
-            res.after = fix_source_with(text, rel, selection, res.findings)
+            res.after = fix_source_with(text, rel, selection, res.findings, allowed)
         else:
             res.after = text
     except SourceParseError as exc:
@@ -361,6 +480,40 @@ def process_file(root: Path, path: Path, selection: Selection, *, fix: bool) -> 
     return res
 
 
+def _process_notebook(res: FileResult, raw: bytes, selection: Selection, *, fix: bool) -> FileResult:
+    """A notebook's code cells through the fixers (:mod:`.notebooks`); ``before``/``after`` are
+    the JSON text. Cells that do not parse are named in ``error`` and the others still fixed."""
+    res.encoding = "utf-8-sig" if raw.startswith(b"\xef\xbb\xbf") else "utf-8"
+    try:
+        text = raw.decode(res.encoding)
+    except UnicodeDecodeError as exc:
+        res.error = f"cannot decode: not UTF-8 JSON ({exc.reason} at byte {exc.start})"
+        return res
+    res.before = res.after = text
+
+    def detect(source: str, path: str) -> list[StaticMatch]:
+        return detect_source(source, path, selection)
+
+    def fixed(source: str, path: str, findings: Sequence[StaticMatch]) -> str:
+        return fix_source_with(source, path, selection, findings)
+
+    try:
+        out = notebooks.process(text, res.path, detect, fixed if fix else None)
+    except notebooks.NotebookError as exc:
+        res.error = str(exc)
+        return res
+    except FixerCrash as exc:
+        res.error = str(exc)
+        return res
+    except SourceParseError as exc:  # the cells parsed alone but not together
+        res.error = f"{exc.line}:{exc.column}: {exc.reason} (the code cells together)"
+        return res
+    res.findings, res.after = out.findings, out.after
+    if out.errors:
+        res.error = "; ".join(out.errors)
+    return res
+
+
 def run(
     root: Path | str,
     *,
@@ -370,20 +523,25 @@ def run(
     fix: bool = False,
     registry: Registry | None = None,
     only: Iterable[Path] | None = None,
+    scopes: Mapping[str, Iterable[str]] | None = None,
 ) -> RunResult:
-    """Detect (and with ``fix=True`` compute fixes) for every Python file under ``root`` (with
-    ``only``: those of them, and no others)."""
+    """Detect (and with ``fix=True`` compute fixes) for every Python file and notebook under
+    ``root`` (with ``only``: those of them, and no others). ``scopes`` maps a file (relative to
+    ``root``, as ``FileResult.path``) to the functions whose findings may be fixed
+    (``<module>``: code outside any function); its other findings are reported, not fixable, and
+    a file not in ``scopes`` is fixed everywhere."""
     root = Path(root)
     if not root.exists():
         raise InputError(str(root), "no such file or directory")
     if not (root.is_dir() or root.is_file()):
         raise InputError(str(root), "not a directory or a file")
     selection = select_fixers(select, ignore, options, registry)
-    paths = iter_python_files(root)
+    paths = iter_source_files(root)
     if only is not None:
         keep = {Path(q).resolve() for q in only}
-        paths = [q for q in paths if q.resolve() in keep]
-    files = [process_file(root, q, selection, fix=fix) for q in paths]
+        paths = [q for q in paths if not q.is_symlink() and q.resolve() in keep]
+    confined = {Path(k).as_posix(): v for k, v in (scopes or {}).items()}
+    files = [process_file(root, q, selection, fix=fix, scope=confined.get(_rel(root, q))) for q in paths]
     return RunResult(root, files, selection)
 
 
@@ -418,6 +576,9 @@ def apply(result: RunResult) -> list[FileResult]:
     written: list[FileResult] = []
     for f in result.changed:
         try:
+            if f.abspath.is_symlink():  # never replace a link with a regular file
+                f.error = "a symbolic link; left unchanged"
+                continue
             st = f.abspath.stat()
             if f.stat is not None and (st.st_mtime_ns, st.st_size) != (f.stat.st_mtime_ns, f.stat.st_size):
                 f.error = "changed while fixing; left unchanged"
