@@ -6,6 +6,7 @@ from typing import Iterable
 
 import libcst as cst
 
+from zoomer_ar.fix import flow
 from zoomer_ar.fix import helpers as h
 from zoomer_ar.fix.base import Context, Edit, Example, Fixer
 
@@ -52,7 +53,11 @@ explicitly) whose output goes straight into a `BatchNorm` of the same dimension
 * adjacent arguments of one `nn.Sequential(...)`, or
 * `self.convX = nn.Conv2d(...)` and `self.bnX = nn.BatchNorm2d(...)` assigned in `__init__`
   when every call of `self.convX` in the class feeds `self.bnX` directly: `self.bnX(self.convX(x))`
-  or `x = self.convX(x)` immediately followed by `x = self.bnX(x)`.
+  or `x = self.convX(x)` immediately followed by `x = self.bnX(x)`, the name read by nothing but
+  the BatchNorm before it is bound again.
+
+A conv output that also goes elsewhere (a residual `y = self.convX(x)`, `z = self.bnX(y)`,
+`return z + y`) still sees the bias there: that finding is reported, not fixed.
 
 If the file reads a `.bias` attribute without an `is not None` guard (e.g. an init loop doing
 `nn.init.zeros_(m.bias)`), the finding is reported, not fixed.
@@ -145,10 +150,25 @@ block = nn.Sequential(nn.Conv2d(64, 64, 3, padding=1, bias=False), nn.BatchNorm2
             None,
             message_contains="positional",
         ),
+        # the conv output also feeds a residual add, where its bias is not cancelled
+        Example(
+            "import torch.nn as nn\n"
+            "class Res(nn.Module):\n"
+            "    def __init__(self, c):\n"
+            "        super().__init__()\n"
+            "        self.conv2 = nn.Conv2d(c, c, 3, padding=1)\n"
+            "        self.bn2 = nn.BatchNorm2d(c)\n"
+            "    def forward(self, x):\n"
+            "        skip = self.conv2(x)\n"
+            "        z = self.bn2(skip)\n"
+            "        return z + skip\n",
+            None,
+            message_contains="also read on line 10",
+        ),
     ]
 
     def check(self, ctx: Context) -> Iterable[Edit]:
-        candidates: list[tuple[cst.Call, str, str | None]] = []
+        candidates: list[tuple[cst.Call, str, str | None, str | None]] = []
         for call in ctx.nodes(cst.Call):
             if not ctx.matches(call, SEQUENTIAL, {"nn.Sequential", "torch.nn.Sequential"}) or h.has_star(call):
                 continue
@@ -157,20 +177,22 @@ block = nn.Sequential(nn.Conv2d(64, 64, 3, padding=1, bias=False), nn.BatchNorm2
                 cd = _kind(ctx, a.value, CONV, CONV_BARE)
                 bd = _kind(ctx, b.value, BN, BN_BARE)
                 if _compatible(cd, bd):
-                    candidates.append((a.value, ctx.code(b.value.func), None))  # type: ignore[union-attr]
+                    candidates.append((a.value, ctx.code(b.value.func), None, None))  # type: ignore[union-attr]
         for cls in ctx.nodes(cst.ClassDef):
             candidates.extend(self._class_candidates(ctx, cls))
         if not candidates:
             return
-        unsafe = self._unguarded_bias(ctx, {a for _, _, a in candidates if a})
-        for conv, bn, _attr in candidates:
+        unsafe = self._unguarded_bias(ctx, {a for _, _, a, _ in candidates if a})
+        for conv, bn, _attr, shared in candidates:
             bias = h.kwarg(conv, "bias")
             pos = h.positionals(conv)
             if bias is not None and h.is_literal(bias.value, False) or len(pos) >= 8 and h.is_literal(pos[7].value, False):
                 continue
             kind = h.dotted(conv.func) or "Conv"
             message = f"{kind.split('.')[-1]} bias is cancelled by the {bn.split('.')[-1]} that follows (it subtracts the mean); use bias=False"
-            if h.has_star(conv) or len(pos) >= 8:
+            if shared is not None:
+                yield self.report(conv, message + f" (but its output is also read on {shared}, where the bias still counts: not rewritten)")
+            elif h.has_star(conv) or len(pos) >= 8:
                 yield self.report(conv, message + " (bias is passed positionally or through *args)")
             elif bias is not None and not h.is_literal(bias.value, True):
                 yield self.report(conv, message + " (bias is not a literal)")
@@ -180,7 +202,7 @@ block = nn.Sequential(nn.Conv2d(64, 64, 3, padding=1, bias=False), nn.BatchNorm2
                 new = h.set_kwarg(conv, "bias", "False")
                 yield self.replace(conv, message, {conv: new})
 
-    def _class_candidates(self, ctx: Context, cls: cst.ClassDef) -> list[tuple[cst.Call, str, str | None]]:
+    def _class_candidates(self, ctx: Context, cls: cst.ClassDef) -> list[tuple[cst.Call, str, str | None, str | None]]:
         init = next(
             (s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"), None
         ) if isinstance(cls.body, cst.IndentedBlock) else None
@@ -207,6 +229,7 @@ block = nn.Sequential(nn.Conv2d(64, 64, 3, padding=1, bias=False), nn.BatchNorm2
         if not convs or not bns:
             return []
         feeds: dict[str, set[str]] = {k: set() for k in convs}
+        shared: dict[str, str] = {}
         bad: set[str] = set()
         for node in h.walk(cls):
             attr = _self_attr(node)
@@ -218,45 +241,93 @@ block = nn.Sequential(nn.Conv2d(64, 64, 3, padding=1, bias=False), nn.BatchNorm2
             if not (isinstance(parent, cst.Call) and parent.func is node):
                 bad.add(attr)
                 continue
-            bn = self._feeding_bn(ctx, parent, bns)
+            bn, other = self._feeding_bn(ctx, parent, bns)
             if bn is None:
                 bad.add(attr)
             else:
                 feeds[attr].add(bn)
+                if other is not None:
+                    shared.setdefault(attr, other)
         out = []
         for attr, (call, cd) in convs.items():
             if attr in bad or not feeds[attr]:
                 continue
             if all(_compatible(cd, bns[b]) for b in feeds[attr]):
-                out.append((call, f"self.{sorted(feeds[attr])[0]}", attr))
+                out.append((call, f"self.{sorted(feeds[attr])[0]}", attr, shared.get(attr)))
         return out
 
     @staticmethod
-    def _feeding_bn(ctx: Context, call: cst.Call, bns: dict[str, int]) -> str | None:
-        """The BN attribute that consumes the output of ``call`` directly, if any."""
+    def _feeding_bn(ctx: Context, call: cst.Call, bns: dict[str, int]) -> tuple[str | None, str | None]:
+        """The BN attribute that consumes the output of ``call`` directly, if any, and where else
+        that output is read (``"line N"``; None: nowhere, the BN is its only reader)."""
         arg = ctx.parent(call)
         outer = ctx.parent(arg) if isinstance(arg, cst.Arg) else None
         if isinstance(outer, cst.Call) and len(outer.args) == 1 and not arg.star and arg.keyword is None:  # type: ignore[union-attr]
             bn = _self_attr(outer.func)
-            return bn if bn in bns else None
+            return (bn, None) if bn in bns else (None, None)
         assign = ctx.parent(call)
         if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name)):
-            return None
+            return None, None
         var = assign.targets[0].target.value
         line = ctx.parent(assign)
         where = ctx.block_of(line) if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 else None
         if where is None:
-            return None
+            return None, None
         block, i = where
         if i + 1 >= len(block.body):
-            return None
+            return None, None
         nxt = block.body[i + 1]
         if not (isinstance(nxt, cst.SimpleStatementLine) and len(nxt.body) == 1 and isinstance(nxt.body[0], (cst.Assign, cst.Return, cst.Expr))):
-            return None
+            return None, None
         value = nxt.body[0].value
         if isinstance(value, cst.Call) and len(value.args) == 1 and isinstance(value.args[0].value, cst.Name) and value.args[0].value.value == var:
             bn = _self_attr(value.func)
-            return bn if bn in bns else None
+            if bn not in bns:
+                return None, None
+            return bn, ConvBiasBeforeBn._other_reader(ctx, var, assign, value.args[0].value)
+        return None, None
+
+    @staticmethod
+    def _other_reader(ctx: Context, var: str, assign: cst.Assign, bn_arg: cst.Name) -> str | None:
+        """Whether the value ``assign`` binds to ``var`` is read by anything but ``bn_arg`` (the
+        statement right after): None when the BN is provably its only reader (the BN statement
+        or a later straight-line statement binds ``var`` again, or the function ends), else
+        where the other read is (``"line N"``) or, when unsure, ``"another line"``."""
+        unsure = "another line"
+        fn = ctx.enclosing_scope(assign)
+        if not isinstance(fn, cst.FunctionDef) or flow.used_in_nested_scopes(ctx, fn, var) or flow.declared_nonlocal(fn, var):
+            return unsure
+        line = ctx.parent(assign)
+        block, i = ctx.block_of(line)  # type: ignore[misc]
+        bn_small = block.body[i + 1].body[0]  # type: ignore[union-attr]
+        if isinstance(bn_small, cst.Assign) and any(isinstance(t.target, cst.Name) and t.target.value == var for t in bn_small.targets):
+            return None  # `y = self.bn(y)`: the conv output is dead
+        in_finally = any(isinstance(a, cst.Try) and a.finalbody is not None for a in ctx.ancestors(line) if ctx.contains(fn, a) and a is not fn)
+        if isinstance(bn_small, cst.Return) and not in_finally:
+            return None
+        named = flow.names_in(ctx, fn, var)
+        for stmt in block.body[i + 2:]:
+            mentions = [n for n in named if ctx.contains(stmt, n)]
+            if not mentions:
+                continue
+            small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
+            if (
+                isinstance(small, cst.Assign)
+                and len(small.targets) == 1
+                and len(mentions) == 1
+                and mentions[0] is small.targets[0].target
+            ):
+                return None  # bound again before any read
+            return f"line {ctx.pos(mentions[0]).start.line}"
+        if block is fn.body and not in_finally:
+            return None  # the function ends: locals die
+        # the block ends inside a loop, branch, with or try: any other mention of the name counts
+        for n in named:
+            if n is bn_arg or n is assign.targets[0].target:
+                continue
+            if flow.is_store(ctx, n) and not isinstance(ctx.parent(n), cst.AugAssign):
+                continue  # another binding (or `del`) reads nothing
+            return f"line {ctx.pos(n).start.line}"
         return None
 
     @staticmethod

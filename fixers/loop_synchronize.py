@@ -23,6 +23,32 @@ TIMERS_BARE = TIMERS | {
     "datetime.now", "datetime.utcnow", "datetime.today",
 }
 TIMER_METHODS = {"record", "elapsed_time"}
+#: streams, events and CUDA graphs: work PyTorch does not order against the default stream for you
+STREAM_CALLS = {
+    "torch.cuda.stream", "torch.cuda.Stream", "torch.cuda.ExternalStream", "torch.cuda.StreamContext",
+    "torch.cuda.set_stream", "torch.cuda.Event", "torch.cuda.graph", "torch.cuda.CUDAGraph",
+    "torch.cuda.make_graphed_callables", "torch.cuda.graph_pool_handle", "torch.Stream", "torch.Event",
+    "torch.cuda.streams.Stream", "torch.cuda.streams.Event", "torch.cuda.graphs.graph", "torch.cuda.graphs.CUDAGraph",
+}
+STREAM_BARE = STREAM_CALLS | {"cuda.stream", "cuda.Stream", "cuda.Event", "cuda.graph", "cuda.CUDAGraph"}
+#: any callee ending in one of these names counts, whatever it is bound to
+STREAM_LAST = {"Stream", "ExternalStream", "StreamContext", "Event", "CUDAGraph", "make_graphed_callables", "graph_pool_handle"}
+STREAM_METHODS = {"wait_stream", "wait_event", "record_event", "record_stream", "replay", "capture_begin", "capture_end"}
+
+
+def _stream_work(ctx: Context, scope: cst.CSTNode) -> cst.Call | None:
+    """A call in ``scope`` (a function, or the module's own code) that uses a side stream, a
+    CUDA event or a CUDA graph, if any."""
+    for n in h.walk(scope, into_scopes=False):
+        if not isinstance(n, cst.Call):
+            continue
+        m = h.method(n)
+        if m is not None and m[1] in STREAM_METHODS:
+            return n
+        d = h.dotted(n.func) or ""
+        if d.split(".")[-1] in STREAM_LAST or ctx.matches(n, STREAM_CALLS, STREAM_BARE):
+            return n
+    return None
 
 
 def _has_timing(ctx: Context, stmt: cst.CSTNode) -> bool:
@@ -48,6 +74,12 @@ statement next to it (before or after, in the same block) reads a clock (`time.t
 `timeit.default_timer()`, `datetime.now()`/`utcnow()`/`today()`, CUDA event
 `record()`/`elapsed_time()`): there it brackets timing code and is needed. An only statement
 becomes `pass`; comments are kept.
+
+It reports, and keeps, a call in a function (or module code) that uses side streams, CUDA
+events or CUDA graphs (`torch.cuda.stream(...)`, `Stream(...)`, `wait_stream`, `Event(...)`,
+`record_event`, `torch.cuda.graph`/`CUDAGraph`/`replay()`): there the synchronize may be what
+orders the side stream's work before the host reads it (`y.cpu()` after
+`with torch.cuda.stream(s): y = model(x)`).
 
 ## Why is this bad?
 `synchronize()` blocks the Python thread until every queued kernel has finished, so the CPU
@@ -117,9 +149,33 @@ for x, y in loader:
             "import torch\n\n\ndef train(loader):\n    for x in loader:\n\n        out = model(x)\n",
             message_contains="synchronize",
         ),
+        # side-stream work: the synchronize orders it before the default stream's .cpu()
+        Example(
+            "import torch\n"
+            "s = torch.cuda.Stream()\n"
+            "for x in loader:\n"
+            "    with torch.cuda.stream(s):\n"
+            "        y = model(x)\n"
+            "    torch.cuda.synchronize()\n"
+            "    out = y.cpu()\n",
+            None,
+            message_contains="stream",
+        ),
+        Example(
+            "import torch\n\n"
+            "def run(g, loader, static_x, static_y):\n"
+            "    for x in loader:\n"
+            "        static_x.copy_(x)\n"
+            "        g.replay()\n"
+            "        torch.cuda.synchronize()\n"
+            "        out = static_y.cpu()\n",
+            None,
+            message_contains="graph",
+        ),
     ]
 
     def check(self, ctx: Context) -> Iterable[Edit]:
+        streams_in: dict[int, cst.Call | None] = {}
         for call in ctx.nodes(cst.Call):
             if not ctx.matches(call, SYNCHRONIZE, {"torch.cuda.synchronize"}):
                 continue
@@ -134,5 +190,12 @@ for x, y in loader:
                 if any(_has_timing(ctx, s) for s in neighbours) or (len(line.body) > 1 and _has_timing(ctx, line)):
                     continue
             message = "torch.cuda.synchronize() in the loop blocks the CPU until the GPU drains, every iteration"
+            scope = ctx.enclosing_scope(call)
+            if id(scope) not in streams_in:
+                streams_in[id(scope)] = _stream_work(ctx, scope)
+            streams = streams_in[id(scope)]
+            if streams is not None:
+                yield self.report(call, message + f"; not removed: line {ctx.pos(streams).start.line} uses a CUDA stream, event or graph, which the synchronize may be ordering")
+                continue
             changes = h.remove_statement(ctx, expr)
             yield self.replace(call, message, changes) if changes else self.report(call, message)

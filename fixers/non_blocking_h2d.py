@@ -6,6 +6,7 @@ from typing import Iterable
 
 import libcst as cst
 
+from zoomer_ar.fix import flow
 from zoomer_ar.fix import helpers as h
 from zoomer_ar.fix.datasets import workers_rewritable
 from zoomer_ar.fix.base import Context, Edit, Example, Fixer
@@ -58,6 +59,199 @@ def _data_receiver(expr: cst.BaseExpression, names: set[str]) -> bool:
             return False
 
 
+#: methods whose result may be (part of) the receiver's own memory: views, no-op conversions,
+#: container reads
+HOST_ALIAS_METHODS = flow.VIEW_METHODS | {"cpu", "numpy", "pin_memory", "get", "items", "values", "__getitem__"}
+#: attributes that are views of the tensor itself (transparent); other attributes are fields
+VIEW_ATTRS = {"T", "mT", "H", "mH", "real", "imag", "data"}
+#: functions that write their first argument (besides names ending in `_`)
+WRITE_FUNCTIONS = {"copyto", "put", "place", "putmask"}
+MODULE_ROOTS = {"torch", "nn", "F", "init", "np", "numpy"}
+
+Key = str | None  # a literal subscript/field key, None: unknown
+HostPath = tuple[str, list[Key]]
+
+
+def _key(sub: cst.Subscript) -> Key:
+    if len(sub.slice) == 1 and isinstance(sub.slice[0].slice, cst.Index):
+        v = h.literal(sub.slice[0].slice.value)
+        if isinstance(v, (str, int)) and not isinstance(v, bool):
+            return repr(v)
+    return None
+
+
+def _host_path(ctx: Context, expr: cst.CSTNode | None) -> HostPath | None:
+    """``(root name, keys)`` of the memory an expression may share: ``batch["img"].float()`` ->
+    ``("batch", ["'img'"])``; None for a fresh value (a call, arithmetic, a device copy)."""
+    keys: list[Key] = []
+    while True:
+        if isinstance(expr, cst.Name):
+            return expr.value, keys[::-1]
+        if isinstance(expr, cst.Subscript):
+            keys.append(_key(expr))
+            expr = expr.value
+        elif isinstance(expr, cst.Attribute):
+            if expr.attr.value not in VIEW_ATTRS:
+                keys.append("." + expr.attr.value)
+            expr = expr.value
+        elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+            name = expr.func.attr.value
+            if name not in HOST_ALIAS_METHODS or h.kwarg(expr, "out") is not None:
+                return None
+            if name == "to":
+                dev = h.kwarg(expr, "device")
+                pos = h.positionals(expr)
+                target = dev.value if dev is not None else (pos[0].value if pos else None)
+                if target is not None and h.is_device_expr(ctx, target):
+                    return None  # a device copy: fresh memory (`.to(dtype)` may return the receiver)
+            if name in ("get", "__getitem__") and expr.args:
+                v = h.literal(expr.args[0].value)
+                keys.append(repr(v) if isinstance(v, (str, int)) and not isinstance(v, bool) else None)
+            elif name in ("items", "values", "chunk", "split", "unbind"):
+                keys.append(None)  # some element of the receiver
+            expr = expr.func.value
+        else:
+            return None
+
+
+def _overlap(a: list[Key], b: list[Key]) -> bool:
+    """Whether two key paths under one root may share memory (one is a prefix of the other)."""
+    return all(x is None or y is None or x == y for x, y in zip(a, b))
+
+
+def _written_targets(ctx: Context, node: cst.CSTNode) -> list[cst.CSTNode]:
+    """Expressions ``node`` writes into in place (not names it merely rebinds)."""
+    out: list[cst.CSTNode] = []
+    if isinstance(node, cst.Call):
+        m = h.method(node)
+        pos = h.positionals(node)
+        if m is not None and m[1].endswith("_"):
+            out.append(m[0])
+        dotted = h.dotted(node.func) or ""
+        last = dotted.split(".")[-1]
+        if (last.endswith("_") or last in WRITE_FUNCTIONS) and pos and (
+            m is None
+            or dotted.split(".")[0] in MODULE_ROOTS
+            or any(q.split(".")[0] in ("torch", "numpy") for q in ctx.qualnames(node.func))
+        ):  # `torch.nn.init.zeros_(x)`, `np.copyto(x, y)`: the first argument is written
+            out.append(pos[0].value)
+        inplace = h.kwarg(node, "inplace")
+        if inplace is not None and not h.is_literal(inplace.value, False) and pos:
+            out.append(pos[0].value)
+        dest = h.kwarg(node, "out")
+        if dest is not None:
+            out.append(dest.value)
+    elif isinstance(node, cst.AssignTarget):
+        elements = [node.target]
+        while elements:
+            t = elements.pop()
+            if isinstance(t, (cst.Tuple, cst.List)):
+                elements.extend(e.value for e in t.elements)
+            elif isinstance(t, cst.StarredElement):
+                elements.append(t.value)
+            elif not isinstance(t, cst.Name):
+                out.append(t)
+    elif isinstance(node, cst.AugAssign):
+        out.append(node.target)  # `x += 1` on a tensor is in place
+    elif isinstance(node, cst.Del):
+        elements = [node.target]
+        while elements:
+            t = elements.pop()
+            if isinstance(t, (cst.Tuple, cst.List)):
+                elements.extend(e.value for e in t.elements)
+            else:
+                out.append(t)
+    return out
+
+
+def _bound_names(small: cst.CSTNode) -> list[str]:
+    if isinstance(small, cst.Assign):
+        return [n for t in small.targets for n in h.target_names(t.target)]
+    if isinstance(small, cst.AnnAssign) and small.value is not None:
+        return h.target_names(small.target)
+    return []
+
+
+class _LoopFacts:
+    """What the host-write check needs from one loop body, computed once per loop: its
+    assignments (bound names, the memory their value may share, order, enclosing block) and its
+    in-place writes (order, node, the memory written), in document order."""
+
+    def __init__(self, ctx: Context, loop: cst.For):
+        self.assigns: list[tuple[cst.CSTNode, list[str], HostPath | None, int, cst.CSTNode | None, bool]] = []
+        self.writes: list[tuple[int, cst.CSTNode, list[HostPath]]] = []
+        for node in h.walk(loop.body, into_scopes=False):
+            if isinstance(node, (cst.Assign, cst.AnnAssign)):
+                line = ctx.parent(node)
+                block = ctx.parent(line) if line is not None else None
+                single = not isinstance(node, cst.Assign) or (len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name))
+                self.assigns.append((node, _bound_names(node), _host_path(ctx, node.value), ctx.order(node), block, single))
+            paths = [q for q in (_host_path(ctx, t) for t in _written_targets(ctx, node)) if q is not None]
+            if paths:
+                self.writes.append((ctx.order(node), node, paths))
+
+
+def _host_write(ctx: Context, facts: _LoopFacts, call: cst.Call, receiver: cst.BaseExpression) -> cst.CSTNode | None:
+    """A later node of the loop body that writes, in place, the host memory ``call`` copies
+    from (through aliases), before every name for it is bound to something else."""
+    start = _host_path(ctx, receiver)
+    if start is None:
+        return None
+    group: dict[str, list[Key]] = {start[0]: start[1]}
+    around = {id(a) for a in ctx.ancestors(call)}
+    for comp in (a for a in ctx.ancestors(call) if isinstance(a, (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp))):
+        cf: cst.CompFor | None = comp.for_in
+        while cf is not None:  # `{k: v.to(dev) for k, v in batch.items()}`: v is part of batch
+            if start[0] in h.target_names(cf.target):
+                src = _host_path(ctx, cf.iter)
+                if src is not None and src[0] not in group:
+                    group[src[0]] = [*src[1], None]
+            cf = cf.inner_for_in
+    at = ctx.order(call)
+    after = max(ctx.order(n) for n in h.walk(call))  # the last node of the call itself
+    kcache: dict[str, float] = {}
+
+    def aliases(p: HostPath | None) -> bool:
+        return p is not None and p[0] in group and _overlap(group[p[0]], p[1])
+
+    def kill(name: str) -> float:
+        """Where ``name`` stops naming the host memory: an unconditional later binding."""
+        if name not in kcache:
+            kcache[name] = min(
+                (
+                    order
+                    for small, names, value, order, block, _ in facts.assigns
+                    if name in names and not aliases(value) and id(block) in around and (id(small) in around or order > at)
+                ),
+                default=float("inf"),
+            )
+        return kcache[name]
+
+    for _ in range(4):
+        grew = False
+        for _small, names, value, order, _block, single in facts.assigns:
+            if aliases(value) and not (order > at and order > kill(value[0])):  # type: ignore[index]
+                # `img = batch["img"]`: img shares the host memory
+                held = group[value[0]]  # type: ignore[index]
+                rest = held[len(value[1]):] if len(value[1]) <= len(held) else []  # type: ignore[index]
+                for n in names:
+                    if n not in group:
+                        group[n] = list(rest) if single else []
+                        grew = True
+            elif order < at and value is not None and value[0] not in group and any(n in group for n in names):
+                group[value[0]] = [*value[1], None]  # `x = batch["img"]` before `x.cuda()`
+                grew = True
+        if not grew:
+            break
+        kcache.clear()
+    for order, node, paths in facts.writes:
+        if order <= after:
+            continue
+        if any(aliases(p) and order < kill(p[0]) for p in paths):
+            return node
+    return None
+
+
 class NonBlockingH2D(Fixer):
     pattern = "pageable-memcpy"
     name = "non-blocking-h2d"
@@ -70,7 +264,10 @@ copies of the batch: `x.to(device)`, `x.to("cuda")`, `batch["img"].to(device)`, 
 also inside comprehensions over the batch. It adds `non_blocking=True` when the loader pins
 memory: the loader in the same file has `pin_memory=True`, or will get it in the same run
 (`dataloader-workers` selected). Otherwise it reports only. `.to(dtype)` and copies to the
-CPU are never touched.
+CPU are never touched. It reports only, too, when the loop body later writes the copied host
+tensor (or its container) in place before rebinding it: `batch["img"].zero_()`, `.copy_(...)`,
+any `x.op_()`, `x[...] = ...`, `x += ...`, `out=x`, `del x`; an asynchronous copy could read
+the modified buffer.
 
 ## Why is this bad?
 A blocking copy from pageable memory makes the CPU wait for the transfer (`pageable-memcpy` in
@@ -132,6 +329,24 @@ for x, y in loader:
             None,
             message_contains="pin_memory",
         ),
+        # the host batch is written in place after the copy is queued
+        Example(
+            "loader = DataLoader(ds, pin_memory=True)\n"
+            "for batch in loader:\n"
+            "    x = batch['img'].cuda()\n"
+            "    batch['img'].zero_()\n",
+            None,
+            message_contains="writes the host tensor",
+        ),
+        Example(
+            "loader = DataLoader(ds, pin_memory=True)\n"
+            "for batch in loader:\n"
+            "    img = batch['img']\n"
+            "    x = img.to(device)\n"
+            "    batch['img'][:, 0] = 0\n",
+            None,
+            message_contains="line 5",
+        ),
     ]
 
     def check(self, ctx: Context) -> Iterable[Edit]:
@@ -151,6 +366,7 @@ for x, y in loader:
             calls = [c for s in sources for c in assigned.get(s, [])] or loaders
             pinned = bool(calls) and all(self._pinned(ctx, c) for c in calls)
             names = _derived_names(loop)
+            facts: _LoopFacts | None = None
             for call in h.walk(loop.body, into_scopes=False):
                 if not isinstance(call, cst.Call):
                     continue
@@ -168,6 +384,12 @@ for x, y in loader:
                 elif len(pos) > 1:
                     continue
                 message = "host-to-device copy of a batch without non_blocking=True blocks the CPU until the transfer ends"
+                if facts is None:
+                    facts = _LoopFacts(ctx, loop)
+                written = _host_write(ctx, facts, call, m[0])
+                if written is not None:
+                    yield self.report(call, message + f"; not added: line {ctx.pos(written).start.line} writes the host tensor in place, which an asynchronous copy could still be reading")
+                    continue
                 if not pinned:
                     yield self.report(call, message + "; pin the loader's memory (pin_memory=True) first, then add non_blocking=True")
                     continue
