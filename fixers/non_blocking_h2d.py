@@ -365,6 +365,8 @@ for x, y in loader:
                 continue
             calls = [c for s in sources for c in assigned.get(s, [])] or loaders
             pinned = bool(calls) and all(self._pinned(ctx, c) for c in calls)
+            # pinned already, or only once dataloader-workers' rewrite of the loader (same run) is applied
+            by_fix = pinned and not all(self._pinned_in_source(c) for c in calls)
             names = _derived_names(loop)
             facts: _LoopFacts | None = None
             for call in h.walk(loop.body, into_scopes=False):
@@ -393,7 +395,14 @@ for x, y in loader:
                 if not pinned:
                     yield self.report(call, message + "; pin the loader's memory (pin_memory=True) first, then add non_blocking=True")
                     continue
-                yield self.replace(call, message + "; the loader pins memory, so the copy can overlap", {call: h.add_kwargs(call, [("non_blocking", "True")])})
+                why = ("; the loader gets pin_memory=True in the same fix (dataloader-workers), so the copy can overlap"
+                       if by_fix else "; the loader pins memory, so the copy can overlap")
+                yield self.replace(call, message + why, {call: h.add_kwargs(call, [("non_blocking", "True")])})
+
+    @staticmethod
+    def _pinned_in_source(call: cst.Call) -> bool:
+        pin = h.kwarg(call, "pin_memory")
+        return pin is not None and h.is_literal(pin.value, True)
 
     @staticmethod
     def _pinned(ctx: Context, call: cst.Call) -> bool:

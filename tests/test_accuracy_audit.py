@@ -148,3 +148,14 @@ def test_fix_when_must_name_features(tmp_path):
     (tmp_path / "fp32-matmul.yaml").write_text(yaml.safe_dump(doc), encoding="utf-8")
     with pytest.raises(RuleError, match="fix.when"):
         load_rule(tmp_path / "fp32-matmul.yaml")
+
+
+def test_accelerator_trace_bottleneck_comes_from_the_device_phases(shared_traces):
+    """MTIA: the device is idle 42% of the wall time (its phases), yet the bottleneck read "compute-bound 99% of
+    the host time (no GPU in this trace)"."""
+    a, _ = _run(shared_traces / "hta" / "mtia_trace_single_rank" / "mtia_rank_0.json.gz")
+    f = a.features
+    assert not f["has_gpu"] and f["has_accelerator"] and f["phase_basis"] == "gpu"
+    assert a.bottleneck.type == "host-bound"
+    assert a.bottleneck.shares["host"] == pytest.approx(f["phase_idle_pct"], abs=0.1)
+    assert "accelerator time" in a.bottleneck.summary

@@ -256,5 +256,8 @@ def test_non_blocking_is_not_added_for_a_loader_the_workers_fixer_leaves_unpinne
         "loader = DataLoader(TensorDataset(torch.zeros(8, 4)), batch_size=2)\n"
         "for (x,) in loader:\n    x = x.to('cuda')\n"
     )
-    diff = engine.run(tmp_path, fix=True, select="dataloader-workers,non-blocking-h2d").diff()
+    both = engine.run(tmp_path, fix=True, select="dataloader-workers,non-blocking-h2d")
+    diff = both.diff()
     assert "pin_memory=True" in diff and "non_blocking=True" in diff
+    said = [m.message for f in both.files for m in f.findings if m.fixer == "non-blocking-h2d"]
+    assert said and all("in the same fix (dataloader-workers)" in m for m in said), said  # not yet pinned

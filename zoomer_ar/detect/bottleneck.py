@@ -25,6 +25,18 @@ def classify(fv: FeatureVector) -> Bottleneck:
         compute_ms = fv.compute_ms_per_step if fv.compute_ms_per_step is not None else max(
             0.0, (fv.kernel_ms_per_step or 0.0) - fv.comm_ms_per_step)
         basis = "accounted GPU time"
+    elif fv.has_accelerator and fv.phase_basis == "gpu":
+        # a non-GPU accelerator (MTIA): its device timeline gives the phases (% of the wall time); the device
+        # idle while the host is not in the DataLoader is host-bound time, as on a GPU
+        def part(pct: float | None) -> float:
+            return (pct or 0.0) * step / 100.0
+
+        input_ms = part(fv.phase_dataloader_pct)
+        host_ms = part(fv.phase_idle_pct)
+        comm_ms = part(fv.phase_communication_pct)
+        memory_ms = 0.0  # not told apart from compute on these devices' timelines
+        compute_ms = part((fv.phase_forward_pct or 0.0) + (fv.phase_backward_pct or 0.0) + (fv.phase_optimizer_pct or 0.0))
+        basis = "accelerator time (no CUDA/ROCm GPU events; the device's phases)"
     else:
         input_ms = fv.dataloader_ms_per_step
         host_ms = 0.0
