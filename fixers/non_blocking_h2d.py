@@ -141,27 +141,27 @@ def _written_targets(ctx: Context, node: cst.CSTNode) -> list[cst.CSTNode]:
         dest = h.kwarg(node, "out")
         if dest is not None:
             out.append(dest.value)
-    elif isinstance(node, cst.AssignTarget):
-        elements = [node.target]
-        while elements:
-            t = elements.pop()
-            if isinstance(t, (cst.Tuple, cst.List)):
-                elements.extend(e.value for e in t.elements)
-            elif isinstance(t, cst.StarredElement):
-                elements.append(t.value)
-            elif not isinstance(t, cst.Name):
-                out.append(t)
+    elif isinstance(node, cst.AssignTarget):  # `batch["img"][0] = ...` writes; rebinding a plain name does not
+        out.extend(t for t in _target_leaves(node.target) if not isinstance(t, cst.Name))
     elif isinstance(node, cst.AugAssign):
         out.append(node.target)  # `x += 1` on a tensor is in place
     elif isinstance(node, cst.Del):
-        elements = [node.target]
-        while elements:
-            t = elements.pop()
-            if isinstance(t, (cst.Tuple, cst.List)):
-                elements.extend(e.value for e in t.elements)
-            else:
-                out.append(t)
+        out.extend(_target_leaves(node.target))
     return out
+
+
+def _target_leaves(target: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The single targets of an assignment or `del` target, through tuples, lists and starred items."""
+    leaves, todo = [], [target]
+    while todo:
+        t = todo.pop()
+        if isinstance(t, (cst.Tuple, cst.List)):
+            todo.extend(e.value for e in t.elements)
+        elif isinstance(t, cst.StarredElement):
+            todo.append(t.value)
+        else:
+            leaves.append(t)
+    return leaves
 
 
 def _bound_names(small: cst.CSTNode) -> list[str]:

@@ -21,7 +21,7 @@ import re
 import threading
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Iterable, Iterator, Mapping
+from typing import Any, Callable, ClassVar, Iterable, Iterator, Mapping
 
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
@@ -788,14 +788,18 @@ def apply_edits(ctx: Context, edits: list[Edit]) -> tuple[str | None, bool]:
     return (_apply(ctx, accepted) if accepted else None), False
 
 
-def apply_fixer(fixer: Fixer, source: str, path: str = "<string>", *, fixing: Iterable[str] = ()) -> str:
+def apply_fixer(fixer: Fixer, source: str, path: str = "<string>", *, fixing: Iterable[str] = (),
+                keep: Callable[[Context], Callable[[Edit], bool]] | None = None) -> str:
     """Rewrite ``source`` with one fixer until nothing fixable is left (bounded rounds; a round
-    that applied every edit is the last: fixers never create new sites for themselves)."""
+    that applied every edit is the last: fixers never create new sites for themselves). ``keep``:
+    given each round's context, which of its edits to apply (default: all)."""
     fixing = frozenset(fixing) | {fixer.name}
     current = source
     for _ in range(MAX_ROUNDS):
         ctx = Context(current, path, fixing=fixing)
-        edits = [e for e in fixer.check(ctx) if e.changes and not ctx.is_suppressed(e.node, fixer.pattern, fixer.name)]
+        wanted = keep(ctx) if keep is not None else None
+        edits = [e for e in fixer.check(ctx) if e.changes and not ctx.is_suppressed(e.node, fixer.pattern, fixer.name)
+                 and (wanted is None or wanted(e))]
         if not edits:
             break
         new, complete = apply_edits(ctx, edits)

@@ -37,7 +37,7 @@ import libcst as cst
 
 from ..errors import InputError
 from . import notebooks
-from .base import MAX_ROUNDS, Context, Fixer, SourceParseError, StaticMatch, apply_edits, apply_fixer, collect_matches
+from .base import Context, Fixer, SourceParseError, StaticMatch, apply_fixer, collect_matches
 from .lines import split_git_lines
 from .registry import Registry, load_registry
 
@@ -213,23 +213,11 @@ def _apply_fixer_in(fixer: Fixer, source: str, path: str, fixing: Iterable[str],
     """:func:`~.base.apply_fixer` for the edits flagged inside ``scope`` only (an edit's
     changes go together: a fix flagged in scope may change a line elsewhere, such as the read
     of an accumulator after its loop)."""
-    fixing = frozenset(fixing) | {fixer.name}
-    current = source
-    for _ in range(MAX_ROUNDS):
-        ctx = Context(current, path, fixing=fixing)
+    def in_scope(ctx: Context):
         spans = _def_spans(ctx)
-        edits = [e for e in fixer.check(ctx)
-                 if e.changes and not ctx.is_suppressed(e.node, fixer.pattern, fixer.name)
-                 and _scope_at(spans, ctx.pos(e.node).start.line) in scope]
-        if not edits:
-            break
-        new, complete = apply_edits(ctx, edits)
-        if new is None or new == current:
-            break
-        current = new
-        if complete:
-            break
-    return current
+        return lambda e: _scope_at(spans, ctx.pos(e.node).start.line) in scope
+
+    return apply_fixer(fixer, source, path, fixing=fixing, keep=in_scope)
 
 
 # --------------------------------------------------------------------------------------------
