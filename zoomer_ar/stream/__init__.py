@@ -11,7 +11,17 @@ import os
 import struct
 from pathlib import Path
 
-from .load import load_job_streaming, load_rank, stream_rank
+from . import load as _load
+from .guard import check_setting
+from .load import load_rank, stream_rank
+
+
+def load_job_streaming(path, **kw):
+    """stream.load.load_job_streaming, after checking the settings it reads (a memory limit that is
+    not a number of MB is refused with exit 2 before anything is read)."""
+    check_setting()
+    return _load.load_job_streaming(path, **kw)
+
 
 DEFAULT_THRESHOLD = 512 << 20  # decompressed JSON bytes of a job
 
@@ -24,34 +34,85 @@ def threshold() -> int:
         return DEFAULT_THRESHOLD
 
 
-def json_size_estimate(path: Path) -> int:
-    """Decompressed size of a trace file: the file size, or for gzip the size in the trailer
-    (ISIZE, modulo 4 GiB: where it is below the file size it has wrapped; then 10x the file)."""
+def json_size_estimate(path: Path, cap: int | None = None) -> int:
+    """Decompressed size of a trace file, for comparisons with `cap` (default: the streaming
+    threshold): exact up to `cap`, and above `cap` whenever the real size is.
+
+    A plain file is its size. A gzip file's trailer (ISIZE) holds the size modulo 4 GiB, and only
+    of its last member: a 4.3 GB trace says 0.3 GB, so ISIZE is a lower bound only. Above `cap`
+    it answers already; else the file is inflated, counting, until the count passes `cap` (at most
+    `cap` bytes of inflation: a file that small is read fast, and a larger one stops there), and
+    the answer is then the least size that agrees with ISIZE and the count. zstd files: 10x the
+    file (they are always streamed)."""
+    cap = threshold() if cap is None else cap
     try:
         if not path.is_file():
             return 0
         size = path.stat().st_size
         with path.open("rb") as fh:
             head = fh.read(4)
-            if head[:2] == b"\x1f\x8b" and size >= 18:
-                fh.seek(-4, os.SEEK_END)
-                isize = struct.unpack("<I", fh.read(4))[0]
-                return isize if isize >= size else size * 10
             if head == b"\x28\xb5\x2f\xfd":
                 return size * 10
+            if head[:2] != b"\x1f\x8b" or size < 18:
+                return size
+            fh.seek(-4, os.SEEK_END)
+            isize = struct.unpack("<I", fh.read(4))[0]
     except OSError:
         return 0
-    return size
+    if isize > cap:
+        return isize  # the real size is at least ISIZE
+    if not _may_have_wrapped(path, size):
+        return isize  # (of the last member: a multi-member file says less, as it always did)
+    count = _inflated_size(path, cap)
+    if count is None:  # corrupt or truncated: the loaders say so
+        return max(isize, size)
+    if count <= cap:
+        return count  # inflated to the end: exact
+    wraps = -(-(count - isize) // (1 << 32))  # the least size >= count that ISIZE allows
+    return isize + wraps * (1 << 32)
 
 
-def job_size_estimate(path: str | Path) -> int:
+_MAX_DEFLATE_RATIO = 1032  # deflate inflates at most ~1032:1 (a 258-byte match per 2 bits)
+
+
+def _may_have_wrapped(path: Path, size: int) -> bool:
+    """Could the file's JSON exceed 4 GiB (ISIZE then wraps)? Not when even deflate's largest ratio keeps
+    it under (a file below ~4.2 MB): only larger files are inflated to count (a file's ratio varies too
+    much along it, headers against kernels, to judge from a prefix)."""
+    return size * _MAX_DEFLATE_RATIO >= (1 << 32)
+
+
+def _inflated_size(path: Path, cap: int) -> int | None:
+    """Bytes a gzip file inflates to, counting no further than just past `cap`; None if corrupt."""
+    from .source import StreamError, iter_chunks
+
+    total = 0
+    try:
+        for data, _ in iter_chunks(path, 4 << 20):
+            total += len(data)
+            if total > cap:
+                break
+    except StreamError:
+        return None
+    return total
+
+
+def job_size_estimate(path: str | Path, cap: int | None = None) -> int:
+    """Decompressed size of a job (json_size_estimate per file), exact up to `cap` and above it
+    whenever the real size is."""
     from ..load.job import rank_files
     from .source import is_trace_file
 
+    cap = threshold() if cap is None else cap
     p = Path(path)
     if p.is_dir():
-        return sum(json_size_estimate(f) for f in rank_files(p, is_trace_file))
-    return json_size_estimate(p) if p.is_file() else 0
+        total = 0
+        for f in rank_files(p, is_trace_file):
+            total += json_size_estimate(f, max(0, cap - total))
+            if total > cap:
+                break
+        return total
+    return json_size_estimate(p, cap) if p.is_file() else 0
 
 
 def should_stream(path: str | Path, limit: int | None = None) -> bool:
@@ -65,7 +126,7 @@ def should_stream(path: str | Path, limit: int | None = None) -> bool:
     limit = threshold() if limit is None else limit
     if _any_zstd(path):
         return True  # the in-memory loader reads plain and gzip JSON only
-    return job_size_estimate(path) > limit
+    return job_size_estimate(path, limit) > limit
 
 
 def _any_zstd(path: str | Path) -> bool:
@@ -86,5 +147,5 @@ def _any_zstd(path: str | Path) -> bool:
     return False
 
 
-__all__ = ["DEFAULT_THRESHOLD", "job_size_estimate", "load_job_streaming", "load_rank", "should_stream",
+__all__ = ["DEFAULT_THRESHOLD", "job_size_estimate", "json_size_estimate", "load_job_streaming", "load_rank", "should_stream",
            "stream_rank", "threshold"]

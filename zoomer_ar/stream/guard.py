@@ -4,7 +4,8 @@ refused with a one-line reason (exit 2) while it is read, not killed by the kern
 The streaming analysis keeps the rows the features read (about 120 MB per GB of GPU-dense JSON,
 docs/huge-traces.md), so a big enough trace can need more memory than the machine has. The
 budget of one rank's process is `ZOOMER_MEMORY_LIMIT_MB` (0: none), else its resident memory at
-the start plus 80% of the memory available then, shared by the ranks read in parallel. It is
+the start plus 80% of the memory available then, shared by the ranks read in parallel (any other
+value, such as a word or a negative number, is refused with exit 2 by check_setting). It is
 checked after every chunk of events (a read of /proc/self/status); off Linux there is no check.
 """
 
@@ -42,18 +43,33 @@ def available_mb() -> float | None:
     return kb / 1024 if kb is not None else None
 
 
+def _setting() -> float | None:
+    """ZOOMER_MEMORY_LIMIT_MB as a number of MB (0: no limit); None when unset or not a number of MB."""
+    raw = os.environ.get(ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        limit = float(raw)
+    except ValueError:
+        return None
+    return limit if limit >= 0 and limit != float("inf") else None
+
+
+def check_setting() -> None:
+    """InputError (exit 2, one line) when ZOOMER_MEMORY_LIMIT_MB is set to anything but a number of
+    MB: such a value used to be ignored without a word (the default applied). The streaming loader
+    calls it before reading (stream.load_job_streaming); budget_mb itself still falls back to the
+    default for callers that only want a number."""
+    raw = os.environ.get(ENV, "").strip()
+    if raw and _setting() is None:
+        raise InputError(None, f"{ENV}={raw!r}: not a number of MB (a positive number, or 0 for no limit)")
+
+
 def budget_mb(workers: int = 1) -> float | None:
     """The memory one rank's process may use, in MB; None when there is no limit."""
-    raw = os.environ.get(ENV, "").strip()
-    if raw:
-        try:
-            limit = float(raw)
-        except ValueError:
-            limit = -1.0
-        if limit > 0:
-            return limit
-        if limit == 0:
-            return None
+    limit = _setting()
+    if limit is not None:
+        return limit if limit > 0 else None
     avail, now = available_mb(), rss_mb()
     if avail is None or now is None:
         return None
@@ -92,4 +108,4 @@ class MemoryGuard:
         return guarded
 
 
-__all__ = ["ENV", "MemoryGuard", "budget_mb", "rss_mb"]
+__all__ = ["ENV", "MemoryGuard", "budget_mb", "check_setting", "rss_mb"]

@@ -28,11 +28,12 @@ import msgspec
 from ..load.cuts import last_boundary as _cut
 from ..load.cuts import skip_ws as _skip_ws
 from ..load.fastcols import feed_events
-from .source import CHUNK, ChunkReader, Progress, StreamError
+from .source import CHUNK, BadJSON, ChunkReader, Progress, StreamError, require_regular
 
 SLICE = 1 << 20  # JSON bytes per slice handed to the consumer
 MAX_HEAD = 256 << 20  # bytes before "traceEvents" that we accept to buffer
 MAX_BUFFER = 512 << 20
+MAX_TAIL = 64 << 20  # bytes after the events array, whitespace aside (a real trace's are a few kB)
 TAIL_KEEP = 64 << 10  # bytes kept for the search of the array's end  # a single event (or a run without a valid cut) larger than this: give up
 _KEY = b'"traceEvents"'
 _END = re.compile(rb"\}[ \t\r\n]*\]")
@@ -99,26 +100,82 @@ def _chunks(reader: ChunkReader, progress: Progress | None, size: int) -> Callab
     return next_chunk
 
 
-def _appender(next_chunk: Callable[[], bytes | None], buf: bytearray) -> Callable[[], bool]:
-    """more(): append the next chunk to buf; False at the end."""
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
 
-    def more() -> bool:
-        data = next_chunk()
+
+def _ends_outside_string(buf: bytearray) -> bool:
+    """Whether the end of buf lies outside a JSON string, for a buffer that starts outside one
+    (the document's start, an event boundary, the bytes after the events array)."""
+    end = 0
+    for m in _STRING.finditer(buf):
+        end = m.end()
+    return buf.find(b'"', end) < 0
+
+
+class _Appender:
+    """more(): append the next chunk to buf; False at the end.
+
+    A chunk of nothing but whitespace that lies outside any string (a trace padded with GBs of
+    blanks, between events or after the array) is not kept: one blank stands for the run, which
+    means the same in JSON. So the buffer stays small whatever the padding (it used to hold all of
+    it: 4.4 GB of trailing whitespace kept 4.4 GB). Whitespace inside a string is kept as it is.
+    `fed` counts the bytes that came, kept or not."""
+
+    def __init__(self, next_chunk: Callable[[], bytes | None], buf: bytearray) -> None:
+        self.next_chunk, self.buf = next_chunk, buf
+        self.fed = 0
+        self._outside = False  # the buffer is known to end outside a string (only blanks appended since)
+
+    def reset(self) -> None:
+        """The buffer was replaced (it starts outside a string)."""
+        self._outside = False
+
+    def __call__(self) -> bool:
+        data = self.next_chunk()
         if data is None:
             return False
+        self.fed += len(data)
+        buf = self.buf
+        if data and not data.strip(_WS):
+            if self._outside or _ends_outside_string(buf):
+                self._outside = True
+                if not buf or buf[-1] not in _WS:
+                    buf += data[:1]
+                return True
+        else:
+            self._outside = False
         buf.extend(data)
         return True
-
-    return more
 
 
 def _open(path: Path, chunk: int, hash: bool, progress: Progress | None):  # noqa: A002
     """(reader, result, buffer, next_chunk, more) for one scan of path: next_chunk() returns the
-    next chunk, more() appends it to the buffer."""
+    next chunk, more() appends it to the buffer. StreamError for anything but a regular file (a
+    named pipe would block the reader for ever)."""
+    require_regular(path)
     reader = ChunkReader(path, chunk=chunk, hash=hash)
     buf = bytearray()
     next_chunk = _chunks(reader, progress, path.stat().st_size)
-    return reader, ScanResult(), buf, next_chunk, _appender(next_chunk, buf)
+    return reader, ScanResult(), buf, next_chunk, _Appender(next_chunk, buf)
+
+
+_BYTE = re.compile(r"\(byte (\d+)\)")
+_NOT_OBJECT = re.compile(r"^Expected `object`, got `(\w+)` - at `\$\[(\d+)\]`$")
+
+
+def bad_json(exc: Exception, base: int, bare: bool) -> BadJSON:
+    """The decoder's complaint about a slice that no cut made decode, in the in-memory loader's
+    words: "not valid JSON (...)" with the byte offset in the document (`base`: the offset of the
+    slice's first byte), or, for items that are not objects, what `analyze` says of them."""
+    msg = str(exc)
+    if isinstance(exc, msgspec.ValidationError):
+        m = _NOT_OBJECT.match(msg)
+        if m is not None:
+            if bare:
+                return BadJSON("not a Kineto trace: a JSON array whose items are not trace events")
+            return BadJSON(f"malformed trace: Expected `object`, got `{m.group(1)}` - at `$.traceEvents[...]`")
+        return BadJSON(f"not valid JSON ({msg.split(' - at ')[0]})")  # e.g. a number out of range
+    return BadJSON("not valid JSON (" + _BYTE.sub(lambda b: f"(byte {base + int(b.group(1))})", msg) + ")")
 
 
 def _read_head(buf: bytearray, more: Callable[[], bool], res: ScanResult) -> None:
@@ -176,6 +233,13 @@ def scan(path: Path, consume: Consumer, *, slice_bytes: int = SLICE, chunk: int 
     keys found so far) are known, before the first slice.
     """
     reader, res, buf, next_chunk, more = _open(path, chunk, hash, progress)
+    last: list = [None, 0]  # the decoder's last complaint since the last slice that decoded, and where
+
+    def failed(exc: Exception) -> None:
+        last[0], last[1] = exc, more.fed - len(buf)
+
+    def not_found(what: str) -> StreamError:
+        return bad_json(last[0], last[1], res.bare) if last[0] is not None else StreamError(what)
 
     try:
         _read_head(buf, more, res)
@@ -202,11 +266,13 @@ def scan(path: Path, consume: Consumer, *, slice_bytes: int = SLICE, chunk: int 
                 buf[p + 1] = _CLOSE
                 try:
                     _emit(buf, p + 1, consume)
-                except msgspec.MsgspecError:  # the cut fell inside a string or an object
+                except msgspec.MsgspecError as exc:  # the cut fell inside a string or an object
+                    failed(exc)
                     buf[p + 1] = saved
                     p, c = _cut(buf, p, lo)
                     continue
                 buf[p + 1] = saved
+                last[0] = None
                 res.slices += 1
                 del buf[:c]  # buf[0] is the `,` before the next event
                 searched[0] = 1
@@ -229,12 +295,13 @@ def scan(path: Path, consume: Consumer, *, slice_bytes: int = SLICE, chunk: int 
                 target = slice_bytes
             else:  # no boundary that decodes yet: take more bytes first
                 if len(buf) > MAX_BUFFER:
-                    raise StreamError("no decodable event boundary")
+                    raise not_found(f"no decodable event boundary in {MAX_BUFFER >> 20} MB (an event that large, "
+                                    "or that much data after the events array)")
                 target = len(buf) + chunk
         # ---- the end: the last events, `]`, the keys after the array
         if empty:
             while more():
-                pass
+                _tail_bound(len(buf))
             k = _skip_ws(buf, 1)
             tail = bytes(buf[k + 1 :])
             res.tail = tail
@@ -247,14 +314,29 @@ def scan(path: Path, consume: Consumer, *, slice_bytes: int = SLICE, chunk: int 
                     continue
                 try:
                     _emit(buf, q, consume)
-                except msgspec.MsgspecError:
+                except msgspec.MsgspecError as exc:
+                    failed(exc)
                     continue
+                _tail_bound(len(tail))
                 res.slices += 1
                 res.tail = tail
                 _read_tail(res, tail)
                 break
             else:
-                raise StreamError("the end of the events array was not found")
+                # no `}` `]` ends the array: items that are not objects (`[1, 2, 3]`)? Let the
+                # consumer's decoder say what they are (the last few `]` only: this is a refusal)
+                for q in [m.start() for m in re.finditer(rb"\]", buf)][::-1][:16]:
+                    tail = bytes(buf[q + 1 :])
+                    if q < 1 or not _tail_ok(res, tail):
+                        continue
+                    try:
+                        _emit(buf, q, consume)
+                    except msgspec.MsgspecError as exc:
+                        failed(exc)
+                        continue
+                    raise BadJSON("not a Kineto trace: a JSON array whose items are not trace events" if res.bare
+                                  else "malformed trace: the items of traceEvents are not event objects")
+                raise not_found("the end of the events array was not found")
     finally:
         reader.close()
     res.sha256 = reader.sha256 or ""
@@ -282,9 +364,10 @@ def scan_columns(path: Path, parser, consume: Callable[[int, dict, dict], None],
         rest = feed_events(parser.feed, buf, next_chunk, after)
         del buf[:]
         buf += rest
-        while more():
-            if len(buf) > MAX_HEAD:
-                raise StreamError("too many bytes after the events array")
+        more.reset()
+        _tail_bound(len(buf))
+        while more():  # blank padding is not kept (_Appender)
+            _tail_bound(len(buf))
         res.tail = bytes(buf)
         _read_tail(res, res.tail)
     finally:
@@ -292,6 +375,14 @@ def scan_columns(path: Path, parser, consume: Callable[[int, dict, dict], None],
     res.sha256 = reader.sha256 or ""
     res.json_bytes = reader.total
     return res
+
+
+def _tail_bound(n: int) -> None:
+    """The bytes after the events array are kept to read the keys there: refuse more than
+    MAX_TAIL of them that are not whitespace (whitespace is not kept, see _Appender)."""
+    if n > MAX_TAIL:
+        raise StreamError(f"more than {MAX_TAIL >> 20} MB of data after the events array (only the top-level keys "
+                          "and whitespace may follow it)")
 
 
 def _tail_ok(res: ScanResult, tail: bytes) -> bool:

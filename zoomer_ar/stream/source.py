@@ -8,7 +8,9 @@ hashlib release the GIL) while the caller decodes the previous chunk.
 from __future__ import annotations
 
 import hashlib
+import os
 import queue
+import stat
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -39,8 +41,26 @@ class StreamError(Exception):
     The caller falls back to the whole-document loader, whose InputError explains the problem."""
 
 
+class BadJSON(StreamError):
+    """The events array is not valid JSON (NaN literals, items that are not objects): the message
+    says so in the in-memory loader's words ("not valid JSON (...)"), for the commands that do not
+    fall back to it (trace surgery, `trace check`)."""
+
+
+def require_regular(path: Path) -> None:
+    """StreamError unless path is a regular file (a symlink to one is): opening a named pipe would
+    block until a writer comes, and a device never ends. The loaders say "not a regular file" too."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise StreamError(f"cannot read: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise StreamError("not a regular file")
+
+
 def compression_of(path: Path) -> str:
     """'gzip', 'zstd' or 'none', from the file's first bytes."""
+    require_regular(path)
     try:
         with path.open("rb") as fh:
             head = fh.read(4)

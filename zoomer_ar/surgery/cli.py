@@ -2,78 +2,119 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import click
 
 from ..errors import InputError
 from . import ops
+from .io import take_replaced
 from .validate import check_trace
 
 _COMPRESSION = click.Choice(["gzip", "zstd", "none"])
-_COMP_HELP = "Output compression (default: from OUT's suffix: .gz gzip, .zst zstd (needs `zstandard`), else none)."
+_COMP_HELP = ("Output compression (default: from OUT's suffix: .gz gzip, .zst zstd (needs `zstandard`), else none; "
+              "an OUT named for another compression is refused).")
 
 
-def _range(text: str) -> tuple[float, float]:
+def _range(text: str, option: str, *, ints: bool = False) -> tuple[float, float]:
+    """N..M (also N:M, N-M; a single N is N..N); InputError naming the option otherwise."""
+    conv = int if ints else float
     for sep in ("..", ":", "-"):
         if sep in text.strip().lstrip("-"):
             a, b = text.split(sep, 1) if sep != "-" else text.rsplit("-", 1)
             try:
-                return float(a), float(b)
+                return conv(a), conv(b)
             except ValueError:
                 break
     try:
-        v = float(text)
+        v = conv(text)
         return v, v
     except ValueError:
-        raise click.BadParameter(f"{text!r}: expected N..M") from None
+        kind = "integers" if ints else "numbers"
+        raise InputError(None, f"{option} {text!r}: expected N..M ({kind})") from None
 
 
-def _ints(text: str | None) -> list[int] | None:
-    if not text:
+def _ints(text: str | None, option: str = "--ranks") -> list[int] | None:
+    """0,2,4..7 -> [0, 2, 4, 5, 6, 7]; InputError (exit 2, one line) for anything else, a reversed
+    range (3..2) or a list that names nothing."""
+    if text is None:
         return None
     out: list[int] = []
     for part in text.split(","):
         part = part.strip()
-        if ".." in part:
-            a, b = part.split("..", 1)
-            out += list(range(int(a), int(b) + 1))
-        elif part:
-            out.append(int(part))
+        try:
+            if ".." in part:
+                a, b = (int(v) for v in part.split("..", 1))
+                if b < a:
+                    raise InputError(None, f"{option} {text!r}: {part} is reversed (give N..M with N <= M)")
+                out += list(range(a, b + 1))
+            elif part:
+                out.append(int(part))
+        except ValueError:
+            raise InputError(None, f"{option} {text!r}: expected ranks like 0,2,4..7") from None
+    if not out:
+        raise InputError(None, f"{option} {text!r}: names no rank")
     return out
 
 
 def _done(st: ops.Stats) -> None:
-    """The one-line result on stdout; skipped inputs and warnings on stderr, one line each."""
+    """The one-line result on stdout; skipped inputs, notes and warnings on stderr, one line each."""
     for s in st.skipped:
         click.echo(f"note: skipped {s}", err=True)
+    for n in st.notes:
+        click.echo(f"note: {n}", err=True)
+    replaced = take_replaced()
+    if replaced:
+        more = f" (+{len(replaced) - 3} more)" if len(replaced) > 3 else ""
+        click.echo(f"note: replaced the existing {'file' if len(replaced) == 1 else 'files'} "
+                   f"{', '.join(replaced[:3])}{more}", err=True)
     for w in st.warnings:
         click.echo(f"warning: {w}", err=True)
     click.echo(f"wrote {st.line()}")
 
 
+def _terminated(signum, frame) -> None:  # noqa: ARG001
+    """SIGTERM: unwind like Ctrl-C does, so that temporary outputs and the folders made for them
+    are removed (the default action killed the process and left `.OUT.PID.tmp` behind)."""
+    raise SystemExit(128 + signum)
+
+
 @click.group(name="trace")
-def trace() -> None:
+@click.pass_context
+def trace(ctx: click.Context) -> None:
     """Streaming trace surgery: cut, filter, sample, split, merge and recompress Kineto traces.
 
     Inputs and outputs may be .json, .json.gz or (with the `zstandard` package) .json.zst; files of
-    any size stream through. Outputs are valid Chrome traces (this tool, HTA and Perfetto open them).
+    any size stream through. Outputs are valid Chrome traces (this tool, HTA and Perfetto open them):
+    an input with events they would refuse is refused (exit 2). An existing output file is replaced
+    (a note says so); an output named for another compression than asked is refused. Nothing is
+    left behind by a command that fails or is interrupted (Ctrl-C, SIGTERM).
     """
+    take_replaced()
+    try:
+        previous = signal.signal(signal.SIGTERM, _terminated)
+    except ValueError:  # not the main thread: leave signals alone
+        return
+    ctx.call_on_close(lambda: signal.signal(signal.SIGTERM, previous))
 
 
 @trace.command(name="slice")
 @click.argument("src", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.argument("out", type=click.Path(path_type=Path))
-@click.option("--steps", help="Keep ProfilerStep#N..M (inclusive), e.g. 3..5 (CPU and GPU side of those steps).")
+@click.option("--steps", help="Keep ProfilerStep#N..M (inclusive), e.g. 3..5 (CPU and GPU side of those steps: the kernels "
+                              "and copies launched in them too). Steps the trace lacks are left out, with a note.")
 @click.option("--window", help="Keep a time window START..END in ms from the rank's first event (as evidence times).")
 @click.option("--absolute", is_flag=True, help="--window is in the trace's own timestamps (us, or ns for ns traces).")
 @click.option("--compression", type=_COMPRESSION, default=None, help=_COMP_HELP)
 @click.option("--level", type=int, default=None, help="Compression level.")
 def slice_cmd(src: Path, out: Path, steps: str | None, window: str | None, absolute: bool, compression, level) -> None:
-    """Keep steps N..M or a time window of SRC (events overlapping it are kept whole)."""
+    """Keep steps N..M or a time window of SRC (events overlapping it are kept whole; for steps, also
+    the GPU work launched in them, wherever it runs). A window that holds no event is refused (exit 2)."""
     st = ops.slice_trace(
-        src, out, steps=tuple(int(v) for v in _range(steps)) if steps else None,  # type: ignore[arg-type]
-        window_ms=_range(window) if window else None, absolute=absolute, compression=compression, level=level,
+        src, out, steps=_range(steps, "--steps", ints=True) if steps else None,  # type: ignore[arg-type]
+        window_ms=_range(window, "--window") if window else None, absolute=absolute, compression=compression,
+        level=level,
     )
     _done(st)
 
@@ -97,14 +138,15 @@ def filter_cmd(src: Path, out: Path, cats, exclude_cats, name, exclude_name, pid
                compression, level) -> None:
     """Keep chosen categories, names, pids, tids or phases of SRC (metadata events always stay).
 
-    With a job folder as SRC, every chosen rank file is filtered into the folder OUT."""
+    With a job folder as SRC, every chosen rank file is filtered into the folder OUT, under its own
+    name (with --compression: the suffix of that compression, e.g. x.json -> x.json.gz)."""
     filters = dict(cats=cats, exclude_cats=exclude_cats, name=name, exclude_name=exclude_name, pids=pids, tids=tids,
                    phases=phases, compression=compression, level=level)
     if src.is_dir():
         st = ops.filter_job(src, out, ranks=_ints(ranks), **filters)
     else:
-        if ranks:
-            raise click.UsageError("--ranks needs a job folder as SRC")
+        if ranks is not None:
+            raise InputError(None, "--ranks needs a job folder as SRC")
         st = ops.filter_trace(src, out, **filters)
     _done(st)
 
@@ -114,12 +156,13 @@ def filter_cmd(src: Path, out: Path, cats, exclude_cats, name, exclude_name, pid
 @click.argument("out", type=click.Path(path_type=Path))
 @click.option("-k", "--count", type=int, default=None, help="How many ranks (evenly spaced, first and last included).")
 @click.option("--seed", type=int, default=None, help="Pick the ranks at random with this seed instead.")
-@click.option("--ranks", default=None, help="Exactly these ranks, e.g. 0,3,7 or 0..3.")
+@click.option("--ranks", default=None, help="Exactly these ranks, e.g. 0,3,7 or 0..3 (not with -k or --seed).")
 @click.option("--compression", type=_COMPRESSION, default=None, help="Re-compress the copies (default: copy as they are).")
 def sample_cmd(src: Path, out: Path, count: int | None, seed: int | None, ranks: str | None, compression) -> None:
-    """Copy a sample of the ranks of the job folder SRC into the folder OUT."""
-    if count is None and not ranks:
-        raise click.UsageError("give -k N or --ranks")
+    """Copy a sample of the ranks of the job folder SRC into the folder OUT (each rank file is read
+    through first: one that is not a valid trace is skipped with a note)."""
+    if count is None and ranks is None:
+        raise InputError(None, "give -k N or --ranks")
     _done(ops.sample_job(src, out, count, ranks=_ints(ranks), seed=seed, compression=compression))
 
 
@@ -140,8 +183,9 @@ def split_cmd(src: Path, out: Path, steps_per_file: int, max_files: int, compres
 @click.option("--compression", type=_COMPRESSION, default=None, help=_COMP_HELP)
 @click.option("--level", type=int, default=None, help="Compression level.")
 def merge_cmd(src: tuple[Path, ...], out: Path, compression, level) -> None:
-    """Merge per-rank files (a job folder, or several files) into one trace OUT, one track group per rank."""
-    source: Path | list[Path] = src[0] if len(src) == 1 and src[0].is_dir() else list(src)
+    """Merge per-rank files (a job folder, or several files and folders: a folder stands for its rank
+    files) into one trace OUT, one track group per rank."""
+    source: Path | list[Path] = src[0] if len(src) == 1 and src[0].is_dir() else list(src)  # folders: their ranks
     _done(ops.merge_job(source, out, compression=compression, level=level))
 
 
@@ -154,7 +198,7 @@ def merge_cmd(src: tuple[Path, ...], out: Path, compression, level) -> None:
 def compress_cmd(src: Path, out: Path, use_zstd: bool, plain: bool, level: int | None) -> None:
     """Re-compress SRC into OUT (gzip by default; the suffix of OUT decides when it is .gz/.zst/.json)."""
     if use_zstd and plain:
-        raise click.UsageError("--zstd and --none exclude each other")
+        raise InputError(None, "--zstd and --none exclude each other")
     comp = "zstd" if use_zstd else "none" if plain else None
     if comp is None:
         name = out.name.lower()

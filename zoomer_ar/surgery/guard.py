@@ -91,3 +91,35 @@ def at_least_one(value: int | None, option: str) -> None:
     """Counts such as -k or --steps-per-file below 1 used to be taken as 1 without a word."""
     if value is not None and value < 1:
         raise InputError(None, f"{option} {value}: must be at least 1")
+
+
+def require_file(src: Path) -> None:
+    """An input trace must be a regular file: a named pipe (or a device) made every command wait
+    for ever, with a temporary output file left behind when it was killed."""
+    if src.exists() and not src.is_file() and not src.is_dir():
+        raise InputError(str(src), "not a regular file")
+
+
+def _claimed(out: Path) -> str | None:
+    """The compression the output's name claims: .gz gzip, .zst/.zstd zstd, .json none (else none)."""
+    name = out.name.lower()
+    if name.endswith(".gz"):
+        return "gzip"
+    if name.endswith((".zst", ".zstd")):
+        return "zstd"
+    if name.endswith(".json"):
+        return "none"
+    return None
+
+
+_SUFFIX = {"gzip": ".json.gz", "zstd": ".json.zst", "none": ".json"}
+
+
+def check_suffix(out: Path, compression: str | None) -> None:
+    """An output file whose name says another compression than the one asked (`--compression gzip`
+    into OUT.json) is refused: HTA, Perfetto and this tool open files by their suffix, so gzip
+    bytes in a .json file cannot be opened. A name without a known suffix takes any compression."""
+    claimed = _claimed(out)
+    if compression and claimed is not None and claimed != compression:
+        raise InputError(str(out), f"the name says {claimed} but the output would be {compression}: name it "
+                                   f"*{_SUFFIX[compression]}, or leave out the compression option (the name then decides)")

@@ -28,7 +28,7 @@ import msgspec
 from ..errors import InputError, OutputError
 from ..load.schema import Number
 from ..stream.scan import ScanResult, scan
-from ..stream.source import StreamError, zstandard
+from ..stream.source import BadJSON, StreamError, zstandard
 
 
 class Lite(msgspec.Struct, gc=False):
@@ -43,14 +43,27 @@ class Lite(msgspec.Struct, gc=False):
 
 
 class Placed(Lite, gc=False):
-    """Lite that tells a missing `ts`, `dur`, `pid` or `tid` (None) from a zero, for the commands
-    that cut by time (slice, split): an event without them cannot be placed on a timeline, and
-    copying it would make an output that `trace check` and the viewers refuse."""
+    """Lite that tells a missing `ph`, `ts`, `dur`, `pid` or `tid` (None) from a zero, for the
+    commands that cut by time (slice, split) and those that hold events to `trace check`'s rules
+    (read_events(check="all")): an event without them cannot be placed on a timeline, and copying
+    it would make an output that `trace check` and the viewers refuse."""
 
+    ph: Any = None
     ts: Number | None = None
     dur: Number | None = None
     pid: Any = None
     tid: Any = None
+
+
+class _Corr(msgspec.Struct, gc=False):
+    correlation: Any = None
+
+
+class Launched(Placed, gc=False):
+    """Placed with the event's `args.correlation`: slice and split keep the GPU side of the steps
+    they cut by the correlation of the runtime call that launched it (ops.launch_map)."""
+
+    args: _Corr | None = None
 
 
 from ..load.job import TOO_DEEP  # noqa: E402 - one wording for both readers
@@ -77,7 +90,7 @@ def _wrong_type(path: Path, exc: msgspec.ValidationError, before: int) -> InputE
 
 
 def read_events(path: Path, on_slice: SliceFn, *, on_head: Callable[[ScanResult], None] | None = None,
-                slice_bytes: int = 1 << 20, record: type = Lite) -> ScanResult:
+                slice_bytes: int = 1 << 20, record: type = Lite, check: str = "none") -> ScanResult:
     """Stream the events of a trace file; InputError when it is not a readable trace.
 
     Each slice is copied out of the scanner's buffer before it is decoded: msgspec.Raw values point
@@ -86,7 +99,17 @@ def read_events(path: Path, on_slice: SliceFn, *, on_head: Callable[[ScanResult]
     full disk while writing) then surfaced as `BufferError: memoryview has 1 exported buffer`
     instead of itself. The copy costs one memcpy of a 1 MB slice, small next to decoding it.
     `record` (a Lite subclass) chooses the typed view of the events (Placed: missing fields as None).
+
+    `check`: "types" refuses (InputError naming the file and the event) a field of a type the
+    analyzer's loader refuses (validate.refuse_wrong_types, as `merge` and `trace check` do); "all"
+    also an event `trace check` refuses (no `ph`, `ts`, `pid`/`tid`, ...: validate.event_problems;
+    needs a Placed record); "none" (the default) checks nothing. The commands that copy events
+    verbatim check, so that their outputs are always valid traces.
     """
+    from .validate import event_problems, refuse_wrong_types
+
+    if check == "all" and not issubclass(record, Placed):
+        record = Placed
     lite_decoder = _decoder(record)
     seen = [0]
     last_error = [""]  # the decoder's last complaint: says why no cut worked (invalid UTF-8, NaN, ...)
@@ -94,6 +117,8 @@ def read_events(path: Path, on_slice: SliceFn, *, on_head: Callable[[ScanResult]
     def consume(view) -> None:
         data = bytes(view)  # nothing below refers to the scanner's buffer
         try:
+            if check != "none":  # first: a DecodeError here is a wrong cut, as below
+                refuse_wrong_types(path, data, seen[0])
             lite = lite_decoder.decode(data)
         except msgspec.ValidationError as exc:  # JSON that parses, with a bad field: not a wrong cut
             raise _wrong_type(path, exc, seen[0]) from None
@@ -102,12 +127,21 @@ def read_events(path: Path, on_slice: SliceFn, *, on_head: Callable[[ScanResult]
             raise
         except RecursionError:  # msgspec refuses nesting deeper than Python's recursion limit this way
             raise InputError(str(path), TOO_DEEP) from None
+        if check == "all":
+            for k, e in enumerate(lite):
+                problems = event_problems(e.ph, e.name, e.ts, e.dur, e.pid, e.tid, e.id)
+                if problems:
+                    ph = f" ({e.ph})" if isinstance(e.ph, str) and e.ph else ""
+                    raise InputError(str(path), f"event {seen[0] + k}{ph}: {problems[0]} (`zoomer-ar trace check` "
+                                                "lists every problem)")
         raws = _RAWS.decode(data)
         seen[0] += len(lite)
         on_slice(raws, lite)
 
     try:
         return scan(path, consume, slice_bytes=slice_bytes, hash=False, on_head=on_head)
+    except BadJSON as exc:  # worded as `analyze` words it
+        raise InputError(str(path), str(exc)) from None
     except StreamError as exc:
         why = f" (last JSON error: {last_error[0]})" if last_error[0] else ""
         raise InputError(str(path), f"cannot stream this trace: {exc}{why}") from None
@@ -143,10 +177,13 @@ class _Sink:
         self.path = path
         self.tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         self.bytes_in = 0
+        self._made: list[Path] = []  # folders this sink created for its output (removed on abort)
+        self._raw = None
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            self._made = _make_parents(path.parent)
             self._raw = self.tmp.open("wb")
         except OSError as exc:
+            self._remove_made()
             raise cannot_write(path, exc) from None
         self.fh: Any = self._raw
         try:
@@ -160,8 +197,9 @@ class _Sink:
 
     def _codec(self, compression: str, level: int | None) -> Any:
         """The writer that compresses into the temporary file."""
-        if compression == "gzip":
-            return gzip.GzipFile(fileobj=self._raw, mode="wb", compresslevel=6 if level is None else level, mtime=0)
+        if compression == "gzip":  # the header names the output, not the temporary file
+            return gzip.GzipFile(filename=self.path.name, fileobj=self._raw, mode="wb",
+                                 compresslevel=6 if level is None else level, mtime=0)
         if compression == "zstd":
             if zstandard is None:
                 raise InputError(str(self.path), "zstd output needs the optional `zstandard` package "
@@ -180,6 +218,8 @@ class _Sink:
             raise cannot_write(self.path, exc) from None
 
     def _close(self) -> None:
+        if self._raw is None:
+            return
         if self.fh is not self._raw:
             self.fh.close()
         self._raw.close()
@@ -187,20 +227,61 @@ class _Sink:
     def commit(self) -> None:
         try:
             self._close()  # flushes: a full disk may show only here
+            existed = self.path.exists()
             os.replace(self.tmp, self.path)
         except OSError as exc:
             self.abort()
             raise cannot_write(self.path, exc) from None
+        if existed:
+            REPLACED.append(str(self.path))
+        self._made = []
 
     def abort(self) -> None:
         """Close (errors ignored: after a full disk, closing flushes into it again) and remove the
-        temporary file. Safe to call more than once."""
+        temporary file and the folders created for it. Safe to call more than once."""
         try:
             self._close()
         except Exception:  # noqa: BLE001 - the file is being discarded whatever closing it says
             pass
         finally:
             self.tmp.unlink(missing_ok=True)
+            self._remove_made()
+
+    def _remove_made(self) -> None:
+        """Remove the folders this sink created, deepest first, where they are empty (another
+        output written there meanwhile keeps them)."""
+        for d in self._made:
+            try:
+                d.rmdir()
+            except FileNotFoundError:  # mkdir failed before it
+                continue
+            except OSError:
+                break
+        self._made = []
+
+
+#: Outputs that replaced an existing file, in the order written: the CLI says so in a note
+#: (`take_replaced`). Outputs are replaced without asking, as `cp` does.
+REPLACED: list[str] = []
+
+
+def take_replaced() -> list[str]:
+    """The outputs that replaced an existing file since the last call (and forget them)."""
+    out = list(REPLACED)
+    REPLACED.clear()
+    return out
+
+
+def _make_parents(folder: Path) -> list[Path]:
+    """mkdir -p; the folders it created, deepest first."""
+    made: list[Path] = []
+    d = folder
+    while not d.exists() and d != d.parent:
+        made.append(d)
+        d = d.parent
+    if made:
+        folder.mkdir(parents=True, exist_ok=True)
+    return made
 
 
 def copy_file(src: Path, dst: Path, chunk: int = 1 << 20) -> None:

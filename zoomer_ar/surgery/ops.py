@@ -25,13 +25,13 @@ from ..load.job import rank_files as folder_rank_files
 from ..load.job import rank_from_name
 from ..stream.compact import NsCounter
 from ..stream.scan import ScanResult, scan
-from ..stream.source import ChunkReader, StreamError, is_trace_file
+from ..stream.source import BadJSON, ChunkReader, StreamError, is_trace_file
 from . import guard
 from .io import (
-    TOO_DEEP, Lite, Placed, TraceWriter, _Sink, compression_for, copy_file, copying_into, decode_top, encode_head,
-    read_events,
+    TOO_DEEP, Launched, Lite, Placed, TraceWriter, _Sink, compression_for, copy_file, copying_into, decode_top,
+    encode_head, read_events,
 )
-from .validate import placeable, refuse_wrong_types
+from .validate import event_problems, placeable, refuse_wrong_types
 
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 PID_STRIDE = 10_000_000  # merge: rank r's integer pid p becomes r * PID_STRIDE + p
@@ -76,6 +76,7 @@ class Stats:
     bytes_out: int | None = None
     skipped: list[str] = field(default_factory=list)  # "path: reason" of input files that are not traces
     warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what the command did that was not asked (clipping)
     unplaced: int = 0  # events left out because a viewer cannot place them (no ts, pid/tid, X without dur)
 
     def line(self) -> str:
@@ -95,6 +96,7 @@ class Stats:
         self.events_out += other.events_out
         self.outputs += other.outputs
         self.warnings += other.warnings
+        self.notes += other.notes
         self.unplaced += other.unplaced
         if other.bytes_out is not None:
             self.bytes_out = (self.bytes_out or 0) + other.bytes_out
@@ -108,9 +110,22 @@ class Stats:
 @dataclass
 class Survey:
     steps: dict[int, list[float]] = field(default_factory=dict)  # step number -> [start, end] (CPU and GPU side)
+    cpu_steps: dict[int, list[float]] = field(default_factory=dict)  # the same, CPU-side annotations only
     t0: float | None = None  # first complete non-Trace event (raw units)
     ns: bool = False  # timestamps are nanoseconds (the loader's median test)
     events: int = 0
+    span: tuple[float, float] | None = None  # first start, last end of the timed events but `Trace` spans (raw units)
+
+    @property
+    def unit(self) -> float:
+        """Trace units per millisecond."""
+        return 1e6 if self.ns else 1e3
+
+    def launch_window(self, steps: list[int]) -> list[float]:
+        """Where the runtime calls of these steps lie: their CPU side (the GPU-side annotation of a
+        step ends after the CPU has started launching the next one), else their whole window."""
+        table = self.cpu_steps if all(k in self.cpu_steps for k in steps) else self.steps
+        return [min(table[k][0] for k in steps), max(table[k][1] for k in steps)]
 
 
 def survey(path: Path) -> Survey:
@@ -119,10 +134,16 @@ def survey(path: Path) -> Survey:
     sv = Survey()
     counter = NsCounter()
     t0 = [np.inf]
+    span = [np.inf, -np.inf]
 
     def on_slice(raws: list, lite: list[Placed]) -> None:
         sv.events += len(lite)
-        xs = [e for e in lite if e.ph == "X" and placeable(e)]
+        tl = Timeline.of(lite)
+        timed = tl.timed & _not_trace_span(lite)
+        if timed.any():
+            span[0] = min(span[0], float(tl.ts[timed].min()))
+            span[1] = max(span[1], float(tl.end[timed].max()))
+        xs = [e for e, x in zip(lite, tl.x.tolist()) if x]
         if xs:
             ts = np.fromiter((e.ts for e in xs), dtype=np.float64, count=len(xs))
             counter.add(ts)
@@ -134,14 +155,23 @@ def survey(path: Path) -> Survey:
                                                                 "cpu_op", ""):
                 m = _STEP_RE.match(e.name)
                 if m:
-                    w = sv.steps.setdefault(int(m.group(1)), [np.inf, -np.inf])
-                    w[0] = min(w[0], float(e.ts))
-                    w[1] = max(w[1], float(e.ts) + float(e.dur))
+                    k = int(m.group(1))
+                    for table in (sv.steps, sv.cpu_steps) if e.cat != "gpu_user_annotation" else (sv.steps,):
+                        w = table.setdefault(k, [np.inf, -np.inf])
+                        w[0] = min(w[0], float(e.ts))
+                        w[1] = max(w[1], float(e.ts) + float(e.dur))
 
-    read_events(path, on_slice, record=Placed)
+    read_events(path, on_slice, record=Placed, check="types")
     sv.t0 = None if not np.isfinite(t0[0]) else t0[0]
+    sv.span = (span[0], span[1]) if np.isfinite(span[0]) else None
     sv.ns = counter.nanoseconds()
     return sv
+
+
+def _not_trace_span(lite: list) -> np.ndarray:
+    """Events other than the profiler's `Trace` spans (which cover the whole capture: a window
+    that holds only them holds nothing)."""
+    return np.fromiter((e.cat != "Trace" for e in lite), dtype=bool, count=len(lite))
 
 
 @dataclass
@@ -176,9 +206,113 @@ class Timeline:
         return int((~self.ok).sum())
 
 
+def _inside(ts: np.ndarray, end: np.ndarray, x: np.ndarray, dur: np.ndarray, w0: float, w1: float) -> np.ndarray:
+    """Events that overlap [w0, w1] (a complete event that starts at w1 only when it has no length)."""
+    return (ts <= w1) & (end >= w0) & ((ts < w1) | ~x | (dur == 0))
+
+
 def _keep_in_window(tl: Timeline, w0: float, w1: float) -> np.ndarray:
-    inside = (tl.ts <= w1) & (tl.end >= w0) & ((tl.ts < w1) | ~tl.x | (tl.dur == 0))
-    return tl.meta | (tl.timed & inside)
+    return tl.meta | (tl.timed & _inside(tl.ts, tl.end, tl.x, tl.dur, w0, w1))
+
+
+# ---- the GPU side of a window: events launched from it ----------------------------------------
+#
+# A kernel (memcpy, memset) runs after the runtime call that launched it returns, often after the
+# CPU side of its step has ended; without GPU-side ProfilerStep annotations (most traces) the step
+# window ends with the CPU annotation and the time test alone cut those kernels off (half of the
+# GPU ops of two steps of hta/ns_resolution_trace). The runtime call and its device events share a
+# correlation id (`args.correlation`; the `ac2g` flow arrow between them carries it as `id`): a
+# first pass collects the correlation ids of the launches that lie in the windows (Launches), and
+# the copy pass keeps the device events and flow arrows with those ids as well.
+
+_LAUNCH_CAT_WORDS = ("runtime", "driver")  # cuda_runtime, Runtime (2021), cuda_driver, mtia_runtime, hip...
+_NOT_LAUNCH_FLOWS = ("fwdbwd",)  # flow arrows whose ids are not correlation ids
+_FLOWS = ("s", "t", "f")
+_INT64_MAX = (1 << 63) - 1
+
+
+def _is_launcher(cat: Any, memo: dict) -> bool:
+    v = memo.get(cat)
+    if v is None:
+        low = cat.lower() if isinstance(cat, str) else ""
+        v = memo[cat] = any(w in low for w in _LAUNCH_CAT_WORDS)
+    return v
+
+
+def _id_of(v: Any) -> int:
+    return v if type(v) is int and 0 <= v <= _INT64_MAX else -1
+
+
+def _correlations(lite: list[Launched], tl: Timeline, memo: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(launch, key) for a slice: `launch` marks the timed runtime calls with a correlation id,
+    `key` is the id that ties an event to a launch (-1: none): the correlation of a device-side
+    event, the id of a flow arrow."""
+    n = len(lite)
+    launcher = np.fromiter((_is_launcher(e.cat, memo) for e in lite), dtype=bool, count=n)
+    corr = np.fromiter((_id_of(e.args.correlation) if e.args is not None else -1 for e in lite), dtype=np.int64,
+                       count=n)
+    flow = tl.ok & np.fromiter((e.ph in _FLOWS and e.cat not in _NOT_LAUNCH_FLOWS for e in lite), dtype=bool, count=n)
+    launch = tl.timed & launcher & (corr >= 0)
+    key = np.where(tl.timed & ~launcher, corr, -1)
+    if flow.any():
+        ids = np.fromiter((_id_of(e.id) for e in lite), dtype=np.int64, count=n)
+        key = np.where(flow, ids, key)
+    return launch, key
+
+
+@dataclass
+class Launches:
+    """Correlation ids of the launches (runtime calls) that lie in each window, sorted by id:
+    `group[i]` is the window of `corr[i]` (a launch on the edge of two windows is in both)."""
+
+    corr: np.ndarray
+    group: np.ndarray
+
+    @classmethod
+    def none(cls) -> Launches:
+        return cls(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
+
+    def hits(self, key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(event index, window) for the events of a slice whose key is a launch of a window."""
+        if not self.corr.size:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+        lo = np.searchsorted(self.corr, key, "left")
+        hi = np.searchsorted(self.corr, key, "right")
+        counts = np.where(key >= 0, hi - lo, 0)
+        if not counts.any():
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+        ev = np.repeat(np.arange(len(key)), counts)
+        first = np.repeat(lo, counts)
+        offset = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+        return ev, self.group[first + offset]
+
+
+def launches(path: Path, wins: np.ndarray) -> Launches:
+    """The launches of each window [w0, w1] of `wins` (a pass over the trace; memory: one id and
+    one window index per launch inside the windows)."""
+    found: list[np.ndarray] = []
+    memo: dict = {}
+
+    def on_slice(raws: list, lite: list[Launched]) -> None:
+        tl = Timeline.of(lite)
+        launch, _ = _correlations(lite, tl, memo)
+        idx = np.flatnonzero(launch)
+        if not idx.size:
+            return
+        ts, end, x, dur = tl.ts[idx], tl.end[idx], tl.x[idx], tl.dur[idx]
+        corr = np.fromiter((lite[i].args.correlation for i in idx.tolist()), dtype=np.int64, count=idx.size)
+        lo, hi = float(ts.min()), float(end.max())
+        for j in np.flatnonzero((wins[:, 0] <= hi) & (wins[:, 1] >= lo)).tolist():
+            inside = _inside(ts, end, x, dur, float(wins[j, 0]), float(wins[j, 1]))
+            if inside.any():
+                c = corr[inside]
+                found.append(np.stack([c, np.full(c.size, j, dtype=np.int64)], axis=1))
+
+    read_events(path, on_slice, record=Launched)
+    if not found:
+        return Launches.none()
+    pairs = np.unique(np.concatenate(found), axis=0)  # sorted by id, then window
+    return Launches(np.ascontiguousarray(pairs[:, 0]), np.ascontiguousarray(pairs[:, 1]))
 
 
 def _write_selected(w: TraceWriter, raws: list, keep: np.ndarray) -> int:
@@ -189,7 +323,9 @@ def _write_selected(w: TraceWriter, raws: list, keep: np.ndarray) -> int:
 
 
 def _copy_with(src: Path, dst: Path, select, *, compression: str | None = None, level: int | None = None,
-               record: type = Lite) -> Stats:
+               record: type = Lite, check: str = "none", before_close=None) -> Stats:
+    """Copy the events `select(lite, stats)` keeps from src into dst. `check`: read_events' check
+    of the events; `before_close(stats)` may still refuse the result (raise): no output then."""
     st = Stats()
     guard.check_level(compression_for(dst, compression), level)
     w = TraceWriter(dst, compression=compression, level=level)
@@ -204,7 +340,9 @@ def _copy_with(src: Path, dst: Path, select, *, compression: str | None = None, 
         st.events_out += _write_selected(w, raws, select(lite, st))
 
     try:
-        res = read_events(src, on_slice, on_head=on_head, record=record)
+        res = read_events(src, on_slice, on_head=on_head, record=record, check=check)
+        if before_close is not None:
+            before_close(st)
         w.close(TraceWriter.tail_of(res))
     except BaseException:
         w.abort()
@@ -224,21 +362,31 @@ def slice_trace(src: Path, dst: Path, *, steps: tuple[int, int] | None = None,
     """Keep the events of steps N..M (ProfilerStep#N to #M, CPU and GPU side), or of a time window
     in milliseconds from the rank's first event (as evidence times are given; `absolute`: raw trace
     timestamps, microseconds or nanoseconds as in the file). Events that overlap the window are kept
-    whole; metadata always."""
+    whole; metadata always. For steps, so are the device events (kernels, copies) launched by a
+    runtime call in the steps and their flow arrows, wherever they run (Launches): the GPU side of
+    the steps; a time window is a cut in time. A window with no event in it is refused (InputError
+    naming the trace's time span), and so is a trace without events."""
     if (steps is None) == (window_ms is None):
         raise InputError(str(src), "give either steps N..M or a time window")
     _check_range(steps, window_ms)
+    guard.require_file(src)
     guard.check_file_output(dst, [src])
+    guard.check_suffix(dst, compression)
     guard.check_level(compression_for(dst, compression), level)
     sv = survey(src)
-    unit = 1e6 if sv.ns else 1e3  # trace units per millisecond
+    if sv.span is None:
+        raise InputError(str(src), "trace has no timed events ('traceEvents' holds none a viewer can place)")
+    notes: list[str] = []
     if steps is not None:
         lo, hi = steps
-        chosen = [w for k, w in sv.steps.items() if lo <= k <= hi]
+        chosen = sorted(k for k in sv.steps if lo <= k <= hi)
         if not chosen:
-            have = f"{min(sv.steps)}..{max(sv.steps)}" if sv.steps else "none"
-            raise InputError(str(src), f"no ProfilerStep#{lo}..{hi} in this trace (steps present: {have})")
-        w0, w1 = min(w[0] for w in chosen), max(w[1] for w in chosen)
+            raise InputError(str(src), f"no ProfilerStep#{lo}..{hi} in this trace (steps present: {_steps_present(sv)})")
+        if len(chosen) != hi - lo + 1:
+            notes.append(f"--steps {lo}..{hi}: kept steps {_compact(chosen)}, those this trace has of them "
+                         f"(steps present: {_steps_present(sv)})")
+        w0, w1 = min(sv.steps[k][0] for k in chosen), max(sv.steps[k][1] for k in chosen)
+        what = f"steps {_compact(chosen)}"
     else:
         a, b = window_ms
         if absolute:
@@ -246,15 +394,54 @@ def slice_trace(src: Path, dst: Path, *, steps: tuple[int, int] | None = None,
         else:
             if sv.t0 is None:
                 raise InputError(str(src), "no complete events to measure a window from")
-            w0, w1 = sv.t0 + a * unit, sv.t0 + b * unit
-    def select(lite: list[Placed], st: Stats) -> np.ndarray:
+            w0, w1 = sv.t0 + a * sv.unit, sv.t0 + b * sv.unit
+        what = f"--window {a:g}..{b:g}" + (" (absolute)" if absolute else " ms")
+    launched = launches(src, np.array([sv.launch_window(chosen)])) if steps is not None else Launches.none()
+    memo: dict = {}
+    kept = [0]  # events other than metadata
+
+    def select(lite: list[Launched], st: Stats) -> np.ndarray:
         tl = Timeline.of(lite)
         st.unplaced += tl.unplaced
-        return _keep_in_window(tl, w0, w1)
+        keep = _keep_in_window(tl, w0, w1)
+        if launched.corr.size:
+            _, key = _correlations(lite, tl, memo)
+            ev, _ = launched.hits(key)
+            keep[ev] = True
+        kept[0] += int((keep & ~tl.meta & _not_trace_span(lite)).sum())
+        return keep
 
-    st = _copy_with(src, dst, select, compression=compression, level=level, record=Placed)
+    def nothing_kept(st: Stats) -> None:
+        if not kept[0]:
+            raise InputError(str(src), f"{what} holds no event of this trace ({_span_text(sv, absolute)}); "
+                                       "nothing written")
+
+    st = _copy_with(src, dst, select, compression=compression, level=level, record=Launched,
+                    before_close=nothing_kept)
     st.note = f"window {w0:.3f}..{w1:.3f} ({'ns' if sv.ns else 'us'})"
+    st.notes += notes
     return st
+
+
+def _compact(nums: list[int]) -> str:
+    """1..5 for consecutive numbers, else the list."""
+    if len(nums) == 1:
+        return str(nums[0])
+    return f"{nums[0]}..{nums[-1]}" if nums == list(range(nums[0], nums[-1] + 1)) else ", ".join(map(str, nums))
+
+
+def _steps_present(sv: Survey) -> str:
+    return _compact(sorted(sv.steps)) if sv.steps else "none"
+
+
+def _span_text(sv: Survey, absolute: bool) -> str:
+    """Where the trace's events lie, in the units the window was given in."""
+    a, b = sv.span  # type: ignore[misc]
+    unit = "ns" if sv.ns else "us"
+    if absolute or sv.t0 is None:
+        return f"its events span {a:.3f}..{b:.3f} {unit} in its own timestamps"
+    return (f"its events span {(a - sv.t0) / sv.unit:.3f}..{(b - sv.t0) / sv.unit:.3f} ms from its first event; "
+            f"{a:.3f}..{b:.3f} {unit} with --absolute")
 
 
 def _check_range(steps: tuple[int, int] | None, window_ms: tuple[float, float] | None) -> None:
@@ -278,17 +465,19 @@ def filter_trace(src: Path, dst: Path, *, cats: Iterable[str] = (), exclude_cats
     """Keep events by category, name (regular expression), pid, tid or phase; metadata always.
 
     Categories match across schemas (CATEGORY_EQUIVALENTS: `--cat kernel` keeps 2021 `Kernel`
-    events too); when nothing but metadata is kept, Stats.warnings names the categories present."""
+    events too); when nothing but metadata is kept, Stats.warnings names the categories present.
+    Every event is held to `trace check`'s rules (read_events(check="all")): the events are copied
+    verbatim, so one the check refuses would make the output invalid; the file is refused instead."""
     cats = {canonical_category(c) for c in cats}
     exclude_cats = {canonical_category(c) for c in exclude_cats}
     pids, tids, phases = {str(p) for p in pids}, {str(t) for t in tids}, set(phases)
-    name_re = re.compile(name) if name else None
-    exclude_re = re.compile(exclude_name) if exclude_name else None
+    name_re = compile_pattern(name, "--name")
+    exclude_re = compile_pattern(exclude_name, "--exclude-name")
     memo: dict[tuple, bool] = {}
     seen_cats: set[str] = set()
     kept = [0, 0]  # non-metadata events: seen, kept
 
-    def ok(e: Lite) -> bool:
+    def ok(e: Placed) -> bool:
         if e.ph == "M":
             return True
         key = (e.cat, e.name, e.ph, e.pid, e.tid)
@@ -307,14 +496,32 @@ def filter_trace(src: Path, dst: Path, *, cats: Iterable[str] = (), exclude_cats
         kept[1] += v
         return v
 
-    def select(lite: list[Lite], st: Stats) -> np.ndarray:
+    def select(lite: list[Placed], st: Stats) -> np.ndarray:
         return np.fromiter(map(ok, lite), dtype=bool, count=len(lite))
 
+    def no_events(st: Stats) -> None:
+        if not st.events_in:
+            raise InputError(str(src), "trace has no events ('traceEvents' is empty); nothing written")
+
+    guard.require_file(src)
     guard.check_file_output(dst, [src])
-    st = _copy_with(src, dst, select, compression=compression, level=level)
+    guard.check_suffix(dst, compression)
+    st = _copy_with(src, dst, select, compression=compression, level=level, record=Placed, check="all",
+                    before_close=no_events)
     if kept[0] and not kept[1]:
         st.warnings.append(_nothing_kept(src, seen_cats))
     return st
+
+
+def compile_pattern(pattern: str | None, option: str) -> re.Pattern | None:
+    """The regular expression of --name / --exclude-name; InputError (exit 2, one line) when it is
+    not one, before anything is read or written."""
+    if not pattern:
+        return None
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise InputError(None, f"{option} {pattern!r}: not a valid regular expression ({exc})") from None
 
 
 def _nothing_kept(src: Path, seen_cats: set[str]) -> str:
@@ -327,10 +534,12 @@ def _nothing_kept(src: Path, seen_cats: set[str]) -> str:
 def split_trace(src: Path, dst_dir: Path, *, steps_per_file: int = 1, max_files: int = 256,
                 compression: str | None = "gzip", level: int | None = None) -> Stats:
     """One trace per step (or per `steps_per_file` steps): events overlapping each step's window
-    (CPU and GPU side); metadata in every file. Events before the first or after the last step
-    are left out, and so are events a viewer cannot place (validate.placeable)."""
+    and the device events launched from it (CPU and GPU side, as slice_trace); metadata in every
+    file. Events before the first or after the last step are left out, and so are events a viewer
+    cannot place (validate.placeable)."""
     guard.at_least_one(steps_per_file, "--steps-per-file")
     guard.at_least_one(max_files, "--max-files")
+    guard.require_file(src)
     guard.refuse_file_as_dir(dst_dir)
     if guard.same_file(dst_dir, src.parent):
         raise InputError(str(dst_dir), f"is the folder of the input {src.name}: the step files would be read "
@@ -347,6 +556,8 @@ def split_trace(src: Path, dst_dir: Path, *, steps_per_file: int = 1, max_files:
     base = src.name.split(".json")[0]
     suffix = ".json.gz" if compression == "gzip" else ".json.zst" if compression == "zstd" else ".json"
     wins = np.array([[min(sv.steps[k][0] for k in g), max(sv.steps[k][1] for k in g)] for g in groups])
+    launched = launches(src, np.array([sv.launch_window(g) for g in groups]))
+    memo: dict = {}
     writers: list[TraceWriter] = []
     st = Stats()
 
@@ -354,7 +565,7 @@ def split_trace(src: Path, dst_dir: Path, *, steps_per_file: int = 1, max_files:
         for w in writers:
             w.set_head(res)
 
-    def on_slice(raws: list, lite: list[Placed]) -> None:
+    def on_slice(raws: list, lite: list[Launched]) -> None:
         st.events_in += len(lite)
         tl = Timeline.of(lite)
         st.unplaced += tl.unplaced
@@ -364,9 +575,15 @@ def split_trace(src: Path, dst_dir: Path, *, steps_per_file: int = 1, max_files:
             hit = (wins[:, 0] <= hi) & (wins[:, 1] >= lo)
         else:
             hit = np.zeros(len(wins), dtype=bool)
+        ev = grp = np.empty(0, dtype=np.int64)
+        if launched.corr.size:
+            _, key = _correlations(lite, tl, memo)
+            ev, grp = launched.hits(key)
+            hit[np.unique(grp)] = True
         for j in np.flatnonzero(hit).tolist():
             w0, w1 = wins[j]
             keep = (timed & (tl.ts <= w1) & (tl.end >= w0)) | meta
+            keep[ev[grp == j]] = True
             st.events_out += _write_selected(writers[j], raws, keep)
         if meta.any():  # metadata in every file
             idx = np.flatnonzero(meta).tolist()
@@ -378,7 +595,7 @@ def split_trace(src: Path, dst_dir: Path, *, steps_per_file: int = 1, max_files:
             for g in groups:  # one by one: those opened before a failing one are aborted below
                 writers.append(TraceWriter(dst_dir / f"{base}.steps_{g[0]}-{g[-1]}{suffix}", compression=compression,
                                            level=level))
-            res = read_events(src, on_slice, on_head=on_head, record=Placed)
+            res = read_events(src, on_slice, on_head=on_head, record=Launched)
             for w in writers:
                 w.close(TraceWriter.tail_of(res))
         except BaseException:
@@ -389,6 +606,13 @@ def split_trace(src: Path, dst_dir: Path, *, steps_per_file: int = 1, max_files:
     return st
 
 
+def check_events(src: Path) -> None:
+    """A pass that holds every event of src to `trace check`'s rules (types included): InputError
+    naming the file and the first event refused. For the commands that copy a file's bytes as they
+    are (compress, sample): what they write is then a valid trace."""
+    read_events(src, lambda raws, lite: None, record=Placed, check="all")
+
+
 def compress_trace(src: Path, dst: Path, *, compression: str | None = None, level: int | None = None) -> Stats:
     """Re-encode a trace file as gzip, zstd or plain JSON (from dst's suffix unless given), streaming.
 
@@ -396,9 +620,11 @@ def compress_trace(src: Path, dst: Path, *, compression: str | None = None, leve
     has read the events as the other commands do: the output is promised to be a valid trace, and a
     JSON file without traceEvents, NaN literals or a cut-off array would otherwise pass through."""
     comp = compression_for(dst, compression)
+    guard.require_file(src)
     guard.check_file_output(dst, [src])
+    guard.check_suffix(dst, comp)
     guard.check_level(comp, level)
-    read_events(src, lambda raws, lite: None)
+    check_events(src)
     sink = _Sink(dst, comp, level)
     st = Stats()
     with copying_into(sink, src):
@@ -430,8 +656,10 @@ def peek_top(path: Path) -> dict[str, Any]:
 
 def probe_trace(path: Path) -> tuple[dict[str, Any] | None, str]:
     """(top-level keys, "") when `path` is a trace (a `traceEvents` array or a bare array of
-    events), else (None, why not). Reads only up to the events array, so it is cheap on any size:
-    job commands use it to skip stray JSON files the way `analyze` does instead of failing late."""
+    events, with an event object that has a string `ph` among its first events), else (None, why
+    not). Reads only up to the first slice of events (64 kB), so it is cheap on any size: job
+    commands use it to skip stray JSON files the way `analyze` does instead of failing late (`[1,2`
+    used to pass for a rank: any `[` did)."""
     out: dict[str, Any] = {}
 
     class _Stop(Exception):
@@ -439,19 +667,46 @@ def probe_trace(path: Path) -> tuple[dict[str, Any] | None, str]:
 
     def on_head(res: ScanResult) -> None:
         out.update(decode_top(res.head, b""))
-        raise _Stop
+
+    def first_events(view) -> None:  # a trace's array holds event objects with a `ph`
+        items = _PROBE.decode(view)  # first: a DecodeError here makes the scanner cut elsewhere
+        found, raw = False, None
+        for raw in items[:64]:
+            try:
+                found = isinstance(_PH.decode(raw).ph, str)
+            except msgspec.ValidationError:  # not an object
+                continue
+            if found:
+                break
+        del items, raw  # the Raw values hold the scanner's buffer: release them before leaving
+        raise _Stop if found else _NotEvents
 
     try:
-        scan(path, lambda v: None, hash=False, on_head=on_head)
+        scan(path, first_events, hash=False, on_head=on_head, slice_bytes=_PROBE_BYTES, chunk=_PROBE_BYTES)
     except _Stop:
         return out, ""
+    except _NotEvents:
+        return None, "not a trace (the events array holds no event objects with a `ph`)"
     except StreamError as exc:
         return None, f"not a trace ({exc})"
     except RecursionError:  # msgspec's answer to keys nested deeper than Python's recursion limit
         return None, f"not a trace ({TOO_DEEP})"
     except OSError as exc:
         return None, f"cannot read ({exc.strerror or exc})"
-    return out, ""
+    return None, "not a trace (no events: 'traceEvents' is empty)"
+
+
+class _NotEvents(Exception):
+    pass
+
+
+class _Ph(msgspec.Struct):
+    ph: Any = None
+
+
+_PROBE = msgspec.json.Decoder(list[msgspec.Raw])
+_PH = msgspec.json.Decoder(_Ph)
+_PROBE_BYTES = 64 << 10
 
 
 def _rank_of(top: dict[str, Any]) -> int | None:
@@ -541,17 +796,27 @@ def choose_ranks(ranks: list[int], k: int, *, seed: int | None = None) -> list[i
 def sample_job(src: Path, dst: Path, k: int | None = None, *, ranks: Iterable[int] | None = None,
                seed: int | None = None, compression: str | None = None) -> Stats:
     """Copy k ranks of a job folder (or the given ranks) into dst; gzip/zstd/plain per `compression`
-    (default: as they are)."""
+    (default: as they are). Each chosen rank file is first read through (check_events): one that
+    `trace check` would refuse is skipped with a note, as an unusable rank. -k above the number of
+    ranks copies them all, with a note; -k or --seed together with --ranks is refused."""
     if ranks is None:
         if k is None:
             raise InputError(None, "give -k N or --ranks")
         guard.at_least_one(k, "-k")
+    else:
+        ranks = list(ranks)
+        if k is not None or seed is not None:
+            raise InputError(None, f"--ranks chooses the ranks: give it without {'-k' if k is not None else '--seed'}")
+        if not ranks:
+            raise InputError(None, "--ranks names no rank")
     _check_folder_output(src, dst)
     job = job_folder(src)
     files = job.files
     have = [r for r, _ in files]
     want = _wanted(src, have, ranks) if ranks is not None else choose_ranks(have, k or 1, seed=seed)
     st = Stats(bytes_out=0, skipped=list(job.skipped))
+    if ranks is None and k is not None and k > len(have):
+        st.notes.append(f"-k {k}: the job has {len(have)} rank{'' if len(have) == 1 else 's'}; copying all of them")
     copied = 0
     with _output_folder(dst):
         for r, f in files:
@@ -566,14 +831,26 @@ def _sample_one(st: Stats, f: Path, dst: Path, compression: str | None) -> bool:
     """Copy (or re-compress) one rank file of sample_job into dst; False when it was skipped."""
     name = f.name
     if not compression:
-        copy_file(f, dst / name)
-        st.outputs.append(str(dst / name))
-        st.bytes_out = (st.bytes_out or 0) + (dst / name).stat().st_size
-        return True
-    stem = name[: -len(".gz")] if name.endswith(".gz") else name[: -len(".zst")] if name.endswith(".zst") else name
-    stem = stem if stem.endswith(".json") else stem + ".json"
-    out = dst / (stem + {"gzip": ".gz", "zstd": ".zst", "none": ""}[compression])
+        def copy() -> Stats:
+            check_events(f)
+            copy_file(f, dst / name)
+            return Stats(outputs=[str(dst / name)], bytes_out=(dst / name).stat().st_size)
+
+        return _skip_unreadable(st, f, copy)
+    out = dst / named_for(name, compression)
     return _skip_unreadable(st, f, lambda: compress_trace(f, out, compression=compression))
+
+
+def named_for(name: str, compression: str | None) -> str:
+    """A rank file's name for an output of this compression (x.json.gz -> x.json.zst for zstd, x.json
+    for none); None: the name as it is (the output is compressed as the name says)."""
+    if not compression:
+        return name
+    low = name.lower()
+    stem = name[: -len(".gz")] if low.endswith(".gz") else name[: -len(".zstd")] if low.endswith(".zstd") else \
+        name[: -len(".zst")] if low.endswith(".zst") else name
+    stem = stem if stem.lower().endswith(".json") else stem + ".json"
+    return stem + {"gzip": ".gz", "zstd": ".zst", "none": ""}[compression]
 
 
 @contextmanager
@@ -620,18 +897,27 @@ def _none_left(src: Path, done: int, st: Stats) -> None:
 
 
 def filter_job(src: Path, dst: Path, *, ranks: Iterable[int] | None = None, **filters) -> Stats:
-    """filter_trace on each chosen rank file of a job folder, into dst (same file names); rank
-    files unusable while read are skipped with a note (_skip_unreadable)."""
+    """filter_trace on each chosen rank file of a job folder, into dst (same file names, with the
+    suffix of `compression` when given: x.json -> x.json.gz for gzip); rank files unusable while
+    read are skipped with a note (_skip_unreadable)."""
     _check_folder_output(src, dst)
+    compile_pattern(filters.get("name"), "--name")  # before the output folder is made
+    compile_pattern(filters.get("exclude_name"), "--exclude-name")
+    if ranks is not None:
+        ranks = list(ranks)
+        if not ranks:
+            raise InputError(None, "--ranks names no rank")
     job = job_folder(src)
     have = [r for r, _ in job.files]
     want = set(_wanted(src, have, ranks)) if ranks is not None else set(have)
     st = Stats(skipped=list(job.skipped))
     done = 0
+    comp = filters.get("compression")
     with _output_folder(dst):
         for r, f in job.files:
             if r in want:
-                done += _skip_unreadable(st, f, lambda f=f: filter_trace(f, dst / f.name, **filters))
+                out = dst / named_for(f.name, comp)
+                done += _skip_unreadable(st, f, lambda f=f, out=out: filter_trace(f, out, **filters))
         _none_left(src, done, st)
     return st
 
@@ -666,16 +952,38 @@ def merge_job(src: Path | list[Path], dst: Path, *, compression: str | None = No
     flow ids and correlation ids are offset by rank << 40 so that links stay within a rank.
     Top-level keys come from the first rank; `distributedInfo` records the merged ranks. Inputs that
     are not traces, or turn out unusable while read, are skipped (Stats.skipped), as `analyze` skips
-    them in a job folder."""
+    them in a job folder. A folder among several inputs stands for its rank files."""
     if isinstance(src, (list, tuple)):
-        guard.check_file_output(dst, [Path(f) for f in src])
+        folders = [Path(f) for f in src if Path(f).is_dir()]
+        if len(src) == 1 and folders:
+            src = folders[0]
+    if isinstance(src, (list, tuple)):
+        for d in folders:
+            guard.refuse_inside(dst, d, what="merged trace")
+        guard.check_file_output(dst, [Path(f) for f in src if not Path(f).is_dir()])
     else:
         guard.refuse_dir_as_file(dst)
         guard.refuse_inside(dst, Path(src), what="merged trace")
+    guard.check_suffix(dst, compression)
     guard.check_level(compression_for(dst, compression), level)
-    job = rank_files([Path(f) for f in src]) if isinstance(src, (list, tuple)) else job_folder(Path(src))
+    expanded: list[str] = []
+    if isinstance(src, (list, tuple)):
+        inputs: list[Path] = []
+        for f in map(Path, src):
+            if f.is_dir():  # its rank files, as `merge DIR` would read them
+                found = folder_rank_files(f, is_trace_file)
+                if not found:
+                    expanded.append(f"{f}: folder holds no trace files (*.json, *.json.gz)")
+                inputs += found
+            elif f not in inputs:
+                inputs.append(f)
+        if not inputs:
+            raise InputError(None, "; ".join(expanded))
+        job = rank_files(inputs)
+    else:
+        job = job_folder(Path(src))
     files = list(job.files)
-    skipped = list(job.skipped)
+    skipped = expanded + list(job.skipped)
     while True:
         try:
             st = _merge_files(files, job.tops, dst, compression=compression, level=level)
@@ -747,6 +1055,11 @@ def _merge_rank(w: TraceWriter, rank: int, f: Path, st: Stats) -> None:
     def consume(view) -> None:
         events = _DICTS.decode(view)  # first: a DecodeError here makes the scanner cut elsewhere
         refuse_wrong_types(f, view, seen[0])  # decoded where it lies (no copy)
+        for k, e in enumerate(events):  # and to `trace check`'s rules (a `ph`, a `ts`, ...)
+            problems = event_problems(e.get("ph"), e.get("name"), e.get("ts"), e.get("dur"), e.get("pid"),
+                                      e.get("tid"), e.get("id"))
+            if problems:
+                raise InputError(str(f), f"event {seen[0] + k}: {problems[0]}")
         seen[0] += len(events)
         st.events_in += len(events)
         w.write_objects(_remap(events, rank))
@@ -754,6 +1067,8 @@ def _merge_rank(w: TraceWriter, rank: int, f: Path, st: Stats) -> None:
 
     try:
         scan(f, consume, hash=False)
+    except BadJSON as exc:
+        raise InputError(str(f), str(exc)) from None
     except StreamError as exc:
         raise InputError(str(f), f"cannot stream this trace: {exc}") from None
     except RecursionError:  # msgspec's answer to nesting deeper than Python's recursion limit

@@ -20,9 +20,9 @@ import msgspec
 
 from ..errors import InputError
 from ..load.schema import EVENTS_DECODER, RawEvent
+from ..load.job import TOO_DEEP
 from ..stream.scan import scan
-from ..stream.source import StreamError
-from .io import TOO_DEEP
+from ..stream.source import BadJSON, StreamError
 
 _TIMED = set("XBEiICstfbneSTpFONDPR")
 _FLOWS = set("stf")
@@ -52,21 +52,50 @@ def _ident(v: Any) -> bool:
     return isinstance(v, (int, str)) and not isinstance(v, bool)
 
 
+def _json_type(v: Any) -> str:
+    """The JSON type of a decoded value, in msgspec's words (`int`, `float`, `array`, ...)."""
+    if isinstance(v, bool):
+        return "bool"
+    if isinstance(v, (int, float, str)):
+        return type(v).__name__
+    return {list: "array", dict: "object", type(None): "null"}.get(type(v), type(v).__name__)
+
+
+def _wrong(field: str, want: str, v: Any) -> str:
+    """The phrase msgspec (and so type_problems) uses for a value of the wrong type."""
+    return f"`{field}` has the wrong type (Expected `{want}`, got `{_json_type(v)}`)"
+
+
 def event_problems(ph: Any, name: Any, ts: Any, dur: Any, pid: Any, tid: Any, id_: Any) -> list[str]:
     """Why a viewer cannot place this event (empty: it can). One rule set for `trace check` and for
-    the commands that must write only placeable events (slice, split drop the others)."""
-    if not isinstance(ph, str) or not ph:
+    the commands that must write only placeable events (slice, split drop the others). A field
+    that is there with the wrong type is said to be of the wrong type, not missing."""
+    if ph is None or ph == "":
         return ["no `ph`"]
+    if not isinstance(ph, str):
+        return [_wrong("ph", "str", ph)]
     if ph == "M":
-        return [] if isinstance(name, str) and _ident(pid) else ["metadata event without name or pid"]
+        if name is None or pid is None:
+            return ["metadata event without name or pid"]
+        if not isinstance(name, str):
+            return [_wrong("name", "str", name)]
+        return [] if _ident(pid) else [_wrong("pid", "int | str", pid)]
     out: list[str] = []
-    if not _num(ts):
-        out.append("`ts` missing or not a number")
+    if ts is None:
+        out.append("`ts` missing")
+    elif not _num(ts):
+        out.append(_wrong("ts", "int | float", ts))
     if ph in _TIMED:
-        if not _ident(pid) or not _ident(tid):
+        if pid is None or tid is None:
             out.append("`pid`/`tid` missing")
-        if ph == "X" and not _num(dur):
-            out.append("`dur` missing or not a number")
+        for field, v in (("pid", pid), ("tid", tid)):
+            if v is not None and not _ident(v):
+                out.append(_wrong(field, "int | str", v))
+        if ph == "X":
+            if dur is None:
+                out.append("`dur` missing")
+            elif not _num(dur):
+                out.append(_wrong("dur", "int | float", dur))
         if ph in _FLOWS and id_ is None:
             out.append("flow event without `id`")
     return out
@@ -88,7 +117,10 @@ def wrong_type(exc: msgspec.ValidationError) -> str:
     if m is None:
         return f"a field has the wrong type ({exc})"
     field = m.group("field")
-    return f"`{field}` has the wrong type ({m.group('why')})" if field else f"wrong type ({m.group('why')})"
+    if field:
+        return f"`{field}` has the wrong type ({m.group('why')})"
+    return f"not a JSON object ({m.group('why')})" if "Expected `object`" in m.group("why") else \
+        f"wrong type ({m.group('why')})"
 
 
 def type_problems(data: bytes | memoryview, before: int = 0, limit: int = 1) -> list[tuple[int, str]]:
@@ -133,6 +165,7 @@ def check_trace(path: Path, limit: int = 20) -> tuple[int, list[str]]:
         found = [(base + k, pr) for k, e in enumerate(events)
                  for pr in event_problems(e.ph, e.name, e.ts, e.dur, e.pid, e.tid, e.id)]
         found += type_problems(view, base, limit - len(problems))  # decoded where it lies (no copy)
+        found = list(dict.fromkeys(found))  # a wrong type both rules see is said once
         for i, pr in sorted(found, key=lambda f: f[0])[: limit - len(problems)]:
             ph = events[i - base].ph
             timed = isinstance(ph, str) and ph in _TIMED
@@ -140,6 +173,8 @@ def check_trace(path: Path, limit: int = 20) -> tuple[int, list[str]]:
 
     try:
         res = scan(path, consume, hash=False)
+    except BadJSON as exc:  # NaN, items that are not objects: as `analyze` says it
+        return count[0], [str(exc)]
     except StreamError as exc:
         return count[0], [f"not a readable trace: {exc}"]
     except msgspec.MsgspecError as exc:
