@@ -428,7 +428,9 @@ def test_blank_padding_after_the_events_is_not_kept_in_memory(inside, reader, tm
             tracemalloc.stop()
         assert sum(seen) == len(_trace()["traceEvents"])
         src.unlink()
-    assert peaks[1] - peaks[0] < 4 << 20, peaks
+    # kept padding would add the 48 MB between the two files; what moves is only the chunks in flight
+    # (the reader thread's timing: up to a few 1-4 MB chunks)
+    assert peaks[1] - peaks[0] < 12 << 20, peaks
 
 
 def test_data_after_the_events_array_beyond_the_bound_is_refused(tmp_path, capsys, monkeypatch):
