@@ -241,9 +241,6 @@ def job_name_of(path: Path) -> str:
     return name
 
 
-_LOAD_THREADS = 2
-
-
 def load_job(
     path: str | Path,
     *,
@@ -267,34 +264,19 @@ def load_job(
     ranks: list[RankTrace] = []
     infos: list[RankInfo] = []
     skipped: list[SkippedFile] = []
-
-    def one(f: Path) -> tuple[RankTrace, RankInfo] | InputError:
+    for f in files:
         try:
-            return load_trace(f, max_bytes=max_bytes, progress=progress_factory(f) if progress_factory else None)
+            trace, info = load_trace(
+                f, max_bytes=max_bytes, progress=progress_factory(f) if progress_factory else None
+            )
         except InputError as exc:
-            return exc
-
-    for f, got in zip(files, _in_threads(one, files)):
-        if isinstance(got, InputError):
             if not p.is_dir():
-                raise got
-            skipped.append(SkippedFile(path=str(f), reason=got.reason))
+                raise
+            skipped.append(SkippedFile(path=str(f), reason=exc.reason))
             continue
-        ranks.append(got[0])
-        infos.append(got[1])
+        ranks.append(trace)
+        infos.append(info)
     return assemble_job(p, name, ranks, infos, skipped)
-
-
-def _in_threads(fn, items: list):
-    """fn over items, in order. A rank folder's files are read by two threads: the compiled
-    reader, inflation and hashing run without the GIL, so two ranks parse at once (each file's
-    work is as before; only the order in which files start changes)."""
-    if len(items) < 2 or _LOAD_THREADS < 2:
-        return (fn(x) for x in items)
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=min(_LOAD_THREADS, len(items)), thread_name_prefix="zoomer-load") as pool:
-        return list(pool.map(fn, items))
 
 
 # ------------------------------------------------------------------------------------------------
