@@ -6,8 +6,9 @@
 - By phase: GPU-hours x the phase's share of wall time (zoomer_ar/features/phases.py).
 - By anti-pattern: GPU-hours x the finding's `impact.pct_of_step` / 100 (its avoidable time).
   The avoidable total combines them (zoomer_ar.detect.combine): a finding within another
-  (launch-bound, sync-point and dataloader-bound within idle-gpu's idle time) counts once, and
-  the total stays under the step; other overlaps remain, so it is an upper bound.
+  (rules' `within`: launch-bound, sync-point, dataloader-bound and the host-side optimizer and
+  allocator findings within idle-gpu's idle time) counts once, and the total stays under the step;
+  other overlaps remain, so it is an upper bound.
 - Dollars: GPU-hours x the hourly price (`--gpu-hour-cost`, else the job's stored price); none without a price.
 
 Pure Python: importable without the database packages.
