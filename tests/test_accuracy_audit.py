@@ -159,3 +159,15 @@ def test_accelerator_trace_bottleneck_comes_from_the_device_phases(shared_traces
     assert a.bottleneck.type == "host-bound"
     assert a.bottleneck.shares["host"] == pytest.approx(f["phase_idle_pct"], abs=0.1)
     assert "accelerator time" in a.bottleneck.summary
+
+
+def test_step_time_counts_the_device_catching_up(shared_traces):
+    """ns_resolution has no GPU-side step ranges: its CPU steps (35/72/95.7/95.6/95.7 ms) ran ahead of the GPU,
+    the mean read 78.8 ms against about 97 of wall time per step, and every share was 20% too high. The device
+    side now comes from the work each step's launches queued; trace_diff/test, whose host and device take turns
+    being longer, keeps its wall time per step (a per-step maximum read 141.8 ms against 124)."""
+    a, _ = _run(shared_traces / "hta" / "ns_resolution_trace")
+    assert 93.0 < a.features["step_ms"] < 100.0
+    assert a.features["kernel_ms_per_step"] <= a.features["step_ms"]
+    b, _ = _run(shared_traces / "hta" / "trace_diff" / "test")
+    assert b.features["step_ms"] == pytest.approx(124.2, abs=0.5)

@@ -139,15 +139,16 @@ def _steps(c: _Ctx, rf: RankFeatures) -> tuple[np.ndarray, np.ndarray]:
     idx = idx[np.argsort(t.ts[idx], kind="stable")]
     starts, ends = t.ts[idx], c.end[idx]
     durs = t.dur[idx] / 1000.0
-    # a step lasts as long as the longer of its host side and its device side: where the trace has the
-    # GPU-side ProfilerStep ranges (Kineto's gpu_user_annotation, same name), a host that runs ahead of
-    # the GPU (short CPU steps while the queue fills) does not shorten the step
-    gpu_steps = np.flatnonzero(c.name_mask(N.is_profiler_step) & ~cpu_side)
-    if gpu_steps.size and idx.size:
-        on_gpu: dict[int, float] = {}
-        for code, dur in zip(t.name[gpu_steps].tolist(), t.dur[gpu_steps].tolist()):
-            on_gpu[code] = max(on_gpu.get(code, 0.0), dur)
-        durs = np.maximum(durs, np.asarray([on_gpu.get(code, 0.0) for code in t.name[idx].tolist()]) / 1000.0)
+    if idx.size:
+        # a step is over when its host side has ended and the device has finished the work it queued: a host
+        # running ahead of the GPU (short CPU steps while the queue fills) does not shorten the steps. Each
+        # step lasts from the previous one's completion to its own, so the steps add up to the time from the
+        # first step's start to the last one's completion (work of neighbouring steps overlapping on several
+        # streams counts once). The device side: Kineto's GPU-side ProfilerStep range of the same name where
+        # the trace has it, else the device events that the step's runtime calls queued (correlation ids).
+        dev_end = _device_ends(c, idx, starts, ends, ~cpu_side)
+        done = np.maximum.accumulate(np.fmax(ends, dev_end))
+        durs = np.diff(np.concatenate([starts[:1], done])) / 1000.0
     rf.v["profiler_steps"] = int(idx.size)
     rf.v["wall_ms"] = (c.t1 - c.t0) / 1000.0
     if idx.size:
@@ -159,6 +160,39 @@ def _steps(c: _Ctx, rf: RankFeatures) -> tuple[np.ndarray, np.ndarray]:
         rf.v["step_ms"] = rf.v["wall_ms"]
     rf.v["n_steps"] = max(1, int(idx.size))
     return starts, ends
+
+
+def _device_ends(c: _Ctx, idx: np.ndarray, starts: np.ndarray, ends: np.ndarray, gpu_side: np.ndarray) -> np.ndarray:
+    """Per CPU step (rows idx, sorted by start): when the device finished the step's work (us; NaN where it
+    queued none): the end of the GPU-side ProfilerStep range of the same name where the trace records them,
+    else the last end of the device events whose runtime call (by correlation id) began inside the step."""
+    t = c.t
+    out = np.full(idx.size, np.nan)
+    ranges = np.flatnonzero(c.name_mask(N.is_profiler_step) & gpu_side)
+    if ranges.size:
+        by_name: dict[int, float] = {}
+        for code, end in zip(t.name[ranges].tolist(), c.end[ranges].tolist()):
+            by_name[code] = max(by_name.get(code, -np.inf), end)
+        return np.asarray([by_name.get(code, np.nan) for code in t.name[idx].tolist()], dtype=np.float64)
+    dev = row_positions(c.gpu)
+    rt = row_positions(t.mask_cat(*N.RUNTIME_CATS) & c.x)
+    rt = rt[t.correlation[rt] != INT_NONE]
+    if dev.size == 0 or rt.size == 0:
+        return out
+    order = np.argsort(t.correlation[rt], kind="stable")
+    keys, launched = t.correlation[rt][order], t.ts[rt][order]
+    want = t.correlation[dev]
+    pos = np.clip(np.searchsorted(keys, want), 0, keys.size - 1)
+    hit = (keys[pos] == want) & (want != INT_NONE)
+    dev, at = dev[hit], launched[pos[hit]]
+    k = np.searchsorted(starts, at, side="right") - 1
+    inside = (k >= 0) & (at <= ends[np.maximum(k, 0)])
+    if not inside.any():
+        return out
+    last = np.full(idx.size, -np.inf)
+    np.maximum.at(last, k[inside], c.end[dev[inside]])
+    out[np.isfinite(last)] = last[np.isfinite(last)]
+    return out
 
 
 def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarray) -> None:

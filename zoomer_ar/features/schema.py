@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-FEATURE_SCHEMA_VERSION = "1.3.1"
+FEATURE_SCHEMA_VERSION = "1.3.2"
 
 
 def F(description: str, unit: str = "", group: str = "", default=None):  # noqa: N802 - reads like a column spec
@@ -29,9 +29,10 @@ class FeatureVector(BaseModel):
     profiler_steps: int = F("CPU-side ProfilerStep#N annotations (per rank, max over ranks).", "steps", "job", 0)
     wall_ms: float = F("Profiled wall time: first to last CPU or GPU event (max over ranks).", "ms", "job", 0.0)
     step_ms: float = F(
-        "Time per step: mean ProfilerStep duration (each step the longer of its CPU side and, where the trace "
-        "records it, its GPU side: a host running ahead of the GPU does not shorten it), else the profiled wall "
-        "time (one step).", "ms", "job", 0.0
+        "Time per step: mean ProfilerStep duration, each step from the previous one's completion to its own "
+        "(its CPU side over and the device done with the work it queued: GPU-side ProfilerStep ranges where "
+        "recorded, else the device events its runtime calls queued), so a host running ahead of the GPU does "
+        "not shorten it; else the profiled wall time (one step).", "ms", "job", 0.0
     )
     step_ms_p50: float | None = F("Median ProfilerStep duration.", "ms", "job")
     step_ms_p95: float | None = F("95th percentile ProfilerStep duration.", "ms", "job")
