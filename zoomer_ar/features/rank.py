@@ -64,7 +64,8 @@ class _Ctx:
         self.host = host
         self.gpu = gpu
         self.gpu_cats = set(trace.cat_code(*N.GPU_CATS))
-        self.launch_lookup: tuple[np.ndarray, np.ndarray] | None = None
+        self.launch_lookup: tuple[np.ndarray, np.ndarray] | None = None  # set by _gpu: evidence frames from then on
+        self._launches: tuple[np.ndarray, np.ndarray] | None = None
         self.ext_time: tuple[np.ndarray, np.ndarray] | None = None
         self._syncs: np.ndarray | None = None
         self.keys: dict[int, float] = {}  # RankFeatures.evidence_keys
@@ -80,6 +81,17 @@ class _Ctx:
             drop = np.union1d(S.profiler_stop_syncs(self, sync), S.pageable_copy_syncs(self, runtime, sync, TOL_US))
             self._syncs = np.setdiff1d(sync, drop, assume_unique=True)
         return self._syncs
+
+    def launch_index(self) -> tuple[np.ndarray, np.ndarray]:
+        """(correlation ids sorted, their runtime rows) of the runtime calls that carry one; built once
+        per rank (the step times and the idle-gap causes both look launches up by correlation)."""
+        if self._launches is None:
+            t = self.t
+            rt = row_positions(t.mask_cat(*N.RUNTIME_CATS) & self.x)
+            rt = rt[t.correlation[rt] != INT_NONE]
+            order = np.argsort(t.correlation[rt], kind="stable").astype(rt.dtype)
+            self._launches = (t.correlation[rt][order], rt[order])
+        return self._launches
 
     def launcher(self, i: int) -> int | None:
         """The host runtime call that launched GPU event i (by correlation id)."""
@@ -175,12 +187,10 @@ def _device_ends(c: _Ctx, idx: np.ndarray, starts: np.ndarray, ends: np.ndarray,
             by_name[code] = max(by_name.get(code, -np.inf), end)
         return np.asarray([by_name.get(code, np.nan) for code in t.name[idx].tolist()], dtype=np.float64)
     dev = row_positions(c.gpu)
-    rt = row_positions(t.mask_cat(*N.RUNTIME_CATS) & c.x)
-    rt = rt[t.correlation[rt] != INT_NONE]
+    keys, rt = c.launch_index()
     if dev.size == 0 or rt.size == 0:
         return out
-    order = np.argsort(t.correlation[rt], kind="stable")
-    keys, launched = t.correlation[rt][order], t.ts[rt][order]
+    launched = t.ts[rt]
     want = t.correlation[dev]
     pos = np.clip(np.searchsorted(keys, want), 0, keys.size - 1)
     hit = (keys[pos] == want) & (want != INT_NONE)
@@ -263,12 +273,7 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
     sorted_starts = gs[order]
     nxt = gpu_idx[order[np.clip(np.searchsorted(sorted_starts, g1 - 1e-6), 0, order.size - 1)]] if glen.size else np.empty(0, int)
     del gs, gpu_idx, order, sorted_starts
-    rt_idx = row_positions(runtime)
-    rt_corr = t.correlation[rt_idx]
-    ok = rt_corr != INT_NONE
-    rt_idx, rt_corr = rt_idx[ok], rt_corr[ok]
-    corr_order = np.argsort(rt_corr, kind="stable").astype(rt_idx.dtype)
-    rt_corr_sorted = rt_corr[corr_order]
+    rt_corr_sorted, rt_sorted = c.launch_index()
     # host-bound gap: the host call that launched the next GPU op ended after the gap began
     host_bound = np.zeros(glen.size, dtype=bool)
     if glen.size and rt_corr_sorted.size:
@@ -276,12 +281,11 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
         pos = np.clip(np.searchsorted(rt_corr_sorted, want), 0, rt_corr_sorted.size - 1)
         hit = (rt_corr_sorted[pos] == want) & (want != INT_NONE)
         del want
-        launch_end = np.where(hit, c.end[rt_idx[corr_order[pos]]], np.nan)
+        launch_end = np.where(hit, c.end[rt_sorted[pos]], np.nan)
         del pos, hit
         host_bound = np.nan_to_num(launch_end, nan=-np.inf) > g0 + 1.0
         del launch_end
-    c.launch_lookup = (rt_corr_sorted, rt_idx[corr_order])
-    del rt_idx, rt_corr, ok, corr_order
+    c.launch_lookup = (rt_corr_sorted, rt_sorted)
     # syncs: host calls that block until the GPU drains
     item = S.device_waits(c, np.flatnonzero(c.name_mask(N.ITEM_OPS, t.mask_cat(*N.CPU_OP_CATS))), runtime)
     sync_like = np.union1d(c.sync_calls(), item)
