@@ -27,7 +27,16 @@ def _capped(findings: list[Finding], most: str) -> list[Finding]:
 def build_analysis(job: Job, jf: JobFeatures, findings: list[Finding]) -> Analysis:
     features = jf.vector.model_dump()
     notes = []
-    if not jf.vector.has_accelerator:
+    if jf.vector.device_not_recorded:
+        devices = sorted({d for r in job.info.ranks for d in r.devices})
+        listed = f"lists {', '.join(devices[:3])}{' ...' if len(devices) > 3 else ''}" if devices else \
+            "holds GPU runtime calls"
+        notes.append(
+            f"The trace {listed} but no device events (kernels, copies, memsets): it was recorded without the "
+            "device activity or in CUPTI range-profiler mode. Host op times of a GPU job are dispatch times, not "
+            "compute, so the bottleneck is not measured and GPU-side and host-compute rules were not applied. "
+            "Record with torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]).")
+    elif not jf.vector.has_accelerator:
         notes.append("No GPU or accelerator activity in this trace: GPU-side rules were not applied.")
     elif not jf.vector.has_gpu:
         notes.append(f"Accelerator {jf.vector.accelerator}: no CUDA/HIP kernels, GPU rules were not applied.")

@@ -13,6 +13,10 @@ def classify(fv: FeatureVector) -> Bottleneck:
     step = fv.step_ms or 0.0
     if step <= 0:
         return Bottleneck(type="unknown", shares={}, summary="no measurable time in this trace")
+    if fv.device_not_recorded:  # host op times of a GPU job are dispatch times: they say nothing of the device
+        return Bottleneck(type="unknown", shares={}, summary=(
+            "not measurable: the job ran on a device this trace does not show at work (no kernel, copy or "
+            "memset events), so its host op times are dispatch times, not compute"))
     if fv.has_gpu:
         input_ms = fv.idle_data_ms_per_step or 0.0
         host_ms = (fv.idle_host_ms_per_step or 0.0) + (fv.idle_sync_ms_per_step or 0.0)

@@ -9,6 +9,7 @@ import numpy as np
 
 from ..load import Job
 from ..models import EvidenceEvent, TimelineBin
+from . import names as N
 from .names import supports_tf32
 from .phases import job_phases  # phases group (cost attribution)
 from .rank import RankFeatures, rank_features
@@ -125,6 +126,15 @@ def _finite(values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _device_not_recorded(job: Job, rfs: list[RankFeatures], devices: list[str]) -> bool:
+    """A device the job used (listed in deviceProperties, or called through the GPU runtime) with no
+    device event in any rank: the host side alone was recorded."""
+    if any(rf.v.get("has_accelerator") for rf in rfs):
+        return False
+    runtime = set(N.RUNTIME_CATS)
+    return bool(devices) or any(runtime & set(tr.cats) for tr in job.ranks)
+
+
 def extract(job: Job, devices: list[str] | None = None) -> JobFeatures:
     rfs = [rank_features(tr) for tr in job.ranks]
     first = rfs[0]
@@ -136,6 +146,7 @@ def extract(job: Job, devices: list[str] | None = None) -> JobFeatures:
         "has_gpu": any(rf.v.get("has_gpu") for rf in rfs),
         "has_accelerator": any(rf.v.get("has_accelerator") for rf in rfs),
         "accelerator": accel,
+        "device_not_recorded": _device_not_recorded(job, rfs, devs),
         "tf32_capable": bool(devs) and all(supports_tf32(d) for d in devs),
         "has_python_stacks": any(rf.v.get("has_python_stacks") for rf in rfs),
         "profiler_steps": max(rf.v["profiler_steps"] for rf in rfs),

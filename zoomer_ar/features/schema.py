@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-FEATURE_SCHEMA_VERSION = "1.3.2"
+FEATURE_SCHEMA_VERSION = "1.4.0"
 
 
 def F(description: str, unit: str = "", group: str = "", default=None):  # noqa: N802 - reads like a column spec
@@ -24,6 +24,12 @@ class FeatureVector(BaseModel):
     has_gpu: bool = F("Any GPU kernel, memcpy or memset events.", "", "job", False)
     has_accelerator: bool = F("Any accelerator work (GPU or MTIA).", "", "job", False)
     accelerator: str = F("nvidia, amd, mtia or none.", "", "job", "none")
+    device_not_recorded: bool = F(
+        "The job ran on a GPU or accelerator that the trace does not show at work: it lists one (deviceProperties) "
+        "or holds GPU runtime calls, but no device events (kernels, copies, memsets, accelerator ops). Profiled "
+        "without the device activity (ProfilerActivity.CUDA) or in CUPTI range-profiler mode: its host op times "
+        "are dispatch times, not compute.", "", "job", False
+    )
     tf32_capable: bool = F("Every GPU supports TF32 tensor cores (Ampere or newer).", "", "job", False)
     has_python_stacks: bool = F("Python frames recorded (with_stack).", "", "job", False)
     profiler_steps: int = F("CPU-side ProfilerStep#N annotations (per rank, max over ranks).", "steps", "job", 0)
