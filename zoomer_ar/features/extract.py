@@ -209,7 +209,8 @@ def extract(job: Job, devices: list[str] | None = None) -> JobFeatures:
         "memcpy_dtod_ms_per_step": "memcpy_dtod_ms_total", "memcpy_pageable_ms_per_step": "memcpy_pageable_ms_total",
         "memset_ms_per_step": "memset_ms_total", "sync_blocked_ms_per_step": "sync_blocked_ms_total",
         "dataloader_ms_per_step": "dataloader_ms_total", "optimizer_ms_per_step": "optimizer_ms_total",
-        "zero_grad_fill_ms_per_step": "zero_grad_fill_ms_total", "comm_ms_per_step": "comm_ms_total",
+        "zero_grad_fill_ms_per_step": "zero_grad_fill_ms_total",
+        "zero_grad_fill_host_ms_per_step": "zero_grad_fill_host_ms_total", "comm_ms_per_step": "comm_ms_total",
         "exposed_comm_ms_per_step": "exposed_comm_ms_total", "gemm_ms_per_step": "gemm_ms_total",
         "fp32_gemm_ms_per_step": "fp32_gemm_ms_total", "misaligned_gemm_ms_per_step": "misaligned_gemm_ms_total",
         "conv_bias_ms_per_step": "conv_bias_ms_total", "cpu_copy_ms_per_step": "cpu_copy_ms_total",
@@ -217,6 +218,7 @@ def extract(job: Job, devices: list[str] | None = None) -> JobFeatures:
         "sync_calls_per_step": "sync_calls", "item_calls_per_step": "item_calls",
     }.items():
         out[out_key] = _per_step(rfs, key)
+    out["zero_grad_fill_gpu_ms_per_step"] = _per_step_opt(rfs, "zero_grad_fill_gpu_ms_total") if has_gpu else None
     out["allocator_calls_per_step"] = float(np.mean([rf.v.get("allocator_calls_per_step", 0.0) for rf in rfs]))
     out["allocator_ms_per_step"] = float(np.mean([rf.v.get("allocator_ms_per_step", 0.0) for rf in rfs]))
     out["dataloader_pct"] = 100.0 * out["dataloader_ms_per_step"] / out["step_ms"] if out["step_ms"] > 0 else 0.0
