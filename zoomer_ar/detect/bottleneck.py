@@ -19,7 +19,10 @@ def classify(fv: FeatureVector) -> Bottleneck:
             "memset events), so its host op times are dispatch times, not compute"))
     if fv.has_gpu:
         input_ms = fv.idle_data_ms_per_step or 0.0
-        host_ms = (fv.idle_host_ms_per_step or 0.0) + (fv.idle_sync_ms_per_step or 0.0)
+        # the device also waits on the host before its first op and after its last one inside the steps (a CPU
+        # preprocess before the GPU starts): outside the GPU span, so not in the idle gaps
+        host_ms = ((fv.idle_host_ms_per_step or 0.0) + (fv.idle_sync_ms_per_step or 0.0)
+                   + (fv.gpu_idle_outside_span_ms_per_step or 0.0))
         comm_ms = fv.exposed_comm_ms_per_step
         # copies and memsets that kernels do not hide: a copy overlapping compute on another stream costs no time
         memory_ms = fv.memory_exposed_ms_per_step if fv.memory_exposed_ms_per_step is not None else (

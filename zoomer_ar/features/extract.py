@@ -198,7 +198,7 @@ def extract(job: Job, devices: list[str] | None = None) -> JobFeatures:
         "idle_sync_ms_per_step": "idle_sync_ms_total", "idle_data_ms_per_step": "idle_data_ms_total",
         "idle_other_ms_per_step": "idle_other_ms_total", "kernel_ms_per_step": "kernel_ms_total",
         "compute_ms_per_step": "compute_ms_total", "memory_exposed_ms_per_step": "memory_exposed_ms_total",
-        "launch_ms_per_step": "launch_ms_total",
+        "launch_ms_per_step": "launch_ms_total", "gpu_idle_outside_span_ms_per_step": "gpu_idle_outside_span_ms_total",
     }
     for out_key, key in per_step_keys.items():
         out[out_key] = _per_step_opt(rfs, key) if has_gpu else None

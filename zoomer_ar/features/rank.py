@@ -223,6 +223,12 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
     v["gpu_span_ms"] = span / 1000.0
     v["gpu_busy_pct"] = 100.0 * busy / span if span > 0 else 100.0
     v["_gpu_union"] = (us, ue)
+    # step time with no device work at all: before the device's first op and after its last one, inside the
+    # profiled steps (a CPU preprocess before the device starts); the idle gaps below lie inside the GPU span
+    if step_starts.size:
+        w0, w1 = float(step_starts[0]), float(step_starts[0]) + v["step_ms"] * 1000.0 * n_steps
+        inside = max(0.0, min(w1, float(ue.max())) - max(w0, float(us.min())))
+        v["gpu_idle_outside_span_ms_total"] = max(0.0, (w1 - w0) - inside) / 1000.0
     # steady-state per-step busy: GPU-side step annotations if present, else CPU step windows
     gpu_steps = np.flatnonzero(c.name_mask(N.is_profiler_step) & t.mask_cat("gpu_user_annotation"))
     if gpu_steps.size >= 2:

@@ -53,6 +53,11 @@ class FeatureVector(BaseModel):
     )
     gpu_span_ms: float | None = F("First to last GPU event (max over ranks).", "ms", "gpu")
     gpu_idle_ms_per_step: float | None = F("GPU idle time inside the GPU span, per step.", "ms", "gpu")
+    gpu_idle_outside_span_ms_per_step: float | None = F(
+        "Step time with no device work at all, per step: the profiled steps' time before the device's first op "
+        "and after its last one (e.g. a CPU preprocess before the device starts). Not part of the GPU span, so "
+        "not in gpu_busy_pct or the idle gaps; None without profiler steps.", "ms", "gpu"
+    )
     idle_host_ms_per_step: float | None = F(
         "Idle while the GPU waited for the host to launch the next work (launch issued after the GPU went idle).",
         "ms",
