@@ -11,6 +11,7 @@ from .analyze import analyze_path
 from .detect.combine import combined_impact
 from .errors import InputError
 from .models import Analysis
+from .render.filters import fmt_ms, fmt_num
 
 
 def _load(path: Path) -> Analysis:
@@ -106,6 +107,14 @@ def model_note(before: Analysis, after: Analysis) -> str | None:
             "findings may be the model's doing, not the run's; re-analyse both with one model to compare findings")
 
 
+def _ms(v: float | None) -> str:
+    """Milliseconds in the reports' style (render.filters.fmt_ms: 13,250.65 ms), and a small non-zero value to
+    three significant digits (0.00412 ms), not rounded to 0.00."""
+    if v is not None and v != 0 and abs(v) < 0.01:
+        return f"{fmt_num(v)} ms"
+    return fmt_ms(v)
+
+
 @click.command("compare")
 @click.argument("before", type=click.Path(path_type=Path))
 @click.argument("after", type=click.Path(path_type=Path))
@@ -118,7 +127,7 @@ def compare_cmd(before: Path, after: Path, fmt: str) -> None:
         return
     s = result["step_ms"]
     sp = result["speedup"]
-    click.echo(f"step time   {s['before']:.3f} ms -> {s['after']:.3f} ms" + (f"  ({sp:.2f}x)" if sp else ""))
+    click.echo(f"step time   {_ms(s['before'])} -> {_ms(s['after'])}" + (f"  ({sp:.2f}x)" if sp else ""))
     g = result["gpu_busy_pct"]
     if g["before"] is not None or g["after"] is not None:
         fmt_pct = lambda v: "-" if v is None else f"{v:.1f}%"  # noqa: E731
@@ -128,8 +137,9 @@ def compare_cmd(before: Path, after: Path, fmt: str) -> None:
         click.echo(f"reduced     {', '.join(result['reduced'])} (to half or less)")
     click.echo(f"new         {', '.join(result['new']) or '-'}")
     for p in result["persisting"]:
-        click.echo(f"persisting  {p['pattern']}: {p['before_ms']:.2f} -> {p['after_ms']:.2f} ms/step")
-    click.echo(f"gain        predicted {result['predicted_gain_ms']:.3f} ms/step, measured {result['measured_gain_ms']:.3f} ms/step")
+        click.echo(f"persisting  {p['pattern']}: {_ms(p['before_ms'])} -> {_ms(p['after_ms'])} per step")
+    click.echo(f"gain        predicted {_ms(result['predicted_gain_ms'])} per step, measured "
+               f"{_ms(result['measured_gain_ms'])} per step")
     for note in ([result["model_note"]] if result["model_note"] else []) + result["notes"]:
         click.echo(f"note        {note}")
 
