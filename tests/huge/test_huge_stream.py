@@ -391,5 +391,8 @@ def test_memory_budget_default_and_setting(monkeypatch):
     assert budget_mb() is None
     monkeypatch.setenv("ZOOMER_MEMORY_LIMIT_MB", "512")
     assert budget_mb(8) == 512.0
-    monkeypatch.setenv("ZOOMER_MEMORY_LIMIT_MB", "lots")  # not a number: the default
-    assert budget_mb(1) == pytest.approx(one, rel=0.5)
+    monkeypatch.setenv("ZOOMER_MEMORY_LIMIT_MB", "lots")  # not a number: refused, never the default in silence
+    from zoomer_ar.errors import InputError
+
+    with pytest.raises(InputError, match="not a number of MB"):
+        budget_mb(1)

@@ -58,15 +58,17 @@ def _setting() -> float | None:
 def check_setting() -> None:
     """InputError (exit 2, one line) when ZOOMER_MEMORY_LIMIT_MB is set to anything but a number of
     MB: such a value used to be ignored without a word (the default applied). The streaming loader
-    calls it before reading (stream.load_job_streaming); budget_mb itself still falls back to the
-    default for callers that only want a number."""
+    calls it before reading (stream.load_job_streaming), and so does budget_mb: no caller falls back to the
+    default on a value that is not a number."""
     raw = os.environ.get(ENV, "").strip()
     if raw and _setting() is None:
         raise InputError(None, f"{ENV}={raw!r}: not a number of MB (a positive number, or 0 for no limit)")
 
 
 def budget_mb(workers: int = 1) -> float | None:
-    """The memory one rank's process may use, in MB; None when there is no limit."""
+    """The memory one rank's process may use, in MB; None when there is no limit. InputError on a setting
+    that is not a number of MB (check_setting)."""
+    check_setting()
     limit = _setting()
     if limit is not None:
         return limit if limit > 0 else None
