@@ -115,7 +115,9 @@ def write_fix_outputs(analysis, target: Path, source_dir: Path | None, trace_pat
         result = (run_directory(source_dir, select=fixers, only=only, scopes=patch_scopes(analysis, source_dir))
                   if fixers and only else None)
         if result is not None and notes is not None:
-            notes.extend(_skipped_source_notes(result.errors))
+            notes.extend(_skipped_source_notes([f.error_line() for f in result.skipped]))
+            notes.extend(f"source: notebook cells left out (not patched, the other cells were), {f.error_line()}"
+                         for f in result.files if f.left_out)
         diff = result.diff_bytes() if result else b""
         if diff:
             atomic_write(target / "patch.diff", diff)
@@ -126,7 +128,7 @@ def write_fix_outputs(analysis, target: Path, source_dir: Path | None, trace_pat
             from .fix.registry import load_registry
 
             reg = load_registry()
-            unread = {Path(f.path).as_posix() for f in result.files if f.error}
+            unread = {Path(f.path).as_posix() for f in result.skipped}
             read = [p for p in only if Path(p).as_posix() not in unread]  # a file that did not parse has its own note
             where = ", ".join(Path(p).name for p in read)
             for f in analysis.findings:  # a finding's `fixers` are pattern ids; patch.diff ran fixer names

@@ -75,8 +75,10 @@ def test_notebook_findings_name_cell_and_line(tmp_path: Path, capsys):
     assert "nb.ipynb:cell 4:3:5: zero-grad-not-none" in out  # below a masked `%time` line
     assert "nb.ipynb:cell 7:2:1: zero-grad-not-none" in out  # a %%time cell: its body is Python
     assert "cell 6" not in out  # %%bash: not Python
-    assert "nb.ipynb:cell 5:1:12: cannot parse" in cap.err  # the cell is named, the others analysed
-    assert "5 findings (5 fixable) in 1 file" in cap.err
+    assert "zoomer-ar: left out " in cap.err and "nb.ipynb:cell 5:1:12: cannot parse" in cap.err  # the cell is named
+    # the others analysed: the notebook is not counted as a skipped file
+    assert "5 findings (5 fixable) in 1 file; 1 notebook cell left out" in cap.err
+    assert "skipped" not in cap.err
 
 
 def test_fix_dir_reads_notebooks(tmp_path: Path):
@@ -88,6 +90,7 @@ def test_fix_dir_reads_notebooks(tmp_path: Path):
     assert [f.path for f in result.files] == ["nb.ipynb"]
     assert {m.path for m in result.findings} == {"nb.ipynb:cell 3", "nb.ipynb:cell 4", "nb.ipynb:cell 7"}
     assert result.errors == ["nb.ipynb:cell 5:1:12: cannot parse: invalid syntax"]
+    assert result.skipped == [] and result.files[0].left_out == 1
 
 
 def test_notebook_diff_applies_and_apply_keeps_the_json(tmp_path: Path, capsys):

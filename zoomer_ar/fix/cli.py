@@ -108,7 +108,8 @@ def fix(path: Path | None, select: str | None, ignore: str | None, show_diff: bo
     else:
         for f in result.files:
             if f.error:
-                click.echo(f"zoomer-ar: skipped {f.error_line(shown(f.path))}", err=True)
+                what = "left out" if f.left_out else "skipped"  # a notebook's cells, or the whole file
+                click.echo(f"zoomer-ar: {what} {f.error_line(shown(f.path))}", err=True)
         if show_diff:
             _echo_bytes(result.diff_bytes())
         elif do_apply:
@@ -121,8 +122,11 @@ def fix(path: Path | None, select: str | None, ignore: str | None, show_diff: bo
         n = len(result.findings)
         fixable = sum(1 for m in result.findings if m.fixable)
         summary = f"{n} finding{'s' * (n != 1)} ({fixable} fixable) in {len(result.files)} file{'s' * (len(result.files) != 1)}"
-        if result.errors:
-            summary += f"; {len(result.errors)} skipped"
+        if result.skipped:
+            summary += f"; {len(result.skipped)} skipped"
+        cells = sum(f.left_out for f in result.files)
+        if cells:
+            summary += f"; {cells} notebook cell{'s' * (cells != 1)} left out"
         if do_apply:
             summary += f"; {len(written)} file{'s' * (len(written) != 1)} rewritten"
         click.echo(summary, err=True)

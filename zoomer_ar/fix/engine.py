@@ -289,6 +289,7 @@ class FileResult:
     after: str | None = None
     encoding: str = "utf-8"
     error: str | None = None
+    left_out: int = 0  # notebook cells left out (named in `error`): the file itself was analysed, not skipped
     stat: os.stat_result | None = None
     diff_path: str | None = None  # the name in the diff when not ``path`` (see diff_path())
 
@@ -332,6 +333,11 @@ class RunResult:
         """One line per skipped file: ``path:line:col: reason`` or ``path: reason`` (a notebook:
         the cells left out, ``nb.ipynb:cell 4:2:5: reason; cell 6:...``, its other cells analysed)."""
         return [f.error_line() for f in self.files if f.error]
+
+    @property
+    def skipped(self) -> list[FileResult]:
+        """The files not analysed (a notebook with cells left out was analysed: see ``left_out``)."""
+        return [f for f in self.files if f.error and not f.left_out]
 
     @property
     def changed(self) -> list[FileResult]:
@@ -499,6 +505,7 @@ def _process_notebook(res: FileResult, raw: bytes, selection: Selection, *, fix:
     res.findings, res.after = out.findings, out.after
     if out.errors:
         res.error = "; ".join(out.errors)
+        res.left_out = len(out.errors)
     return res
 
 
