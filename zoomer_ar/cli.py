@@ -1,8 +1,8 @@
 """The `zoomer-ar` command line.
 
 Exit codes: 0 analysed (with or without findings), 2 no usable input, 1 internal error.
-Sub-commands live next to the stage they drive; each module named in COMMAND_MODULES exposes
-`commands`: a list of click commands/groups to register.
+Sub-commands live next to the stage they drive; each module named in COMMANDS exposes `commands`: a list
+of click commands/groups, imported when one of them runs.
 """
 
 from __future__ import annotations
@@ -15,41 +15,64 @@ import click
 
 from . import __version__
 from .errors import ZoomerError
-from .load.fastcols import describe as describe_reader
 
-COMMAND_MODULES = (
-    "zoomer_ar.analyze_cli",
-    "zoomer_ar.detect.cli",
-    "zoomer_ar.fix.cli",
-    "zoomer_ar.learn.cli",
-    "zoomer_ar.review.cli",
-    "zoomer_ar.store.cli",
-    "zoomer_ar.service.cli",
-    "zoomer_ar.surgery.cli",
-    "zoomer_ar.relaunch.cli",
-    "zoomer_ar.compare",
-)
+# command name -> the module that defines it (its `commands` list). A module is imported only when one of its
+# commands runs (or `--help` lists them all): `zoomer-ar analyze` does not import the service, the review bot or
+# the trainer. tests/test_cli_lazy.py checks this table against the modules' own `commands`.
+COMMANDS = {
+    "analyze": "zoomer_ar.analyze_cli",
+    "rules": "zoomer_ar.detect.cli",
+    "fix": "zoomer_ar.fix.cli",
+    "corpus": "zoomer_ar.learn.cli", "train": "zoomer_ar.learn.cli", "evaluate": "zoomer_ar.learn.cli",
+    "models": "zoomer_ar.learn.cli", "label": "zoomer_ar.learn.cli",
+    "review": "zoomer_ar.review.cli",
+    "digest": "zoomer_ar.store.cli", "history": "zoomer_ar.store.cli", "record": "zoomer_ar.store.cli",
+    "db": "zoomer_ar.store.cli",
+    "serve": "zoomer_ar.service.cli", "worker": "zoomer_ar.service.cli", "token": "zoomer_ar.service.cli",
+    "batch": "zoomer_ar.service.cli", "openapi": "zoomer_ar.service.cli",
+    "trace": "zoomer_ar.surgery.cli",
+    "relaunch": "zoomer_ar.relaunch.cli",
+    "compare": "zoomer_ar.compare",
+}
+COMMAND_MODULES = tuple(dict.fromkeys(COMMANDS.values()))
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="zoomer-ar",
-                      message="%(prog)s, version %(version)s\nreader: " + describe_reader())
+def _available(module: str) -> bool:
+    """The module is part of this installation (a package left out of a slim install is not offered)."""
+    return importlib.util.find_spec(module.rsplit(".", 1)[0]) is not None and importlib.util.find_spec(module) is not None
+
+
+class LazyGroup(click.Group):
+    """Commands imported on first use, from COMMANDS."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | {n for n, m in COMMANDS.items() if _available(m)})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        found = super().get_command(ctx, cmd_name)
+        if found is None and cmd_name in COMMANDS and _available(COMMANDS[cmd_name]):
+            module = importlib.import_module(COMMANDS[cmd_name])
+            for command in getattr(module, "commands", []):
+                if command.name not in self.commands:
+                    self.add_command(command)
+            found = super().get_command(ctx, cmd_name)
+        return found
+
+
+def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from .load.fastcols import describe as describe_reader  # the loader only when asked
+
+    click.echo(f"zoomer-ar, version {__version__}\nreader: {describe_reader()}")
+    ctx.exit()
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_version,
+              help="Show the version and exit.")
 def cli() -> None:
     """Zoomer AR: turn PyTorch profiler traces into ranked findings, patches and relaunch specs."""
-
-
-def _register() -> None:
-    for name in COMMAND_MODULES:
-        if importlib.util.find_spec(name.rsplit(".", 1)[0]) is None:
-            continue
-        if importlib.util.find_spec(name) is None:
-            continue
-        module = importlib.import_module(name)
-        for command in getattr(module, "commands", []):
-            cli.add_command(command)
-
-
-_register()
 
 
 def main(argv: list[str] | None = None) -> int:
