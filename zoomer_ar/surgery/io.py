@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import gzip
 import os
+import queue
 import re
+import threading
 from contextlib import contextmanager
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -168,15 +170,102 @@ def cannot_write(path: Path, exc: OSError) -> OutputError:
     return OutputError(str(path), exc.strerror or str(exc))
 
 
+class WriteQueue:
+    """A thread that does the writes of compressed outputs, in the order they were asked for:
+    zlib and zstd compress without the interpreter lock, so the compression of the output runs
+    beside the decoding of the input (two cores: a gzip output costs little more than a plain one).
+
+    Errors keep the order of a write done at once: a write that fails stops the writes after it
+    (`failed`: the sink and the OSError); the next write, the commit, and a command that fails
+    for another reason (`settle`) raise the OutputError it makes, naming that output, as the
+    write itself used to. At most `depth` writes wait (memory: a few slices)."""
+
+    def __init__(self, depth: int = 8) -> None:
+        self._q: queue.Queue = queue.Queue(depth)
+        self.failed: tuple[_Sink, BaseException] | None = None
+        self._halt = False
+        self._thread = threading.Thread(target=self._run, name="zoomer-ar-writer", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            item = self._q.get()
+            try:
+                if item is None:
+                    return
+                if self.failed is None and not self._halt:
+                    sink, data = item
+                    try:
+                        sink.fh.write(data)
+                    except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+                        self.failed = (sink, exc)
+            finally:
+                self._q.task_done()
+
+    def put(self, sink: _Sink, data) -> None:
+        self.raise_failed()
+        self._q.put((sink, data))
+
+    def sync(self) -> None:
+        """Wait until the writes asked for are done."""
+        self._q.join()
+
+    def raise_failed(self) -> None:
+        """Raise what the first failed write makes (OutputError naming its output), after removing
+        that output's temporary file, as a write done at once does."""
+        if self.failed is None:
+            return
+        sink, exc = self.failed
+        sink.abort()
+        if isinstance(exc, OSError):
+            raise cannot_write(sink.path, exc) from None
+        raise exc
+
+    def settle(self, exc: BaseException) -> None:
+        """A command failed with `exc`: when a write asked for before it failed, raise that write's
+        error instead (the command would have stopped there). Interruptions (Ctrl-C, SIGTERM) are
+        not waited for."""
+        if isinstance(exc, (KeyboardInterrupt, SystemExit, OutputError)):
+            return
+        self.sync()
+        self.raise_failed()
+
+    def halt(self) -> None:
+        """Drop the writes not done yet and wait for the one under way (the outputs are discarded)."""
+        self._halt = True
+        self.sync()
+
+    def close(self) -> None:
+        self.halt()
+        self._q.put(None)
+        self._thread.join()
+
+
+@contextmanager
+def write_queue(enabled: bool = True) -> Iterator[WriteQueue | None]:
+    """A WriteQueue for the outputs of one command (None when not `enabled`), closed at the end."""
+    if not enabled:
+        yield None
+        return
+    q = WriteQueue()
+    try:
+        yield q
+    finally:
+        q.close()
+
+
 class _Sink:
     """A binary file, optionally compressed, written to a temporary name and renamed on success.
     Any OSError while writing, closing or renaming removes the temporary file and becomes
-    OutputError naming the output."""
+    OutputError naming the output. With a WriteQueue, the writes are done by its thread (same
+    bytes, same errors)."""
 
-    def __init__(self, path: Path, compression: str = "none", level: int | None = None) -> None:
+    def __init__(self, path: Path, compression: str = "none", level: int | None = None,
+                 writes: WriteQueue | None = None) -> None:
         self.path = path
         self.tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         self.bytes_in = 0
+        self.writes = writes
         self._made: list[Path] = []  # folders this sink created for its output (removed on abort)
         self._raw = None
         try:
@@ -211,6 +300,9 @@ class _Sink:
 
     def write(self, data) -> None:
         self.bytes_in += len(data)
+        if self.writes is not None:
+            self.writes.put(self, data)
+            return
         try:
             self.fh.write(data)
         except OSError as exc:
@@ -225,6 +317,9 @@ class _Sink:
         self._raw.close()
 
     def commit(self) -> None:
+        if self.writes is not None:
+            self.writes.sync()
+            self.writes.raise_failed()
         try:
             self._close()  # flushes: a full disk may show only here
             existed = self.path.exists()
@@ -239,6 +334,8 @@ class _Sink:
     def abort(self) -> None:
         """Close (errors ignored: after a full disk, closing flushes into it again) and remove the
         temporary file and the folders created for it. Safe to call more than once."""
+        if self.writes is not None:
+            self.writes.halt()  # its thread no longer touches the file
         try:
             self._close()
         except Exception:  # noqa: BLE001 - the file is being discarded whatever closing it says
@@ -321,11 +418,12 @@ class TraceWriter:
     """Write a valid trace: head, `[`, events separated by commas, `]`, tail."""
 
     def __init__(self, path: Path, *, head: bytes | None = None, tail: bytes | None = None,
-                 compression: str | None = None, level: int | None = None) -> None:
+                 compression: str | None = None, level: int | None = None, writes: WriteQueue | None = None) -> None:
         self.path = Path(path)
         self.head = head
         self.tail = tail
-        self._sink = _Sink(self.path, compression_for(self.path, compression), level)
+        comp = compression_for(self.path, compression)
+        self._sink = _Sink(self.path, comp, level, writes if comp != "none" else None)
         self._started = False
         self._first = True
         self.events = 0
@@ -345,18 +443,27 @@ class TraceWriter:
 
     def write_raw(self, raws: Iterable) -> None:
         """Events as JSON bytes (msgspec.Raw or bytes), copied verbatim."""
-        raws = list(raws)
+        if not isinstance(raws, list):
+            raws = list(raws)
         if not raws:
             return
         self._start()
-        body = b",".join(raws)
-        self._sink.write(body if self._first else b"," + body)
+        self._sink.write(b",".join(raws) if self._first else b",".join([b"", *raws]))  # "," + body, one copy
         self._first = False
         self.events += len(raws)
 
     def write_objects(self, events: Iterable[Any]) -> None:
-        """Events as Python objects (dicts, msgspec structs), encoded as JSON."""
-        self.write_raw([_ENCODER.encode(e) for e in events])
+        """Events as Python objects (dicts, msgspec structs), encoded as JSON: the list is encoded
+        at once (msgspec writes a list as its items' encodings joined by `,`, no blanks)."""
+        if not isinstance(events, list):
+            events = list(events)
+        if not events:
+            return
+        self._start()
+        body = _ENCODER.encode(events)[1:-1]
+        self._sink.write(body if self._first else b"," + body)
+        self._first = False
+        self.events += len(events)
 
     def close(self, tail: bytes | None = None) -> Path:
         self._start()

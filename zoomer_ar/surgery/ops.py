@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import random
 import re
+import threading
 from collections.abc import Iterable, Iterator
+from itertools import compress, repeat
+from operator import is_, ne
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,10 +31,13 @@ from ..stream.scan import ScanResult, scan
 from ..stream.source import BadJSON, ChunkReader, StreamError, is_trace_file
 from . import guard
 from .io import (
-    TOO_DEEP, Launched, Lite, Placed, TraceWriter, _Sink, compression_for, copy_file, copying_into, decode_top,
-    encode_head, read_events,
+    TOO_DEEP, Launched, TraceWriter, _Sink, compression_for, copy_file, decode_top, encode_head,
+    write_queue,
 )
-from .validate import event_problems, placeable, refuse_wrong_types
+from . import slices
+from .slices import Batch, Plan, read_slices
+from .timeline import Timeline, slow_correlations
+from .validate import _valid_slice, event_problems, refuse_wrong_types
 
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 PID_STRIDE = 10_000_000  # merge: rank r's integer pid p becomes r * PID_STRIDE + p
@@ -128,31 +134,35 @@ class Survey:
         return [min(table[k][0] for k in steps), max(table[k][1] for k in steps)]
 
 
-def survey(path: Path) -> Survey:
+def survey(path: Path, plan: Plan | None = None) -> Survey:
     """Steps, first event and time unit of a trace; events a viewer cannot place (see
-    validate.placeable) are not counted in them, as slice and split leave them out."""
+    validate.placeable) are not counted in them, as slice and split leave them out. `plan`: a Plan
+    that records the slices, for the later passes of slice and split (slices.Plan)."""
     sv = Survey()
     counter = NsCounter()
     t0 = [np.inf]
     span = [np.inf, -np.inf]
 
-    def on_slice(raws: list, lite: list[Placed]) -> None:
-        sv.events += len(lite)
-        tl = Timeline.of(lite)
-        timed = tl.timed & _not_trace_span(lite)
+    def on_slice(b: Batch) -> None:
+        sv.events += b.n
+        tl = b.tl
+        timed = tl.timed & b.not_trace_span()
         if timed.any():
             span[0] = min(span[0], float(tl.ts[timed].min()))
             span[1] = max(span[1], float(tl.end[timed].max()))
-        xs = [e for e, x in zip(lite, tl.x.tolist()) if x]
-        if xs:
-            ts = np.fromiter((e.ts for e in xs), dtype=np.float64, count=len(xs))
-            counter.add(ts)
-            nt = np.fromiter((e.cat != "Trace" for e in xs), dtype=bool, count=len(xs))
-            if nt.any():
-                t0[0] = min(t0[0], float(ts[nt].min()))
-        for e in xs:
-            if e.name.startswith("ProfilerStep#") and e.cat in ("user_annotation", "gpu_user_annotation", "Operator",
-                                                                "cpu_op", ""):
+        x = tl.x
+        if not x.any():
+            return
+        ts = tl.ts[x]  # the starts of the complete events, in file order (as float64 of e.ts)
+        counter.add(ts)
+        nt = b.not_trace_span()[x]
+        if nt.any():
+            t0[0] = min(t0[0], float(ts[nt].min()))
+        names = b.column("name")
+        steps = x & np.fromiter(map(str.startswith, names, repeat("ProfilerStep#")), dtype=bool, count=b.n)
+        for i in np.flatnonzero(steps).tolist():
+            e = b.events[i]
+            if e.cat in ("user_annotation", "gpu_user_annotation", "Operator", "cpu_op", ""):
                 m = _STEP_RE.match(e.name)
                 if m:
                     k = int(m.group(1))
@@ -161,7 +171,7 @@ def survey(path: Path) -> Survey:
                         w[0] = min(w[0], float(e.ts))
                         w[1] = max(w[1], float(e.ts) + float(e.dur))
 
-    read_events(path, on_slice, record=Placed, check="types")
+    read_slices(path, on_slice, check="types", record=plan)
     sv.t0 = None if not np.isfinite(t0[0]) else t0[0]
     sv.span = (span[0], span[1]) if np.isfinite(span[0]) else None
     sv.ns = counter.nanoseconds()
@@ -172,38 +182,6 @@ def _not_trace_span(lite: list) -> np.ndarray:
     """Events other than the profiler's `Trace` spans (which cover the whole capture: a window
     that holds only them holds nothing)."""
     return np.fromiter((e.cat != "Trace" for e in lite), dtype=bool, count=len(lite))
-
-
-@dataclass
-class Timeline:
-    """The time columns of a slice of Placed events, with the events a viewer cannot place
-    (`ok` False) kept out of every selection: copying them would make the output invalid."""
-
-    ok: np.ndarray  # placeable (validate.placeable)
-    meta: np.ndarray  # placeable metadata events (ph M): kept in every output
-    ts: np.ndarray  # 0 where not ok or metadata
-    end: np.ndarray  # ts + dur for X events, ts for the others
-    x: np.ndarray
-    dur: np.ndarray
-
-    @classmethod
-    def of(cls, lite: list[Placed]) -> Timeline:
-        n = len(lite)
-        ok = np.fromiter(map(placeable, lite), dtype=bool, count=n)
-        meta = ok & np.fromiter((e.ph == "M" for e in lite), dtype=bool, count=n)
-        timed = ok & ~meta
-        ts = np.fromiter((e.ts if t else 0.0 for e, t in zip(lite, timed.tolist())), dtype=np.float64, count=n)
-        x = timed & np.fromiter((e.ph == "X" for e in lite), dtype=bool, count=n)
-        dur = np.fromiter((e.dur if d else 0.0 for e, d in zip(lite, x.tolist())), dtype=np.float64, count=n)
-        return cls(ok, meta, ts, ts + dur, x, dur)
-
-    @property
-    def timed(self) -> np.ndarray:
-        return self.ok & ~self.meta
-
-    @property
-    def unplaced(self) -> int:
-        return int((~self.ok).sum())
 
 
 def _inside(ts: np.ndarray, end: np.ndarray, x: np.ndarray, dur: np.ndarray, w0: float, w1: float) -> np.ndarray:
@@ -224,40 +202,12 @@ def _keep_in_window(tl: Timeline, w0: float, w1: float) -> np.ndarray:
 # correlation id (`args.correlation`; the `ac2g` flow arrow between them carries it as `id`): a
 # first pass collects the correlation ids of the launches that lie in the windows (Launches), and
 # the copy pass keeps the device events and flow arrows with those ids as well.
-
-_LAUNCH_CAT_WORDS = ("runtime", "driver")  # cuda_runtime, Runtime (2021), cuda_driver, mtia_runtime, hip...
-_NOT_LAUNCH_FLOWS = ("fwdbwd",)  # flow arrows whose ids are not correlation ids
-_FLOWS = ("s", "t", "f")
-_INT64_MAX = (1 << 63) - 1
-
-
-def _is_launcher(cat: Any, memo: dict) -> bool:
-    v = memo.get(cat)
-    if v is None:
-        low = cat.lower() if isinstance(cat, str) else ""
-        v = memo[cat] = any(w in low for w in _LAUNCH_CAT_WORDS)
-    return v
-
-
-def _id_of(v: Any) -> int:
-    return v if type(v) is int and 0 <= v <= _INT64_MAX else -1
+# (timeline.slow_correlations and slices.fast_correlations compute the ids of a slice.)
 
 
 def _correlations(lite: list[Launched], tl: Timeline, memo: dict) -> tuple[np.ndarray, np.ndarray]:
-    """(launch, key) for a slice: `launch` marks the timed runtime calls with a correlation id,
-    `key` is the id that ties an event to a launch (-1: none): the correlation of a device-side
-    event, the id of a flow arrow."""
-    n = len(lite)
-    launcher = np.fromiter((_is_launcher(e.cat, memo) for e in lite), dtype=bool, count=n)
-    corr = np.fromiter((_id_of(e.args.correlation) if e.args is not None else -1 for e in lite), dtype=np.int64,
-                       count=n)
-    flow = tl.ok & np.fromiter((e.ph in _FLOWS and e.cat not in _NOT_LAUNCH_FLOWS for e in lite), dtype=bool, count=n)
-    launch = tl.timed & launcher & (corr >= 0)
-    key = np.where(tl.timed & ~launcher, corr, -1)
-    if flow.any():
-        ids = np.fromiter((_id_of(e.id) for e in lite), dtype=np.int64, count=n)
-        key = np.where(flow, ids, key)
-    return launch, key
+    """(launch, key) for a slice of Launched records (timeline.slow_correlations)."""
+    return slow_correlations(lite, tl, memo)
 
 
 @dataclass
@@ -287,20 +237,15 @@ class Launches:
         return ev, self.group[first + offset]
 
 
-def launches(path: Path, wins: np.ndarray) -> Launches:
+def launches(path: Path, wins: np.ndarray, plan: Plan | None = None, memo: dict | None = None) -> Launches:
     """The launches of each window [w0, w1] of `wins` (a pass over the trace; memory: one id and
-    one window index per launch inside the windows)."""
+    one window index per launch inside the windows). `plan`: the survey's Plan of the file: the
+    launches it recorded are taken from it, and of the other slices only those with a launch in
+    the windows are read."""
     found: list[np.ndarray] = []
-    memo: dict = {}
+    memo = {} if memo is None else memo
 
-    def on_slice(raws: list, lite: list[Launched]) -> None:
-        tl = Timeline.of(lite)
-        launch, _ = _correlations(lite, tl, memo)
-        idx = np.flatnonzero(launch)
-        if not idx.size:
-            return
-        ts, end, x, dur = tl.ts[idx], tl.end[idx], tl.x[idx], tl.dur[idx]
-        corr = np.fromiter((lite[i].args.correlation for i in idx.tolist()), dtype=np.int64, count=idx.size)
+    def add(corr: np.ndarray, ts: np.ndarray, end: np.ndarray, x: np.ndarray, dur: np.ndarray) -> None:
         lo, hi = float(ts.min()), float(end.max())
         for j in np.flatnonzero((wins[:, 0] <= hi) & (wins[:, 1] >= lo)).tolist():
             inside = _inside(ts, end, x, dur, float(wins[j, 0]), float(wins[j, 1]))
@@ -308,45 +253,72 @@ def launches(path: Path, wins: np.ndarray) -> Launches:
                 c = corr[inside]
                 found.append(np.stack([c, np.full(c.size, j, dtype=np.int64)], axis=1))
 
-    read_events(path, on_slice, record=Launched)
+    def on_slice(b: Batch) -> None:
+        tl = b.tl
+        launch, _ = b.correlations(memo)
+        idx = np.flatnonzero(launch)
+        if not idx.size:
+            return
+        if b.fast:
+            corr = b.correlation_ids()[idx]
+        else:
+            corr = np.fromiter((b.events[i].args.correlation for i in idx.tolist()), dtype=np.int64, count=idx.size)
+        add(corr, tl.ts[idx], tl.end[idx], tl.x[idx], tl.dur[idx])
+
+    def skip(k: int) -> bool:
+        return bool(plan.recorded[k]) or (not plan.slow[k] and not plan.any_launch_in(k, wins))  # type: ignore
+
+    if plan is not None:
+        for corr, ts, end, xz in plan.records:  # x and dur: _inside needs only "complete, of non-zero length"
+            add(corr, ts, end, xz, np.ones(xz.size))
+    if plan is None or not all(plan.recorded):
+        read_slices(path, on_slice, replay=plan, skip=skip if plan is not None else None, memo=memo)
     if not found:
         return Launches.none()
     pairs = np.unique(np.concatenate(found), axis=0)  # sorted by id, then window
     return Launches(np.ascontiguousarray(pairs[:, 0]), np.ascontiguousarray(pairs[:, 1]))
 
 
-def _write_selected(w: TraceWriter, raws: list, keep: np.ndarray) -> int:
-    idx = np.flatnonzero(keep).tolist()
-    if idx:
-        w.write_raw([raws[i] for i in idx])
-    return len(idx)
+def _write_selected(w: TraceWriter, b: Batch, keep: np.ndarray) -> int:
+    if not keep.any():
+        return 0
+    raws = b.selected(keep)
+    w.write_raw(raws)
+    return len(raws)
 
 
 def _copy_with(src: Path, dst: Path, select, *, compression: str | None = None, level: int | None = None,
-               record: type = Lite, check: str = "none", before_close=None) -> Stats:
-    """Copy the events `select(lite, stats)` keeps from src into dst. `check`: read_events' check
-    of the events; `before_close(stats)` may still refuse the result (raise): no output then."""
+               check: str = "none", before_close=None, plan: Plan | None = None, skip=None) -> Stats:
+    """Copy the events `select(batch, stats)` keeps from src into dst. `check`: read_slices' check
+    of the events; `before_close(stats)` may still refuse the result (raise): no output then.
+    `plan`, `skip`: the slices `skip(k)` says keep nothing are not decoded (their events are
+    counted from the plan)."""
     st = Stats()
-    guard.check_level(compression_for(dst, compression), level)
-    w = TraceWriter(dst, compression=compression, level=level)
-    holder: dict[str, ScanResult] = {}
+    comp = compression_for(dst, compression)
+    guard.check_level(comp, level)
 
-    def on_head(res: ScanResult) -> None:
-        holder["res"] = res
-        w.set_head(res)
+    def on_slice(b: Batch) -> None:
+        st.events_in += b.n
+        st.events_out += _write_selected(w, b, select(b, st))
 
-    def on_slice(raws: list, lite: list[Lite]) -> None:
-        st.events_in += len(lite)
-        st.events_out += _write_selected(w, raws, select(lite, st))
+    def on_skip(k: int) -> None:
+        st.events_in += plan.counts[k]  # type: ignore[union-attr]
+        st.unplaced += plan.unplaced[k]  # type: ignore[union-attr]
 
-    try:
-        res = read_events(src, on_slice, on_head=on_head, record=record, check=check)
-        if before_close is not None:
-            before_close(st)
-        w.close(TraceWriter.tail_of(res))
-    except BaseException:
-        w.abort()
-        raise
+    with write_queue(comp != "none") as writes:
+        w = TraceWriter(dst, compression=compression, level=level, writes=writes)
+        try:
+            res = read_slices(src, on_slice, on_head=w.set_head, check=check, replay=plan, skip=skip, on_skip=on_skip)
+            if before_close is not None:
+                before_close(st)
+            w.close(TraceWriter.tail_of(res))
+        except BaseException as exc:
+            try:
+                if writes is not None:
+                    writes.settle(exc)  # a write that failed before `exc` is the error to report
+            finally:
+                w.abort()
+            raise
     st.outputs.append(str(dst))
     return st
 
@@ -373,7 +345,8 @@ def slice_trace(src: Path, dst: Path, *, steps: tuple[int, int] | None = None,
     guard.check_file_output(dst, [src])
     guard.check_suffix(dst, compression)
     guard.check_level(compression_for(dst, compression), level)
-    sv = survey(src)
+    plan = Plan()
+    sv = survey(src, plan)
     if sv.span is None:
         raise InputError(str(src), "trace has no timed events ('traceEvents' holds none a viewer can place)")
     notes: list[str] = []
@@ -396,28 +369,35 @@ def slice_trace(src: Path, dst: Path, *, steps: tuple[int, int] | None = None,
                 raise InputError(str(src), "no complete events to measure a window from")
             w0, w1 = sv.t0 + a * sv.unit, sv.t0 + b * sv.unit
         what = f"--window {a:g}..{b:g}" + (" (absolute)" if absolute else " ms")
-    launched = launches(src, np.array([sv.launch_window(chosen)])) if steps is not None else Launches.none()
     memo: dict = {}
+    launched = launches(src, np.array([sv.launch_window(chosen)]), plan, memo) if steps is not None \
+        else Launches.none()
     kept = [0]  # events other than metadata
+    window = np.array([[w0, w1]])
 
-    def select(lite: list[Launched], st: Stats) -> np.ndarray:
-        tl = Timeline.of(lite)
+    def select(b: Batch, st: Stats) -> np.ndarray:
+        tl = b.tl
         st.unplaced += tl.unplaced
         keep = _keep_in_window(tl, w0, w1)
         if launched.corr.size:
-            _, key = _correlations(lite, tl, memo)
+            _, key = b.correlations(memo)
             ev, _ = launched.hits(key)
             keep[ev] = True
-        kept[0] += int((keep & ~tl.meta & _not_trace_span(lite)).sum())
+        kept[0] += int((keep & ~tl.meta & b.not_trace_span()).sum())
         return keep
+
+    def skip(k: int) -> bool:
+        """Slice k keeps nothing: no metadata, no event in the window, no id of a launch in it."""
+        return not (plan.slow[k] or plan.meta[k] or plan.any_time_in(k, window)
+                    or plan.any_key_in(k, launched.corr))
 
     def nothing_kept(st: Stats) -> None:
         if not kept[0]:
             raise InputError(str(src), f"{what} holds no event of this trace ({_span_text(sv, absolute)}); "
                                        "nothing written")
 
-    st = _copy_with(src, dst, select, compression=compression, level=level, record=Launched,
-                    before_close=nothing_kept)
+    st = _copy_with(src, dst, select, compression=compression, level=level, before_close=nothing_kept, plan=plan,
+                    skip=skip)
     st.note = f"window {w0:.3f}..{w1:.3f} ({'ns' if sv.ns else 'us'})"
     st.notes += notes
     return st
@@ -473,31 +453,50 @@ def filter_trace(src: Path, dst: Path, *, cats: Iterable[str] = (), exclude_cats
     pids, tids, phases = {str(p) for p in pids}, {str(t) for t in tids}, set(phases)
     name_re = compile_pattern(name, "--name")
     exclude_re = compile_pattern(exclude_name, "--exclude-name")
-    memo: dict[tuple, bool] = {}
+    memo: dict[Any, bool] = {}
     seen_cats: set[str] = set()
     kept = [0, 0]  # non-metadata events: seen, kept
 
-    def ok(e: Placed) -> bool:
-        if e.ph == "M":
-            return True
-        key = (e.cat, e.name, e.ph, e.pid, e.tid)
-        v = memo.get(key)
-        if v is None:
-            seen_cats.add(e.cat)
-            cat = canonical_category(e.cat)
-            v = ((not cats or cat in cats) and cat not in exclude_cats
-                 and (not phases or e.ph in phases)
-                 and (not pids or str(e.pid) in pids) and (not tids or str(e.tid) in tids)
-                 and (name_re is None or name_re.search(e.name) is not None)
-                 and (exclude_re is None or exclude_re.search(e.name) is None))
-            if len(memo) < 200_000:
-                memo[key] = v
-        kept[0] += 1
-        kept[1] += v
-        return v
+    # The decision depends on the fields the filters look at: memo by those alone (the category,
+    # and the name, phase, pid, tid where a filter names them).
+    fields = ["cat"] + (["name"] if name_re is not None or exclude_re is not None else []) + \
+        (["ph"] if phases else []) + (["pid"] if pids else []) + (["tid"] if tids else [])
 
-    def select(lite: list[Placed], st: Stats) -> np.ndarray:
-        return np.fromiter(map(ok, lite), dtype=bool, count=len(lite))
+    def decide(key: Any) -> bool:
+        """Whether a non-metadata event with these values of `fields` passes the filters."""
+        v = dict(zip(fields, key)) if len(fields) > 1 else {"cat": key}
+        seen_cats.add(v["cat"])
+        cat = canonical_category(v["cat"])
+        return bool((not cats or cat in cats) and cat not in exclude_cats
+                    and (not phases or v["ph"] in phases)
+                    and (not pids or str(v["pid"]) in pids) and (not tids or str(v["tid"]) in tids)
+                    and (name_re is None or name_re.search(v["name"]) is not None)
+                    and (exclude_re is None or exclude_re.search(v["name"]) is None))
+
+    def select(b: Batch, st: Stats) -> np.ndarray:
+        n = b.n
+        phs = b.column("ph")
+        keys = b.column("cat") if len(fields) == 1 else list(zip(*(b.column(f) for f in fields)))
+        vals = list(map(memo.get, keys))  # None: not decided yet, or metadata (always kept)
+        if None in vals:
+            for i in compress(range(n), map(is_, vals, repeat(None))):
+                if phs[i] == "M":
+                    vals[i] = True
+                    continue
+                key = keys[i]
+                v = memo.get(key)  # decided by an earlier event of this slice
+                if v is None:
+                    v = decide(key)
+                    if len(memo) < 200_000:
+                        memo[key] = v
+                vals[i] = v
+        other = np.fromiter(map(ne, phs, repeat("M")), dtype=bool, count=n)
+        keep = np.fromiter(vals, dtype=bool, count=n)
+        if not other.all():  # a metadata event whose values a filtered-out event shares
+            keep |= ~other
+        kept[0] += int(other.sum())
+        kept[1] += int((keep & other).sum())
+        return keep
 
     def no_events(st: Stats) -> None:
         if not st.events_in:
@@ -506,8 +505,7 @@ def filter_trace(src: Path, dst: Path, *, cats: Iterable[str] = (), exclude_cats
     guard.require_file(src)
     guard.check_file_output(dst, [src])
     guard.check_suffix(dst, compression)
-    st = _copy_with(src, dst, select, compression=compression, level=level, record=Placed, check="all",
-                    before_close=no_events)
+    st = _copy_with(src, dst, select, compression=compression, level=level, check="all", before_close=no_events)
     if kept[0] and not kept[1]:
         st.warnings.append(_nothing_kept(src, seen_cats))
     return st
@@ -545,7 +543,8 @@ def split_trace(src: Path, dst_dir: Path, *, steps_per_file: int = 1, max_files:
         raise InputError(str(dst_dir), f"is the folder of the input {src.name}: the step files would be read "
                                        "as extra ranks of it; write them to another folder")
     guard.check_level(compression or "none", level)
-    sv = survey(src)
+    plan = Plan()
+    sv = survey(src, plan)
     if not sv.steps:
         raise InputError(str(src), "no ProfilerStep#N annotations: nothing to split by")
     nums = sorted(sv.steps)
@@ -556,8 +555,8 @@ def split_trace(src: Path, dst_dir: Path, *, steps_per_file: int = 1, max_files:
     base = src.name.split(".json")[0]
     suffix = ".json.gz" if compression == "gzip" else ".json.zst" if compression == "zstd" else ".json"
     wins = np.array([[min(sv.steps[k][0] for k in g), max(sv.steps[k][1] for k in g)] for g in groups])
-    launched = launches(src, np.array([sv.launch_window(g) for g in groups]))
     memo: dict = {}
+    launched = launches(src, np.array([sv.launch_window(g) for g in groups]), plan, memo)
     writers: list[TraceWriter] = []
     st = Stats()
 
@@ -565,9 +564,9 @@ def split_trace(src: Path, dst_dir: Path, *, steps_per_file: int = 1, max_files:
         for w in writers:
             w.set_head(res)
 
-    def on_slice(raws: list, lite: list[Launched]) -> None:
-        st.events_in += len(lite)
-        tl = Timeline.of(lite)
+    def on_slice(b: Batch) -> None:
+        st.events_in += b.n
+        tl = b.tl
         st.unplaced += tl.unplaced
         timed, meta = tl.timed, tl.meta
         if timed.any():
@@ -577,30 +576,42 @@ def split_trace(src: Path, dst_dir: Path, *, steps_per_file: int = 1, max_files:
             hit = np.zeros(len(wins), dtype=bool)
         ev = grp = np.empty(0, dtype=np.int64)
         if launched.corr.size:
-            _, key = _correlations(lite, tl, memo)
+            _, key = b.correlations(memo)
             ev, grp = launched.hits(key)
             hit[np.unique(grp)] = True
         for j in np.flatnonzero(hit).tolist():
             w0, w1 = wins[j]
             keep = (timed & (tl.ts <= w1) & (tl.end >= w0)) | meta
             keep[ev[grp == j]] = True
-            st.events_out += _write_selected(writers[j], raws, keep)
+            st.events_out += _write_selected(writers[j], b, keep)
         if meta.any():  # metadata in every file
-            idx = np.flatnonzero(meta).tolist()
+            metas = b.selected(meta)
             for j in np.flatnonzero(~hit).tolist():
-                writers[j].write_raw([raws[i] for i in idx])
+                writers[j].write_raw(metas)
 
-    with _output_folder(dst_dir):
+    def skip(k: int) -> bool:
+        """Slice k goes to no file: no metadata, no event in a window, no id of a launch in one."""
+        return not (plan.slow[k] or plan.meta[k] or plan.any_time_in(k, wins) or plan.any_key_in(k, launched.corr))
+
+    def on_skip(k: int) -> None:
+        st.events_in += plan.counts[k]
+        st.unplaced += plan.unplaced[k]
+
+    with _output_folder(dst_dir), write_queue(compression in ("gzip", "zstd")) as writes:
         try:
             for g in groups:  # one by one: those opened before a failing one are aborted below
                 writers.append(TraceWriter(dst_dir / f"{base}.steps_{g[0]}-{g[-1]}{suffix}", compression=compression,
-                                           level=level))
-            res = read_events(src, on_slice, on_head=on_head, record=Launched)
+                                           level=level, writes=writes))
+            res = read_slices(src, on_slice, on_head=on_head, replay=plan, skip=skip, on_skip=on_skip)
             for w in writers:
                 w.close(TraceWriter.tail_of(res))
-        except BaseException:
-            for w in writers:
-                w.abort()
+        except BaseException as exc:
+            try:
+                if writes is not None:
+                    writes.settle(exc)  # a write that failed before `exc` is the error to report
+            finally:
+                for w in writers:
+                    w.abort()
             raise
     st.outputs = [str(w.path) for w in writers]
     return st
@@ -610,7 +621,7 @@ def check_events(src: Path) -> None:
     """A pass that holds every event of src to `trace check`'s rules (types included): InputError
     naming the file and the first event refused. For the commands that copy a file's bytes as they
     are (compress, sample): what they write is then a valid trace."""
-    read_events(src, lambda raws, lite: None, record=Placed, check="all")
+    read_slices(src, lambda b: None, check="all")
 
 
 def compress_trace(src: Path, dst: Path, *, compression: str | None = None, level: int | None = None) -> Stats:
@@ -624,24 +635,84 @@ def compress_trace(src: Path, dst: Path, *, compression: str | None = None, leve
     guard.check_file_output(dst, [src])
     guard.check_suffix(dst, comp)
     guard.check_level(comp, level)
-    check_events(src)
-    sink = _Sink(dst, comp, level)
+    copy = _BackgroundCopy(src, dst, comp, level)  # compresses while the events are checked
+    try:
+        check_events(src)
+        sink = copy.result()
+    except BaseException:  # the check failed, or Ctrl-C, SIGTERM: no output left behind
+        copy.cancel()
+        raise
     st = Stats()
-    with copying_into(sink, src):
-        first = True
-        for data, _ in ChunkReader(src, hash=False):
-            if first:
-                head = data.lstrip()[:1]
-                if head not in (b"{", b"["):
-                    raise InputError(str(src), "not a JSON trace")
-                first = False
-            sink.write(data)
-        if first:
-            raise InputError(str(src), "empty file")
     st.outputs.append(str(dst))
     st.bytes_out = dst.stat().st_size
     st.note = f"from {_human_bytes(sink.bytes_in)} of JSON, {comp}"
     return st
+
+
+class _BackgroundCopy:
+    """compress_trace's copy of the bytes into the output, in a thread started before the check pass
+    (reading, inflating and deflating run without the interpreter lock: the check and the copy take
+    the time of the longer one, not of both). The output is committed only once the check passed:
+    `result()` then returns the sink to commit, or raises what the copy raised, as a copy made after
+    the check would have (OutputError naming the output, InputError naming the input); `cancel()`
+    (the check failed) stops the copy and removes its temporary file and the folders it made."""
+
+    def __init__(self, src: Path, dst: Path, comp: str, level: int | None) -> None:
+        self.src, self.dst, self.comp, self.level = src, dst, comp, level
+        self.sink: _Sink | None = None
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="zoomer-ar-copy", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        src = self.src
+        try:
+            sink = self.sink = _Sink(self.dst, self.comp, self.level)
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+            self.error = exc
+            return
+        try:
+            first = True
+            for data, _ in ChunkReader(src, hash=False):
+                if self._stop.is_set():
+                    return
+                if first:
+                    head = data.lstrip()[:1]
+                    if head not in (b"{", b"["):
+                        raise InputError(str(src), "not a JSON trace")
+                    first = False
+                sink.write(data)
+            if first:
+                raise InputError(str(src), "empty file")
+        except StreamError as exc:  # as copying_into says it
+            sink.abort()
+            self.error = InputError(str(src), str(exc))
+        except OSError as exc:
+            sink.abort()
+            self.error = InputError(str(src), f"cannot read: {exc.strerror or exc}")
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+            sink.abort()
+            self.error = exc
+
+    def cancel(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        if self.sink is not None:
+            self.sink.abort()
+
+    def result(self) -> _Sink:
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
+        sink = self.sink
+        assert sink is not None
+        try:
+            sink.commit()
+        except BaseException:
+            sink.abort()
+            raise
+        return sink
 
 
 # ------------------------------------------------------------------------------------------------
@@ -923,25 +994,34 @@ def filter_job(src: Path, dst: Path, *, ranks: Iterable[int] | None = None, **fi
 
 
 def _remap(events: list[dict], rank: int) -> list[dict]:
+    """Give the events of rank `rank` their own tracks and ids (see merge_job). For rank 0 the
+    offsets are 0: the integer values stay as they are (and are not reassigned)."""
     shift = rank << ID_SHIFT
+    base = rank * PID_STRIDE
+    limit = 1 << ID_SHIFT
     for e in events:
-        pid = e.get("pid")
+        get = e.get
+        pid = get("pid")
         if isinstance(pid, int) and not isinstance(pid, bool) and 0 <= pid < PID_STRIDE:
-            e["pid"] = rank * PID_STRIDE + pid
+            if base:
+                e["pid"] = base + pid
         elif pid is not None:
             e["pid"] = f"rank{rank}:{pid}"
-        i = e.get("id")
-        if isinstance(i, int) and not isinstance(i, bool) and 0 <= i < (1 << ID_SHIFT):
-            e["id"] = i + shift
-        elif isinstance(i, str):
-            e["id"] = f"{rank}:{i}"
-        args = e.get("args")
+        i = get("id")
+        if i is not None:
+            if isinstance(i, int) and not isinstance(i, bool) and 0 <= i < limit:
+                if shift:
+                    e["id"] = i + shift
+            elif isinstance(i, str):
+                e["id"] = f"{rank}:{i}"
+        args = get("args")
         if isinstance(args, dict):
-            for k in _ID_ARGS:
-                v = args.get(k)
-                if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < (1 << ID_SHIFT):
-                    args[k] = v + shift
-            if e.get("ph") == "M" and e.get("name") == "process_name" and "name" in args:
+            if shift:
+                for k in _ID_ARGS:
+                    v = args.get(k)
+                    if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < limit:
+                        args[k] = v + shift
+            if get("ph") == "M" and get("name") == "process_name" and "name" in args:
                 args["name"] = f"rank {rank}: {args['name']}"
     return events
 
@@ -1028,15 +1108,20 @@ def _merge_files(files: list[tuple[int, Path]], tops: dict[Path, dict[str, Any]]
     dist["merged_ranks"] = [r for r, _ in files]
     top["distributedInfo"] = dist
     head, tail = encode_head(top)
-    w = TraceWriter(dst, head=head, tail=tail, compression=compression, level=level)
     st = Stats()
-    try:
-        for rank, f in files:
-            _merge_rank(w, rank, f, st)
-        w.close()
-    except BaseException:
-        w.abort()
-        raise
+    with write_queue(compression_for(dst, compression) != "none") as writes:
+        w = TraceWriter(dst, head=head, tail=tail, compression=compression, level=level, writes=writes)
+        try:
+            for rank, f in files:
+                _merge_rank(w, rank, f, st)
+            w.close()
+        except BaseException as exc:
+            try:
+                if writes is not None:
+                    writes.settle(exc)  # a write that failed before `exc` is the error to report
+            finally:
+                w.abort()
+            raise
     st.outputs.append(str(dst))
     st.note = f"ranks {[r for r, _ in files]}"
     return st
@@ -1054,19 +1139,20 @@ def _merge_rank(w: TraceWriter, rank: int, f: Path, st: Stats) -> None:
 
     def consume(view) -> None:
         events = _DICTS.decode(view)  # first: a DecodeError here makes the scanner cut elsewhere
-        refuse_wrong_types(f, view, seen[0])  # decoded where it lies (no copy)
-        for k, e in enumerate(events):  # and to `trace check`'s rules (a `ph`, a `ts`, ...)
-            problems = event_problems(e.get("ph"), e.get("name"), e.get("ts"), e.get("dur"), e.get("pid"),
-                                      e.get("tid"), e.get("id"))
-            if problems:
-                raise InputError(str(f), f"event {seen[0] + k}: {problems[0]}")
+        if not _valid_slice(view):  # one strict decode passes nearly every slice; else the checks say why
+            refuse_wrong_types(f, view, seen[0])  # decoded where it lies (no copy)
+            for k, e in enumerate(events):  # and to `trace check`'s rules (a `ph`, a `ts`, ...)
+                problems = event_problems(e.get("ph"), e.get("name"), e.get("ts"), e.get("dur"), e.get("pid"),
+                                          e.get("tid"), e.get("id"))
+                if problems:
+                    raise InputError(str(f), f"event {seen[0] + k}: {problems[0]}")
         seen[0] += len(events)
         st.events_in += len(events)
         w.write_objects(_remap(events, rank))
         st.events_out += len(events)
 
     try:
-        scan(f, consume, hash=False)
+        scan(f, consume, hash=False, slice_bytes=slices.SLICE_BYTES)
     except BadJSON as exc:
         raise InputError(str(f), str(exc)) from None
     except StreamError as exc:
