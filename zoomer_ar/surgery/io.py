@@ -108,7 +108,7 @@ def read_events(path: Path, on_slice: SliceFn, *, on_head: Callable[[ScanResult]
     needs a Placed record); "none" (the default) checks nothing. The commands that copy events
     verbatim check, so that their outputs are always valid traces.
     """
-    from .validate import event_problems, refuse_wrong_types
+    from .validate import refuse_unplaceable, refuse_wrong_types
 
     if check == "all" and not issubclass(record, Placed):
         record = Placed
@@ -130,12 +130,7 @@ def read_events(path: Path, on_slice: SliceFn, *, on_head: Callable[[ScanResult]
         except RecursionError:  # msgspec refuses nesting deeper than Python's recursion limit this way
             raise InputError(str(path), TOO_DEEP) from None
         if check == "all":
-            for k, e in enumerate(lite):
-                problems = event_problems(e.ph, e.name, e.ts, e.dur, e.pid, e.tid, e.id)
-                if problems:
-                    ph = f" ({e.ph})" if isinstance(e.ph, str) and e.ph else ""
-                    raise InputError(str(path), f"event {seen[0] + k}{ph}: {problems[0]} (`zoomer-ar trace check` "
-                                                "lists every problem)")
+            refuse_unplaceable(path, lite, seen[0])
         raws = _RAWS.decode(data)
         seen[0] += len(lite)
         on_slice(raws, lite)

@@ -287,6 +287,17 @@ def _write_selected(w: TraceWriter, b: Batch, keep: np.ndarray) -> int:
     return len(raws)
 
 
+def _abort(writes, exc: BaseException, writers: list) -> None:
+    """A command failed with `exc`: a write that failed before it is the error to report (writes.settle
+    raises it); the outputs are removed either way."""
+    try:
+        if writes is not None:
+            writes.settle(exc)
+    finally:
+        for w in writers:
+            w.abort()
+
+
 def _copy_with(src: Path, dst: Path, select, *, compression: str | None = None, level: int | None = None,
                check: str = "none", before_close=None, plan: Plan | None = None, skip=None) -> Stats:
     """Copy the events `select(batch, stats)` keeps from src into dst. `check`: read_slices' check
@@ -313,11 +324,7 @@ def _copy_with(src: Path, dst: Path, select, *, compression: str | None = None, 
                 before_close(st)
             w.close(TraceWriter.tail_of(res))
         except BaseException as exc:
-            try:
-                if writes is not None:
-                    writes.settle(exc)  # a write that failed before `exc` is the error to report
-            finally:
-                w.abort()
+            _abort(writes, exc, [w])
             raise
     st.outputs.append(str(dst))
     return st
@@ -606,12 +613,7 @@ def split_trace(src: Path, dst_dir: Path, *, steps_per_file: int = 1, max_files:
             for w in writers:
                 w.close(TraceWriter.tail_of(res))
         except BaseException as exc:
-            try:
-                if writes is not None:
-                    writes.settle(exc)  # a write that failed before `exc` is the error to report
-            finally:
-                for w in writers:
-                    w.abort()
+            _abort(writes, exc, writers)
             raise
     st.outputs = [str(w.path) for w in writers]
     return st
@@ -1116,11 +1118,7 @@ def _merge_files(files: list[tuple[int, Path]], tops: dict[Path, dict[str, Any]]
                 _merge_rank(w, rank, f, st)
             w.close()
         except BaseException as exc:
-            try:
-                if writes is not None:
-                    writes.settle(exc)  # a write that failed before `exc` is the error to report
-            finally:
-                w.abort()
+            _abort(writes, exc, [w])
             raise
     st.outputs.append(str(dst))
     st.note = f"ranks {[r for r, _ in files]}"

@@ -45,7 +45,7 @@ from ..stream.source import BadJSON, StreamError
 from .io import Launched, Placed, _decoder, _wrong_type
 from .timeline import Timeline, slow_correlations
 from .validate import _FLOWS as _FLOW_PHASES
-from .validate import _TIMED, event_problems, refuse_wrong_types
+from .validate import _TIMED, refuse_unplaceable, refuse_wrong_types
 
 NAN = float("nan")
 _RAWS = msgspec.json.Decoder(list[msgspec.Raw])
@@ -489,12 +489,7 @@ def read_slices(path: Path, on_slice: Callable[[Batch], None], *, check: str = "
         except RecursionError:
             raise InputError(str(path), TOO_DEEP) from None
         if check == "all":
-            for k, e in enumerate(lite):
-                problems = event_problems(e.ph, e.name, e.ts, e.dur, e.pid, e.tid, e.id)
-                if problems:
-                    ph = f" ({e.ph})" if isinstance(e.ph, str) and e.ph else ""
-                    raise InputError(str(path), f"event {seen[0] + k}{ph}: {problems[0]} (`zoomer-ar trace check` "
-                                                "lists every problem)")
+            refuse_unplaceable(path, lite, seen[0])
         return lite
 
     def consume(view) -> None:

@@ -101,6 +101,17 @@ def event_problems(ph: Any, name: Any, ts: Any, dur: Any, pid: Any, tid: Any, id
     return out
 
 
+def refuse_unplaceable(path: Path, events: list, before: int) -> None:
+    """InputError naming the file and the first of these events (records with ph, name, ts, dur, pid, tid
+    and id; `before` events precede them in the file) that event_problems refuses."""
+    for k, e in enumerate(events):
+        problems = event_problems(e.ph, e.name, e.ts, e.dur, e.pid, e.tid, e.id)
+        if problems:
+            ph = f" ({e.ph})" if isinstance(e.ph, str) and e.ph else ""
+            raise InputError(str(path), f"event {before + k}{ph}: {problems[0]} (`zoomer-ar trace check` "
+                                        "lists every problem)")
+
+
 def placeable(e: Any) -> bool:
     """event_problems(e) is empty, for a record with ph, name, ts, dur, pid, tid and id fields."""
     if e.ph == "M":
