@@ -71,6 +71,28 @@ def _damaged(base: dict) -> list[dict]:
     return out
 
 
+def _steps_only(path: Path, first: int, last: int) -> dict:
+    """The events of a trace that overlap ProfilerStep#first..#last (and its metadata): the steps,
+    their kernels and flows, a few MB."""
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    steps = [e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("name", "").startswith("ProfilerStep#")
+             and first <= int(e["name"][13:]) <= last]
+    w0, w1 = min(e["ts"] for e in steps), max(e["ts"] + e["dur"] for e in steps)
+    keep = [e for e in doc["traceEvents"]
+            if e.get("ph") == "M" or ("ts" in e and e["ts"] <= w1 and e["ts"] + e.get("dur", 0) >= w0)]
+    return {k: v for k, v in doc.items() if k != "traceEvents"} | {"traceEvents": keep}
+
+
+@pytest.fixture(scope="module")
+def cut_traces(tmp_path_factory) -> tuple[Path, Path]:
+    """hta/ns_resolution_trace, steps 102..104, and the 2021-schema ResNet trace, steps 6..8."""
+    d = tmp_path_factory.mktemp("cut")
+    ns, old = d / "ns_steps.json", d / "resnet_steps.json.gz"
+    ns.write_bytes(json.dumps(_steps_only(NS, 102, 104)).encode())
+    old.write_bytes(gzip.compress(json.dumps(_steps_only(OLD_SCHEMA, 6, 8)).encode(), 1))
+    return ns, old
+
+
 @pytest.fixture(scope="module")
 def small_trace(tmp_path_factory) -> dict:
     """The first 3000 events of the ns_resolution trace (steps, kernels, flows, metadata)."""
@@ -129,6 +151,8 @@ def test_fast_columns_equal_the_original_code_on_the_corpus(shared_traces):
             parts = _slices(path)
         except Exception:  # noqa: BLE001 - not a trace (the commands refuse it: tested elsewhere)
             continue
+        if len(parts) > 4:  # the first, second, a middle and the last slice of a large file
+            parts = [parts[0], parts[1], parts[len(parts) // 2], parts[-1]]
         for k, data in enumerate(parts):
             try:
                 msgspec.json.Decoder(list[Placed]).decode(data)
@@ -136,7 +160,7 @@ def test_fast_columns_equal_the_original_code_on_the_corpus(shared_traces):
                 continue
             _check_slice(data, f"{path.name} slice {k}")
             n += 1
-    assert n > 300
+    assert n > 150
 
 
 def test_fast_columns_equal_the_original_code_on_odd_events(tmp_path, small_trace, shared_traces):
@@ -172,12 +196,13 @@ def _outputs(folder: Path) -> dict[str, bytes]:
     return out
 
 
-_MODES = {
-    "default": {},
-    "small slices": {"SLICE_BYTES": 24 << 10},
-    "original reading": {"FAST_PATH": False, "SLICE_BYTES": 24 << 10},
-    "typed decode only": {"TAGGED_PATH": False},
-    "no skipping, few launch records": {"SKIP_SLICES": False, "LAUNCH_RECORDS_BYTES": 2000, "SLICE_BYTES": 24 << 10},
+_SMALL = 24 << 10
+_MODES = {  # all on small slices (many of them); "1 MB slices" is the default size
+    "default": {"SLICE_BYTES": _SMALL},
+    "original reading": {"FAST_PATH": False, "SLICE_BYTES": _SMALL},
+    "typed decode only": {"TAGGED_PATH": False, "SLICE_BYTES": _SMALL},
+    "no skipping, few launch records": {"SKIP_SLICES": False, "LAUNCH_RECORDS_BYTES": 2000, "SLICE_BYTES": _SMALL},
+    "1 MB slices": {},
 }
 
 
@@ -213,13 +238,18 @@ def _compare_modes(monkeypatch, capsys, tmp_path: Path, cases: list[list[str]]) 
     base = results.pop("default")
     for mode, got in results.items():
         for (argv, r1, o1), (_, r2, o2) in zip(base, got):
+            if mode == "1 MB slices" and argv[0] == "split":
+                # split counts a metadata event as written where its slice reaches a step's window
+                # (the report line of the code before too): that count depends on the cuts
+                r1, r2 = r1[::2], r2[::2]
             assert r1 == r2, f"{mode}: {' '.join(argv)}: {r1} != {r2}"
             assert o1.keys() == o2.keys() and all(o1[k] == o2[k] for k in o1), f"{mode}: {' '.join(argv)}: outputs"
 
 
-def test_outputs_do_not_depend_on_the_reading_path(tmp_path, monkeypatch, capsys, shared_traces):
+def test_outputs_do_not_depend_on_the_reading_path(tmp_path, monkeypatch, capsys, cut_traces, shared_traces):
     out = tmp_path / "out"
-    cases = _commands(NS, "102..103", out) + _commands(OLD_SCHEMA, "3..4", out)
+    ns, old = cut_traces
+    cases = _commands(ns, "103..103", out) + _commands(old, "7..8", out)
     cases += [["merge", str(DLRM), f"{out}/m.json.gz"], ["filter", str(DLRM), f"{out}/fj", "--ranks", "0..2"],
               ["sample", str(DLRM), f"{out}/sj", "-k", "2", "--compression", "gzip"]]
     _compare_modes(monkeypatch, capsys, tmp_path, cases)

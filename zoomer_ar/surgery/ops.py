@@ -352,7 +352,7 @@ def slice_trace(src: Path, dst: Path, *, steps: tuple[int, int] | None = None,
     guard.check_file_output(dst, [src])
     guard.check_suffix(dst, compression)
     guard.check_level(compression_for(dst, compression), level)
-    plan = Plan()
+    plan = Plan(launches=steps is not None)  # a --window is a cut in time: no launches to look for
     sv = survey(src, plan)
     if sv.span is None:
         raise InputError(str(src), "trace has no timed events ('traceEvents' holds none a viewer can place)")

@@ -358,7 +358,7 @@ class Plan:
     of non-zero length), for ops.launches, up to LAUNCH_RECORDS_BYTES: `recorded[k]` says that
     the launches of slice k are all in `records` (so that the launches pass need not read it)."""
 
-    def __init__(self, record_launches: bool = True) -> None:
+    def __init__(self, record_launches: bool = True, launches: bool = True) -> None:
         self.lengths = array("q")
         self.counts = array("q")
         self.unplaced = array("q")
@@ -371,6 +371,7 @@ class Plan:
         self.records: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # corr, ts, end, x with length
         self._record = record_launches
         self._record_bytes = 0
+        self._launches = launches  # False: a time cut, no launches are looked for (no ranges kept)
 
     def __len__(self) -> int:
         return len(self.counts)
@@ -388,6 +389,11 @@ class Plan:
             self.t.extend((float(tl.ts[timed].min()), float(tl.end[timed].max())))
         else:
             self.t.extend((np.inf, -np.inf))
+        if not self._launches:
+            self.launch.extend((np.inf, -np.inf))
+            self.keys.extend((1, 0))
+            self.recorded.append(1)
+            return
         if not b.fast:  # never skipped: nothing more to know
             self.launch.extend((np.inf, -np.inf))
             self.keys.extend((1, 0))
