@@ -39,6 +39,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 import bench_fixes as B  # noqa: E402
 
+from zoomer_ar.capture import cpu_facts  # noqa: E402
+
 pytestmark = [
     pytest.mark.torch,
     pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs PyTorch"),
@@ -57,7 +59,7 @@ CASES: dict[str, dict] = {
     "conv_bias_before_bn": {"timing": True},
     "memory_growth": {"timing": True},
     "fp32_matmul": {"timing": False, "fix_select": "cpu-autocast",
-                    "why": "this CPU has no native bf16: autocast's bf16 GEMMs are emulated, slower (so the fix is opt-in)"},
+                    "why": "without native bf16 autocast's bf16 GEMMs are emulated, slower (so the fix is opt-in; a CPU with avx512_bf16/amx_bf16 unlocks it by default); speed depends on the CPU"},
     "dataloader_bound": {"timing": False, "gone": "workers",
                          "why": "the loader's 4 worker processes compete with training for the 2 cores"},
     "misaligned_gemm": {"timing": True},  # align-gemm-dims: 1001/999/63 -> 1008/1000/64
@@ -108,9 +110,13 @@ def test_fix_is_verified_on_a_new_recording(name, tmp_path):
     # 1. record and analyse with --source: the planted finding and a patch for its file
     before = B.record(src, program, tmp_path / "before", steps=STEPS)
     fix_select = case.get("fix_select")
-    if fix_select:  # an opt-in fix: the default patch leaves it out
+    if fix_select:  # an opt-in fix: the default patch leaves it out, unless the recording CPU runs bf16 natively
         _, default_patch = B.analyze_with_source(before, src, tmp_path / "analysis-default")
-        assert default_patch is None or "autocast" not in default_patch.read_text(), f"{name}: opt-in fix in the default patch"
+        in_default = default_patch is not None and "autocast" in default_patch.read_text()
+        if cpu_facts().get("native_bf16"):  # the recording's capture facts unlock it (analyze_cli.FACT_UNLOCKS)
+            assert in_default, f"{name}: this CPU runs bf16 natively ({cpu_facts()['bf16_flags']}): the fix belongs in the default patch"
+        else:
+            assert not in_default, f"{name}: opt-in fix in the default patch"
     analysis, patch = B.analyze_with_source(before, src, tmp_path / "analysis-before", fix_select)
     found = B.finding(analysis, pattern)
     assert found is not None, f"{name}: planted {pattern} not found in {[f.pattern for f in analysis.findings]}"
