@@ -226,11 +226,11 @@ def _locations(out: str) -> list[tuple[str, str]]:
 
 @pytest.mark.parametrize("scenario", ["launch_bound", "memory_growth", "extra_copy"])
 def test_frameless_gpu_findings_patch_only_the_program_that_ran(scenario, tmp_path, capsys):
-    """None of these recordings' findings carries a Python frame (launch-bound's evidence is idle
-    gaps; memory-growth's a memory curve), but the trace's own frames are `SCENARIO.py(..): main`
-    and `train_step`. launch-bound used to be located `at extra_copy.py:53 in ` and
-    `at extra_copy_clean.py:42 in ` (a static search of the whole folder, no function) and the
-    patch compiled those two programs and left the traced one alone."""
+    """launch-bound's evidence is idle gaps (framed by the launch that came late after each, in
+    `train_step`); memory-growth's a memory curve (no frame); the trace's own frames are
+    `SCENARIO.py(..): main` and `train_step`. launch-bound used to be located `at extra_copy.py:53
+    in ` and `at extra_copy_clean.py:42 in ` (a static search of the whole folder, no function) and
+    the patch compiled those two programs and left the traced one alone."""
     import subprocess
 
     repo = _git_repo(tmp_path)
@@ -244,7 +244,7 @@ def test_frameless_gpu_findings_patch_only_the_program_that_ran(scenario, tmp_pa
     assert all(fn and "unconfirmed" not in fn for _, fn in locations)
     doc = json.loads((tmp_path / "out" / "findings.json").read_text())
     lb = next(f for f in doc["findings"] if f["pattern"] == "launch-bound")
-    assert [(fr["resolved_path"], fr["function"]) for fr in lb["evidence"]["frames"]] == [(program, "main")]
+    assert [(fr["resolved_path"], fr["function"]) for fr in lb["evidence"]["frames"]] == [(program, "train_step")]
 
     check = subprocess.run(["git", "apply", "--check", str(tmp_path / "out" / "patch.diff")], cwd=repo,
                            capture_output=True, text=True)
@@ -268,12 +268,15 @@ def test_memory_growth_is_located_in_the_traced_program(tmp_path, capsys):
 
 def test_nothing_resolves_patches_nothing_and_says_the_locations_are_unconfirmed(tmp_path, capsys):
     """The folder holds the programs under other names: no frame of the trace and not job.json's
-    script resolves. The static matches are shown as unconfirmed; no program is patched."""
+    script resolves. The trace's own frames are shown as the trace names them (launch_bound.py,
+    which the folder does not hold), the static matches as unconfirmed; no program is patched."""
     repo = _git_repo(tmp_path, rename=lambda n: f"x_{n}")
     diff, out = _analyze(GPU / "launch_bound", repo, tmp_path / "out", capsys)
     assert diff is None
     locations = _locations(out)
-    assert locations and all(fn.endswith("(unconfirmed)") and not fn.startswith(" ") for _, fn in locations)
+    static = [(f, fn) for f, fn in locations if f.startswith("x_")]
+    assert static and all(fn.endswith("(unconfirmed)") and not fn.startswith(" ") for _, fn in static)
+    assert all(f == "launch_bound.py" and not (repo / f).exists() for f, _ in locations if (f, _) not in static)
     assert "note: source: no Python frame of the trace" in out and "nothing is patched" in out
 
 

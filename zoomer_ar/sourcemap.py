@@ -10,10 +10,10 @@ searched statically for that pattern. When nothing is found, the location is the
 `def`: where the source moved since the recording (lines inserted above it), the line it has now
 (the function found by its name), never the trace's line, which then lies in other code.
 
-A finding whose evidence has no Python frame (launch-bound's short kernels, idle gaps, a memory
-curve) is looked for statically in the job's own program: the files the trace shows running (the
-other findings' frames, every user frame of the trace's python_function events or call stacks,
-and the script job.json's argv names). Only when none of these resolves under the folder are the
+A finding whose evidence has no Python frame (launch-bound's short kernels, the idle gaps of a
+trace without stacks, a memory curve) is looked for statically in the job's own program: the
+files the trace shows running (the other findings' frames, every user frame of the trace's
+python_function events or call stacks, and the script job.json's argv names). Only when none of these resolves under the folder are the
 other files searched, and those locations are marked unconfirmed (``function`` ends with
 `` (unconfirmed)``, a note says so) and patch nothing: a folder of several programs is not
 patched on a guess. A folder that holds a single Python file is that program. User code is

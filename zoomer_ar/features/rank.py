@@ -297,12 +297,15 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
     sync_like = np.union1d(c.sync_calls(), item)
     del item
     sync_caused = np.zeros(glen.size, dtype=bool)
+    sync_of = np.empty(0, dtype=np.int64)  # per gap: the row of the sync call it follows (where sync_caused)
     if sync_like.size and glen.size:
         se_order = np.argsort(c.end[sync_like])
         s_end = c.end[sync_like][se_order]
         s_start = t.ts[sync_like][se_order]
         k = np.clip(np.searchsorted(s_end, g0 - TOL_US), 0, s_end.size - 1)
         sync_caused = (s_end[k] >= g0 - TOL_US) & (s_end[k] <= g1) & (s_start[k] < g0)
+        sync_of = sync_like[se_order[k]]
+        del s_end, s_start, k, se_order
     # each gap's rest (after data) goes to sync, host or other; one buffer holds each part in
     # turn (rest x mask is rest or 0.0: the values np.where would give, summed in the same order)
     part = np.empty(glen.size)
@@ -324,31 +327,23 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
         # the cause of the shown gaps only (a string array over every gap costs 20 bytes a gap)
         cause = {int(j): "data" if data_part[j] >= rest[j] else "sync" if sync_caused[j] else "host" if host_bound[j]
                  else "other" for j in top}
+        sync_gaps = np.flatnonzero(sync_caused)
+        sync_top = sync_gaps[np.argsort(-glen[sync_gaps])][:EVIDENCE_PER_KIND]
+        blocked = _blocking_calls(c, runtime, g0, g1, np.union1d(top, sync_top))
         rf.evidence["idle_gaps"] = [
-            EvidenceEvent(
-                name=f"GPU idle before {t.name_of(int(nxt[j]))[:120]}",
-                rank=t.rank,
-                ts_ms=round((float(g0[j]) - c.t0) / 1000.0, 4),
-                dur_ms=round(float(glen[j]) / 1000.0, 4),
-                category="idle",
-                detail=f"cause: {cause[int(j)]}",
-            )
+            _gap_event(c, f"GPU idle before {t.name_of(int(nxt[j]))[:120]}", float(g0[j]), float(glen[j]),
+                       f"cause: {cause[int(j)]}" + (f" (after {t.name_of(int(sync_of[j]))[:80]})" if cause[int(j)] == "sync" else ""),
+                       blocked.get(int(j)), int(sync_of[j]) if cause[int(j)] == "sync" else c.launcher(int(nxt[j])))
             for j in top
         ]
-        sync_gaps = np.flatnonzero(sync_caused)
         if sync_gaps.size:
             rf.evidence["sync_gaps"] = [
-                EvidenceEvent(
-                    name="GPU idle after a host synchronisation",
-                    rank=t.rank,
-                    ts_ms=round((float(g0[j]) - c.t0) / 1000.0, 4),
-                    dur_ms=round(float(glen[j]) / 1000.0, 4),
-                    category="idle",
-                    detail="the queue drained while the host waited, then refilled",
-                )
-                for j in sync_gaps[np.argsort(-glen[sync_gaps])][:EVIDENCE_PER_KIND]
+                _gap_event(c, "GPU idle after a host synchronisation", float(g0[j]), float(glen[j]),
+                           f"the queue drained while the host waited in {t.name_of(int(sync_of[j]))[:80]}, then refilled",
+                           blocked.get(int(j)), int(sync_of[j]))
+                for j in sync_top
             ]
-    del g0, g1, glen, data_part, rest, sync_caused, host_bound, nxt
+    del g0, g1, glen, data_part, rest, sync_caused, host_bound, nxt, sync_of
     short = kern[kd < 10.0]
     del kd
     if short.size:
@@ -440,6 +435,57 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
     v["allocator_calls_per_step"] = alloc.size / steady_steps
     v["allocator_ms_per_step"] = float(t.dur[alloc].sum()) / 1000.0 / steady_steps
     rf.evidence["allocator"] = c.worst(alloc)
+
+
+BLOCKED_SHARE = 0.5  # a host call covering at least this share of an idle gap is what the host was doing
+
+
+def _blocking_calls(c: _Ctx, runtime: np.ndarray, g0: np.ndarray, g1: np.ndarray, shown: np.ndarray) -> dict[int, tuple[int, float]]:
+    """For the shown idle gaps (indices into g0/g1): the runtime call - a launch, a synchronisation
+    or an allocation, on any host thread - that covers the largest part of the gap, where it covers
+    at least BLOCKED_SHARE of it: {gap: (row, overlap us)}. The host was blocked inside that call
+    while the device had nothing to do (a synchronous copy waiting for its stream, a cudaMalloc, a
+    launch stalled by a full queue). Only calls that both readers keep are candidates (stream/compact.py
+    keeps every runtime call of these kinds, prune.py never drops them)."""
+    t = c.t
+    if shown.size == 0:
+        return {}
+    need = BLOCKED_SHARE * float((g1[shown] - g0[shown]).min())
+    cand = np.flatnonzero(c.name_mask(lambda s: N.is_launch(s) or s in N.SYNC_APIS or s in N.ALLOCATOR_APIS, runtime))
+    cand = cand[t.dur[cand] >= need]
+    out: dict[int, tuple[int, float]] = {}
+    if cand.size == 0:
+        return out
+    cs, ce = t.ts[cand], c.end[cand]
+    for j in shown.tolist():
+        a, b = float(g0[j]), float(g1[j])
+        ov = np.minimum(ce, b) - np.maximum(cs, a)
+        best = np.lexsort((cand, cs, -ov))[0]  # the largest overlap; then the earliest start; then file order
+        if ov[best] >= BLOCKED_SHARE * (b - a) and ov[best] > 0:
+            out[j] = (int(cand[best]), float(ov[best]))
+    return out
+
+
+def _gap_event(c: _Ctx, name: str, g0: float, glen: float, detail: str, blocked: tuple[int, float] | None,
+               source: int | None) -> EvidenceEvent:
+    """An idle gap as evidence: where the host was blocked in a call for most of it, that call and its
+    Python frames; otherwise the frames of `source` (the call that launched the work after the gap, or the
+    synchronisation it followed)."""
+    t = c.t
+    if blocked is not None:
+        row, ov = blocked
+        detail += f"; the host was in {t.name_of(row)[:80]} for {ov / 1000.0:.3f} ms of it"
+        source = row
+    return EvidenceEvent.model_construct(
+        name=name,
+        rank=t.rank,
+        ts_ms=round((g0 - c.t0) / 1000.0, 4),
+        dur_ms=round(glen / 1000.0, 4),
+        stream=None,
+        category="idle",
+        detail=detail,
+        frames=c.frames.frames_for(source) if source is not None else [],
+    )
 
 
 def _host(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarray) -> None:
