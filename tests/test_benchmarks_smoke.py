@@ -234,3 +234,17 @@ def test_bench_load_tiny_run(tmp_path, shared_traces):
         assert large[kind]["events"] == large["events"]
     assert large["ratio_vs_msgspec"] > 0
     assert (SHARED_TRACES / "param" / "dlrm_8ranks").is_dir()
+
+
+def test_bench_fix_tree_tiny_run(tmp_path):
+    """bench_fix_tree.py on a small tree: both job counts run and give the same diff."""
+    import subprocess
+    import sys
+
+    tree = tmp_path / "t"
+    tree.mkdir()
+    (tree / "train.py").write_text("import torch\nfor b in loader:\n    torch.cuda.empty_cache()\n")
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_fix_tree.py"), "--tree", str(tree), "--jobs", "2"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "--jobs 2:" in proc.stdout and "identical diffs: yes" in proc.stdout

@@ -519,12 +519,14 @@ def run(
     registry: Registry | None = None,
     only: Iterable[Path] | None = None,
     scopes: Mapping[str, Iterable[str]] | None = None,
+    jobs: int = 1,
 ) -> RunResult:
     """Detect (and with ``fix=True`` compute fixes) for every Python file and notebook under
     ``root`` (with ``only``: those of them, and no others). ``scopes`` maps a file (relative to
     ``root``, as ``FileResult.path``) to the functions whose findings may be fixed
     (``<module>``: code outside any function); its other findings are reported, not fixable, and
-    a file not in ``scopes`` is fixed everywhere."""
+    a file not in ``scopes`` is fixed everywhere. ``jobs`` > 1 reads the files in that many
+    worker processes (:func:`_run_parallel`); the result is the same."""
     root = Path(root)
     if not root.exists():
         raise InputError(str(root), "no such file or directory")
@@ -536,8 +538,47 @@ def run(
         keep = {Path(q).resolve() for q in only}
         paths = [q for q in paths if not q.is_symlink() and q.resolve() in keep]
     confined = {Path(k).as_posix(): v for k, v in (scopes or {}).items()}
-    files = [process_file(root, q, selection, fix=fix, scope=confined.get(_rel(root, q))) for q in paths]
+    tasks = [(root, q, fix, None if (c := confined.get(_rel(root, q))) is None else tuple(c)) for q in paths]
+    files = None
+    if jobs > 1 and registry is None and len(tasks) >= PARALLEL_MIN_FILES:
+        files = _run_parallel(tasks, min(jobs, len(tasks)), (split_ids(select), split_ids(ignore), options))
+    if files is None:
+        files = [process_file(r, q, selection, fix=f, scope=c) for r, q, f, c in tasks]
     return RunResult(root, files, selection)
+
+
+#: below this many files a pool of worker processes costs more (a fresh interpreter each, importing
+#: libcst and the fixers: about a second) than it saves
+PARALLEL_MIN_FILES = 32
+_WORKER_SELECTION: Selection | None = None
+
+
+def _worker_start(select: list[str], ignore: list[str], options: Mapping[str, Mapping[str, Any]] | None) -> None:
+    global _WORKER_SELECTION
+    _WORKER_SELECTION = select_fixers(select, ignore, options)
+
+
+def _worker_file(task: tuple) -> FileResult:
+    root, path, fix, scope = task
+    assert _WORKER_SELECTION is not None
+    return process_file(root, path, _WORKER_SELECTION, fix=fix, scope=scope)
+
+
+def _run_parallel(tasks: list[tuple], jobs: int, selection_args: tuple) -> list[FileResult] | None:
+    """process_file for each task in ``jobs`` spawned processes (spawn: safe from a process that
+    runs threads), in the tasks' order; each worker builds the same selection from the same
+    arguments. None when the pool cannot start or breaks (a worker killed): the caller then runs
+    the files in this process, as without ``jobs``."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    try:
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_start,
+                                 initargs=selection_args) as pool:
+            return list(pool.map(_worker_file, tasks, chunksize=max(1, min(8, len(tasks) // (4 * jobs)))))
+    except (BrokenProcessPool, OSError):
+        return None
 
 
 # --------------------------------------------------------------------------------------------
