@@ -24,12 +24,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Iterable, Iterator, Mapping
 
 import libcst as cst
-from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
+from libcst.metadata import CodeRange, MetadataWrapper
 from pydantic import BaseModel, Field
 
 from ..errors import InputError, ZoomerError
 from .lines import split_lines
 from .nesting import nesting_problem, parse_in_big_stack
+from .positions import positions as node_positions
 
 MAX_ROUNDS = 12
 
@@ -156,7 +157,7 @@ class _Parsed:
 
     def positions(self) -> Mapping[cst.CSTNode, CodeRange]:
         if self._positions is None:
-            self._positions = self.wrapper.resolve(PositionProvider)
+            self._positions = node_positions(self.module)  # libcst's PositionProvider, faster (positions.py)
         return self._positions
 
 
@@ -224,22 +225,34 @@ def _stored_names(target: cst.CSTNode) -> Iterator[str]:
 
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
+#: type -> whether it is a CSTNode: CSTNode's metaclass is ABCMeta, whose isinstance goes through
+#: Python code; a traversal asks it millions of times for a few dozen types
+_IS_NODE: dict[type, bool] = {}
 
 
-def iter_children(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+def is_node(value: object) -> bool:
+    """isinstance(value, cst.CSTNode), answered once per type."""
+    t = type(value)
+    known = _IS_NODE.get(t)
+    if known is None:
+        known = _IS_NODE[t] = isinstance(value, cst.CSTNode)
+    return known
+
+
+def iter_children(node: cst.CSTNode) -> list[cst.CSTNode]:
     """Direct children of a node, read from its dataclass fields (much cheaper than libcst's
     ``.children``, which rebuilds the node). Field order, close to source order."""
     names = _FIELDS.get(type(node))
     if names is None:
         names = _FIELDS[type(node)] = tuple(f.name for f in dataclasses.fields(node))
+    out: list[cst.CSTNode] = []
     for name in names:
         value = getattr(node, name)
-        if isinstance(value, cst.CSTNode):
-            yield value
+        if is_node(value):
+            out.append(value)
         elif isinstance(value, (list, tuple)):
-            for item in value:
-                if isinstance(item, cst.CSTNode):
-                    yield item
+            out.extend(item for item in value if is_node(item))
+    return out
 
 
 class _Collector:
@@ -253,15 +266,29 @@ class _Collector:
         self.imports: dict[str, set[str]] = defaultdict(set)
         self.locals: set[str] = set()
         stack: list[cst.CSTNode] = [module]
+        order, by_type, parents = self.order, self.by_type, self.parents
+        binds = _BINDING_TYPES
         while stack:
             node = stack.pop()
-            self.order[node] = len(self.order)
-            self.by_type[type(node)].append(node)
-            self._bindings(node)
-            children = list(iter_children(node))
+            order[node] = len(order)
+            t = type(node)
+            by_type[t].append(node)
+            if t in binds or (t not in _PLAIN_TYPES and self._binding_type(t)):
+                self._bindings(node)
+            children = iter_children(node)
             for child in children:
-                self.parents[child] = node
-            stack.extend(reversed(children))
+                parents[child] = node
+            children.reverse()
+            stack.extend(children)
+
+    @staticmethod
+    def _binding_type(t: type) -> bool:
+        """Whether nodes of type t can bind a name (_bindings): decided once per type."""
+        if issubclass(t, _BINDING_BASES):
+            _BINDING_TYPES.add(t)
+            return True
+        _PLAIN_TYPES.add(t)
+        return False
 
     def _bindings(self, node: cst.CSTNode) -> None:
         if isinstance(node, cst.Import):
@@ -287,6 +314,12 @@ class _Collector:
             if asname is not None:
                 self.locals.update(_stored_names(asname.name))
 
+
+_BINDING_BASES = (cst.Import, cst.ImportFrom, cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.For, cst.CompFor,
+                  cst.NamedExpr, cst.FunctionDef, cst.ClassDef, cst.Param, cst.WithItem, cst.ExceptHandler,
+                  cst.ExceptStarHandler)
+_BINDING_TYPES: set[type] = set()  # node types _Collector._bindings looks at (subclasses of _BINDING_BASES)
+_PLAIN_TYPES: set[type] = set()  # and those it does not
 
 SCOPE_BOUNDARIES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
 LINE_STATEMENTS = (cst.SimpleStatementLine, cst.SimpleStatementSuite, cst.BaseCompoundStatement)

@@ -243,12 +243,23 @@ def is_device_expr(ctx: Context | None, expr: cst.CSTNode) -> bool:
 def walk(node: cst.CSTNode, *, into_scopes: bool = True) -> Iterator[cst.CSTNode]:
     """Pre-order traversal of ``node``'s subtree (optionally not entering def/class/lambda)."""
     stack = [node]
+    scopes = _SCOPE_TYPES
     while stack:
         cur = stack.pop()
         yield cur
-        if cur is not node and not into_scopes and isinstance(cur, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-            continue
-        stack.extend(reversed(list(iter_children(cur))))
+        if not into_scopes and cur is not node:
+            t = type(cur)
+            scope = scopes.get(t)
+            if scope is None:
+                scope = scopes[t] = issubclass(t, (cst.FunctionDef, cst.ClassDef, cst.Lambda))
+            if scope:
+                continue
+        children = iter_children(cur)
+        children.reverse()
+        stack.extend(children)
+
+
+_SCOPE_TYPES: dict[type, bool] = {}  # node type -> whether it opens a scope (def, class, lambda)
 
 
 def target_names(target: cst.CSTNode) -> list[str]:
