@@ -14,6 +14,8 @@ parse runs on a thread whose stack is far larger than these limits need, whateve
 from __future__ import annotations
 
 import io
+import os
+import queue
 import threading
 import tokenize
 from typing import Callable, TypeVar
@@ -134,31 +136,56 @@ def nesting_problem(source: str) -> tuple[int, int, str] | None:
 
 
 def parse_in_big_stack(parse: Callable[[], T]) -> T:
-    """``parse()`` on a fresh thread with a :data:`PARSE_STACK_BYTES` stack, so the native
-    parser's headroom does not depend on the calling thread (a worker thread's stack may be
-    small, ``ulimit -s`` may be lowered). Exceptions are re-raised in the caller."""
-    box: dict[str, object] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = parse()
-        except BaseException as exc:  # re-raised below, in the caller's thread
-            box["error"] = exc
-
-    try:
-        with _STACK_LOCK:
-            old = threading.stack_size(PARSE_STACK_BYTES)
-            try:
-                worker = threading.Thread(target=target, name="zoomer-parse", daemon=True)
-                worker.start()
-            finally:
-                threading.stack_size(old)
-    except (RuntimeError, ValueError, MemoryError):  # no such thread here (ulimit -v): the limits still hold
+    """``parse()`` on a thread with a :data:`PARSE_STACK_BYTES` stack, so the native parser's
+    headroom does not depend on the calling thread (a worker thread's stack may be small,
+    ``ulimit -s`` may be lowered). One such thread serves every parse of the process (starting a
+    thread with that stack cost about 5 ms a file); a forked child starts its own. Exceptions are
+    re-raised in the caller."""
+    jobs = _parse_thread()
+    if jobs is None:  # no such thread here (ulimit -v): the limits still hold
         return parse()
-    worker.join()
+    box: dict[str, object] = {}
+    done = threading.Event()
+    jobs.put((parse, box, done))
+    done.wait()
     if "error" in box:
         raise box["error"]  # type: ignore[misc]
     return box["value"]  # type: ignore[return-value]
+
+
+def _serve(jobs: "queue.SimpleQueue") -> None:
+    while True:
+        parse, box, done = jobs.get()
+        try:
+            box["value"] = parse()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = exc
+        finally:
+            done.set()
+            del parse, box, done  # nothing of a finished parse stays alive here
+
+
+_PARSER: tuple[int, threading.Thread, "queue.SimpleQueue"] | None = None  # (pid, thread, its jobs)
+
+
+def _parse_thread() -> "queue.SimpleQueue | None":
+    """The jobs queue of this process's parse thread, started on first use (None if it cannot be)."""
+    global _PARSER
+    with _STACK_LOCK:
+        if _PARSER is not None and _PARSER[0] == os.getpid() and _PARSER[1].is_alive():
+            return _PARSER[2]
+        jobs: queue.SimpleQueue = queue.SimpleQueue()
+        try:
+            old = threading.stack_size(PARSE_STACK_BYTES)
+            try:
+                worker = threading.Thread(target=_serve, args=(jobs,), name="zoomer-parse", daemon=True)
+                worker.start()
+            finally:
+                threading.stack_size(old)
+        except (RuntimeError, ValueError, MemoryError):
+            return None
+        _PARSER = (os.getpid(), worker, jobs)
+        return jobs
 
 
 _STACK_LOCK = threading.Lock()
