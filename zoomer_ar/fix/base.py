@@ -353,6 +353,7 @@ class Context:
         self._locals = collector.locals
         self._line_suppress: dict[int, set[str]] | None = None
         self._file_suppress: set[str] = set()
+        self._resolved: dict[cst.CSTNode, tuple[bool, frozenset[str] | str | None]] = {}  # matches()
 
     @property
     def _pos(self) -> Mapping[cst.CSTNode, CodeRange]:
@@ -499,12 +500,18 @@ class Context:
     def matches(self, node: cst.CSTNode, full: Iterable[str], bare: Iterable[str] = ()) -> bool:
         """Whether ``node`` (a callee or a Call) refers to one of ``full`` (fully qualified names);
         ``bare`` lists spellings accepted only when nothing binds them (snippets, star imports)."""
-        target = node.func if isinstance(node, cst.Call) else node
-        full = set(full)
-        if self.is_bound(target):
-            return bool(self.qualnames(target) & full)
-        d = _dotted(target)
-        return d is not None and (d in full or d in set(bare))
+        target = node.func if type(node) is cst.Call else node
+        resolved = self._resolved.get(target)
+        if resolved is None:  # what is_bound and qualnames say of it, once per node
+            bound = self.is_bound(target)
+            resolved = self._resolved[target] = (bound, frozenset(self.qualnames(target)) if bound else _dotted(target))
+        bound, names = resolved
+        if bound:
+            return not names.isdisjoint(full)  # type: ignore[union-attr]
+        if names is None:
+            return False
+        full = full if isinstance(full, (set, frozenset)) else set(full)
+        return names in full or names in (bare if isinstance(bare, (set, frozenset)) else set(bare))
 
     def torch_alias(self) -> str | None:
         """The name a top-level ``import torch [as X]`` binds, if any."""
