@@ -59,3 +59,21 @@ def test_a_forked_child_parses_on_a_thread_of_its_own():
     got = os.read(r, 16)
     os.waitpid(pid, 0)
     assert got == b"ok"
+
+
+def test_the_parse_thread_does_not_stop_lightgbm_being_quieted(tmp_path, capfd):
+    """learn.model._quiet_native redirects LightGBM's native "[Fatal]" line only when no other
+    thread could lose its output meanwhile; the parse thread (which outlives its parses and never
+    writes) is not such a thread. Found in CI: a test worker that had parsed source before printed
+    the line."""
+    from zoomer_ar.learn.model import SILENT_THREADS, ModelLoadError, load_booster
+
+    parse_in_big_stack(lambda: cst.parse_module("x = 1\n"))
+    assert nesting._PARSER[1].is_alive() and nesting._PARSER[1].name in SILENT_THREADS
+    bad = tmp_path / "idle-gpu.txt"
+    bad.write_text("tree\nversion=v4\nnum_class=1\nend of trees\n")  # complete-looking, LightGBM refuses it
+    capfd.readouterr()
+    with pytest.raises(ModelLoadError, match="LightGBM cannot load it"):
+        load_booster(bad)
+    out = capfd.readouterr()
+    assert "[Fatal]" not in out.out + out.err

@@ -189,3 +189,15 @@ def _parse_thread() -> "queue.SimpleQueue | None":
 
 
 _STACK_LOCK = threading.Lock()
+
+
+def _forget_parser() -> None:
+    """In a forked child: the parent's parse thread did not come along, and a lock another
+    thread held at the fork would stay held; start afresh."""
+    global _PARSER, _STACK_LOCK
+    _PARSER = None
+    _STACK_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_parser)

@@ -75,6 +75,11 @@ def load_booster(path: Path):
         raise ModelLoadError(str(path), f"LightGBM cannot load it ({_first_line(str(exc))})") from None
 
 
+#: threads of this package that never write to stdout or stderr (zoomer_ar.fix.nesting's parse thread,
+#: which outlives the parse that started it): they do not stop _quiet_native from redirecting
+SILENT_THREADS = frozenset({"zoomer-parse"})
+
+
 @contextlib.contextmanager
 def _quiet_native():
     """Keep LightGBM's native "[LightGBM] [Fatal] ..." line (written straight to file descriptor 2 by the C++
@@ -85,7 +90,8 @@ def _quiet_native():
     import tempfile
     import threading
 
-    if threading.active_count() > 1:  # a server's threads would lose their output meanwhile: keep the line
+    others = [t for t in threading.enumerate() if t is not threading.current_thread() and t.name not in SILENT_THREADS]
+    if others:  # a server's threads would lose their output meanwhile: keep the line
         yield
         return
     saved = None
