@@ -70,3 +70,24 @@ def test_the_cli_output_does_not_depend_on_jobs(tree, capsysbinary):  # the diff
     assert outs[0] == outs[1]
     assert outs[0][0] == 0 and b"+++ b/latin.py" in outs[0][1]
     assert main(["fix", str(tree), "--jobs", "0"]) == 2  # a count below 1 is refused like other bad options
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_progress_is_called_once_per_file_in_order(tree, jobs):
+    seen: list[tuple[int, int]] = []
+    result = engine.run(tree, fix=False, jobs=jobs, progress=lambda done, total: seen.append((done, total)))
+    n = len(result.files)
+    assert seen == [(k, n) for k in range(1, n + 1)]
+
+
+def test_the_bar_draws_on_a_terminal_only(tree, monkeypatch):
+    from zoomer_ar.fix import cli as fix_cli
+
+    with fix_cli._progress_bar() as progress:  # pytest's stderr is not a terminal
+        assert progress is None
+    monkeypatch.setattr("rich.console.Console.is_terminal", property(lambda self: True))
+    with fix_cli._progress_bar() as progress:
+        assert progress is not None
+        progress(1, fix_cli.PROGRESS_MIN_FILES - 1)  # a small tree: no bar is started
+        progress(1, 200)
+        progress(200, 200)

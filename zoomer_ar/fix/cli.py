@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -11,6 +12,41 @@ from typing import Any
 import click
 
 from ..errors import InputError
+
+
+#: trees of fewer files finish before a bar is worth drawing
+PROGRESS_MIN_FILES = 50
+
+
+@contextlib.contextmanager
+def _progress_bar():
+    """A transient files-done bar on stderr, when stderr is a terminal and the tree is large; yields
+    the engine's progress callback (None: no bar)."""
+    from rich.console import Console
+
+    console = Console(file=sys.stderr)
+    if not console.is_terminal:
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(TextColumn("[bold]fixing[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   console=console, transient=True)
+    task = None
+
+    def update(done: int, total: int) -> None:
+        nonlocal task
+        if total < PROGRESS_MIN_FILES:
+            return
+        if task is None:
+            bar.start()
+            task = bar.add_task("files", total=total)
+        bar.update(task, completed=done)
+
+    try:
+        yield update
+    finally:
+        bar.stop()
 
 
 def _parse_options(values: tuple[str, ...]) -> dict[str, dict[str, Any]]:
@@ -89,8 +125,9 @@ def fix(path: Path | None, select: str | None, ignore: str | None, show_diff: bo
     if show_diff and do_apply:
         raise InputError(None, "--diff and --apply are exclusive")
     options = _parse_options(opts)
-    result = engine.run(path, select=select, ignore=ignore, options=options, fix=show_diff or do_apply,
-                        jobs=jobs or os.cpu_count() or 1)
+    with _progress_bar() as progress:
+        result = engine.run(path, select=select, ignore=ignore, options=options, fix=show_diff or do_apply,
+                            jobs=jobs or os.cpu_count() or 1, progress=progress)
     written = engine.apply(result) if do_apply else []
 
     def shown(p: str) -> str:

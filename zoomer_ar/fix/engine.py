@@ -31,7 +31,7 @@ import tempfile
 import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import libcst as cst
 
@@ -520,13 +520,15 @@ def run(
     only: Iterable[Path] | None = None,
     scopes: Mapping[str, Iterable[str]] | None = None,
     jobs: int = 1,
+    progress: "Callable[[int, int], None] | None" = None,
 ) -> RunResult:
     """Detect (and with ``fix=True`` compute fixes) for every Python file and notebook under
     ``root`` (with ``only``: those of them, and no others). ``scopes`` maps a file (relative to
     ``root``, as ``FileResult.path``) to the functions whose findings may be fixed
     (``<module>``: code outside any function); its other findings are reported, not fixable, and
     a file not in ``scopes`` is fixed everywhere. ``jobs`` > 1 reads the files in that many
-    worker processes (:func:`_run_parallel`); the result is the same."""
+    worker processes (:func:`_run_parallel`); the result is the same. ``progress(done, total)``
+    is called after each file (files in order)."""
     root = Path(root)
     if not root.exists():
         raise InputError(str(root), "no such file or directory")
@@ -541,9 +543,13 @@ def run(
     tasks = [(root, q, fix, None if (c := confined.get(_rel(root, q))) is None else tuple(c)) for q in paths]
     files = None
     if jobs > 1 and registry is None and len(tasks) >= PARALLEL_MIN_FILES:
-        files = _run_parallel(tasks, min(jobs, len(tasks)), (split_ids(select), split_ids(ignore), options))
+        files = _run_parallel(tasks, min(jobs, len(tasks)), (split_ids(select), split_ids(ignore), options), progress)
     if files is None:
-        files = [process_file(r, q, selection, fix=f, scope=c) for r, q, f, c in tasks]
+        files = []
+        for r, q, f, c in tasks:
+            files.append(process_file(r, q, selection, fix=f, scope=c))
+            if progress is not None:
+                progress(len(files), len(tasks))
     return RunResult(root, files, selection)
 
 
@@ -564,7 +570,8 @@ def _worker_file(task: tuple) -> FileResult:
     return process_file(root, path, _WORKER_SELECTION, fix=fix, scope=scope)
 
 
-def _run_parallel(tasks: list[tuple], jobs: int, selection_args: tuple) -> list[FileResult] | None:
+def _run_parallel(tasks: list[tuple], jobs: int, selection_args: tuple,
+                  progress: "Callable[[int, int], None] | None" = None) -> list[FileResult] | None:
     """process_file for each task in ``jobs`` spawned processes (spawn: safe from a process that
     runs threads), in the tasks' order; each worker builds the same selection from the same
     arguments. None when the pool cannot start or breaks (a worker killed): the caller then runs
@@ -576,7 +583,12 @@ def _run_parallel(tasks: list[tuple], jobs: int, selection_args: tuple) -> list[
     try:
         with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_start,
                                  initargs=selection_args) as pool:
-            return list(pool.map(_worker_file, tasks, chunksize=max(1, min(8, len(tasks) // (4 * jobs)))))
+            out: list[FileResult] = []
+            for res in pool.map(_worker_file, tasks, chunksize=max(1, min(8, len(tasks) // (4 * jobs)))):
+                out.append(res)
+                if progress is not None:
+                    progress(len(out), len(tasks))
+            return out
     except (BrokenProcessPool, OSError):
         return None
 
