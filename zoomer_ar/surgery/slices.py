@@ -75,19 +75,11 @@ class FastLaunch(msgspec.Struct, gc=False):
     args: _FastArgs = _NO_FAST_ARGS
 
 
-class FastTyped(msgspec.Struct, gc=False):
+class FastTyped(FastLaunch, gc=False):
     """FastLaunch whose `args` have the loader's types (load/schema.py RawArgs): a slice that
     decodes is one that validate.refuse_wrong_types passes."""
 
-    ph: str = None  # type: ignore[assignment]
-    name: str = ""
-    cat: str = ""
-    ts: Number = NAN
-    dur: Number = NAN
-    pid: int | str = None  # type: ignore[assignment]
-    tid: int | str = None  # type: ignore[assignment]
-    id: Any = None  # noqa: A003
-    args: RawArgs = NO_ARGS
+    args: RawArgs = NO_ARGS  # type: ignore[assignment]
 
 
 # ---- whole slices that `trace check` passes, in one decode -----------------------------------------
