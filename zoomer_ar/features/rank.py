@@ -330,12 +330,14 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
         sync_gaps = np.flatnonzero(sync_caused)
         sync_top = sync_gaps[np.argsort(-glen[sync_gaps])][:EVIDENCE_PER_KIND]
         blocked = _blocking_calls(c, runtime, g0, g1, np.union1d(top, sync_top))
-        rf.evidence["idle_gaps"] = [
-            _gap_event(c, f"GPU idle before {t.name_of(int(nxt[j]))[:120]}", float(g0[j]), float(glen[j]),
-                       f"cause: {cause[int(j)]}" + (f" (after {t.name_of(int(sync_of[j]))[:80]})" if cause[int(j)] == "sync" else ""),
-                       blocked.get(int(j)), int(sync_of[j]) if cause[int(j)] == "sync" else c.launcher(int(nxt[j])))
-            for j in top
-        ]
+        shown = []
+        for j in top.tolist():
+            detail, source = f"cause: {cause[j]}", c.launcher(int(nxt[j]))  # where the late work was launched
+            if cause[j] == "sync":
+                detail, source = f"{detail} (after {t.name_of(int(sync_of[j]))[:80]})", int(sync_of[j])
+            shown.append(_gap_event(c, f"GPU idle before {t.name_of(int(nxt[j]))[:120]}", float(g0[j]), float(glen[j]),
+                                    detail, blocked.get(j), source))
+        rf.evidence["idle_gaps"] = shown
         if sync_gaps.size:
             rf.evidence["sync_gaps"] = [
                 _gap_event(c, "GPU idle after a host synchronisation", float(g0[j]), float(glen[j]),
@@ -451,7 +453,7 @@ def _blocking_calls(c: _Ctx, runtime: np.ndarray, g0: np.ndarray, g1: np.ndarray
     if shown.size == 0:
         return {}
     need = BLOCKED_SHARE * float((g1[shown] - g0[shown]).min())
-    cand = np.flatnonzero(c.name_mask(lambda s: N.is_launch(s) or s in N.SYNC_APIS or s in N.ALLOCATOR_APIS, runtime))
+    cand = np.flatnonzero(c.name_mask(N.is_launch_sync_or_alloc, runtime))
     cand = cand[t.dur[cand] >= need]
     out: dict[int, tuple[int, float]] = {}
     if cand.size == 0:

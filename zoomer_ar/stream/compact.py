@@ -117,7 +117,7 @@ def name_flags(name: str) -> int:
         f |= N_OP
     if name == "aten::copy_":
         f |= N_COPY_
-    if (N.is_launch(name) or name in N.SYNC_APIS or name in N.ALLOCATOR_APIS or any(w in name for w in _RT_WORDS)):
+    if N.is_launch_sync_or_alloc(name) or any(w in name for w in _RT_WORDS):
         f |= N_RT
     if name.startswith("aten::"):
         f |= N_ATEN

@@ -219,7 +219,7 @@ def removable(t: RankTrace) -> np.ndarray:
     # runtime calls kept for their correlation id only
     rt = t.mask_cat(*N.RUNTIME_CATS)
     if rt.any():
-        rt &= ~t.mask_names(lambda s: N.is_launch(s) or s in N.SYNC_APIS or s in N.ALLOCATOR_APIS)
+        rt &= ~t.mask_names(N.is_launch_sync_or_alloc)
         cand = row_positions(rt)
         del rt
         if cand.size:
