@@ -207,3 +207,14 @@ def test_tokens_are_stored_hashed_scoped_and_revocable(db_url):
     assert [t["team"] for t in list_tokens(engine, "vision")] == ["vision"]
     assert revoke_token(engine, tid) and not revoke_token(engine, tid)
     assert authenticate(engine, tok) is None
+
+
+def test_jobs_queued_within_a_millisecond_are_claimed_in_order(db_url):
+    """SQLite's julianday('now') keeps milliseconds: jobs queued back to back tied on queued_at and
+    were claimed in job-id (random) order. Queued times now keep microseconds."""
+    engine = open_store(db_url)
+    ids = _jobs(engine, 12)
+    with read_session(engine) as s:
+        queued = [s.get(ServiceJob, j).queued_at for j in ids]
+    assert queued == sorted(queued) and len(set(queued)) == len(queued)
+    assert [Q.claim(engine, f"w{k}", 30).job_id for k in range(12)] == ids

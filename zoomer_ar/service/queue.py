@@ -29,6 +29,7 @@ hosts agree on expiry.
 
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -62,10 +63,12 @@ class LeaseLost(Exception):
 
 
 def db_now(s: Session) -> float:
-    """The database server's clock, epoch seconds."""
+    """The database server's clock, epoch seconds, to the microsecond. SQLite runs in this process:
+    its clock is this host's, read here (its julianday('now') keeps milliseconds only, so jobs
+    queued within one millisecond tied on queued_at and were claimed in job-id order, not FIFO)."""
     if s.get_bind().dialect.name == "postgresql":
         return float(s.execute(text("SELECT extract(epoch FROM clock_timestamp())")).scalar_one())
-    return float(s.execute(text("SELECT (julianday('now') - 2440587.5) * 86400.0")).scalar_one())
+    return time.time()
 
 
 def new_job_id() -> str:
