@@ -18,6 +18,7 @@ import numpy.ma  # noqa: F401 - np.median imports it on first use; load it with 
 
 from ..errors import InputError
 from ..models import JobInfo, RankInfo, SkippedFile
+from ..threads import start as start_thread
 from . import fastcols
 from .columns import PH_COMPLETE, PH_INSTANT, ColumnBuilder, RankTrace, build_columns
 from .cuts import last_boundary as _cut
@@ -542,7 +543,7 @@ def stream_trace(
     gc_was_enabled = gc.isenabled()
     gc.disable()  # millions of short-lived objects: generational GC passes would dominate
     if threaded:
-        reader.start()
+        start_thread(reader)
     redo = False
     try:
         return _Consumer(path, chunks, progress, fast).run()

@@ -18,6 +18,7 @@ from pathlib import Path
 from ..load.inflate import ERRORS as INFLATE_ERRORS
 from ..load.inflate import gzip_inflater
 from ..load.reader import HashingFile
+from ..threads import start as start_thread
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -163,7 +164,7 @@ class ChunkReader:
 
     def __iter__(self) -> Iterator[tuple[bytes, int]]:
         self._thread = threading.Thread(target=self._run, daemon=True, name="zoomer-stream-reader")
-        self._thread.start()
+        start_thread(self._thread)
         try:
             while True:
                 data, extra = self._q.get()

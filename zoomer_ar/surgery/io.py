@@ -31,6 +31,7 @@ from ..errors import InputError, OutputError
 from ..load.schema import Number
 from ..stream.scan import ScanResult, scan
 from ..stream.source import BadJSON, StreamError, zstandard
+from ..threads import start as start_thread
 
 
 class Lite(msgspec.Struct, gc=False):
@@ -180,7 +181,7 @@ class WriteQueue:
         self.failed: tuple[_Sink, BaseException] | None = None
         self._halt = False
         self._thread = threading.Thread(target=self._run, name="zoomer-ar-writer", daemon=True)
-        self._thread.start()
+        start_thread(self._thread)
 
     def _run(self) -> None:
         while True:

@@ -29,6 +29,7 @@ from ..load.job import rank_from_name
 from ..stream.compact import NsCounter
 from ..stream.scan import ScanResult, scan
 from ..stream.source import BadJSON, ChunkReader, StreamError, is_trace_file
+from ..threads import start as start_thread
 from . import guard
 from .io import (
     TOO_DEEP, Launched, TraceWriter, _Sink, compression_for, copy_file, decode_top, encode_head,
@@ -665,7 +666,7 @@ class _BackgroundCopy:
         self.error: BaseException | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="zoomer-ar-copy", daemon=True)
-        self._thread.start()
+        start_thread(self._thread)
 
     def _run(self) -> None:
         src = self.src
