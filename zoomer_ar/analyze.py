@@ -24,6 +24,32 @@ def _capped(findings: list[Finding], most: str) -> list[Finding]:
     return [f if SEVERITY_ORDER[f.severity] <= top else f.model_copy(update={"severity": most}) for f in findings]
 
 
+STARTUP_NOTE_PCT = 5.0  # start-up calls holding the GPU idle this share of the step deserve a note
+
+
+def _startup_note(jf: JobFeatures) -> str | None:
+    """A note where start-up calls (outlier runtime calls early in the profile) hold the GPU idle for a material
+    share of the step: they are not a per-step cost, and the profile misses the steady state."""
+    fv = jf.vector
+    idle = fv.idle_startup_ms_per_step or 0.0
+    if not fv.step_ms or 100.0 * idle / fv.step_ms < STARTUP_NOTE_PCT:
+        return None
+    worst = (jf.evidence.get("startup_calls") or [None])[0]
+    longest = f"; the longest, {worst.name} for {worst.dur_ms:,.1f} ms, is {worst.detail}" if worst is not None else ""
+    where = ("before the second profiled step" if fv.profiler_steps >= 2 else
+             "in a trace of fewer than two profiled steps, which cannot show whether they recur")
+    n = fv.startup_calls
+    return (
+        f"Start-up inside the profile: {n} runtime call{'s' if n != 1 else ''} at least 100 times slower than "
+        f"the typical call of {'their' if n != 1 else 'its'} API, {where}, held the host while the GPU idled for "
+        f"{idle:,.1f} ms per step ({100.0 * idle / fv.step_ms:.0f}% of the step){longest}. Calls this far above "
+        "their API's typical cost are usually one-off work - a first launch loading its module, context creation, "
+        "first allocations - so idle-gpu and launch-bound leave that time out of their impact. Profile a few steps "
+        "after a warm-up (torch.profiler.schedule(wait=1, warmup=2, active=3)) to see the steady state"
+        f"{'' if fv.profiler_steps >= 2 else ' and whether these calls recur'}."
+    )
+
+
 def build_analysis(job: Job, jf: JobFeatures, findings: list[Finding]) -> Analysis:
     features = jf.vector.model_dump()
     notes = []
@@ -40,6 +66,8 @@ def build_analysis(job: Job, jf: JobFeatures, findings: list[Finding]) -> Analys
         notes.append("No GPU or accelerator activity in this trace: GPU-side rules were not applied.")
     elif not jf.vector.has_gpu:
         notes.append(f"Accelerator {jf.vector.accelerator}: no CUDA/HIP kernels, GPU rules were not applied.")
+    if (note := _startup_note(jf)) is not None:
+        notes.append(note)
     for s in job.info.skipped:
         notes.append(f"Skipped {s.path}: {s.reason}")
     n_events = sum(r.n_events for r in job.info.ranks)

@@ -215,6 +215,9 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
     v["has_accelerator"] = bool(gpu_idx.size or accel_idx.size)
     if not gpu_idx.size:
         return
+    runtime = t.mask_cat(*N.RUNTIME_CATS) & c.x
+    startup, typical = _startup_calls(c, runtime, step_starts)  # before the per-GPU-row temporaries
+    v["startup_calls"] = int(startup.size)
     gs, ge = t.ts[gpu_idx], c.end[gpu_idx]
     us, ue = iv.union(gs, ge)
     del ge  # the per-row temporaries of this function are dropped once used: peak memory of big traces
@@ -253,7 +256,6 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
     v["kernel_dur_p50_us"] = _pct(kd, 50)
     v["kernel_dur_p90_us"] = _pct(kd, 90)
     v["short_kernel_share"] = float((kd < 10.0).mean()) if kd.size else None
-    runtime = t.mask_cat(*N.RUNTIME_CATS) & c.x
     launch = row_positions(c.name_mask(N.is_launch, runtime))
     v["launch_count"] = int(launch.size)
     v["launch_dur_p50_us"] = _pct(t.dur[launch], 50)
@@ -317,6 +319,14 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
     other -= part
     other_sum = float(other.sum())
     del part, other
+    # GPU idle while the host sat in a start-up call (an outlier runtime call in the first step): of all gaps, and
+    # of the host-bound part of each gap (what idle_host counts)
+    in_startup = np.zeros(glen.size)
+    if startup.size and glen.size:
+        in_startup = np.minimum(iv.overlap_with(g0, g1, iv.union(t.ts[startup], c.end[startup])), glen)
+    v["idle_startup_ms_total"] = float(in_startup.sum()) / 1000.0
+    v["idle_startup_host_ms_total"] = float(np.minimum(in_startup, rest)[~sync_caused & host_bound].sum()) / 1000.0
+    del in_startup
     v["idle_data_ms_total"] = float(data_part.sum()) / 1000.0
     v["idle_sync_ms_total"] = sync_sum / 1000.0
     v["idle_host_ms_total"] = host_sum / 1000.0
@@ -345,6 +355,10 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
                            blocked.get(int(j)), int(sync_of[j]))
                 for j in sync_top
             ]
+    if startup.size:
+        idle_in = iv.overlap_with(t.ts[startup], c.end[startup], (g0, g1)) if glen.size else np.zeros(startup.size)
+        rf.evidence["startup_calls"] = c.worst(startup, key=idle_in + t.dur[startup] * 1e-12,  # idle first, then length
+                                               detail=lambda i: _startup_detail(t, i, typical, startup, idle_in))
     del g0, g1, glen, data_part, rest, sync_caused, host_bound, nxt, sync_of
     short = kern[kd < 10.0]
     del kd
@@ -437,6 +451,50 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
     v["allocator_calls_per_step"] = alloc.size / steady_steps
     v["allocator_ms_per_step"] = float(t.dur[alloc].sum()) / 1000.0 / steady_steps
     rf.evidence["allocator"] = c.worst(alloc)
+
+
+OUTLIER_MIN_US = 1000.0  # an outlier runtime call lasts at least this long ...
+OUTLIER_RATIO = 100.0  # ... and at least this many times its API's typical duration in the rank
+
+
+def _startup_calls(c: _Ctx, runtime: np.ndarray, step_starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Start-up calls: outlier runtime calls before the second profiled step (anywhere in a trace of fewer than
+    two steps, which cannot tell start-up from a stall that recurs). An outlier is a launch, synchronisation,
+    copy or allocation (the calls both readers keep) lasting at least OUTLIER_MIN_US and at least
+    OUTLIER_RATIO times the typical call of the same API in the rank (its lower median: the median of an odd
+    count, the lower middle value of an even one, so one slow call among two still stands out): the first
+    launch of a kernel that loads its module, context creation, a first cudaMalloc/cudaFree. Outliers in
+    later steps recur: they stay ordinary idle time. Returns (rows in file order, each one's typical us)."""
+    t = c.t
+    cand = row_positions(c.name_mask(N.is_launch_sync_or_alloc, runtime))
+    if cand.size == 0:
+        return cand, np.empty(0)
+    d, code = t.dur[cand], t.name[cand]
+    slow_names = np.unique(code[d >= OUTLIER_MIN_US])  # only APIs with a long call can have an outlier
+    if slow_names.size == 0:
+        return cand[:0], np.empty(0)
+    keep = np.isin(code, slow_names)
+    cand, d, code = cand[keep], d[keep], code[keep]
+    order = np.lexsort((d, code))
+    sc, sd = code[order], d[order]
+    first = np.flatnonzero(np.r_[True, sc[1:] != sc[:-1]])
+    counts = np.diff(np.r_[first, sc.size])
+    typical = np.repeat(sd[first + (counts - 1) // 2], counts)
+    hit = (sd >= OUTLIER_MIN_US) & (sd >= OUTLIER_RATIO * typical)
+    rows, typical = cand[order[hit]], typical[hit]
+    if step_starts.size >= 2:
+        early = t.ts[rows] < step_starts[1]
+        rows, typical = rows[early], typical[early]
+    back = np.argsort(rows, kind="stable")
+    return rows[back], typical[back]
+
+
+def _startup_detail(t: RankTrace, i: int, typical: np.ndarray, rows: np.ndarray, idle_in: np.ndarray) -> str:
+    k = int(np.searchsorted(rows, i))
+    typ, idle = float(typical[k]), float(idle_in[k])
+    times = f"{float(t.dur[i]) / typ:,.0f}x" if typ > 0 else "far above"
+    text = f"{times} the typical {t.name_of(i)[:60]} ({typ:.1f} us)"
+    return text + (f"; the GPU was idle for {idle / 1000.0:.3f} ms of it" if idle > 0 else "; the GPU was busy meanwhile")
 
 
 BLOCKED_SHARE = 0.5  # a host call covering at least this share of an idle gap is what the host was doing

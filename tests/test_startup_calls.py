@@ -1,0 +1,128 @@
+"""Start-up inside the profile: outlier runtime calls (at least 1 ms and 100x the typical call of their
+API) before the second profiled step are one-off work - a first launch loading its module, context
+creation, a first cudaFree - not a per-step cost. idle-gpu and launch-bound leave the GPU idle time they
+hold out of their impact, the analysis says so in a note, and the calls are evidence.
+
+tracelens/perf_model/normalization (MI300X, a layer test profiled from the program's start): 8 of its
+150 hipLaunchKernel calls take 8.6-331.6 ms against a typical 5.3 us; they hold 978.6 of the 1,067.8 ms
+of GPU idle time. Both findings used to claim 90% of the step as avoidable launch overhead."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from zoomer_ar.analyze import analyze_job, analyze_path
+from zoomer_ar.features import extract
+from zoomer_ar.load import load_job
+from zoomer_ar.stream import load_job_streaming
+
+NORMALIZATION = "tracelens/perf_model/normalization/normalization_layer_test.json.gz"
+
+
+def _finding(analysis, pattern):
+    return next(f for f in analysis.findings if f.pattern == pattern)
+
+
+def test_start_up_launches_are_left_out_of_the_impact_on_the_real_trace(shared_traces):
+    a = analyze_path(shared_traces / NORMALIZATION)
+    fv = a.features
+    assert fv["startup_calls"] >= 8
+    assert 0.85 * fv["gpu_idle_ms_per_step"] < fv["idle_startup_ms_per_step"] < fv["gpu_idle_ms_per_step"]
+    assert fv["idle_startup_host_ms_per_step"] <= fv["idle_host_ms_per_step"]
+    idle, launch = _finding(a, "idle-gpu"), _finding(a, "launch-bound")
+    step = fv["step_ms"]
+    assert idle.impact.ms_per_step == pytest.approx(fv["gpu_idle_ms_per_step"] - fv["idle_startup_ms_per_step"], rel=1e-3)
+    assert launch.impact.ms_per_step == pytest.approx(fv["idle_host_ms_per_step"] - fv["idle_startup_host_ms_per_step"],
+                                                      rel=1e-3)
+    assert idle.impact.pct_of_step < 10.0 < 100.0 * fv["gpu_idle_ms_per_step"] / step  # 90% before
+    assert idle.severity != "critical"
+    # the calls are evidence: the longest first, with its typical cost
+    calls = [e for e in idle.evidence.events if e.name == "hipLaunchKernel"]
+    assert calls and calls[0].dur_ms > 300 and "the typical hipLaunchKernel" in calls[0].detail
+    (note,) = [n for n in a.notes if n.startswith("Start-up inside the profile")]
+    assert "hipLaunchKernel for 331.6 ms" in note and "warmup" in note and "whether these calls recur" in note
+
+
+def test_the_streaming_path_finds_the_same_start_up(shared_traces):
+    path = shared_traces / NORMALIZATION
+    ref, got = analyze_job(load_job(path)), analyze_job(load_job_streaming(path, workers=1))
+    keys = ("startup_calls", "idle_startup_ms_per_step", "idle_startup_host_ms_per_step")
+    assert [ref.features[k] for k in keys] == [got.features[k] for k in keys]
+    assert [f.evidence.model_dump() for f in ref.findings] == [f.evidence.model_dump() for f in got.findings]
+
+
+def _trace(tmp_path: Path, slow: list[tuple[int, float]], steps: int = 3, api: str = "cudaLaunchKernel",
+           base: float = 5.0) -> Path:
+    """`steps` ProfilerSteps of 10 ms on one thread, each launching two kernels: a `base` us launch at +1 us whose
+    kernel runs 4 ms, then a call of `api` at +4,020 us lasting `slow`'s duration for that step (default `base`)
+    whose kernel starts 3 us after it ends. A slow call leaves the GPU idle while the host sits in it."""
+    events, corr = [], 0
+
+    def x(name, cat, ts, dur, **args):
+        return {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "pid": 0 if cat == "kernel" else 1,
+                "tid": 7 if cat == "kernel" else 1, "args": args}
+
+    slow_of = dict(slow)
+    for s in range(steps):
+        t0 = 1_000_000.0 + s * 10_000.0
+        events.append(x(f"ProfilerStep#{s}", "user_annotation", t0, 9_990.0))
+        corr += 1
+        events += [x("cudaLaunchKernel", "cuda_runtime", t0 + 1, base, correlation=corr),
+                   x("fast_kernel", "kernel", t0 + 10, 4_000, correlation=corr, stream=7, device=0)]
+        d = slow_of.get(s, base)
+        corr += 1
+        events += [x(api, "cuda_runtime", t0 + 4_020, d, correlation=corr),
+                   x("late_kernel", "kernel", t0 + 4_020 + d + 3, 100, correlation=corr, stream=7, device=0)]
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"traceEvents": events, "deviceProperties": [{"name": "NVIDIA H100"}]}))
+    return p
+
+
+def _features(path: Path):
+    return extract(load_job(path))
+
+
+def test_an_outlier_in_the_first_step_is_start_up(tmp_path):
+    jf = _features(_trace(tmp_path, [(0, 3_000.0)]))
+    v = jf.vector
+    assert v.startup_calls == 1
+    assert v.idle_startup_ms_per_step == pytest.approx(3.0 / 3, rel=1e-9)  # the whole call, in one of 3 steps
+    assert v.idle_startup_host_ms_per_step == pytest.approx(v.idle_startup_ms_per_step)
+    (e,) = jf.evidence["startup_calls"]
+    assert e.name == "cudaLaunchKernel" and e.dur_ms == 3.0
+    assert e.detail == "600x the typical cudaLaunchKernel (5.0 us); the GPU was idle for 3.000 ms of it"
+
+
+def test_an_outlier_in_a_later_step_recurs_and_stays_idle_time(tmp_path):
+    v = _features(_trace(tmp_path, [(2, 3_000.0)])).vector
+    assert v.startup_calls == 0 and v.idle_startup_ms_per_step == 0.0
+    assert v.idle_host_ms_per_step > 0.9  # the 3 ms stall is ordinary host-bound idle time, 1 ms a step
+
+
+@pytest.mark.parametrize("base, slow_us, outlier", [
+    (5.0, 900.0, False),    # 180x the typical call, but under 1 ms
+    (5.0, 1_200.0, True),   # 240x and over 1 ms
+    (20.0, 3_000.0, True),  # 150x
+    (50.0, 3_000.0, False),  # 60x: a slower call, not an outlier
+])
+def test_an_outlier_is_at_least_1_ms_and_100_times_the_typical_call(tmp_path, base, slow_us, outlier):
+    assert _features(_trace(tmp_path, [(0, slow_us)], base=base)).vector.startup_calls == int(outlier)
+
+
+def test_one_slow_call_among_two_stands_out_by_the_lower_median(tmp_path):
+    # cudaMalloc called twice: 2 ms in the first step, 5 us in the second; their plain median would be ~1 ms
+    jf = _features(_trace(tmp_path, [(0, 2_000.0)], steps=2, api="cudaMalloc"))
+    assert jf.vector.startup_calls == 1
+    assert jf.evidence["startup_calls"][0].detail.startswith("400x the typical cudaMalloc (5.0 us)")
+
+
+def test_without_steps_every_outlier_counts(tmp_path):
+    p = _trace(tmp_path, [(2, 3_000.0)])
+    doc = json.loads(p.read_text())
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if not e["name"].startswith("ProfilerStep")]
+    p.write_text(json.dumps(doc))
+    v = _features(p).vector
+    assert v.profiler_steps == 0 and v.startup_calls == 1 and v.idle_startup_ms_per_step == pytest.approx(3.0)
