@@ -1,6 +1,7 @@
 """Start-up inside the profile: outlier runtime calls (at least 1 ms and 100x the typical call of their
-API) before the second profiled step are one-off work - a first launch loading its module, context
-creation, a first cudaFree - not a per-step cost. idle-gpu and launch-bound leave the GPU idle time they
+API) and stream captures into CUDA/HIP graphs before the second profiled step are one-off work - a first
+launch loading its module, context creation, a first cudaFree, launches recorded into a graph and not
+run - not a per-step cost. idle-gpu and launch-bound leave the GPU idle time they
 hold out of their impact, the analysis says so in a note, and the calls are evidence.
 
 tracelens/perf_model/normalization (MI300X, a layer test profiled from the program's start): 8 of its
@@ -43,7 +44,7 @@ def test_start_up_launches_are_left_out_of_the_impact_on_the_real_trace(shared_t
     calls = [e for e in idle.evidence.events if e.name == "hipLaunchKernel"]
     assert calls and calls[0].dur_ms > 300 and "the typical hipLaunchKernel" in calls[0].detail
     (note,) = [n for n in a.notes if n.startswith("Start-up inside the profile")]
-    assert "hipLaunchKernel for 331.6 ms" in note and "warmup" in note and "whether these calls recur" in note
+    assert "hipLaunchKernel for 331.6 ms" in note and "warmup" in note and "whether this work recurs" in note
 
 
 def test_the_streaming_path_finds_the_same_start_up(shared_traces):
@@ -126,3 +127,68 @@ def test_without_steps_every_outlier_counts(tmp_path):
     p.write_text(json.dumps(doc))
     v = _features(p).vector
     assert v.profiler_steps == 0 and v.startup_calls == 1 and v.idle_startup_ms_per_step == pytest.approx(3.0)
+
+
+# --- graph capture --------------------------------------------------------------------------------------------
+
+VLLM_CAPTURE = "tracelens/inference/vllm_decode_full/capture_traces"
+
+
+def test_a_graph_capture_is_start_up_on_the_real_trace(shared_traces):
+    """vLLM's CUDA-graph capture on MI300X: 421 launches between hipStreamBeginCapture and hipStreamEndCapture
+    run nothing (recorded into the graph); the GPU idles 55 of the 59 ms. idle-gpu said 97.7% avoidable."""
+    (path,) = sorted((shared_traces / VLLM_CAPTURE).iterdir())
+    a = analyze_path(path)
+    fv = a.features
+    assert fv["captured_launches"] > 400 and fv["startup_calls"] == 0
+    assert fv["idle_startup_ms_per_step"] > 0.9 * fv["gpu_idle_ms_per_step"]
+    idle = _finding(a, "idle-gpu")
+    assert idle.impact.pct_of_step < 10.0
+    captures = [e for e in idle.evidence.events if e.category == "capture"]
+    assert captures and captures[0].name.startswith("graph capture (hipStreamBeginCapture")
+    assert "launches recorded into a graph, not run" in captures[0].detail
+    (note,) = [n for n in a.notes if n.startswith("Start-up inside the profile")]
+    assert "graph capture" in note
+    ref, got = analyze_job(load_job(path)), analyze_job(load_job_streaming(path, workers=1))
+    assert [ref.features[k] for k in ("captured_launches", "idle_startup_ms_per_step")] == \
+        [got.features[k] for k in ("captured_launches", "idle_startup_ms_per_step")]
+
+
+def _capture_trace(tmp_path: Path, capture_step: int, steps: int = 3) -> Path:
+    """`steps` ProfilerSteps of 10 ms, each a launch whose 4 ms kernel runs, then 2 ms of host work; in step
+    `capture_step` the host captures a graph from +5,000 to +9,000 us instead: 20 launches, no kernel runs."""
+    events, corr = [], 0
+
+    def x(name, cat, ts, dur, **args):
+        return {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "pid": 0 if cat == "kernel" else 1,
+                "tid": 7 if cat == "kernel" else 1, "args": args}
+
+    for s in range(steps):
+        t0 = 1_000_000.0 + s * 10_000.0
+        events.append(x(f"ProfilerStep#{s}", "user_annotation", t0, 9_990.0))
+        corr += 1
+        events += [x("cudaLaunchKernel", "cuda_runtime", t0 + 1, 5, correlation=corr),
+                   x("k", "kernel", t0 + 10, 4_000, correlation=corr, stream=7, device=0)]
+        if s == capture_step:
+            events.append(x("cudaStreamBeginCapture", "cuda_runtime", t0 + 5_000, 3))
+            for j in range(20):
+                corr += 1
+                events.append(x("cudaLaunchKernel", "cuda_runtime", t0 + 5_100 + 150 * j, 5, correlation=corr))
+            events.append(x("cudaStreamEndCapture", "cuda_runtime", t0 + 8_990, 10))
+    corr += 1  # a last kernel after the steps, so every step's idle lies inside the GPU span
+    events += [x("cudaLaunchKernel", "cuda_runtime", 1_000_000.0 + steps * 10_000.0, 5, correlation=corr),
+               x("k", "kernel", 1_000_000.0 + steps * 10_000.0 + 10, 100, correlation=corr, stream=7, device=0)]
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"traceEvents": events, "deviceProperties": [{"name": "NVIDIA H100"}]}))
+    return p
+
+
+def test_a_capture_in_the_first_step_is_start_up_and_a_later_one_recurs(tmp_path):
+    first = _features(_capture_trace(tmp_path, 0)).vector
+    assert first.captured_launches == 20
+    assert first.idle_startup_ms_per_step == pytest.approx(4.0 / 3, rel=1e-6)  # the capture's 4 ms, in 3 steps
+    later_dir = tmp_path / "later"
+    later_dir.mkdir()
+    later = _features(_capture_trace(later_dir, 2)).vector
+    assert later.captured_launches == 0 and later.idle_startup_ms_per_step == 0.0
+    assert later.gpu_idle_ms_per_step == pytest.approx(first.gpu_idle_ms_per_step)

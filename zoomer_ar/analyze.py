@@ -28,25 +28,31 @@ STARTUP_NOTE_PCT = 5.0  # start-up calls holding the GPU idle this share of the 
 
 
 def _startup_note(jf: JobFeatures) -> str | None:
-    """A note where start-up calls (outlier runtime calls early in the profile) hold the GPU idle for a material
-    share of the step: they are not a per-step cost, and the profile misses the steady state."""
+    """A note where start-up work (outlier runtime calls, graph captures, early in the profile) holds the GPU idle
+    for a material share of the step: it is not a per-step cost, and the profile misses the steady state."""
     fv = jf.vector
     idle = fv.idle_startup_ms_per_step or 0.0
     if not fv.step_ms or 100.0 * idle / fv.step_ms < STARTUP_NOTE_PCT:
         return None
-    worst = (jf.evidence.get("startup_calls") or [None])[0]
-    longest = f"; the longest, {worst.name} for {worst.dur_ms:,.1f} ms, is {worst.detail}" if worst is not None else ""
+    parts = []
+    if fv.startup_calls:
+        n = fv.startup_calls
+        parts.append(f"{n} runtime call{'s' if n != 1 else ''} at least 100 times slower than the typical call of "
+                     f"{'their' if n != 1 else 'its'} API")
+    if fv.captured_launches:
+        n = fv.captured_launches
+        parts.append(f"a CUDA/HIP graph capture ({n} launch{'es' if n != 1 else ''} recorded into graphs, not run)")
     where = ("before the second profiled step" if fv.profiler_steps >= 2 else
-             "in a trace of fewer than two profiled steps, which cannot show whether they recur")
-    n = fv.startup_calls
+             "in a trace of fewer than two profiled steps, which cannot show whether it recurs")
+    worst = (jf.evidence.get("startup_calls") or [None])[0]
+    longest = f"; the longest, {worst.name} for {worst.dur_ms:,.1f} ms: {worst.detail}" if worst is not None else ""
     return (
-        f"Start-up inside the profile: {n} runtime call{'s' if n != 1 else ''} at least 100 times slower than "
-        f"the typical call of {'their' if n != 1 else 'its'} API, {where}, held the host while the GPU idled for "
-        f"{idle:,.1f} ms per step ({100.0 * idle / fv.step_ms:.0f}% of the step){longest}. Calls this far above "
-        "their API's typical cost are usually one-off work - a first launch loading its module, context creation, "
-        "first allocations - so idle-gpu and launch-bound leave that time out of their impact. Profile a few steps "
-        "after a warm-up (torch.profiler.schedule(wait=1, warmup=2, active=3)) to see the steady state"
-        f"{'' if fv.profiler_steps >= 2 else ' and whether these calls recur'}."
+        f"Start-up inside the profile: the GPU idled for {idle:,.1f} ms per step ({100.0 * idle / fv.step_ms:.0f}% "
+        f"of the step) during {' and '.join(parts)}, {where}{longest}. This is usually one-off work - a first "
+        "launch loading its module, context creation, first allocations, graph capture - so idle-gpu and "
+        "launch-bound leave that time out of their impact. Profile a few steps after a warm-up "
+        "(torch.profiler.schedule(wait=1, warmup=2, active=3)) to see the steady state"
+        f"{'' if fv.profiler_steps >= 2 else ' and whether this work recurs'}."
     )
 
 

@@ -189,7 +189,7 @@ def extract(job: Job, devices: list[str] | None = None) -> JobFeatures:
     for key in ("memcpy_htod_count", "memcpy_dtoh_count", "memcpy_dtod_count", "memcpy_pageable_count", "memset_count",
                 "sync_calls", "item_calls", "optimizer_steps", "optimizer_single_tensor_frames",
                 "optimizer_foreach_ops", "optimizer_per_param_ops", "zero_grad_calls", "zero_grad_fill_ops",
-                "allocator_calls", "startup_calls", "comm_kernel_count", "memory_events", "misaligned_gemm_ops", "conv_bias_bn_pairs"):
+                "allocator_calls", "startup_calls", "captured_launches", "comm_kernel_count", "memory_events", "misaligned_gemm_ops", "conv_bias_bn_pairs"):
         out[key] = int(_sum([rf.v.get(key, 0) for rf in rfs]))
     has_gpu = out["has_gpu"]
     out["memcpy_dtod_pct_of_gpu_span"] = _mean([rf.v.get("memcpy_dtod_pct_of_gpu_span") for rf in rfs]) or 0.0

@@ -70,6 +70,23 @@ def is_launch_sync_or_alloc(name: str) -> bool:
     return is_launch(name) or name in SYNC_APIS or name in ALLOCATOR_APIS
 
 
+# Stream capture into a CUDA/HIP graph: kernels launched on a capturing stream are recorded, not run.
+CAPTURE_BEGIN_APIS = frozenset({"cudaStreamBeginCapture", "cudaStreamBeginCaptureToGraph", "hipStreamBeginCapture",
+                                "hipStreamBeginCaptureToGraph"})
+CAPTURE_END_APIS = frozenset({"cudaStreamEndCapture", "hipStreamEndCapture"})
+
+
+def is_capture_bound(name: str) -> bool:
+    """The runtime call that begins or ends a stream capture (kept by both readers, as above)."""
+    return name in CAPTURE_BEGIN_APIS or name in CAPTURE_END_APIS
+
+
+def is_kept_runtime_call(name: str) -> bool:
+    """Runtime calls every path keeps whatever their correlation: launches, synchronisations, allocations and
+    the bounds of stream captures (stream/compact.py keeps them, stream/prune.py never drops them)."""
+    return is_launch_sync_or_alloc(name) or is_capture_bound(name)
+
+
 def is_comm_kernel(name: str) -> bool:
     head = name[:40].lower()
     return "nccl" in head or "rccl" in head

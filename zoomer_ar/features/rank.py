@@ -218,6 +218,8 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
     runtime = t.mask_cat(*N.RUNTIME_CATS) & c.x
     startup, typical = _startup_calls(c, runtime, step_starts)  # before the per-GPU-row temporaries
     v["startup_calls"] = int(startup.size)
+    captures = _captures(c, runtime, step_starts)
+    v["captured_launches"] = int(sum(n for _, _, _, n in captures))
     gs, ge = t.ts[gpu_idx], c.end[gpu_idx]
     us, ue = iv.union(gs, ge)
     del ge  # the per-row temporaries of this function are dropped once used: peak memory of big traces
@@ -322,8 +324,10 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
     # GPU idle while the host sat in a start-up call (an outlier runtime call in the first step): of all gaps, and
     # of the host-bound part of each gap (what idle_host counts)
     in_startup = np.zeros(glen.size)
-    if startup.size and glen.size:
-        in_startup = np.minimum(iv.overlap_with(g0, g1, iv.union(t.ts[startup], c.end[startup])), glen)
+    if (startup.size or captures) and glen.size:
+        one_off = iv.union(np.concatenate([t.ts[startup], [b for b, _, _, _ in captures]]),
+                           np.concatenate([c.end[startup], [e for _, e, _, _ in captures]]))
+        in_startup = np.minimum(iv.overlap_with(g0, g1, one_off), glen)
     v["idle_startup_ms_total"] = float(in_startup.sum()) / 1000.0
     v["idle_startup_host_ms_total"] = float(np.minimum(in_startup, rest)[~sync_caused & host_bound].sum()) / 1000.0
     del in_startup
@@ -359,6 +363,19 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
         idle_in = iv.overlap_with(t.ts[startup], c.end[startup], (g0, g1)) if glen.size else np.zeros(startup.size)
         rf.evidence["startup_calls"] = c.worst(startup, key=idle_in + t.dur[startup] * 1e-12,  # idle first, then length
                                                detail=lambda i: _startup_detail(t, i, typical, startup, idle_in))
+    if captures:
+        shown = []
+        for b, e, row, n in captures:
+            idle = float(iv.overlap_with(np.array([b]), np.array([e]), (g0, g1))[0]) if glen.size else 0.0
+            ev = EvidenceEvent.model_construct(
+                name=f"graph capture ({t.name_of(row)[:60]} .. end)", rank=t.rank, ts_ms=round((b - c.t0) / 1000.0, 4),
+                dur_ms=round((e - b) / 1000.0, 4), stream=None, category="capture",
+                detail=f"{n} launch{'es' if n != 1 else ''} recorded into a graph, not run; the GPU was idle for "
+                       f"{idle / 1000.0:.3f} ms of it", frames=c.frames.frames_for(row))
+            c.keys[id(ev)] = idle + (e - b) * 1e-12
+            shown.append((idle, e - b, ev))
+        shown.sort(key=lambda x: (-x[0], -x[1]))
+        rf.evidence.setdefault("startup_calls", []).extend(ev for _, _, ev in shown[:EVIDENCE_PER_KIND])
     del g0, g1, glen, data_part, rest, sync_caused, host_bound, nxt, sync_of
     short = kern[kd < 10.0]
     del kd
@@ -487,6 +504,38 @@ def _startup_calls(c: _Ctx, runtime: np.ndarray, step_starts: np.ndarray) -> tup
         rows, typical = rows[early], typical[early]
     back = np.argsort(rows, kind="stable")
     return rows[back], typical[back]
+
+
+def _captures(c: _Ctx, runtime: np.ndarray, step_starts: np.ndarray) -> list[tuple[float, float, int, int]]:
+    """Stream captures into CUDA/HIP graphs: on each thread, a Begin*Capture call up to the next End*Capture
+    call, before the second profiled step (anywhere with fewer than two steps; later ones recur, as
+    _startup_calls). Kernels launched meanwhile are recorded into the graph, not run: the GPU idles by
+    design, a one-off cost (a graph is replayed many times). [(start us, end us, begin row, launches inside)]"""
+    t = c.t
+    bounds = np.flatnonzero(c.name_mask(N.is_capture_bound, runtime))
+    if bounds.size == 0:
+        return []
+    begin_codes = set(t.name_codes(lambda n: n in N.CAPTURE_BEGIN_APIS))
+    launches = None
+    out = []
+    bounds = bounds[np.lexsort((t.ts[bounds], t.tid[bounds]))]
+    open_row = None
+    for i in bounds.tolist():
+        if open_row is not None and t.tid[i] != t.tid[open_row]:
+            open_row = None  # a capture not ended on its thread: not counted
+        if int(t.name[i]) in begin_codes:
+            open_row = i
+            continue
+        if open_row is None:
+            continue
+        b, e = float(t.ts[open_row]), float(t.ts[i] + t.dur[i])
+        if step_starts.size < 2 or b < step_starts[1]:
+            if launches is None:
+                launches = np.flatnonzero(c.name_mask(N.is_launch, runtime))
+            inside = (t.ts[launches] >= b) & (t.ts[launches] <= e) & (t.tid[launches] == t.tid[open_row])
+            out.append((b, e, open_row, int(inside.sum())))
+        open_row = None
+    return out
 
 
 def _startup_detail(t: RankTrace, i: int, typical: np.ndarray, rows: np.ndarray, idle_in: np.ndarray) -> str:

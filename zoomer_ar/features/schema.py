@@ -71,20 +71,26 @@ class FeatureVector(BaseModel):
     idle_short_gap_share: float | None = F("Share of idle time in gaps shorter than 50 us.", "ratio", "gpu")
     host_idle_share: float | None = F("Share of idle time that is host-bound (idle_host / idle).", "ratio", "gpu")
     idle_startup_ms_per_step: float | None = F(
-        "GPU idle time, per step, while the host sat in a start-up call: an outlier runtime call (a launch, "
-        "synchronisation, copy or allocation of at least 1 ms and at least 100 times its API's typical - "
-        "lower-median - duration in the rank) before the second profiled step, or anywhere in a trace of fewer "
-        "than two steps. A first launch loading its kernel's module, context creation, a first "
-        "cudaMalloc/cudaFree: one-off work recorded because the profile starts with the program, not a per-step "
-        "cost, so idle-gpu and launch-bound leave it out of their impact. Outliers in later steps recur and stay "
-        "ordinary idle time. Part of the idle split above (mostly of idle_host), not a fifth cause.", "ms", "gpu"
+        "GPU idle time, per step, while the host was in start-up work before the second profiled step (anywhere "
+        "in a trace of fewer than two steps): an outlier runtime call - a launch, synchronisation, copy or "
+        "allocation of at least 1 ms and at least 100 times its API's typical (lower-median) duration in the "
+        "rank: a first launch loading its kernel's module, context creation, a first cudaMalloc/cudaFree - or a "
+        "stream capture into a CUDA/HIP graph (Begin*Capture to End*Capture on a thread: kernels launched then "
+        "are recorded, not run). One-off work recorded because the profile starts with the program, not a "
+        "per-step cost, so idle-gpu and launch-bound leave it out of their impact. The same work in later steps "
+        "recurs and stays ordinary idle time. Part of the idle split above (mostly of idle_host), not a fifth "
+        "cause.", "ms", "gpu"
     )
     idle_startup_host_ms_per_step: float | None = F(
         "The part of idle_startup_ms_per_step in host-bound gaps (counted in idle_host_ms_per_step).", "ms", "gpu"
     )
     startup_calls: int = F(
-        "Start-up calls (see idle_startup_ms_per_step), all ranks, whether the GPU idled meanwhile or not.",
-        "calls", "gpu", 0
+        "Outlier runtime calls counted as start-up (see idle_startup_ms_per_step), all ranks, whether the GPU "
+        "idled meanwhile or not.", "calls", "gpu", 0
+    )
+    captured_launches: int = F(
+        "Launches recorded into CUDA/HIP graphs during the stream captures counted as start-up (see "
+        "idle_startup_ms_per_step): they ran no kernel when the trace was recorded; all ranks.", "launches", "gpu", 0
     )
 
     # --- kernels and launches -------------------------------------------------------------------

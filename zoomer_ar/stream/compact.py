@@ -15,8 +15,8 @@ event never changes a feature, a missing one would):
   Optimizer.step#, Optimizer.zero_grad#, `[memory]`), in any category;
 - cpu ops whose names a feature tests (item, copies, factories, GEMM/conv/layer/add/zero_ ops,
   autograd backward ops) and `aten::copy_` ops that cast to or from half/bfloat16/float8;
-- runtime calls that launch, copy, set, synchronise or allocate; any other runtime call is
-  dropped but its correlation id is remembered: if a GPU event turns out to carry it, the rank is
+- runtime calls that launch, copy, set, synchronise, allocate or begin/end a stream capture; any other
+  runtime call is dropped but its correlation id is remembered: if a GPU event turns out to carry it, the rank is
   read again keeping those calls (NeedAnotherPass);
 - `aten::` ops that overlap an Optimizer.step# window already seen on their thread (the
   optimizer's per-parameter and foreach counts). Ops dropped before a window was seen are
@@ -117,7 +117,7 @@ def name_flags(name: str) -> int:
         f |= N_OP
     if name == "aten::copy_":
         f |= N_COPY_
-    if N.is_launch_sync_or_alloc(name) or any(w in name for w in _RT_WORDS):
+    if N.is_kept_runtime_call(name) or any(w in name for w in _RT_WORDS):
         f |= N_RT
     if name.startswith("aten::"):
         f |= N_ATEN

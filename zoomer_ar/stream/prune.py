@@ -219,7 +219,7 @@ def removable(t: RankTrace) -> np.ndarray:
     # runtime calls kept for their correlation id only
     rt = t.mask_cat(*N.RUNTIME_CATS)
     if rt.any():
-        rt &= ~t.mask_names(N.is_launch_sync_or_alloc)
+        rt &= ~t.mask_names(N.is_kept_runtime_call)
         cand = row_positions(rt)
         del rt
         if cand.size:
