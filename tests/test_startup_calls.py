@@ -192,3 +192,82 @@ def test_a_capture_in_the_first_step_is_start_up_and_a_later_one_recurs(tmp_path
     later = _features(_capture_trace(later_dir, 2)).vector
     assert later.captured_launches == 0 and later.idle_startup_ms_per_step == 0.0
     assert later.gpu_idle_ms_per_step == pytest.approx(first.gpu_idle_ms_per_step)
+
+
+# --- torch.compile ------------------------------------------------------------------------------------------
+
+RECOMPILE = Path(__file__).parent / "data" / "compile" / "recompile.pt.trace.json.gz"
+
+
+def test_compilation_and_a_recompilation_on_a_real_cpu_trace():
+    """tests/data/compile/recompile.py: a torch.compile'd MLP profiled from the program's start (CPU, torch
+    2.13); step 0 compiles (1.7 s: `_compile.compile_inner (dynamo_timed)`), step 2 gets a larger batch and
+    recompiles. No GPU: no idle time to leave out, but the first step and the recompilation are named."""
+    a = analyze_path(RECOMPILE)
+    fv = a.features
+    assert fv["profiler_steps"] == 5
+    assert fv["startup_compiles"] == 1 and fv["recompiles"] == 1
+    assert fv["recompile_ms_per_step"] > 0 and fv["first_step_ms"] > 100 * fv["step_ms_p50"]
+    first = next(n for n in a.notes if n.startswith("The first profiled step took"))
+    assert "torch.compile compiling in it" in first and "understated" in first
+    again = next(n for n in a.notes if n.startswith("torch.compile compiled again"))
+    assert "1 recompilation" in again and "TORCH_LOGS=recompiles" in again
+    ref, got = analyze_job(load_job(RECOMPILE)), analyze_job(load_job_streaming(RECOMPILE, workers=1))
+    keys = ("startup_compiles", "recompiles", "recompile_ms_per_step", "first_step_ms")
+    assert [ref.features[k] for k in keys] == [got.features[k] for k in keys]
+
+
+def _compile_gpu_trace(tmp_path: Path, compile_step: int | None, recompile_step: int | None) -> Path:
+    """3 steps of 60 ms; each runs 5 kernels from +100 us; in `compile_step` the host first launches one kernel,
+    then compiles for 30 ms (the lazy backward compile: GPU idle, inside the GPU span), then launches the rest;
+    in `recompile_step` it compiles for 20 ms before launching."""
+    events, corr = [], 0
+
+    def x(name, cat, ts, dur, **args):
+        return {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "pid": 0 if cat == "kernel" else 1,
+                "tid": 7 if cat == "kernel" else 1, "args": args}
+
+    def launch(ts, dur_us):
+        nonlocal corr
+        corr += 1
+        return [x("cudaLaunchKernel", "cuda_runtime", ts, 5, correlation=corr),
+                x("k", "kernel", ts + 8, dur_us, correlation=corr, stream=7, device=0)]
+
+    t = 1_000_000.0
+    for s in range(3):
+        events.append(x(f"ProfilerStep#{s}", "user_annotation", t, 59_990.0))
+        k = t + 100
+        events += launch(k, 2_000)
+        k += 2_100
+        if s == compile_step:
+            events.append(x("backward._backward_impl (dynamo_timed)", "cpu_op", k, 30_000))
+            events.append(x("compile_fx_inner (dynamo_timed)", "cpu_op", k + 10, 29_000))
+            k += 30_010
+        if s == recompile_step:
+            events.append(x("_compile.compile_inner (dynamo_timed)", "cpu_op", k, 20_000))
+            k += 20_010
+        for j in range(4):
+            events += launch(k + 2_010 * j, 2_000)
+        t += 60_000.0
+    events += launch(t, 100)
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"traceEvents": events, "deviceProperties": [{"name": "NVIDIA H100"}]}))
+    return p
+
+
+def test_gpu_idle_while_compiling_in_the_first_step_is_start_up(tmp_path):
+    jf = _features(_compile_gpu_trace(tmp_path, 0, None))
+    v = jf.vector
+    assert v.startup_compiles == 1 and v.recompiles == 0  # the nested compile_fx_inner is not counted apart
+    assert v.idle_startup_ms_per_step == pytest.approx(30.0 / 3, rel=1e-3)
+    (e,) = [e for e in jf.evidence["startup_calls"] if e.name.endswith("(dynamo_timed)")]
+    assert e.name == "backward._backward_impl (dynamo_timed)" and "torch.compile compiling" in e.detail
+
+
+def test_a_recompilation_stays_idle_time_and_gets_a_note(tmp_path):
+    path = _compile_gpu_trace(tmp_path, None, 2)
+    a = analyze_path(path)
+    assert a.features["recompiles"] == 1 and a.features["idle_startup_ms_per_step"] == 0.0
+    assert a.features["recompile_ms_per_step"] == pytest.approx(20.0 / 3)
+    assert any(n.startswith("torch.compile compiled again after the first profiled step: 1 recompilation")
+               for n in a.notes)

@@ -39,6 +39,9 @@ def _startup_note(jf: JobFeatures) -> str | None:
         n = fv.startup_calls
         parts.append(f"{n} runtime call{'s' if n != 1 else ''} at least 100 times slower than the typical call of "
                      f"{'their' if n != 1 else 'its'} API")
+    if fv.startup_compiles:
+        n = fv.startup_compiles
+        parts.append(f"torch.compile compiling ({n} compilation{'s' if n != 1 else ''})")
     if fv.captured_launches:
         n = fv.captured_launches
         parts.append(f"a CUDA/HIP graph capture ({n} launch{'es' if n != 1 else ''} recorded into graphs, not run)")
@@ -53,6 +56,53 @@ def _startup_note(jf: JobFeatures) -> str | None:
         "launch-bound leave that time out of their impact. Profile a few steps after a warm-up "
         "(torch.profiler.schedule(wait=1, warmup=2, active=3)) to see the steady state"
         f"{'' if fv.profiler_steps >= 2 else ' and whether this work recurs'}."
+    )
+
+
+SLOW_FIRST_STEP = 3.0  # a first step this many times the median step ...
+SLOW_FIRST_STEP_SHARE = 0.1  # ... that adds at least this share to the mean step gets a note
+
+
+def _first_step_note(jf: JobFeatures) -> str | None:
+    """The first profiled step far slower than the others (start-up inside the profile): every per-step figure
+    is a mean over the steps, so that one step weighs on all of them."""
+    fv = jf.vector
+    first, p50 = fv.first_step_ms, fv.step_ms_p50
+    if fv.profiler_steps < 3 or not first or not p50 or first < SLOW_FIRST_STEP * p50:
+        return None
+    if (first - p50) / fv.profiler_steps < SLOW_FIRST_STEP_SHARE * fv.step_ms:
+        return None
+    why = []
+    if fv.startup_compiles:
+        why.append("torch.compile compiling")
+    if fv.startup_calls:
+        why.append("outlier runtime calls")
+    if fv.captured_launches:
+        why.append("graph capture")
+    because = f" ({', '.join(why)} in it)" if why else ""
+    return (
+        f"The first profiled step took {first:,.1f} ms, {first / p50:,.0f}x the median step ({p50:,.1f} ms){because}: "
+        f"start-up inside the profile. Per-step figures are means over the {fv.profiler_steps} profiled steps "
+        f"(step {fv.step_ms:,.1f} ms), so this one step weighs on all of them and the findings' shares of the step "
+        "are understated. Profile after a few warm-up steps (torch.profiler.schedule(wait=1, warmup=2, active=3))."
+    )
+
+
+def _recompile_note(jf: JobFeatures) -> str | None:
+    """torch.compile compiling again after the first profiled step: each recompilation stalls the step it
+    happens in; no anti-pattern id covers it, so a note says where and how much."""
+    fv = jf.vector
+    if not fv.recompiles:
+        return None
+    pct = 100.0 * fv.recompile_ms_per_step / fv.step_ms if fv.step_ms else 0.0
+    worst = (jf.evidence.get("recompiles") or [None])[0]
+    where = f"; the longest at {worst.ts_ms:,.1f} ms into the trace for {worst.dur_ms:,.1f} ms" if worst else ""
+    return (
+        f"torch.compile compiled again after the first profiled step: {fv.recompiles} recompilation"
+        f"{'s' if fv.recompiles != 1 else ''}, {fv.recompile_ms_per_step:,.1f} ms per step ({pct:.0f}% of the step)"
+        f"{where}. A recompilation happens when a guard fails (a new input shape, dtype or Python value): run with "
+        "TORCH_LOGS=recompiles to see which, then mark varying dimensions dynamic "
+        "(torch._dynamo.mark_dynamic, or torch.compile(dynamic=True)) or pad inputs to a few fixed shapes."
     )
 
 
@@ -72,8 +122,9 @@ def build_analysis(job: Job, jf: JobFeatures, findings: list[Finding]) -> Analys
         notes.append("No GPU or accelerator activity in this trace: GPU-side rules were not applied.")
     elif not jf.vector.has_gpu:
         notes.append(f"Accelerator {jf.vector.accelerator}: no CUDA/HIP kernels, GPU rules were not applied.")
-    if (note := _startup_note(jf)) is not None:
-        notes.append(note)
+    for note in (_startup_note(jf), _first_step_note(jf), _recompile_note(jf)):
+        if note is not None:
+            notes.append(note)
     for s in job.info.skipped:
         notes.append(f"Skipped {s.path}: {s.reason}")
     n_events = sum(r.n_events for r in job.info.ranks)

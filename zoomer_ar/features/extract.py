@@ -154,6 +154,7 @@ def extract(job: Job, devices: list[str] | None = None) -> JobFeatures:
         "step_ms": float(np.mean([rf.v["step_ms"] for rf in rfs])),
         "step_ms_p50": _mean([rf.v.get("step_ms_p50") for rf in rfs]),
         "step_ms_p95": _mean([rf.v.get("step_ms_p95") for rf in rfs]),
+        "first_step_ms": _mean([rf.v.get("first_step_ms") for rf in rfs]),
         "step_ms_cv": _mean([rf.v.get("step_ms_cv") for rf in rfs]),
         "gpu_busy_pct": _mean([rf.v.get("gpu_busy_pct") for rf in rfs]),
         "gpu_busy_pct_steady": _mean([rf.v.get("gpu_busy_pct_steady") for rf in rfs]),
@@ -189,7 +190,7 @@ def extract(job: Job, devices: list[str] | None = None) -> JobFeatures:
     for key in ("memcpy_htod_count", "memcpy_dtoh_count", "memcpy_dtod_count", "memcpy_pageable_count", "memset_count",
                 "sync_calls", "item_calls", "optimizer_steps", "optimizer_single_tensor_frames",
                 "optimizer_foreach_ops", "optimizer_per_param_ops", "zero_grad_calls", "zero_grad_fill_ops",
-                "allocator_calls", "startup_calls", "captured_launches", "comm_kernel_count", "memory_events", "misaligned_gemm_ops", "conv_bias_bn_pairs"):
+                "allocator_calls", "startup_calls", "captured_launches", "startup_compiles", "recompiles", "comm_kernel_count", "memory_events", "misaligned_gemm_ops", "conv_bias_bn_pairs"):
         out[key] = int(_sum([rf.v.get(key, 0) for rf in rfs]))
     has_gpu = out["has_gpu"]
     out["memcpy_dtod_pct_of_gpu_span"] = _mean([rf.v.get("memcpy_dtod_pct_of_gpu_span") for rf in rfs]) or 0.0
@@ -218,6 +219,7 @@ def extract(job: Job, devices: list[str] | None = None) -> JobFeatures:
         "conv_bias_ms_per_step": "conv_bias_ms_total", "cpu_copy_ms_per_step": "cpu_copy_ms_total",
         "cpu_copy_ops_per_step": "cpu_copy_ops", "factory_then_move_per_step": "factory_then_move",
         "sync_calls_per_step": "sync_calls", "item_calls_per_step": "item_calls",
+        "recompile_ms_per_step": "recompile_ms_total",
     }.items():
         out[out_key] = _per_step(rfs, key)
     out["zero_grad_fill_gpu_ms_per_step"] = _per_step_opt(rfs, "zero_grad_fill_gpu_ms_total") if has_gpu else None

@@ -81,6 +81,13 @@ def is_capture_bound(name: str) -> bool:
     return name in CAPTURE_BEGIN_APIS or name in CAPTURE_END_APIS
 
 
+def is_compile_window(name: str) -> bool:
+    """A torch.compile phase (Dynamo tracing, AOT autograd, Inductor codegen), as `dynamo_timed` records it:
+    `_compile.compile_inner (dynamo_timed)`, `backward._backward_impl (dynamo_timed)`, ... The streaming
+    reader keeps these host ops (stream/compact.py) and pruning never drops them (stream/prune.py)."""
+    return name.endswith(" (dynamo_timed)")
+
+
 def is_kept_runtime_call(name: str) -> bool:
     """Runtime calls every path keeps whatever their correlation: launches, synchronisations, allocations and
     the bounds of stream captures (stream/compact.py keeps them, stream/prune.py never drops them)."""

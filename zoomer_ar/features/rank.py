@@ -69,6 +69,7 @@ class _Ctx:
         self.ext_time: tuple[np.ndarray, np.ndarray] | None = None
         self._syncs: np.ndarray | None = None
         self.keys: dict[int, float] = {}  # RankFeatures.evidence_keys
+        self.compiles: tuple[list[int], list[int]] = ([], [])  # torch.compile windows: (start-up, recompiles)
 
     def sync_calls(self) -> np.ndarray:
         """Host synchronisation API calls, without the profiler's own stop synchronisation and
@@ -168,6 +169,7 @@ def _steps(c: _Ctx, rf: RankFeatures) -> tuple[np.ndarray, np.ndarray]:
         rf.v["step_ms_p50"] = float(np.median(durs))
         rf.v["step_ms_p95"] = float(np.percentile(durs, 95))
         rf.v["step_ms_cv"] = float(durs.std() / durs.mean()) if durs.mean() > 0 else None
+        rf.v["first_step_ms"] = float(durs[0])
     else:
         rf.v["step_ms"] = rf.v["wall_ms"]
     rf.v["n_steps"] = max(1, int(idx.size))
@@ -220,6 +222,7 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
     v["startup_calls"] = int(startup.size)
     captures = _captures(c, runtime, step_starts)
     v["captured_launches"] = int(sum(n for _, _, _, n in captures))
+    compiles, recompiles = c.compiles
     gs, ge = t.ts[gpu_idx], c.end[gpu_idx]
     us, ue = iv.union(gs, ge)
     del ge  # the per-row temporaries of this function are dropped once used: peak memory of big traces
@@ -324,9 +327,9 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
     # GPU idle while the host sat in a start-up call (an outlier runtime call in the first step): of all gaps, and
     # of the host-bound part of each gap (what idle_host counts)
     in_startup = np.zeros(glen.size)
-    if (startup.size or captures) and glen.size:
-        one_off = iv.union(np.concatenate([t.ts[startup], [b for b, _, _, _ in captures]]),
-                           np.concatenate([c.end[startup], [e for _, e, _, _ in captures]]))
+    if (startup.size or captures or compiles) and glen.size:
+        one_off = iv.union(np.concatenate([t.ts[startup], [b for b, _, _, _ in captures], t.ts[compiles]]),
+                           np.concatenate([c.end[startup], [e for _, e, _, _ in captures], c.end[compiles]]))
         in_startup = np.minimum(iv.overlap_with(g0, g1, one_off), glen)
     v["idle_startup_ms_total"] = float(in_startup.sum()) / 1000.0
     v["idle_startup_host_ms_total"] = float(np.minimum(in_startup, rest)[~sync_caused & host_bound].sum()) / 1000.0
@@ -376,6 +379,14 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
             shown.append((idle, e - b, ev))
         shown.sort(key=lambda x: (-x[0], -x[1]))
         rf.evidence.setdefault("startup_calls", []).extend(ev for _, _, ev in shown[:EVIDENCE_PER_KIND])
+    for kind, rows in (("startup_calls", compiles),):
+        if rows:
+            rows = np.asarray(rows, dtype=np.int64)
+            idle_in = iv.overlap_with(t.ts[rows], c.end[rows], (g0, g1)) if glen.size else np.zeros(rows.size)
+            rf.evidence.setdefault(kind, []).extend(c.worst(
+                rows, key=idle_in + t.dur[rows] * 1e-12,
+                detail=lambda i, rows=rows, idle_in=idle_in: "torch.compile compiling; the GPU was idle for "
+                f"{float(idle_in[np.searchsorted(rows, i)]) / 1000.0:.3f} ms of it"))
     del g0, g1, glen, data_part, rest, sync_caused, host_bound, nxt, sync_of
     short = kern[kd < 10.0]
     del kd
@@ -536,6 +547,31 @@ def _captures(c: _Ctx, runtime: np.ndarray, step_starts: np.ndarray) -> list[tup
             out.append((b, e, open_row, int(inside.sum())))
         open_row = None
     return out
+
+
+def _compiles(c: _Ctx, step_starts: np.ndarray) -> tuple[list[int], list[int]]:
+    """torch.compile phases (names.is_compile_window), outermost on their thread, in file order: those that
+    start before the second profiled step (all of them with fewer than two steps) compile the model once;
+    later ones are recompilations (new shapes, failed guards), a cost each time. (start-up rows, later rows)"""
+    t = c.t
+    rows = np.flatnonzero(c.name_mask(N.is_compile_window))
+    if rows.size == 0:
+        return [], []
+    rows = rows[np.lexsort((-t.dur[rows], t.ts[rows], t.tid[rows]))]  # by thread, start, longest first
+    outer, tid, reach = [], None, -np.inf
+    for i in rows.tolist():
+        if t.tid[i] != tid:
+            tid, reach = t.tid[i], -np.inf
+        if t.ts[i] >= reach:
+            outer.append(i)
+            reach = float(t.ts[i] + t.dur[i])
+        else:
+            reach = max(reach, float(t.ts[i] + t.dur[i]))
+    outer.sort()
+    if step_starts.size < 2:
+        return outer, []
+    cut = float(step_starts[1])
+    return [i for i in outer if t.ts[i] < cut], [i for i in outer if t.ts[i] >= cut]
 
 
 def _startup_detail(t: RankTrace, i: int, typical: np.ndarray, rows: np.ndarray, idle_in: np.ndarray) -> str:
@@ -966,9 +1002,15 @@ def rank_features(trace: RankTrace) -> RankFeatures:
     rf = RankFeatures(rank=trace.rank, t0=c.t0)
     rf.v["has_python_stacks"] = c.frames.available
     step_starts, step_ends = _steps(c, rf)
+    c.compiles = compiles, recompiles = _compiles(c, step_starts)  # host-side; _gpu relates them to idle time
+    rf.v["startup_compiles"], rf.v["recompiles"] = len(compiles), len(recompiles)
+    rf.v["recompile_ms_total"] = float(trace.dur[np.asarray(recompiles, dtype=np.int64)].sum()) / 1000.0
     _gpu(c, rf, step_starts, step_ends)
     _host(c, rf, step_starts, step_ends)
     _operators(c, rf)
     _memory(c, rf, step_starts, step_ends)
+    if recompiles:
+        rf.evidence["recompiles"] = c.worst(np.asarray(recompiles, dtype=np.int64),
+                                            detail=lambda i: "torch.compile compiling again: a recompilation")
     rf.evidence_keys = c.keys
     return rf

@@ -43,6 +43,10 @@ class FeatureVector(BaseModel):
     step_ms_p50: float | None = F("Median ProfilerStep duration.", "ms", "job")
     step_ms_p95: float | None = F("95th percentile ProfilerStep duration.", "ms", "job")
     step_ms_cv: float | None = F("Coefficient of variation of step durations across steps.", "", "job")
+    first_step_ms: float | None = F(
+        "Duration of the first profiled step (as step_ms counts steps; mean over ranks). Far above step_ms_p50 when "
+        "the profile starts with the program: compilation, first launches and allocations land in it.", "ms", "job"
+    )
 
     # --- GPU utilisation ---------------------------------------------------------------------
     gpu_busy_pct: float | None = F(
@@ -74,9 +78,9 @@ class FeatureVector(BaseModel):
         "GPU idle time, per step, while the host was in start-up work before the second profiled step (anywhere "
         "in a trace of fewer than two steps): an outlier runtime call - a launch, synchronisation, copy or "
         "allocation of at least 1 ms and at least 100 times its API's typical (lower-median) duration in the "
-        "rank: a first launch loading its kernel's module, context creation, a first cudaMalloc/cudaFree - or a "
+        "rank: a first launch loading its kernel's module, context creation, a first cudaMalloc/cudaFree -, a "
         "stream capture into a CUDA/HIP graph (Begin*Capture to End*Capture on a thread: kernels launched then "
-        "are recorded, not run). One-off work recorded because the profile starts with the program, not a "
+        "are recorded, not run) or torch.compile compiling (its `... (dynamo_timed)` phases). One-off work recorded because the profile starts with the program, not a "
         "per-step cost, so idle-gpu and launch-bound leave it out of their impact. The same work in later steps "
         "recurs and stays ordinary idle time. Part of the idle split above (mostly of idle_host), not a fifth "
         "cause.", "ms", "gpu"
@@ -87,6 +91,17 @@ class FeatureVector(BaseModel):
     startup_calls: int = F(
         "Outlier runtime calls counted as start-up (see idle_startup_ms_per_step), all ranks, whether the GPU "
         "idled meanwhile or not.", "calls", "gpu", 0
+    )
+    startup_compiles: int = F(
+        "torch.compile compilations counted as start-up (outermost `... (dynamo_timed)` phases on their thread that "
+        "begin before the second profiled step), all ranks.", "compilations", "gpu", 0
+    )
+    recompiles: int = F(
+        "torch.compile compilations that begin at or after the second profiled step: recompilation (new input "
+        "shapes, failed guards), a cost each time it happens; all ranks.", "compilations", "compile", 0
+    )
+    recompile_ms_per_step: float = F(
+        "Host time in those recompilations, per step (mean over ranks).", "ms", "compile", 0.0
     )
     captured_launches: int = F(
         "Launches recorded into CUDA/HIP graphs during the stream captures counted as start-up (see "

@@ -109,7 +109,7 @@ def cat_flags(cat: str) -> int:
 def name_flags(name: str) -> int:
     f = 0
     if (N.is_profiler_step(name) or N.is_dataloader_next(name) or N.is_optimizer_step(name) or N.is_zero_grad(name)
-            or name == "[memory]"):
+            or name == "[memory]" or N.is_compile_window(name)):
         f |= N_ANY
     if N.is_optimizer_step(name):
         f |= N_OPT

@@ -44,7 +44,7 @@ _PROTECTED = (N.ITEM_OPS | N.ITEM_FALLBACK_OPS | N.COPY_OPS | N.GEMM_OPS | N.CON
 def _role(name: str) -> int:
     r = 0
     if (name in _PROTECTED or N.is_profiler_step(name) or N.is_dataloader_next(name) or N.is_optimizer_step(name)
-            or N.is_zero_grad(name) or name == "[memory]"):
+            or N.is_zero_grad(name) or name == "[memory]" or N.is_compile_window(name)):
         r |= R_PROTECT
     if name.startswith("aten::"):
         r |= R_WINDOW
