@@ -143,6 +143,13 @@ def build_analysis(job: Job, jf: JobFeatures, findings: list[Finding]) -> Analys
     for tr in job.ranks:
         if tr.time_unit_note:
             notes.append(f"{Path(tr.path).name}: {tr.time_unit_note}")
+        if n := (tr.metadata or {}).get("repaired_names"):
+            notes.append(
+                f"{Path(tr.path).name} is not valid JSON as the profiler wrote it: {n} event name{'s' if n != 1 else ''} "
+                "(Python frames recorded with with_stack) held unescaped quotes, backslashes or control characters "
+                f"(a PyTorch/Kineto bug: pytorch/pytorch#146900). Zoomer AR re-escaped {'it' if n == 1 else 'them'} and "
+                "analysed the trace; other tools (HTA, Perfetto, json.load) refuse the file as it is."
+            )
         merged = ((tr.metadata or {}).get("distributedInfo") or {}).get("merged_ranks")
         if isinstance(merged, list) and len(merged) > 1:  # written by `zoomer-ar trace merge`
             notes.append(f"{Path(tr.path).name} merges {len(merged)} ranks (zoomer-ar trace merge): it is analysed as "

@@ -24,6 +24,7 @@ from .columns import PH_COMPLETE, PH_INSTANT, ColumnBuilder, RankTrace, build_co
 from .cuts import last_boundary as _cut
 from .cuts import skip_ws as _skip_ws
 from .reader import DEFAULT_MAX_BYTES, STREAM_CHUNK, Progress, file_sha256, iter_trace_chunks, read_trace_bytes
+from .repair import repair as repair_kineto_names
 from .schema import EVENTS_DECODER, TOP_DECODER, TRACE_DECODER, RawTrace
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".gz")
@@ -100,7 +101,10 @@ def _encoding_hint(data: bytes) -> str:
     return ""
 
 
-def decode_trace(data: bytes, path: str) -> RawTrace:
+def decode_trace(data: bytes, path: str, repaired: list[int] | None = None) -> RawTrace:
+    """The whole document, decoded. Invalid JSON of the one kind the profiler itself writes (event names
+    it did not escape: load/repair.py) is repaired, and the number of values repaired appended to
+    `repaired`; any other invalid JSON is refused with the decoder's reason."""
     try:
         doc = TRACE_DECODER.decode(data)
     except msgspec.ValidationError as exc:
@@ -112,10 +116,25 @@ def decode_trace(data: bytes, path: str) -> RawTrace:
         msg = str(exc)
         if "truncated" in msg.lower():
             raise InputError(path, f"truncated JSON ({msg})") from None
-        raise InputError(path, f"not valid JSON ({msg}){_encoding_hint(data)}") from None
+        fixed = _repair(data, exc)
+        if isinstance(fixed, BaseException):
+            last = str(fixed)
+            if "truncated" in last.lower():  # a broken name repaired, and then the file ends early
+                raise InputError(path, f"truncated JSON ({last})") from None
+            raise InputError(path, f"not valid JSON ({msg}){_encoding_hint(data)}") from None
+        doc, n = fixed
+        if repaired is not None:
+            repaired.append(n)
     if isinstance(doc, list):
         doc = RawTrace(traceEvents=doc)
     return doc
+
+
+def _repair(data: bytes, exc: msgspec.DecodeError) -> tuple[RawTrace | list, int] | BaseException:
+    try:
+        return repair_kineto_names(data, TRACE_DECODER.decode, exc)
+    except msgspec.ValidationError:  # valid JSON once repaired, but not a trace: refused as invalid JSON
+        return exc
 
 
 def _accelerator(trace: RankTrace, devices: list[str]) -> str:
@@ -165,7 +184,8 @@ def _load_trace(
     else:  # the reference path: whole document at once (also the one that explains bad input)
         data = read_trace_bytes(path, max_bytes=max_bytes, progress=progress)
         sha = file_sha256(path)  # of the file as stored, as the streaming reader hashes it
-        doc = decode_trace(data, str(path))
+        repaired: list[int] = []
+        doc = decode_trace(data, str(path), repaired)
         del data
         events = doc.traceEvents
         if not events:
@@ -197,6 +217,8 @@ def _load_trace(
         "devices": devices,
         "baseTimeNanoseconds": doc.baseTimeNanoseconds,
     }
+    if streamed is None and repaired:
+        trace.metadata["repaired_names"] = repaired[0]
     world = dist.get("world_size")
     info = RankInfo(
         path=str(path),

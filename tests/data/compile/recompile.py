@@ -22,6 +22,7 @@ from torch.profiler import ProfilerActivity, profile, schedule
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
+    ap.add_argument("--with-stack", action="store_true", help="record Python frames (tests/data/broken_names/cut.py)")
     args = ap.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -31,7 +32,7 @@ def main() -> None:
     batches = [32, 32, 48, 48, 48]  # the third step's new shape fails a guard: a recompilation
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / "trace.json"
-        with profile(activities=[ProfilerActivity.CPU],
+        with profile(activities=[ProfilerActivity.CPU], with_stack=args.with_stack,
                      schedule=schedule(wait=0, warmup=0, active=len(batches), repeat=1),
                      on_trace_ready=lambda p: p.export_chrome_trace(str(raw))) as prof:
             for n in batches:

@@ -1,0 +1,120 @@
+"""Traces that PyTorch's profiler writes as invalid JSON (event names it does not escape) are repaired and
+analysed (zoomer_ar/load/repair.py); anything else invalid is still refused with the decoder's reason."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from zoomer_ar.analyze import analyze_job, analyze_path
+from zoomer_ar.errors import InputError
+from zoomer_ar.features import extract
+from zoomer_ar.load import load_job
+from zoomer_ar.load.repair import repair
+from zoomer_ar.stream import load_job_streaming
+
+EXCERPT = Path(__file__).parent / "data" / "broken_names" / "compile_with_stack.pt.trace.json.gz"
+BROKEN_NAME = 'torch/_higher_order_ops/passes/inline_invoke_subgraph.py(0):         """'
+
+
+def test_the_real_excerpt_is_invalid_json_and_is_analysed(tmp_path):
+    raw = gzip.open(EXCERPT).read()
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(raw)
+    a = analyze_path(EXCERPT)
+    (note,) = [n for n in a.notes if "is not valid JSON as the profiler wrote it" in n]
+    assert "1 event name " in note and "pytorch/pytorch#146900" in note
+    job = load_job(EXCERPT)
+    assert BROKEN_NAME in job.ranks[0].names  # the raw text, now a name like any other
+    # the same trace written correctly gives the same features
+    good = tmp_path / "fixed.json"
+    good.write_bytes(raw.replace(b'py(0):         """",', b'py(0):         \\"\\"\\"",'))
+    assert extract(load_job(good)).vector == extract(job).vector
+    # the streaming reader falls back to the repairing reader and says the same
+    streamed = analyze_job(load_job_streaming(EXCERPT, workers=1))
+    assert streamed.features == a.features and note in streamed.notes
+
+
+def _doc(*names: bytes, layout: str = "multi") -> bytes:
+    """A trace as Kineto writes it (torch 2.13's one key per line, or the older one-line layout), with the
+    given names written raw, as the profiler does."""
+    events = []
+    for i, name in enumerate(names):
+        if layout == "multi":
+            events.append(b'  {\n    "ph": "X",\n    "cat": "python_function",\n    "name": "' + name
+                          + b'",\n    "pid": 1,\n    "tid": 1,\n    "ts": ' + str(100 + 10 * i).encode()
+                          + b',\n    "dur": 5\n  }')
+        else:
+            events.append(b'  {\n    "ph": "X", "cat": "python_function", "name": "' + name + b'", "pid": 1, "tid": 1,\n'
+                          b'    "ts": ' + str(100 + 10 * i).encode() + b', "dur": 5\n  }')
+    return b'{\n  "schemaVersion": 1,\n  "traceEvents": [\n' + b",\n".join(events) + b"\n]\n}\n"
+
+
+DECODE = msgspec.json.Decoder().decode
+
+
+def _names(data: bytes) -> list[str]:
+    first_error = None
+    try:
+        DECODE(data)
+    except msgspec.DecodeError as exc:
+        first_error = exc
+    assert first_error is not None, "the test trace should be invalid as written"
+    got = repair(data, DECODE, first_error)
+    assert not isinstance(got, BaseException)
+    doc, _ = got
+    return [e["name"] for e in doc["traceEvents"]]
+
+
+@pytest.mark.parametrize("layout", ["multi", "single"])
+def test_quotes_backslashes_and_control_characters_come_back_as_written(layout):
+    raw = [b'gen {"device": "cpu"}(3): run', b'C:\\Users\\me\\train.py(10): step', b"tab\there(1): f",
+           b'validator.py(0):     """', b"ok.py(1): fine"]
+    assert _names(_doc(*raw, layout=layout)) == [r.decode() for r in raw]
+
+
+def test_invalid_utf8_is_replaced_not_refused():
+    names = _names(_doc(b"config.py(0): \xff\xfe", b'x"y(1): z'))
+    assert names == ["config.py(0): \ufffd\ufffd", 'x"y(1): z']
+
+
+def test_a_raw_line_break_inside_a_name_is_repaired_where_the_decoder_stops():
+    # pytorch/pytorch#113001: `_test_lib_impl = torch.library.Library("_inductor_test", "IMPL")\n(1): <module>`
+    raw = b'_test_lib_impl = torch.library.Library("_inductor_test", "IMPL")\n(1): <module>'
+    assert _names(_doc(raw, b"ok.py(1): fine", layout="single"))[0] == raw.decode()
+
+
+def test_windows_call_stacks_are_repaired():
+    # pytorch/kineto#336: "Call stack" with unescaped backslashes (old Kineto, record_shapes + with_stack)
+    data = (b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1, '
+            b'"dur": 2, "args": {"Call stack": "C:\\Users\\u\\train.py(101): step;C:\\Users\\u\\train.py(5): <module>", '
+            b'"Input type": ["float"]}}]}')
+    with pytest.raises(msgspec.DecodeError) as err:
+        DECODE(data)
+    doc, n = repair(data, DECODE, err.value)
+    assert n == 1
+    assert doc["traceEvents"][0]["args"]["Call stack"].startswith("C:\\Users\\u\\train.py(101): step;")
+
+
+def test_valid_values_are_left_byte_for_byte():
+    data = _doc(b'escaped \\"ok\\"(1): f', b'bad "one"(2): g')
+    with pytest.raises(msgspec.DecodeError) as err:
+        DECODE(data)
+    doc, n = repair(data, DECODE, err.value)
+    assert n == 1 and [e["name"] for e in doc["traceEvents"]] == ['escaped "ok"(1): f', 'bad "one"(2): g']
+
+
+@pytest.mark.parametrize("mangle, reason", [
+    (lambda d: d[: len(d) // 2], "truncated JSON"),
+    (lambda d: d.replace(b'"dur": 5\n  },', b'"dur": 5\n  }', 1), "not valid JSON"),  # a missing comma
+    (lambda d: d.replace(b'"ts": 100,', b'"ts": 1 00,', 1), "not valid JSON"),
+])
+def test_other_invalid_json_is_still_refused(tmp_path, mangle, reason):
+    p = tmp_path / "t.json"
+    p.write_bytes(mangle(_doc(b'bad "one"(2): g', b"ok(1): f", b"ok(2): f")))
+    with pytest.raises(InputError, match=reason):
+        load_job(p)

@@ -1,0 +1,112 @@
+"""Repair the one kind of invalid JSON that PyTorch's profiler itself writes.
+
+Kineto's Chrome-trace writer puts event names (and `args."Call stack"`) between quotes without
+escaping them. With `with_stack=True` a Python frame's name is "<co_filename>(<line>): <co_name>",
+and those strings can hold quotes, backslashes (Windows paths) and control characters - or, for
+transient code objects (torch.compile, exec'd code), whatever the freed memory held, such as the
+triple quote that opens a docstring. One such name makes the whole file invalid JSON, and every JSON reader
+(json, HTA, Perfetto, TensorBoard) refuses all of it. Known upstream as pytorch/pytorch#146900,
+#113001, #130622, #136180 and pytorch/kineto#336, #1459; torch 2.13's `export_chrome_trace` of a
+torch.compile'd program still does it.
+
+The writer's layout makes the damage local: a name is written as `"name": "<raw text>",` followed
+by `"pid":` (on the same line, or - since 2025 - on the next one), and a call stack as
+`"Call stack": "<raw text>"` on one line. `repair` re-escapes each such value that is not a valid
+JSON string (its raw bytes taken as UTF-8, invalid sequences replaced); anything else is left
+byte for byte, and a value that needs no repair is never touched. Where a name holds a raw line
+break (the first pattern cannot see it), the decoder's error offset points at it and the value
+around that offset is repaired the same way, a few times at most. The caller decodes the result
+again: a file broken in any other way stays refused with the decoder's own message.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+
+# a name on one line, then `"pid":` (Kineto's key order: ph, cat, name, pid, tid, ts, dur, args)
+_NAME = re.compile(rb'"name": "([^\n]*)",([ \t]*\n?[ \t]*)"pid":')
+# a call stack (record_shapes/with_stack on old Kineto): one line, no quote inside
+_CALL_STACK = re.compile(rb'"Call stack": "([^\n"]*)"')
+# a valid JSON string body: no raw quote, backslash only in an escape, no control character
+_VALID = re.compile(rb'(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*')
+_BYTE = re.compile(r"\(byte (\d+)\)")
+AT_ERRORS = 8  # repairs at decoder error offsets, after the one pass over all names
+
+
+def _valid(body: bytes) -> bool:
+    if not _VALID.fullmatch(body):
+        return False
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _escape(body: bytes) -> bytes:
+    """The raw text as a JSON string body: quotes, backslashes and control characters escaped."""
+    return json.dumps(body.decode("utf-8", errors="replace"), ensure_ascii=False)[1:-1].encode("utf-8")
+
+
+def _pass(data: bytes, pattern: re.Pattern) -> tuple[bytes, int]:
+    parts: list[bytes] = []
+    last = fixed = 0
+    for m in pattern.finditer(data):
+        body = m.group(1)
+        if _valid(body):
+            continue
+        a, b = m.span(1)
+        parts += [data[last:a], _escape(body)]
+        last = b
+        fixed += 1
+    if not fixed:
+        return data, 0
+    parts.append(data[last:])
+    return b"".join(parts), fixed
+
+
+def _around(data: bytes, at: int) -> tuple[bytes, bool]:
+    """Repair the name value that holds byte `at` (a raw line break or quote the one-line pass missed)."""
+    start = data.rfind(b'"name": "', max(0, at - (1 << 16)), at + 1)
+    if start < 0:
+        return data, False
+    body0 = start + len(b'"name": "')
+    m = re.compile(rb'",[ \t]*\n?[ \t]*"pid":').search(data, at, min(len(data), at + (1 << 16)))
+    if m is None:
+        return data, False
+    body = data[body0 : m.start()]
+    if b'"ph":' in body or b"\n  {" in body or _valid(body):
+        return data, False
+    return data[:body0] + _escape(body) + data[m.start() :], True
+
+
+def _offset(exc: BaseException) -> int | None:
+    m = _BYTE.search(str(exc))
+    return int(m.group(1)) if m else None
+
+
+def repair(data: bytes, decode: Callable[[bytes], object], error: BaseException) -> tuple[object, int] | BaseException:
+    """(decoded document, values repaired) when re-escaping the profiler's unescaped names makes
+    `data` decode; otherwise the last decode error (the first one when nothing could be repaired:
+    a truncated file with a broken name says "truncated" once the name is repaired). `error` is
+    what `decode(data)` raised; `decode` raises on bad JSON with the byte offset in its message
+    (msgspec.DecodeError)."""
+    data, fixed = _pass(data, _NAME)
+    data, more = _pass(data, _CALL_STACK)
+    fixed += more
+    for _ in range(AT_ERRORS + 1):
+        if fixed:
+            try:
+                return decode(data), fixed
+            except Exception as exc:  # noqa: BLE001 - any decode failure: look where it points
+                error = exc
+        at = _offset(error)
+        if at is None:
+            return error
+        data, ok = _around(data, at)
+        if not ok:
+            return error
+        fixed += 1
+    return error
