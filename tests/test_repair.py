@@ -66,7 +66,7 @@ def _names(data: bytes) -> list[str]:
     assert first_error is not None, "the test trace should be invalid as written"
     got = repair(data, DECODE, first_error)
     assert not isinstance(got, BaseException)
-    doc, _ = got
+    doc = got.doc
     return [e["name"] for e in doc["traceEvents"]]
 
 
@@ -95,7 +95,7 @@ def test_windows_call_stacks_are_repaired():
             b'"Input type": ["float"]}}]}')
     with pytest.raises(msgspec.DecodeError) as err:
         DECODE(data)
-    doc, n = repair(data, DECODE, err.value)
+    doc, _, n = repair(data, DECODE, err.value)
     assert n == 1
     assert doc["traceEvents"][0]["args"]["Call stack"].startswith("C:\\Users\\u\\train.py(101): step;")
 
@@ -104,7 +104,8 @@ def test_valid_values_are_left_byte_for_byte():
     data = _doc(b'escaped \\"ok\\"(1): f', b'bad "one"(2): g')
     with pytest.raises(msgspec.DecodeError) as err:
         DECODE(data)
-    doc, n = repair(data, DECODE, err.value)
+    doc, fixed_bytes, n = repair(data, DECODE, err.value)
+    assert fixed_bytes.replace(b'bad \\"one\\"', b'bad "one"') == data  # only the broken value changed
     assert n == 1 and [e["name"] for e in doc["traceEvents"]] == ['escaped "ok"(1): f', 'bad "one"(2): g']
 
 
@@ -118,3 +119,25 @@ def test_other_invalid_json_is_still_refused(tmp_path, mangle, reason):
     p.write_bytes(mangle(_doc(b'bad "one"(2): g', b"ok(1): f", b"ok(2): f")))
     with pytest.raises(InputError, match=reason):
         load_job(p)
+
+
+def test_trace_repair_writes_a_copy_other_tools_open(tmp_path, capsys):
+    from zoomer_ar.cli import main
+
+    out = tmp_path / "fixed.json.gz"
+    assert main(["trace", "repair", str(EXCERPT), str(out)]) == 0
+    assert "1 event name re-escaped, gzip" in capsys.readouterr().out
+    raw, fixed = gzip.open(EXCERPT).read(), gzip.open(out).read()
+    doc = json.loads(fixed)  # what json.load, HTA and Perfetto need
+    assert BROKEN_NAME in {e.get("name") for e in doc["traceEvents"]}
+    assert fixed.replace(b'py(0):         \\"\\"\\"",', b'py(0):         """",') == raw  # every other byte kept
+    # valid input: copied as it is, with a note; other invalid JSON: exit 2, one line, no output
+    good = tmp_path / "good.json"
+    assert main(["trace", "repair", str(out), str(good)]) == 0
+    assert "nothing to repair" in capsys.readouterr().err and good.read_bytes() == fixed
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"traceEvents": [{"ph": "X", "name": "a" "b"}]}')
+    assert main(["trace", "repair", str(bad), str(tmp_path / "never.json")]) == 2
+    err = capsys.readouterr().err
+    assert "not the profiler's unescaped names" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "never.json").exists()

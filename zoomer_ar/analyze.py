@@ -148,7 +148,8 @@ def build_analysis(job: Job, jf: JobFeatures, findings: list[Finding]) -> Analys
                 f"{Path(tr.path).name} is not valid JSON as the profiler wrote it: {n} event name{'s' if n != 1 else ''} "
                 "(Python frames recorded with with_stack) held unescaped quotes, backslashes or control characters "
                 f"(a PyTorch/Kineto bug: pytorch/pytorch#146900). Zoomer AR re-escaped {'it' if n == 1 else 'them'} and "
-                "analysed the trace; other tools (HTA, Perfetto, json.load) refuse the file as it is."
+                "analysed the trace; other tools (HTA, Perfetto, json.load) refuse the file as it is: "
+                "`zoomer-ar trace repair FILE OUT.json.gz` writes a copy they open."
             )
         merged = ((tr.metadata or {}).get("distributedInfo") or {}).get("merged_ranks")
         if isinstance(merged, list) and len(merged) > 1:  # written by `zoomer-ar trace merge`

@@ -24,6 +24,7 @@ from .columns import PH_COMPLETE, PH_INSTANT, ColumnBuilder, RankTrace, build_co
 from .cuts import last_boundary as _cut
 from .cuts import skip_ws as _skip_ws
 from .reader import DEFAULT_MAX_BYTES, STREAM_CHUNK, Progress, file_sha256, iter_trace_chunks, read_trace_bytes
+from .repair import Repaired
 from .repair import repair as repair_kineto_names
 from .schema import EVENTS_DECODER, TOP_DECODER, TRACE_DECODER, RawTrace
 
@@ -122,15 +123,15 @@ def decode_trace(data: bytes, path: str, repaired: list[int] | None = None) -> R
             if "truncated" in last.lower():  # a broken name repaired, and then the file ends early
                 raise InputError(path, f"truncated JSON ({last})") from None
             raise InputError(path, f"not valid JSON ({msg}){_encoding_hint(data)}") from None
-        doc, n = fixed
+        doc = fixed.doc
         if repaired is not None:
-            repaired.append(n)
+            repaired.append(fixed.fixed)
     if isinstance(doc, list):
         doc = RawTrace(traceEvents=doc)
     return doc
 
 
-def _repair(data: bytes, exc: msgspec.DecodeError) -> tuple[RawTrace | list, int] | BaseException:
+def _repair(data: bytes, exc: msgspec.DecodeError) -> Repaired | BaseException:
     try:
         return repair_kineto_names(data, TRACE_DECODER.decode, exc)
     except msgspec.ValidationError:  # valid JSON once repaired, but not a trace: refused as invalid JSON

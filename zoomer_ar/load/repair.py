@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from typing import NamedTuple
 
 # a name on one line, then `"pid":` (Kineto's key order: ph, cat, name, pid, tid, ts, dur, args)
 _NAME = re.compile(rb'"name": "([^\n]*)",([ \t]*\n?[ \t]*)"pid":')
@@ -87,19 +88,24 @@ def _offset(exc: BaseException) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def repair(data: bytes, decode: Callable[[bytes], object], error: BaseException) -> tuple[object, int] | BaseException:
-    """(decoded document, values repaired) when re-escaping the profiler's unescaped names makes
-    `data` decode; otherwise the last decode error (the first one when nothing could be repaired:
-    a truncated file with a broken name says "truncated" once the name is repaired). `error` is
-    what `decode(data)` raised; `decode` raises on bad JSON with the byte offset in its message
-    (msgspec.DecodeError)."""
+class Repaired(NamedTuple):
+    doc: object  # what `decode` made of the repaired bytes
+    data: bytes  # the repaired bytes
+    fixed: int  # values re-escaped
+
+
+def repair(data: bytes, decode: Callable[[bytes], object], error: BaseException) -> Repaired | BaseException:
+    """The repaired document when re-escaping the profiler's unescaped names makes `data` decode;
+    otherwise the last decode error (the first one when nothing could be repaired: a truncated file
+    with a broken name says "truncated" once the name is repaired). `error` is what `decode(data)`
+    raised; `decode` raises on bad JSON with the byte offset in its message (msgspec.DecodeError)."""
     data, fixed = _pass(data, _NAME)
     data, more = _pass(data, _CALL_STACK)
     fixed += more
     for _ in range(AT_ERRORS + 1):
         if fixed:
             try:
-                return decode(data), fixed
+                return Repaired(decode(data), data, fixed)
             except Exception as exc:  # noqa: BLE001 - any decode failure: look where it points
                 error = exc
         at = _offset(error)

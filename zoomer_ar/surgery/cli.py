@@ -1,4 +1,4 @@
-"""`zoomer-ar trace filter|slice|sample|split|merge|compress|check`: streaming trace surgery."""
+"""`zoomer-ar trace filter|slice|sample|split|merge|compress|repair|check`: streaming trace surgery."""
 
 from __future__ import annotations
 
@@ -204,6 +204,19 @@ def compress_cmd(src: Path, out: Path, use_zstd: bool, plain: bool, level: int |
         name = out.name.lower()
         comp = "zstd" if name.endswith((".zst", ".zstd")) else "none" if name.endswith(".json") else "gzip"
     _done(ops.compress_trace(src, out, compression=comp, level=level))
+
+
+@trace.command(name="repair")
+@click.argument("src", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("out", type=click.Path(path_type=Path))
+@click.option("--compression", type=_COMPRESSION, default=None, help=_COMP_HELP)
+@click.option("--level", type=int, default=None, help="Compression level.")
+def repair_cmd(src: Path, out: Path, compression, level) -> None:
+    """Write OUT, a copy of SRC that HTA, Perfetto and json.load open, where the profiler wrote SRC as
+    invalid JSON: event names it did not escape (with_stack Python frames holding quotes, Windows
+    backslashes, control characters; pytorch/pytorch#146900) are re-escaped, every other byte kept.
+    `zoomer-ar analyze` repairs such files by itself."""
+    _done(ops.repair_trace(src, out, compression=compression, level=level))
 
 
 @trace.command(name="check")

@@ -652,6 +652,53 @@ def compress_trace(src: Path, dst: Path, *, compression: str | None = None, leve
     return st
 
 
+_JSON_CHECK = msgspec.json.Decoder(msgspec.Raw)  # JSON syntax only: the document stays raw bytes
+
+
+def repair_trace(src: Path, dst: Path, *, compression: str | None = None, level: int | None = None) -> Stats:
+    """Write a copy of src that other tools open, where the profiler wrote it as invalid JSON: the event
+    names (and old `Call stack` args) it did not escape are re-escaped (zoomer_ar/load/repair.py), every
+    other byte is kept. A file that is valid JSON already is copied as it is (a note says so); invalid JSON
+    of any other kind is refused. The whole file is read into memory (up to ZOOMER_MAX_TRACE_BYTES)."""
+    from ..load.reader import read_trace_bytes
+    from ..load.repair import repair
+
+    comp = compression_for(dst, compression)
+    guard.require_file(src)
+    guard.check_file_output(dst, [src])
+    guard.check_suffix(dst, comp)
+    guard.check_level(comp, level)
+    data = read_trace_bytes(src)
+    st = Stats()
+    try:
+        _JSON_CHECK.decode(data)
+        fixed = 0
+        st.notes.append(f"{src} is valid JSON: nothing to repair, copied as it is")
+    except msgspec.DecodeError as exc:
+        got = repair(data, _JSON_CHECK.decode, exc)
+        if isinstance(got, BaseException):
+            raise InputError(str(src), f"not valid JSON, and not the profiler's unescaped names ({got})") from None
+        data, fixed = got.data, got.fixed
+    sink = _Sink(dst, comp, level)
+    try:
+        view = memoryview(data)
+        for i in range(0, len(view), 1 << 22):
+            sink.write(view[i : i + (1 << 22)])
+        sink.commit()
+    except BaseException:
+        sink.abort()
+        raise
+    try:
+        check_events(dst)  # the promise of every command: a valid trace
+    except InputError as exc:
+        dst.unlink(missing_ok=True)
+        raise InputError(str(src), f"repaired, but still not a valid trace: {exc.reason}") from None
+    st.outputs.append(str(dst))
+    st.bytes_out = dst.stat().st_size
+    st.note = f"{fixed:,} event name{'' if fixed == 1 else 's'} re-escaped, {comp}"
+    return st
+
+
 class _BackgroundCopy:
     """compress_trace's copy of the bytes into the output, in a thread started before the check pass
     (reading, inflating and deflating run without the interpreter lock: the check and the copy take
