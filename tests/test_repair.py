@@ -141,3 +141,21 @@ def test_trace_repair_writes_a_copy_other_tools_open(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "not the profiler's unescaped names" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "never.json").exists()
+
+
+@pytest.mark.parametrize("cmd", [["trace", "check"], ["trace", "slice", "--window", "0..10"],
+                                 ["trace", "filter", "--cat", "cpu_op"]])
+def test_the_streaming_commands_say_how_to_repair(tmp_path, capsys, cmd):
+    """The surgery commands stream and check every event: they refuse such a file, and say what is wrong
+    with it and which command repairs it; other invalid JSON gets no such hint."""
+    from zoomer_ar.cli import main
+
+    def run(src):
+        args = [*cmd[:2], str(src)] + ([] if cmd[1] == "check" else [str(tmp_path / f"out-{src.stem}.json")]) + cmd[2:]
+        assert main(args) == 2
+        return capsys.readouterr().err
+
+    assert "did not escape (pytorch/pytorch#146900): `zoomer-ar trace repair" in run(EXCERPT)
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"traceEvents": [{"ph": "X" "name": "a", "pid": 1}]}')  # a comma missing between keys
+    assert "trace repair" not in run(bad)

@@ -83,6 +83,11 @@ def _around(data: bytes, at: int) -> tuple[bytes, bool]:
     return data[:body0] + _escape(body) + data[m.start() :], True
 
 
+def unescaped_name_at(data: bytes, at: int) -> bool:
+    """Does byte `at` of `data` lie in an event name the profiler did not escape (what `repair` fixes)?"""
+    return _around(bytes(data), at)[1]
+
+
 def _offset(exc: BaseException) -> int | None:
     m = _BYTE.search(str(exc))
     return int(m.group(1)) if m else None

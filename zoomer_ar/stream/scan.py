@@ -28,6 +28,7 @@ import msgspec
 from ..load.cuts import last_boundary as _cut
 from ..load.cuts import skip_ws as _skip_ws
 from ..load.fastcols import feed_events
+from ..load.repair import unescaped_name_at
 from .source import CHUNK, BadJSON, ChunkReader, Progress, StreamError, require_regular
 
 SLICE = 1 << 20  # JSON bytes per slice handed to the consumer
@@ -163,10 +164,16 @@ _BYTE = re.compile(r"\(byte (\d+)\)")
 _NOT_OBJECT = re.compile(r"^Expected `object`, got `(\w+)` - at `\$\[(\d+)\]`$")
 
 
-def bad_json(exc: Exception, base: int, bare: bool) -> BadJSON:
+REPAIR_HINT = ("; an event name the profiler did not escape (pytorch/pytorch#146900): `zoomer-ar trace repair "
+               "SRC OUT.json.gz` writes a copy that opens, and `zoomer-ar analyze` reads it as it is")
+
+
+def bad_json(exc: Exception, base: int, bare: bool, data: bytes | bytearray | None = None) -> BadJSON:
     """The decoder's complaint about a slice that no cut made decode, in the in-memory loader's
     words: "not valid JSON (...)" with the byte offset in the document (`base`: the offset of the
-    slice's first byte), or, for items that are not objects, what `analyze` says of them."""
+    slice's first byte), or, for items that are not objects, what `analyze` says of them. Where the
+    offset lies in an event name the profiler did not escape (`data`: the slice), the message says
+    how to repair it."""
     msg = str(exc)
     if isinstance(exc, msgspec.ValidationError):
         m = _NOT_OBJECT.match(msg)
@@ -175,7 +182,11 @@ def bad_json(exc: Exception, base: int, bare: bool) -> BadJSON:
                 return BadJSON("not a Kineto trace: a JSON array whose items are not trace events")
             return BadJSON(f"malformed trace: Expected `object`, got `{m.group(1)}` - at `$.traceEvents[...]`")
         return BadJSON(f"not valid JSON ({msg.split(' - at ')[0]})")  # e.g. a number out of range
-    return BadJSON("not valid JSON (" + _BYTE.sub(lambda b: f"(byte {base + int(b.group(1))})", msg) + ")")
+    hint = ""
+    m = _BYTE.search(msg)
+    if data is not None and m is not None and unescaped_name_at(data, int(m.group(1))):
+        hint = REPAIR_HINT
+    return BadJSON("not valid JSON (" + _BYTE.sub(lambda b: f"(byte {base + int(b.group(1))})", msg) + ")" + hint)
 
 
 def _read_head(buf: bytearray, more: Callable[[], bool], res: ScanResult) -> None:
@@ -239,7 +250,7 @@ def scan(path: Path, consume: Consumer, *, slice_bytes: int = SLICE, chunk: int 
         last[0], last[1] = exc, more.fed - len(buf)
 
     def not_found(what: str) -> StreamError:
-        return bad_json(last[0], last[1], res.bare) if last[0] is not None else StreamError(what)
+        return bad_json(last[0], last[1], res.bare, buf) if last[0] is not None else StreamError(what)
 
     try:
         _read_head(buf, more, res)
