@@ -271,3 +271,14 @@ def test_a_recompilation_stays_idle_time_and_gets_a_note(tmp_path):
     assert a.features["recompile_ms_per_step"] == pytest.approx(20.0 / 3)
     assert any(n.startswith("torch.compile compiled again after the first profiled step: 1 recompilation")
                for n in a.notes)
+
+
+def test_compare_says_when_a_run_holds_start_up():
+    from zoomer_ar.compare import compare
+
+    examples = Path(__file__).resolve().parent.parent / "examples" / "traces"
+    startup, clean = analyze_path(RECOMPILE), analyze_path(examples / "clean")
+    got = compare(startup, clean)
+    (note,) = [n for n in got["notes"] if n.startswith("start-up inside the profile")]
+    assert "before's (first step" in note and "after's" not in note and "median steps: before" in note
+    assert not [n for n in compare(clean, clean)["notes"] if n.startswith("start-up")]
