@@ -9,6 +9,7 @@ import click
 
 from .analyze import analyze_path
 from .detect.combine import combined_impact
+from .detect.startup import startup_summary
 from .errors import InputError
 from .models import Analysis
 from .render.filters import fmt_ms, fmt_num
@@ -82,7 +83,7 @@ def run_notes(before: Analysis, after: Analysis) -> list[str]:
     if nb != na and wb == wa:
         notes.append(f"the runs hold different numbers of rank traces (before {nb}, after {na}): cross-rank "
                      "findings (straggler, imbalance) are measured on different sets")
-    sb, sa = _startup(before.features or {}), _startup(after.features or {})
+    sb, sa = startup_summary(before.features or {}), startup_summary(after.features or {})
     if sb or sa:
         which = " and ".join(f"{name}'s ({what})" for name, what in (("before", sb), ("after", sa)) if what)
         pb, pa = (before.features or {}).get("step_ms_p50"), (after.features or {}).get("step_ms_p50")
@@ -90,21 +91,6 @@ def run_notes(before: Analysis, after: Analysis) -> list[str]:
         notes.append(f"start-up inside the profile: {which} - the mean step time, and with it the speedup, "
                      f"counts one-off work{median}. Profile both runs after the same warm-up to compare them")
     return notes
-
-
-def _startup(f: dict) -> str | None:
-    """What start-up work a run's profile holds, as analyze's notes judge it (analyze.STARTUP_NOTE_PCT,
-    SLOW_FIRST_STEP); None for a run without (or analysed before these features existed)."""
-    from .analyze import SLOW_FIRST_STEP, SLOW_FIRST_STEP_SHARE, STARTUP_NOTE_PCT
-
-    step, n = f.get("step_ms") or 0.0, f.get("profiler_steps") or 0
-    first, p50 = f.get("first_step_ms"), f.get("step_ms_p50")
-    if n >= 3 and first and p50 and first >= SLOW_FIRST_STEP * p50 and (first - p50) / n >= SLOW_FIRST_STEP_SHARE * step:
-        return f"first step {first:,.1f} ms, {first / p50:,.0f}x its median"
-    idle = f.get("idle_startup_ms_per_step") or 0.0
-    if step and 100.0 * idle / step >= STARTUP_NOTE_PCT:
-        return f"GPU idle in start-up work {idle:,.1f} ms per step, {100.0 * idle / step:.0f}% of the step"
-    return None
 
 
 def _model_version(a: Analysis) -> str | None:

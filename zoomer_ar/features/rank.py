@@ -379,14 +379,13 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
             shown.append((idle, e - b, ev))
         shown.sort(key=lambda x: (-x[0], -x[1]))
         rf.evidence.setdefault("startup_calls", []).extend(ev for _, _, ev in shown[:EVIDENCE_PER_KIND])
-    for kind, rows in (("startup_calls", compiles),):
-        if rows:
-            rows = np.asarray(rows, dtype=np.int64)
-            idle_in = iv.overlap_with(t.ts[rows], c.end[rows], (g0, g1)) if glen.size else np.zeros(rows.size)
-            rf.evidence.setdefault(kind, []).extend(c.worst(
-                rows, key=idle_in + t.dur[rows] * 1e-12,
-                detail=lambda i, rows=rows, idle_in=idle_in: "torch.compile compiling; the GPU was idle for "
-                f"{float(idle_in[np.searchsorted(rows, i)]) / 1000.0:.3f} ms of it"))
+    if compiles:
+        rows = np.asarray(compiles, dtype=np.int64)
+        idle_c = iv.overlap_with(t.ts[rows], c.end[rows], (g0, g1)) if glen.size else np.zeros(rows.size)
+        rf.evidence.setdefault("startup_calls", []).extend(c.worst(
+            rows, key=idle_c + t.dur[rows] * 1e-12,
+            detail=lambda i: "torch.compile compiling; the GPU was idle for "
+                             f"{float(idle_c[np.searchsorted(rows, i)]) / 1000.0:.3f} ms of it"))
     del g0, g1, glen, data_part, rest, sync_caused, host_bound, nxt, sync_of
     short = kern[kd < 10.0]
     del kd
