@@ -14,61 +14,74 @@ from typing import Any
 
 from ..features import JobFeatures
 
-STARTUP_NOTE_PCT = 5.0  # start-up calls holding the GPU idle this share of the step deserve a note
+STARTUP_NOTE_PCT = 5.0  # start-up work holding the GPU idle this share of the step deserves a note
+SLOW_FIRST_STEP = 3.0  # a first step this many times the median step ...
+SLOW_FIRST_STEP_SHARE = 0.1  # ... that adds at least this share to the mean step gets a note
+
+
+def _s(n: int, word: str, plural: str = "s") -> str:
+    return f"{n} {word}{plural if n != 1 else ''}"
+
+
+def _startup_share(f: dict[str, Any]) -> float | None:
+    """GPU idle in start-up work as a % of the step, where it reaches STARTUP_NOTE_PCT; else None."""
+    step, idle = f.get("step_ms") or 0.0, f.get("idle_startup_ms_per_step") or 0.0
+    pct = 100.0 * idle / step if step else 0.0
+    return pct if pct >= STARTUP_NOTE_PCT else None
+
+
+def _slow_first_step(f: dict[str, Any]) -> bool:
+    """A first profiled step >= SLOW_FIRST_STEP times the median that adds >= SLOW_FIRST_STEP_SHARE to the mean."""
+    step, n = f.get("step_ms") or 0.0, f.get("profiler_steps") or 0
+    first, p50 = f.get("first_step_ms"), f.get("step_ms_p50")
+    return bool(n >= 3 and first and p50 and first >= SLOW_FIRST_STEP * p50
+                and (first - p50) / n >= SLOW_FIRST_STEP_SHARE * step)
+
+
+def _kinds(f: dict[str, Any], *, counted: bool) -> list[str]:
+    """The start-up work a profile holds, counted (`counted`) or in a word each."""
+    out = []
+    if n := f.get("startup_calls"):
+        out.append(f"{_s(n, 'runtime call')} at least 100 times slower than the typical call of "
+                   f"{'their' if n != 1 else 'its'} API" if counted else "outlier runtime calls")
+    if n := f.get("startup_compiles"):
+        out.append(f"torch.compile compiling ({_s(n, 'compilation')})" if counted else "torch.compile compiling")
+    if n := f.get("captured_launches"):
+        out.append(f"a CUDA/HIP graph capture ({_s(n, 'launch', 'es')} recorded into graphs, not run)" if counted
+                   else "graph capture")
+    return out
 
 
 def startup_note(jf: JobFeatures) -> str | None:
-    """A note where start-up work (outlier runtime calls, graph captures, early in the profile) holds the GPU idle
-    for a material share of the step: it is not a per-step cost, and the profile misses the steady state."""
-    fv = jf.vector
-    idle = fv.idle_startup_ms_per_step or 0.0
-    if not fv.step_ms or 100.0 * idle / fv.step_ms < STARTUP_NOTE_PCT:
+    """A note where start-up work (outlier runtime calls, compilation, graph captures, early in the profile) holds
+    the GPU idle for a material share of the step: it is not a per-step cost, and the profile misses the steady
+    state."""
+    fv, f = jf.vector, jf.vector.model_dump()
+    pct = _startup_share(f)
+    if pct is None:
         return None
-    parts = []
-    if fv.startup_calls:
-        n = fv.startup_calls
-        parts.append(f"{n} runtime call{'s' if n != 1 else ''} at least 100 times slower than the typical call of "
-                     f"{'their' if n != 1 else 'its'} API")
-    if fv.startup_compiles:
-        n = fv.startup_compiles
-        parts.append(f"torch.compile compiling ({n} compilation{'s' if n != 1 else ''})")
-    if fv.captured_launches:
-        n = fv.captured_launches
-        parts.append(f"a CUDA/HIP graph capture ({n} launch{'es' if n != 1 else ''} recorded into graphs, not run)")
     where = ("before the second profiled step" if fv.profiler_steps >= 2 else
              "in a trace of fewer than two profiled steps, which cannot show whether it recurs")
     worst = (jf.evidence.get("startup_calls") or [None])[0]
     longest = f"; the longest, {worst.name} for {worst.dur_ms:,.1f} ms: {worst.detail}" if worst is not None else ""
     return (
-        f"Start-up inside the profile: the GPU idled for {idle:,.1f} ms per step ({100.0 * idle / fv.step_ms:.0f}% "
-        f"of the step) during {' and '.join(parts)}, {where}{longest}. This is usually one-off work - a first "
-        "launch loading its module, context creation, first allocations, graph capture - so idle-gpu and "
-        "launch-bound leave that time out of their impact. Profile a few steps after a warm-up "
+        f"Start-up inside the profile: the GPU idled for {fv.idle_startup_ms_per_step:,.1f} ms per step ({pct:.0f}% "
+        f"of the step) during {' and '.join(_kinds(f, counted=True))}, {where}{longest}. This is usually one-off "
+        "work - a first launch loading its module, context creation, first allocations, graph capture - so idle-gpu "
+        "and launch-bound leave that time out of their impact. Profile a few steps after a warm-up "
         "(torch.profiler.schedule(wait=1, warmup=2, active=3)) to see the steady state"
         f"{'' if fv.profiler_steps >= 2 else ' and whether this work recurs'}."
     )
 
 
-SLOW_FIRST_STEP = 3.0  # a first step this many times the median step ...
-SLOW_FIRST_STEP_SHARE = 0.1  # ... that adds at least this share to the mean step gets a note
-
-
 def first_step_note(jf: JobFeatures) -> str | None:
     """The first profiled step far slower than the others (start-up inside the profile): every per-step figure
     is a mean over the steps, so that one step weighs on all of them."""
-    fv = jf.vector
+    fv, f = jf.vector, jf.vector.model_dump()
+    if not _slow_first_step(f):
+        return None
     first, p50 = fv.first_step_ms, fv.step_ms_p50
-    if fv.profiler_steps < 3 or not first or not p50 or first < SLOW_FIRST_STEP * p50:
-        return None
-    if (first - p50) / fv.profiler_steps < SLOW_FIRST_STEP_SHARE * fv.step_ms:
-        return None
-    why = []
-    if fv.startup_compiles:
-        why.append("torch.compile compiling")
-    if fv.startup_calls:
-        why.append("outlier runtime calls")
-    if fv.captured_launches:
-        why.append("graph capture")
+    why = _kinds(f, counted=False)
     because = f" ({', '.join(why)} in it)" if why else ""
     return (
         f"The first profiled step took {first:,.1f} ms, {first / p50:,.0f}x the median step ({p50:,.1f} ms){because}: "
@@ -88,11 +101,11 @@ def recompile_note(jf: JobFeatures) -> str | None:
     worst = (jf.evidence.get("recompiles") or [None])[0]
     where = f"; the longest at {worst.ts_ms:,.1f} ms into the trace for {worst.dur_ms:,.1f} ms" if worst else ""
     return (
-        f"torch.compile compiled again after the first profiled step: {fv.recompiles} recompilation"
-        f"{'s' if fv.recompiles != 1 else ''}, {fv.recompile_ms_per_step:,.1f} ms per step ({pct:.0f}% of the step)"
-        f"{where}. A recompilation happens when a guard fails (a new input shape, dtype or Python value): run with "
-        "TORCH_LOGS=recompiles to see which, then mark varying dimensions dynamic "
-        "(torch._dynamo.mark_dynamic, or torch.compile(dynamic=True)) or pad inputs to a few fixed shapes."
+        f"torch.compile compiled again after the first profiled step: {_s(fv.recompiles, 'recompilation')}, "
+        f"{fv.recompile_ms_per_step:,.1f} ms per step ({pct:.0f}% of the step){where}. A recompilation happens when "
+        "a guard fails (a new input shape, dtype or Python value): run with TORCH_LOGS=recompiles to see which, then "
+        "mark varying dimensions dynamic (torch._dynamo.mark_dynamic, or torch.compile(dynamic=True)) or pad inputs "
+        "to a few fixed shapes."
     )
 
 
@@ -103,12 +116,11 @@ def startup_notes(jf: JobFeatures) -> list[str]:
 
 def startup_summary(f: dict[str, Any]) -> str | None:
     """What start-up work a run's profile holds, judged as the notes above judge it, in a few words (for
-    `compare`); None for a run without any (or analysed before these features existed)."""
-    step, n = f.get("step_ms") or 0.0, f.get("profiler_steps") or 0
-    first, p50 = f.get("first_step_ms"), f.get("step_ms_p50")
-    if n >= 3 and first and p50 and first >= SLOW_FIRST_STEP * p50 and (first - p50) / n >= SLOW_FIRST_STEP_SHARE * step:
-        return f"first step {first:,.1f} ms, {first / p50:,.0f}x its median"
-    idle = f.get("idle_startup_ms_per_step") or 0.0
-    if step and 100.0 * idle / step >= STARTUP_NOTE_PCT:
-        return f"GPU idle in start-up work {idle:,.1f} ms per step, {100.0 * idle / step:.0f}% of the step"
+    `compare`: `f` is an analysis' features); None for a run without any (or analysed before these features
+    existed)."""
+    if _slow_first_step(f):
+        return f"first step {f['first_step_ms']:,.1f} ms, {f['first_step_ms'] / f['step_ms_p50']:,.0f}x its median"
+    pct = _startup_share(f)
+    if pct is not None:
+        return f"GPU idle in start-up work {f['idle_startup_ms_per_step']:,.1f} ms per step, {pct:.0f}% of the step"
     return None
