@@ -68,24 +68,29 @@ def _pass(data: bytes, pattern: re.Pattern) -> tuple[bytes, int]:
     return b"".join(parts), fixed
 
 
-def _around(data: bytes, at: int) -> tuple[bytes, bool]:
-    """Repair the name value that holds byte `at` (a raw line break or quote the one-line pass missed)."""
-    start = data.rfind(b'"name": "', max(0, at - (1 << 16)), at + 1)
+_NAME_END = re.compile(rb'",[ \t]*\n?[ \t]*"pid":')
+REACH = 1 << 16  # how far from the decoder's error offset a name's start and end are looked for
+
+
+def _name_at(data: bytes | bytearray, at: int) -> tuple[int, int] | None:
+    """(start, end) of the body of the event name that holds byte `at`, where it is one the profiler did not
+    escape (a raw line break or quote the one-line pass missed); None otherwise."""
+    start = data.rfind(b'"name": "', max(0, at - REACH), at + 1)
     if start < 0:
-        return data, False
-    body0 = start + len(b'"name": "')
-    m = re.compile(rb'",[ \t]*\n?[ \t]*"pid":').search(data, at, min(len(data), at + (1 << 16)))
+        return None
+    m = _NAME_END.search(data, at, min(len(data), at + REACH))
     if m is None:
-        return data, False
-    body = data[body0 : m.start()]
+        return None
+    body0 = start + len(b'"name": "')
+    body = bytes(data[body0 : m.start()])
     if b'"ph":' in body or b"\n  {" in body or _valid(body):
-        return data, False
-    return data[:body0] + _escape(body) + data[m.start() :], True
+        return None
+    return body0, m.start()
 
 
-def unescaped_name_at(data: bytes, at: int) -> bool:
+def unescaped_name_at(data: bytes | bytearray, at: int) -> bool:
     """Does byte `at` of `data` lie in an event name the profiler did not escape (what `repair` fixes)?"""
-    return _around(bytes(data), at)[1]
+    return _name_at(data, at) is not None
 
 
 def _offset(exc: BaseException) -> int | None:
@@ -116,8 +121,9 @@ def repair(data: bytes, decode: Callable[[bytes], object], error: BaseException)
         at = _offset(error)
         if at is None:
             return error
-        data, ok = _around(data, at)
-        if not ok:
+        span = _name_at(data, at)
+        if span is None:
             return error
+        data = data[: span[0]] + _escape(data[span[0] : span[1]]) + data[span[1] :]
         fixed += 1
     return error
