@@ -180,12 +180,12 @@ def _load_trace(
     path: Path, *, rank_hint: int | None, max_bytes: int, progress: Progress | None
 ) -> tuple[RankTrace, RankInfo]:
     streamed = stream_trace(path, max_bytes=max_bytes, progress=progress)
+    repaired: list[int] = []  # values of the profiler's invalid JSON re-escaped (whole-document path only)
     if streamed is not None:
         sha, doc, trace = streamed
     else:  # the reference path: whole document at once (also the one that explains bad input)
         data = read_trace_bytes(path, max_bytes=max_bytes, progress=progress)
         sha = file_sha256(path)  # of the file as stored, as the streaming reader hashes it
-        repaired: list[int] = []
         doc = decode_trace(data, str(path), repaired)
         del data
         events = doc.traceEvents
@@ -218,7 +218,7 @@ def _load_trace(
         "devices": devices,
         "baseTimeNanoseconds": doc.baseTimeNanoseconds,
     }
-    if streamed is None and repaired:
+    if repaired:
         trace.metadata["repaired_names"] = repaired[0]
     world = dist.get("world_size")
     info = RankInfo(
