@@ -282,3 +282,31 @@ def test_compare_says_when_a_run_holds_start_up():
     (note,) = [n for n in got["notes"] if n.startswith("start-up inside the profile")]
     assert "before's (first step" in note and "after's" not in note and "median steps: before" in note
     assert not [n for n in compare(clean, clean)["notes"] if n.startswith("start-up")]
+
+
+def _renumbered(path: Path, first: int) -> Path:
+    """The same trace with its steps numbered from `first` (a schedule that skipped `first` steps)."""
+    doc = json.loads(path.read_text())
+    for e in doc["traceEvents"]:
+        if e["name"].startswith("ProfilerStep#"):
+            e["name"] = f"ProfilerStep#{int(e['name'][13:]) + first}"
+    out = path.with_name(f"from{first}.json")
+    out.write_text(json.dumps(doc))
+    return out
+
+
+def test_a_profile_that_starts_after_the_program_holds_no_start_up(tmp_path):
+    """ProfilerStep#3 first: the schedule's wait and warm-up steps ran the program's first iterations
+    unrecorded, start-up included: an outlier call or a capture in the window is ordinary idle time, and a
+    compilation there is a recompilation."""
+    calls = _trace(tmp_path, [(0, 3_000.0)])
+    assert _features(calls).vector.startup_calls == 1
+    late = _features(_renumbered(calls, 3)).vector
+    assert late.first_profiled_step == 3 and late.startup_calls == 0 and late.idle_startup_ms_per_step == 0.0
+    cap_dir = tmp_path / "cap"
+    cap_dir.mkdir()
+    assert _features(_renumbered(_capture_trace(cap_dir, 0), 3)).vector.captured_launches == 0
+    comp_dir = tmp_path / "comp"
+    comp_dir.mkdir()
+    v = _features(_renumbered(_compile_gpu_trace(comp_dir, 0, None), 3)).vector
+    assert v.startup_compiles == 0 and v.recompiles == 1 and v.idle_startup_ms_per_step == 0.0

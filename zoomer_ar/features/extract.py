@@ -155,6 +155,8 @@ def extract(job: Job, devices: list[str] | None = None) -> JobFeatures:
         "step_ms_p50": _mean([rf.v.get("step_ms_p50") for rf in rfs]),
         "step_ms_p95": _mean([rf.v.get("step_ms_p95") for rf in rfs]),
         "first_step_ms": _mean([rf.v.get("first_step_ms") for rf in rfs]),
+        "first_profiled_step": min([rf.v["first_profiled_step"] for rf in rfs if rf.v.get("first_profiled_step") is not None],
+                                   default=None),
         "step_ms_cv": _mean([rf.v.get("step_ms_cv") for rf in rfs]),
         "gpu_busy_pct": _mean([rf.v.get("gpu_busy_pct") for rf in rfs]),
         "gpu_busy_pct_steady": _mean([rf.v.get("gpu_busy_pct_steady") for rf in rfs]),

@@ -111,6 +111,12 @@ def is_profiler_step(name: str) -> bool:
     return name.startswith("ProfilerStep#")
 
 
+def profiler_step_number(name: str) -> int | None:
+    """N of `ProfilerStep#N` (torch.profiler counts the schedule's steps from 0, recorded or not)."""
+    tail = name[len("ProfilerStep#"):] if is_profiler_step(name) else ""
+    return int(tail) if tail.isdigit() else None
+
+
 def is_dataloader_next(name: str) -> bool:
     return name.startswith("enumerate(DataLoader)#") and name.endswith("__next__")
 

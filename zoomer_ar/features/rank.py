@@ -70,6 +70,9 @@ class _Ctx:
         self._syncs: np.ndarray | None = None
         self.keys: dict[int, float] = {}  # RankFeatures.evidence_keys
         self.compiles: tuple[list[int], list[int]] = ([], [])  # torch.compile windows: (start-up, recompiles)
+        # may the profile hold the program's start-up? Not when its first step is ProfilerStep#N, N >= 1: the
+        # iterations before it (a schedule's wait and warm-up steps) ran unrecorded, and start-up with them
+        self.from_start = True
 
     def sync_calls(self) -> np.ndarray:
         """Host synchronisation API calls, without the profiler's own stop synchronisation and
@@ -164,6 +167,10 @@ def _steps(c: _Ctx, rf: RankFeatures) -> tuple[np.ndarray, np.ndarray]:
         durs = np.diff(np.concatenate([starts[:1], done])) / 1000.0
     rf.v["profiler_steps"] = int(idx.size)
     rf.v["wall_ms"] = (c.t1 - c.t0) / 1000.0
+    if idx.size:
+        number = N.profiler_step_number(t.name_of(int(idx[0])))
+        rf.v["first_profiled_step"] = number
+        c.from_start = number is None or number == 0
     if idx.size:
         rf.v["step_ms"] = float(durs.mean())
         rf.v["step_ms_p50"] = float(np.median(durs))
@@ -486,7 +493,8 @@ OUTLIER_RATIO = 100.0  # ... and at least this many times its API's typical dura
 
 def _startup_calls(c: _Ctx, runtime: np.ndarray, step_starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Start-up calls: outlier runtime calls before the second profiled step (anywhere in a trace of fewer than
-    two steps, which cannot tell start-up from a stall that recurs). An outlier is a launch, synchronisation,
+    two steps, which cannot tell start-up from a stall that recurs; none where the profile starts after the
+    program did, at ProfilerStep#1 or later: _Ctx.from_start). An outlier is a launch, synchronisation,
     copy or allocation (the calls both readers keep) lasting at least OUTLIER_MIN_US and at least
     OUTLIER_RATIO times the typical call of the same API in the rank (its lower median: the median of an odd
     count, the lower middle value of an even one, so one slow call among two still stands out): the first
@@ -494,8 +502,8 @@ def _startup_calls(c: _Ctx, runtime: np.ndarray, step_starts: np.ndarray) -> tup
     later steps recur: they stay ordinary idle time. Returns (rows in file order, each one's typical us)."""
     t = c.t
     cand = row_positions(c.name_mask(N.is_launch_sync_or_alloc, runtime))
-    if cand.size == 0:
-        return cand, np.empty(0)
+    if cand.size == 0 or not c.from_start:
+        return cand[:0], np.empty(0)
     d, code = t.dur[cand], t.name[cand]
     slow_names = np.unique(code[d >= OUTLIER_MIN_US])  # only APIs with a long call can have an outlier
     if slow_names.size == 0:
@@ -523,7 +531,7 @@ def _captures(c: _Ctx, runtime: np.ndarray, step_starts: np.ndarray) -> list[tup
     design, a one-off cost (a graph is replayed many times). [(start us, end us, begin row, launches inside)]"""
     t = c.t
     bounds = np.flatnonzero(c.name_mask(N.is_capture_bound, runtime))
-    if bounds.size == 0:
+    if bounds.size == 0 or not c.from_start:
         return []
     begin_codes = set(t.name_codes(lambda n: n in N.CAPTURE_BEGIN_APIS))
     launches = None
@@ -567,6 +575,8 @@ def _compiles(c: _Ctx, step_starts: np.ndarray) -> tuple[list[int], list[int]]:
         else:
             reach = max(reach, float(t.ts[i] + t.dur[i]))
     outer.sort()
+    if not c.from_start:  # the first compilation ran before the profile: every one in it compiles again
+        return [], outer
     if step_starts.size < 2:
         return outer, []
     cut = float(step_starts[1])

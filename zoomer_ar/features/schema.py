@@ -43,6 +43,12 @@ class FeatureVector(BaseModel):
     step_ms_p50: float | None = F("Median ProfilerStep duration.", "ms", "job")
     step_ms_p95: float | None = F("95th percentile ProfilerStep duration.", "ms", "job")
     step_ms_cv: float | None = F("Coefficient of variation of step durations across steps.", "", "job")
+    first_profiled_step: int | None = F(
+        "N of the first ProfilerStep#N recorded (the lowest over ranks). torch.profiler numbers a schedule's steps "
+        "from 0, recorded or not: from 1 on, the iterations before the window (wait and warm-up steps) ran "
+        "unrecorded, and the program's start-up with them, so nothing in the window counts as start-up work (see "
+        "idle_startup_ms_per_step) and every torch.compile compilation in it is a recompilation.", "step", "job"
+    )
     first_step_ms: float | None = F(
         "Duration of the first profiled step (as step_ms counts steps; mean over ranks). Far above step_ms_p50 when "
         "the profile starts with the program: compilation, first launches and allocations land in it.", "ms", "job"
@@ -80,8 +86,10 @@ class FeatureVector(BaseModel):
         "allocation of at least 1 ms and at least 100 times its API's typical (lower-median) duration in the "
         "rank: a first launch loading its kernel's module, context creation, a first cudaMalloc/cudaFree -, a "
         "stream capture into a CUDA/HIP graph (Begin*Capture to End*Capture on a thread: kernels launched then "
-        "are recorded, not run) or torch.compile compiling (its `... (dynamo_timed)` phases). One-off work recorded because the profile starts with the program, not a "
-        "per-step cost, so idle-gpu and launch-bound leave it out of their impact. The same work in later steps "
+        "are recorded, not run) or torch.compile compiling (its `... (dynamo_timed)` phases); none where the "
+        "profile begins after the program did (first_profiled_step >= 1). One-off work recorded because the "
+        "profile starts with the program, not a per-step cost, so idle-gpu and launch-bound leave it out of their "
+        "impact. The same work in later steps "
         "recurs and stays ordinary idle time. Part of the idle split above (mostly of idle_host), not a fifth "
         "cause.", "ms", "gpu"
     )
