@@ -371,8 +371,10 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
             ]
     if startup.size:
         idle_in = iv.overlap_with(t.ts[startup], c.end[startup], (g0, g1)) if glen.size else np.zeros(startup.size)
+        device_op = _device_op_of(c, startup)
         rf.evidence["startup_calls"] = c.worst(startup, key=idle_in + t.dur[startup] * 1e-12,  # idle first, then length
-                                               detail=lambda i: _startup_detail(t, i, typical, startup, idle_in))
+                                               detail=lambda i: _startup_detail(t, i, typical, startup, idle_in,
+                                                                                device_op.get(i)))
     if captures:
         shown = []
         for b, e, row, n in captures:
@@ -583,11 +585,29 @@ def _compiles(c: _Ctx, step_starts: np.ndarray) -> tuple[list[int], list[int]]:
     return [i for i in outer if t.ts[i] < cut], [i for i in outer if t.ts[i] >= cut]
 
 
-def _startup_detail(t: RankTrace, i: int, typical: np.ndarray, rows: np.ndarray, idle_in: np.ndarray) -> str:
+def _device_op_of(c: _Ctx, rows: np.ndarray) -> dict[int, int]:
+    """{runtime row: the first device op (kernel, copy, memset) it queued, by correlation id} for `rows`."""
+    t = c.t
+    corr = t.correlation[rows]
+    want = corr[corr != INT_NONE]
+    if want.size == 0:
+        return {}
+    dev = row_positions(c.gpu)
+    dev = dev[np.isin(t.correlation[dev], want)]
+    first: dict[int, int] = {}
+    for g in dev.tolist():  # file order: the first op of each correlation
+        first.setdefault(int(t.correlation[g]), g)
+    return {int(i): first[int(k)] for i, k in zip(rows.tolist(), corr.tolist()) if int(k) in first}
+
+
+def _startup_detail(t: RankTrace, i: int, typical: np.ndarray, rows: np.ndarray, idle_in: np.ndarray,
+                    device_op: int | None) -> str:
     k = int(np.searchsorted(rows, i))
     typ, idle = float(typical[k]), float(idle_in[k])
     times = f"{float(t.dur[i]) / typ:,.0f}x" if typ > 0 else "far above"
     text = f"{times} the typical {t.name_of(i)[:60]} ({typ:.1f} us)"
+    if device_op is not None:  # a first launch loads the module of this kernel
+        text += f", for {t.name_of(device_op).split('(', 1)[0][:100]}"  # a kernel's name without its arguments
     return text + (f"; the GPU was idle for {idle / 1000.0:.3f} ms of it" if idle > 0 else "; the GPU was busy meanwhile")
 
 
