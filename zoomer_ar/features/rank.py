@@ -369,28 +369,30 @@ def _gpu(c: _Ctx, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarr
                            blocked.get(int(j)), int(sync_of[j]))
                 for j in sync_top
             ]
+    def idle_during(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:  # GPU idle time inside each interval
+        return iv.overlap_with(starts, ends, (g0, g1)) if glen.size else np.zeros(starts.size)
+
     if startup.size:
-        idle_in = iv.overlap_with(t.ts[startup], c.end[startup], (g0, g1)) if glen.size else np.zeros(startup.size)
+        idle_in = idle_during(t.ts[startup], c.end[startup])
         device_op = _device_op_of(c, startup)
         rf.evidence["startup_calls"] = c.worst(startup, key=idle_in + t.dur[startup] * 1e-12,  # idle first, then length
                                                detail=lambda i: _startup_detail(t, i, typical, startup, idle_in,
                                                                                 device_op.get(i)))
     if captures:
+        b, e = np.array([x[0] for x in captures]), np.array([x[1] for x in captures])
+        idle_cap = idle_during(b, e)
         shown = []
-        for b, e, row, n in captures:
-            idle = float(iv.overlap_with(np.array([b]), np.array([e]), (g0, g1))[0]) if glen.size else 0.0
-            ev = EvidenceEvent.model_construct(
-                name=f"graph capture ({t.name_of(row)[:60]} .. end)", rank=t.rank, ts_ms=round((b - c.t0) / 1000.0, 4),
-                dur_ms=round((e - b) / 1000.0, 4), stream=None, category="capture",
-                detail=f"{n} launch{'es' if n != 1 else ''} recorded into a graph, not run; the GPU was idle for "
-                       f"{idle / 1000.0:.3f} ms of it", frames=c.frames.frames_for(row))
-            c.keys[id(ev)] = idle + (e - b) * 1e-12
-            shown.append((idle, e - b, ev))
-        shown.sort(key=lambda x: (-x[0], -x[1]))
-        rf.evidence.setdefault("startup_calls", []).extend(ev for _, _, ev in shown[:EVIDENCE_PER_KIND])
+        for k in np.lexsort((-(e - b), -idle_cap))[:EVIDENCE_PER_KIND].tolist():  # idle first, then length
+            _, _, row, n = captures[k]
+            ev = _span_event(c, f"graph capture ({t.name_of(row)[:60]} .. end)", float(b[k]), float(e[k] - b[k]),
+                             "capture", f"{n} launch{'es' if n != 1 else ''} recorded into a graph, not run; the GPU "
+                             f"was idle for {float(idle_cap[k]) / 1000.0:.3f} ms of it", row)
+            c.keys[id(ev)] = float(idle_cap[k]) + float(e[k] - b[k]) * 1e-12
+            shown.append(ev)
+        rf.evidence.setdefault("startup_calls", []).extend(shown)
     if compiles:
         rows = np.asarray(compiles, dtype=np.int64)
-        idle_c = iv.overlap_with(t.ts[rows], c.end[rows], (g0, g1)) if glen.size else np.zeros(rows.size)
+        idle_c = idle_during(t.ts[rows], c.end[rows])
         rf.evidence.setdefault("startup_calls", []).extend(c.worst(
             rows, key=idle_c + t.dur[rows] * 1e-12,
             detail=lambda i: "torch.compile compiling; the GPU was idle for "
@@ -645,20 +647,25 @@ def _gap_event(c: _Ctx, name: str, g0: float, glen: float, detail: str, blocked:
     """An idle gap as evidence: where the host was blocked in a call for most of it, that call and its
     Python frames; otherwise the frames of `source` (the call that launched the work after the gap, or the
     synchronisation it followed)."""
-    t = c.t
     if blocked is not None:
         row, ov = blocked
-        detail += f"; the host was in {t.name_of(row)[:80]} for {ov / 1000.0:.3f} ms of it"
+        detail += f"; the host was in {c.t.name_of(row)[:80]} for {ov / 1000.0:.3f} ms of it"
         source = row
-    return EvidenceEvent.model_construct(
+    return _span_event(c, name, g0, glen, "idle", detail, source)
+
+
+def _span_event(c: _Ctx, name: str, start: float, dur: float, category: str, detail: str,
+                frames_of: int | None) -> EvidenceEvent:
+    """A stretch of time (an idle gap, a graph capture) as evidence, with the Python frames of row `frames_of`."""
+    return EvidenceEvent.model_construct(  # typed here (str, int, rounded float): no validation pass
         name=name,
-        rank=t.rank,
-        ts_ms=round((g0 - c.t0) / 1000.0, 4),
-        dur_ms=round(glen / 1000.0, 4),
+        rank=c.t.rank,
+        ts_ms=round((start - c.t0) / 1000.0, 4),
+        dur_ms=round(dur / 1000.0, 4),
         stream=None,
-        category="idle",
+        category=category,
         detail=detail,
-        frames=c.frames.frames_for(source) if source is not None else [],
+        frames=c.frames.frames_for(frames_of) if frames_of is not None else [],
     )
 
 

@@ -26,6 +26,8 @@ import numpy as np
 from ..errors import InputError
 from ..load.job import rank_files as folder_rank_files
 from ..load.job import rank_from_name
+from ..load.reader import read_trace_bytes
+from ..load.repair import repair
 from ..stream.compact import NsCounter
 from ..stream.scan import ScanResult, scan
 from ..stream.source import BadJSON, ChunkReader, StreamError, is_trace_file
@@ -660,9 +662,6 @@ def repair_trace(src: Path, dst: Path, *, compression: str | None = None, level:
     names (and old `Call stack` args) it did not escape are re-escaped (zoomer_ar/load/repair.py), every
     other byte is kept. A file that is valid JSON already is copied as it is (a note says so); invalid JSON
     of any other kind is refused. The whole file is read into memory (up to ZOOMER_MAX_TRACE_BYTES)."""
-    from ..load.reader import read_trace_bytes
-    from ..load.repair import repair
-
     comp = compression_for(dst, compression)
     guard.require_file(src)
     guard.check_file_output(dst, [src])
