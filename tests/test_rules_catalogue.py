@@ -17,6 +17,17 @@ INVALID = [(r.id, i, ex) for r in RULES for i, ex in enumerate(r.invalid)]
 BY_ID = {r.id: r for r in RULES}
 
 
+def test_rule_files_read_the_same_with_libyaml_and_pure_python():
+    """load_rule reads with libyaml's loader where PyYAML has it: the same documents as SafeLoader."""
+    import yaml
+
+    from zoomer_ar.detect.rules import SAFE_LOADER
+
+    for p in sorted(RULES_DIR.glob("*.yaml")):
+        text = p.read_text(encoding="utf-8")
+        assert yaml.load(text, Loader=SAFE_LOADER) == yaml.safe_load(text), p.name
+
+
 def test_one_rule_file_per_pattern():
     assert sorted(BY_ID) == sorted(PATTERN_IDS)
     assert sorted(p.stem for p in RULES_DIR.glob("*.yaml")) == sorted(PATTERN_IDS)

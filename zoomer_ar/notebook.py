@@ -1,26 +1,43 @@
 """optimize.ipynb: a notebook that loads the findings, plots the evidence, shows and applies the
-patch, and relaunches with the spec (nbformat v4, validated)."""
+patch, and relaunches with the spec (nbformat 4.5).
+
+Written as JSON here, laid out as `nbformat.writes` lays it out (indent 1, sorted keys, sources as
+lists of lines), without importing nbformat: its import (jsonschema and format checkers) took about
+a second, most of what `zoomer-ar analyze` spent on a small trace. The cell ids are the cells'
+positions (`cell-1`, ...), so one analysis always writes the same notebook. tests/test_notebook.py
+validates every variant against nbformat's schema and compares it with `nbformat.writes`.
+"""
 
 from __future__ import annotations
 
-import nbformat
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+import json
+from typing import Any
 
 from .models import Analysis
 
+NBFORMAT, NBFORMAT_MINOR = 4, 5  # cell ids need 4.5
 
-def build_notebook(analysis: Analysis, *, has_patch: bool, has_spec: bool = True) -> nbformat.NotebookNode:
+
+def _markdown(source: str) -> dict[str, Any]:
+    return {"cell_type": "markdown", "metadata": {}, "source": source}
+
+
+def _code(source: str) -> dict[str, Any]:
+    return {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": source}
+
+
+def build_notebook(analysis: Analysis, *, has_patch: bool, has_spec: bool = True) -> dict[str, Any]:
     top = analysis.findings[:5]
     lines = "\n".join(
         f"| `{f.pattern}` | {f.severity} | {f.impact.ms_per_step:.2f} ms | {f.impact.pct_of_step:.1f}% |" for f in top
     )
     cells = [
-        new_markdown_cell(
+        _markdown(
             f"# Optimise `{analysis.job.name}` with Zoomer AR\n\n"
             f"Bottleneck: **{analysis.bottleneck.type}** - {analysis.bottleneck.summary}\n\n"
             "| pattern | severity | impact / step | % of step |\n|---|---|---|---|\n" + (lines or "| none | | | |")
         ),
-        new_code_cell(
+        _code(
             "import json, pathlib, subprocess\n"
             "HERE = pathlib.Path('.').resolve()\n"
             "findings = json.loads((HERE / 'findings.json').read_text())\n"
@@ -28,8 +45,8 @@ def build_notebook(analysis: Analysis, *, has_patch: bool, has_spec: bool = True
             "    print(f\"{f['pattern']:<26} {f['severity']:<9} {f['impact']['ms_per_step']:>9.2f} ms/step \"\n"
             "          f\"{f['impact']['pct_of_step']:>6.1f}%  conf {f['confidence']:.2f}\")"
         ),
-        new_markdown_cell("## Evidence\n\nGPU utilisation over the trace, and each finding's impact."),
-        new_code_cell(
+        _markdown("## Evidence\n\nGPU utilisation over the trace, and each finding's impact."),
+        _code(
             "try:\n"
             "    import matplotlib.pyplot as plt\n"
             "except ImportError:  # no matplotlib: print the figures instead\n"
@@ -49,8 +66,8 @@ def build_notebook(analysis: Analysis, *, has_patch: bool, has_spec: bool = True
     ]
     if has_patch:
         cells += [
-            new_markdown_cell("## The patch\n\nSet `SOURCE` to your checkout, review the diff, then set `APPLY = True`."),
-            new_code_cell(
+            _markdown("## The patch\n\nSet `SOURCE` to your checkout, review the diff, then set `APPLY = True`."),
+            _code(
                 "SOURCE = pathlib.Path('.')  # the folder the patch paths are relative to\n"
                 "APPLY = False\n"
                 "patch = (HERE / 'patch.diff').read_text()\n"
@@ -64,8 +81,8 @@ def build_notebook(analysis: Analysis, *, has_patch: bool, has_spec: bool = True
         ]
     if has_spec:
         cells += [
-            new_markdown_cell("## Relaunch\n\nThe relaunch spec lists the environment and overrides; the dry run prints the command."),
-            new_code_cell(
+            _markdown("## Relaunch\n\nThe relaunch spec lists the environment and overrides; the dry run prints the command."),
+            _code(
                 "RUN = False\n"
                 "# in the source tree the patch was applied to (--cwd: not the folder the trace was recorded in)\n"
                 "dry = subprocess.run(['zoomer-ar', 'relaunch', str(HERE / 'relaunch.yaml'), '--cwd', str(SOURCE), '--dry-run'],\n"
@@ -74,12 +91,21 @@ def build_notebook(analysis: Analysis, *, has_patch: bool, has_spec: bool = True
                 "if RUN:\n"
                 "    subprocess.run(['zoomer-ar', 'relaunch', str(HERE / 'relaunch.yaml'), '--cwd', str(SOURCE)], cwd=SOURCE, check=True)"
             ),
-            new_markdown_cell("Record the relaunched job (`zoomer_ar.capture`) and compare: `zoomer-ar compare BEFORE AFTER`."),
+            _markdown("Record the relaunched job (`zoomer_ar.capture`) and compare: `zoomer-ar compare BEFORE AFTER`."),
         ]
-    nb = new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
-    nbformat.validate(nb)
-    return nb
+    for i, cell in enumerate(cells, 1):
+        cell["id"] = f"cell-{i}"
+    return {
+        "cells": cells,
+        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+        "nbformat": NBFORMAT,
+        "nbformat_minor": NBFORMAT_MINOR,
+    }
 
 
 def notebook_json(analysis: Analysis, *, has_patch: bool, has_spec: bool = True) -> str:
-    return nbformat.writes(build_notebook(analysis, has_patch=has_patch, has_spec=has_spec))
+    """The notebook as `nbformat.writes` writes it: sources split into lines, indent 1, sorted keys."""
+    nb = build_notebook(analysis, has_patch=has_patch, has_spec=has_spec)
+    for cell in nb["cells"]:
+        cell["source"] = cell["source"].splitlines(True)
+    return json.dumps(nb, indent=1, sort_keys=True, separators=(",", ": "), ensure_ascii=False)

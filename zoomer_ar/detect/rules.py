@@ -191,9 +191,14 @@ def example_features(example: RuleExample) -> dict[str, Any]:
     return FeatureVector(**example.features).model_dump()
 
 
+# libyaml's loader where PyYAML was built with it (the wheels are): the same documents as SafeLoader
+# (tests/test_rules_catalogue.py), read 7x faster - the rule files are read on every analysis
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def load_rule(path: Path) -> Rule:
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=SAFE_LOADER)  # noqa: S506 - a safe loader
     except (OSError, yaml.YAMLError) as exc:
         raise RuleError(f"rule file {path.name}: cannot read YAML ({exc})") from None
     if not isinstance(data, dict):

@@ -23,6 +23,7 @@ import numpy as np
 from ..errors import InputError
 from . import calibrate
 from .featurize import full_features, matrix
+from .trees import TextBooster, Unsupported
 
 
 class ModelLoadError(InputError):
@@ -55,11 +56,8 @@ def read_meta(directory: Path) -> dict[str, Any]:
     return meta
 
 
-def load_booster(path: Path):
-    """One LightGBM text booster, with a one-line ModelLoadError for a missing, truncated or corrupt file.
-    LightGBM's own "[LightGBM] [Fatal] ..." line (printed through Python) is kept off the terminal."""
-    import lightgbm as lgb
-
+def _model_text(path: Path) -> str:
+    """A booster file's text, with a one-line ModelLoadError for a missing, binary or truncated file."""
     try:
         text = Path(path).read_text()
     except OSError as exc:
@@ -68,11 +66,32 @@ def load_booster(path: Path):
         raise ModelLoadError(str(path), "not a LightGBM text model (binary content)") from None
     if not text.startswith("tree") or "end of trees" not in text:
         raise ModelLoadError(str(path), "not a complete LightGBM text model (truncated or corrupt: no 'end of trees')")
+    return text
+
+
+def load_booster(path: Path):
+    """One LightGBM text booster, with a one-line ModelLoadError for a missing, truncated or corrupt file.
+    LightGBM's own "[LightGBM] [Fatal] ..." line (printed through Python) is kept off the terminal."""
+    text = _model_text(path)
+    import lightgbm as lgb
+
     try:
         with _quiet_native():
             return lgb.Booster(model_str=text)
     except Exception as exc:  # LightGBMError and friends
         raise ModelLoadError(str(path), f"LightGBM cannot load it ({_first_line(str(exc))})") from None
+
+
+def load_predictor(path: Path):
+    """What inference predicts with: the text model evaluated in-process (learn/trees.py: the same raw
+    scores and contributions, without importing LightGBM, pandas and scipy); a model that evaluator
+    does not read completely (a truncated tree list, categorical splits...) is loaded by LightGBM,
+    whose verdict and message stand."""
+    text = _model_text(path)
+    try:
+        return TextBooster.from_text(text)
+    except Unsupported:
+        return load_booster(path)
 
 
 #: threads of this package that never write to stdout or stderr (zoomer_ar.fix.nesting's parse thread,
@@ -132,7 +151,7 @@ class ModelBundle:
         self.feature_names: list[str] = self.meta["feature_names"]
         self.vocab: dict[str, list[str]] = self.meta.get("vocab", {})
         self.labels: dict[str, dict[str, Any]] = self.meta["labels"]
-        self.boosters = {p: load_booster(self.dir / info["file"]) for p, info in self.labels.items()}
+        self.boosters = {p: load_predictor(self.dir / info["file"]) for p, info in self.labels.items()}
 
     @property
     def feature_schema_version(self) -> str:

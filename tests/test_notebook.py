@@ -1,0 +1,73 @@
+"""optimize.ipynb is written without nbformat (zoomer_ar/notebook.py): nbformat checks it here.
+
+Every variant (with and without a patch and a relaunch spec) must be a valid nbformat 4.5
+notebook, byte for byte what `nbformat.writes` writes for the same cells, and the same on every
+run (cell ids are positions, not random)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+from zoomer_ar.analyze import analyze_path
+from zoomer_ar.notebook import build_notebook, notebook_json
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "examples" / "traces" / "dataloader_bound"
+
+
+@pytest.fixture(scope="module")
+def analysis():
+    a = analyze_path(EXAMPLE)
+    assert a.findings  # the table cell lists them
+    return a
+
+
+@pytest.mark.parametrize("has_patch", [True, False])
+@pytest.mark.parametrize("has_spec", [True, False])
+def test_valid_and_as_nbformat_writes_it(analysis, has_patch, has_spec):
+    text = notebook_json(analysis, has_patch=has_patch, has_spec=has_spec)
+    nb = nbformat.reads(text, as_version=4)
+    nbformat.validate(nb)
+    assert (nb.nbformat, nb.nbformat_minor) == (4, 5)
+    # the same cells built with nbformat's own constructors (ids set to ours) and written by it
+    ours = build_notebook(analysis, has_patch=has_patch, has_spec=has_spec)
+    cells = []
+    for c in ours["cells"]:
+        make = new_code_cell if c["cell_type"] == "code" else new_markdown_cell
+        cells.append(make(c["source"], id=c["id"]))
+    ref = new_notebook(cells=cells, metadata=ours["metadata"])
+    assert text == nbformat.writes(ref)
+    assert text == nbformat.writes(nb)  # a read-write round trip changes nothing
+    kinds = [c.cell_type for c in nb.cells]
+    assert kinds.count("code") == 2 + has_patch + has_spec
+    assert any("patch.diff" in c.source for c in nb.cells) == has_patch
+    assert any("relaunch.yaml" in c.source for c in nb.cells) == has_spec
+
+
+def test_deterministic_and_unicode(analysis):
+    renamed = analysis.model_copy(update={"job": analysis.job.model_copy(update={"name": "jöb-µs"})})
+    a = notebook_json(renamed, has_patch=True)
+    assert a == notebook_json(renamed, has_patch=True)
+    assert "jöb-µs" in a  # not escaped, as nbformat writes it
+    ids = [c["id"] for c in json.loads(a)["cells"]]
+    assert ids == [f"cell-{i}" for i in range(1, len(ids) + 1)]
+
+
+def test_analyze_does_not_import_nbformat(tmp_path):
+    """Writing the notebook must not pull in nbformat (about a second of imports per run)."""
+    code = (
+        "import sys; from zoomer_ar.cli import main\n"
+        f"rc = main(['analyze', {str(EXAMPLE)!r}, '--out', {str(tmp_path / 'out')!r}, '--no-progress'])\n"
+        "assert rc == 0, rc\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('nbformat', 'jsonschema')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+    assert (tmp_path / "out" / "optimize.ipynb").is_file()

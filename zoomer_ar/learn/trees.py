@@ -1,0 +1,276 @@
+"""Inference from a LightGBM text model without LightGBM: raw scores and SHAP contributions.
+
+Analysis only needs two things from a trained booster: its raw score for a row (a sum of leaf values,
+one leaf per tree) and the per-feature contributions behind it (TreeSHAP, what LightGBM's
+`predict(pred_contrib=True)` returns). Importing LightGBM for that imported pandas and scipy too:
+about 0.6 s of every `zoomer-ar analyze`, more than the analysis of a small trace. This module reads
+the model file LightGBM writes (`Booster.save_model`: the format the project keeps its models in)
+and evaluates it with numpy and plain Python. Training stays with LightGBM (learn/train.py).
+
+What it evaluates: binary or regression boosters of numerical splits (`num_class=1`, one tree per
+iteration, no categorical splits, no linear trees) - what learn/train.py writes. Anything else, and
+any file it cannot read completely, raises `Unsupported`; the caller then loads the file with
+LightGBM itself (learn/model.py), whose verdict and message stand.
+
+Exactness (tests/learn/test_trees.py compares both on every shipped model and on random rows):
+- a split sends a value left when `value <= threshold`, where the threshold is the file's decimal
+  number read back to the same double; NaN goes the split's default way when its missing type is
+  NaN, and is read as 0.0 otherwise; with missing type Zero, zero (|value| <= 1e-35, LightGBM's
+  kZeroThreshold as a float) goes the default way. Values with |value| <= 1e-35 are 0.0 (LightGBM
+  drops them when it reads a dense row).
+- the raw score adds the trees' leaf values in file order from 0.0, as LightGBM does: the same
+  double, bit for bit.
+- contributions follow the TreeSHAP recursion (Lundberg et al. 2018, "Consistent individualized
+  feature attribution for tree ensembles", Algorithm 2) with the trees' data counts as cover, plus
+  each tree's expected value in the last slot; they agree with LightGBM's to rounding (~1e-12).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+ZERO_THRESHOLD = float(np.float32(1e-35))  # LightGBM's kZeroThreshold (a float constant)
+_DEFAULT_LEFT, _CATEGORICAL = 2, 1
+_MISSING_NONE, _MISSING_ZERO, _MISSING_NAN = 0, 1, 2
+
+
+class Unsupported(ValueError):
+    """A model this evaluator does not read (or not completely): load it with LightGBM instead."""
+
+
+@dataclass(frozen=True)
+class Tree:
+    split_feature: np.ndarray  # int, per internal node
+    threshold: np.ndarray  # float64
+    default_left: np.ndarray  # bool
+    missing: np.ndarray  # int: 0 none, 1 zero, 2 NaN
+    left: np.ndarray  # int: >= 0 internal node, < 0 leaf ~index
+    right: np.ndarray
+    leaf_value: np.ndarray  # float64
+    leaf_count: np.ndarray  # float64 (data counts: the cover of TreeSHAP)
+    internal_count: np.ndarray  # float64
+
+    @property
+    def num_leaves(self) -> int:
+        return int(self.leaf_value.size)
+
+    def expected_value(self) -> float:
+        if self.num_leaves == 1:
+            return float(self.leaf_value[0])
+        total = float(self.internal_count[0])
+        out = 0.0
+        for count, value in zip(self.leaf_count.tolist(), self.leaf_value.tolist()):
+            out += (count / total) * value
+        return out
+
+    def go(self, node: int, value: float) -> int:
+        """The child of internal `node` a feature value goes to."""
+        missing = int(self.missing[node])
+        if math.isnan(value) and missing != _MISSING_NAN:
+            value = 0.0
+        if (missing == _MISSING_ZERO and abs(value) <= ZERO_THRESHOLD) or (missing == _MISSING_NAN and math.isnan(value)):
+            return int(self.left[node] if self.default_left[node] else self.right[node])
+        return int(self.left[node] if value <= self.threshold[node] else self.right[node])
+
+    def leaves(self, X: np.ndarray) -> np.ndarray:
+        """The leaf index each row of X lands in (vectorised over rows)."""
+        n = X.shape[0]
+        if self.num_leaves == 1:
+            return np.zeros(n, dtype=np.int64)
+        node = np.zeros(n, dtype=np.int64)
+        active = np.arange(n)
+        while active.size:
+            nd = node[active]
+            v = X[active, self.split_feature[nd]]
+            miss = self.missing[nd]
+            isnan = np.isnan(v)
+            v = np.where(isnan & (miss != _MISSING_NAN), 0.0, v)
+            to_default = ((miss == _MISSING_ZERO) & (np.abs(v) <= ZERO_THRESHOLD)) | ((miss == _MISSING_NAN) & isnan)
+            go_left = np.where(to_default, self.default_left[nd], v <= self.threshold[nd])
+            nxt = np.where(go_left, self.left[nd], self.right[nd])
+            node[active] = nxt
+            active = active[nxt >= 0]
+        return ~node
+
+
+class TextBooster:
+    """A LightGBM text model, evaluated here (see the module docstring)."""
+
+    def __init__(self, trees: list[Tree], num_features: int) -> None:
+        self.trees = trees
+        self.num_features = num_features
+
+    @classmethod
+    def from_text(cls, text: str) -> TextBooster:
+        head, _, rest = text.partition("\nTree=")
+        header = _fields(head.splitlines())
+        if header.get("num_class", "1") != "1" or header.get("num_tree_per_iteration", "1") != "1":
+            raise Unsupported("more than one tree per iteration")
+        try:
+            num_features = int(header["max_feature_idx"]) + 1
+            sizes = header["tree_sizes"].split()
+        except (KeyError, ValueError):
+            raise Unsupported("no max_feature_idx or tree_sizes") from None
+        if "end of trees" not in text or not rest:
+            raise Unsupported("no trees")
+        blocks = ("Tree=" + rest).split("end of trees", 1)[0].split("\nTree=")
+        trees = [_tree(_fields(b.splitlines()[1:]), num_features) for b in blocks]
+        if len(trees) != len(sizes):
+            raise Unsupported(f"{len(trees)} trees read, tree_sizes lists {len(sizes)}")
+        return cls(trees, num_features)
+
+    def _rows(self, X) -> np.ndarray:
+        X = np.array(X, dtype=np.float64, ndmin=2)  # a copy: small values are zeroed below
+        if X.ndim != 2 or X.shape[1] != self.num_features:
+            raise ValueError(f"expected rows of {self.num_features} features, got shape {X.shape}")
+        X[np.abs(X) <= ZERO_THRESHOLD] = 0.0  # LightGBM leaves such values out of a dense row: 0.0
+        return X
+
+    def raw_score(self, X) -> np.ndarray:
+        X = self._rows(X)
+        out = np.zeros(X.shape[0], dtype=np.float64)
+        for t in self.trees:  # tree by tree, in file order: LightGBM's order of addition
+            out += t.leaf_value[t.leaves(X)]
+        return out
+
+    def contributions(self, X) -> np.ndarray:
+        """TreeSHAP contributions per row: num_features columns, then the expected value."""
+        X = self._rows(X)
+        out = np.zeros((X.shape[0], self.num_features + 1), dtype=np.float64)
+        for r in range(X.shape[0]):
+            phi = [0.0] * (self.num_features + 1)
+            x = X[r].tolist()
+            for t in self.trees:
+                phi[-1] += t.expected_value()
+                if t.num_leaves > 1:
+                    _shap(t, x, phi, 0, [], 1.0, 1.0, -1)
+            out[r] = phi
+        return out
+
+    def predict(self, X, raw_score: bool = False, pred_contrib: bool = False) -> np.ndarray:
+        """The two calls of lightgbm.Booster.predict that inference makes."""
+        if pred_contrib:
+            return self.contributions(X)
+        if raw_score:
+            return self.raw_score(X)
+        raise Unsupported("only raw scores and contributions are evaluated here")
+
+
+def _fields(lines: list[str]) -> dict[str, str]:
+    out = {}
+    for line in lines:
+        k, sep, v = line.partition("=")
+        if sep:
+            out[k.strip()] = v.strip()
+    return out
+
+
+def _tree(f: dict[str, str], num_features: int) -> Tree:
+    try:
+        n = int(f["num_leaves"])
+        if f.get("num_cat", "0") != "0" or f.get("is_linear", "0") != "0":
+            raise Unsupported("categorical splits or linear trees")
+        leaf_value = np.array(f["leaf_value"].split(), dtype=np.float64)
+        if n == 1:
+            one = np.zeros(0, dtype=np.int64)
+            return Tree(one, np.zeros(0), one.astype(bool), one, one, one, leaf_value, np.ones(1), np.ones(0))
+        dt = np.array(f["decision_type"].split(), dtype=np.int64)
+        tree = Tree(
+            split_feature=np.array(f["split_feature"].split(), dtype=np.int64),
+            threshold=np.array([float(v) for v in f["threshold"].split()], dtype=np.float64),
+            default_left=(dt & _DEFAULT_LEFT) != 0,
+            missing=(dt >> 2) & 3,
+            left=np.array(f["left_child"].split(), dtype=np.int64),
+            right=np.array(f["right_child"].split(), dtype=np.int64),
+            leaf_value=leaf_value,
+            leaf_count=np.array(f["leaf_count"].split(), dtype=np.float64),
+            internal_count=np.array(f["internal_count"].split(), dtype=np.float64),
+        )
+    except (KeyError, ValueError) as exc:
+        if isinstance(exc, Unsupported):
+            raise
+        raise Unsupported(f"unreadable tree ({exc})") from None
+    if (dt & _CATEGORICAL).any():
+        raise Unsupported("categorical splits")
+    sizes = {tree.split_feature.size, tree.threshold.size, tree.left.size, tree.right.size, tree.internal_count.size, n - 1}
+    if len(sizes) != 1 or tree.leaf_value.size != n or tree.leaf_count.size != n:
+        raise Unsupported("a tree's arrays disagree with its num_leaves")
+    if ((tree.split_feature < 0) | (tree.split_feature >= num_features)).any():
+        raise Unsupported("a split on a feature the model does not have")
+    kids = np.concatenate([tree.left, tree.right])
+    if ((kids >= n - 1) | (kids < -n)).any():
+        raise Unsupported("a child outside the tree")
+    return tree
+
+
+# --- TreeSHAP (path-dependent): the unique path holds [feature, zero fraction, one fraction, weight]
+
+
+def _extend(path: list[list], zero: float, one: float, feature: int) -> None:
+    depth = len(path)
+    path.append([feature, zero, one, 1.0 if depth == 0 else 0.0])
+    for i in range(depth - 1, -1, -1):
+        path[i + 1][3] += one * path[i][3] * (i + 1) / (depth + 1)
+        path[i][3] = zero * path[i][3] * (depth - i) / (depth + 1)
+
+
+def _unwind(path: list[list], k: int) -> None:
+    depth = len(path) - 1
+    _, zero, one, _ = path[k]
+    nxt = path[depth][3]
+    for i in range(depth - 1, -1, -1):
+        if one != 0:
+            tmp = path[i][3]
+            path[i][3] = nxt * (depth + 1) / ((i + 1) * one)
+            nxt = tmp - path[i][3] * zero * (depth - i) / (depth + 1)
+        else:
+            path[i][3] = (path[i][3] * (depth + 1)) / (zero * (depth - i))
+    for i in range(k, depth):
+        path[i][0], path[i][1], path[i][2] = path[i + 1][0], path[i + 1][1], path[i + 1][2]
+    path.pop()
+
+
+def _unwound_sum(path: list[list], k: int) -> float:
+    depth = len(path) - 1
+    _, zero, one, _ = path[k]
+    nxt = path[depth][3]
+    total = 0.0
+    for i in range(depth - 1, -1, -1):
+        if one != 0:
+            tmp = nxt * (depth + 1) / ((i + 1) * one)
+            total += tmp
+            nxt = path[i][3] - tmp * zero * ((depth - i) / (depth + 1))
+        elif zero != 0:
+            total += (path[i][3] / zero) / ((depth - i) / (depth + 1))
+    return total
+
+
+def _cover(t: Tree, node: int) -> float:
+    return float(t.internal_count[node] if node >= 0 else t.leaf_count[~node])
+
+
+def _shap(t: Tree, x: list[float], phi: list[float], node: int, parent: list[list],
+          zero: float, one: float, feature: int) -> None:
+    path = [list(e) for e in parent]
+    _extend(path, zero, one, feature)
+    if node < 0:
+        value = float(t.leaf_value[~node])
+        for i in range(1, len(path)):
+            w = _unwound_sum(path, i)
+            phi[path[i][0]] += w * (path[i][2] - path[i][1]) * value
+        return
+    split = int(t.split_feature[node])
+    hot = t.go(node, x[split])
+    cold = int(t.right[node]) if hot == int(t.left[node]) else int(t.left[node])
+    w = _cover(t, node)
+    hot_zero, cold_zero = _cover(t, hot) / w, _cover(t, cold) / w
+    in_zero = in_one = 1.0
+    k = next((i for i, e in enumerate(path) if e[0] == split), None)
+    if k is not None:  # the feature split before on this path: undo that split, redo it here
+        in_zero, in_one = path[k][1], path[k][2]
+        _unwind(path, k)
+    _shap(t, x, phi, hot, path, hot_zero * in_zero, in_one, split)
+    _shap(t, x, phi, cold, path, cold_zero * in_zero, 0.0, split)
