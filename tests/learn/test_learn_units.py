@@ -139,6 +139,9 @@ class _StubModel:
     def votes(self, features, explain=5):
         return self._votes
 
+    def top_features(self, pattern, features, k=5):
+        return self._votes[pattern].top_features[:k]
+
 
 def test_apply_model_marks_agreement_disagreement_and_model_only(shared_traces):
     from zoomer_ar.detect import run_rules

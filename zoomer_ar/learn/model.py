@@ -173,6 +173,11 @@ class ModelBundle:
         order = np.argsort(-np.abs(contrib), kind="stable")[:k]
         return [(self.feature_names[i], round(float(contrib[i]), 4)) for i in order if contrib[i] != 0.0]
 
+    def top_features(self, pattern: str, features: dict[str, Any], k: int = 5) -> list[tuple[str, float]]:
+        """The explanation of one pattern's vote (as votes(features, explain=k) gives it): TreeSHAP walks
+        every tree, so callers explain only the votes they show."""
+        return self.explain(pattern, self.rows([features])[0], k)
+
     def votes(self, features: dict[str, Any], explain: int = 5) -> dict[str, Vote]:
         X = self.rows([features])
         out = {}

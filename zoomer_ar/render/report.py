@@ -31,18 +31,24 @@ def _env() -> Environment:
 
 def _fixer_names(analysis: Analysis) -> dict[str, list[tuple[str, bool]]]:
     """For each id in the findings' `fixers` (pattern ids or fixer names): the fixers it stands for,
-    as (name, opt-in); the reports mark the opt-in ones, which a patch applies only when selected."""
+    as (name, opt-in); the reports mark the opt-in ones, which a patch applies only when selected.
+    Read from the fixer files' source (fix/catalogue.py); the registry where that does not read."""
     ids = sorted({i for x in analysis.findings for i in x.fixers})
     if not ids:
         return {}
-    from ..fix.registry import load_registry
+    from ..fix import catalogue
 
-    reg = load_registry()
     out: dict[str, list[tuple[str, bool]]] = {}
     for i in ids:
+        found = catalogue.resolve([i])
+        if found is not None:
+            out[i] = [(e.name, e.opt_in) for e in found]
+            continue
         try:
-            out[i] = [(f.name, bool(f.opt_in)) for f in reg.resolve([i])]
-        except Exception:  # an id the registry does not know: shown as written
+            from ..fix.registry import load_registry
+
+            out[i] = [(f.name, bool(f.opt_in)) for f in load_registry().resolve([i])]
+        except Exception:  # an id the registry does not know, or a broken fixer file: shown as written
             out[i] = [(i, False)]
     return out
 

@@ -1,0 +1,138 @@
+"""End-to-end benchmark: what a user waits for from `zoomer-ar analyze`, against HTA and against an
+earlier revision of this tool, measured in the same run.
+
+    python benchmarks/bench_cli.py                               # 3 traces, 5 fresh processes each
+    python benchmarks/bench_cli.py --baseline-rev 17f4d17 --repeat 7
+    python benchmarks/bench_cli.py --no-hta --traces kineto/resnet50_num_workers_0
+
+bench_load.py times load + features inside a warm process; a user runs a command. Here every run is
+a fresh `python -m zoomer_ar.cli analyze TRACE --out DIR --no-progress` (interpreter start, imports,
+load, features, rules, model, findings.json, report.md, report.html, relaunch.yaml, optimize.ipynb),
+timed from outside as wall time, with the process's CPU time (getrusage of the waited-for child).
+Peers, each in fresh processes too:
+  hta       `TraceAnalysis(trace_dir=...)` + `get_temporal_breakdown(visualize=False)`, imports
+            included (HTA's own start: what its user waits for); single files are symlinked into a
+            folder of their own, as HTA wants;
+  baseline  (--baseline-rev REV) the same analyze command from a git worktree of REV, with this
+            tree's compiled event reader copied in (both read events at the same speed), so the
+            ratio is what changed between the revisions.
+The median of --repeat runs is kept (fresh processes: the first run also pays the OS's file cache,
+which the median leaves out). Nothing is asserted; the script prints a table and, with --json,
+writes the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+SHARED_TRACES = Path(os.environ.get("ZOOMER_SHARED_TRACES", REPO.parent / "shared" / "traces"))
+DEFAULT_TRACES = ["kineto/resnet50_num_workers_0", "hta/df_index_resolver", "param/dlrm_8ranks"]
+
+HTA_CODE = (
+    "import logging, sys; logging.disable(logging.WARNING)\n"
+    "from hta.trace_analysis import TraceAnalysis\n"
+    "TraceAnalysis(trace_dir=sys.argv[1]).get_temporal_breakdown(visualize=False)\n"
+)
+
+
+def _run(cmd: list[str], cwd: Path, env: dict) -> tuple[float, float]:
+    """Wall and CPU seconds of one fresh process (CPU from getrusage of the waited-for child)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)}: exit {done.returncode}: {done.stderr.strip()[-400:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
+
+
+def _median(runs: list[tuple[float, float]]) -> dict:
+    return {"wall_s": statistics.median(w for w, _ in runs), "cpu_s": statistics.median(c for _, c in runs),
+            "runs": [round(w, 3) for w, _ in runs]}
+
+
+def _worktree(rev: str, root: Path) -> Path:
+    wt = root / f"baseline-{rev}"
+    subprocess.run(["git", "worktree", "add", "--detach", str(wt), rev], cwd=REPO, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for so in (REPO / "zoomer_ar" / "load").glob("_fastjson*.so"):
+        shutil.copy2(so, wt / "zoomer_ar" / "load" / so.name)
+    return wt
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--traces", nargs="*", default=DEFAULT_TRACES, help="paths under ../shared/traces (or absolute)")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--no-hta", action="store_true")
+    ap.add_argument("--baseline-rev", default=None, help="also time the analyze command of this git revision")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+
+    py = sys.executable
+    tmp = Path(tempfile.mkdtemp(prefix="zoomer-bench-cli-"))
+    wt = _worktree(args.baseline_rev, tmp) if args.baseline_rev else None
+    results = []
+    try:
+        for name in args.traces:
+            path = Path(name) if Path(name).is_absolute() else SHARED_TRACES / name
+            row: dict = {"trace": name}
+            tools: dict[str, tuple[list[str], Path, dict]] = {}
+            for label, root in (("zoomer", REPO), ("baseline", wt)):
+                if root is None:
+                    continue
+                env = dict(os.environ, PYTHONPATH=str(root), ZOOMER_NO_PROGRESS="1")
+                out = tmp / f"out-{label}"
+                tools[label] = ([py, "-m", "zoomer_ar.cli", "analyze", str(path), "--out", str(out), "--no-progress"],
+                                root, env)
+            if not args.no_hta:
+                hta_dir = path
+                if path.is_file():
+                    hta_dir = tmp / f"hta-{path.name}"
+                    hta_dir.mkdir(exist_ok=True)
+                    link = hta_dir / path.name
+                    if not link.exists():
+                        link.symlink_to(path)
+                tools["hta"] = ([py, "-c", HTA_CODE, str(hta_dir)], tmp, dict(os.environ))
+            runs: dict[str, list] = {k: [] for k in tools}
+            for _ in range(args.repeat):  # interleaved: a slow spell of the machine hits every tool alike
+                for label, (cmd, cwd, env) in tools.items():
+                    runs[label].append(_run(cmd, cwd, env))
+            for label in tools:
+                row[label] = _median(runs[label])
+            results.append(row)
+            line = f"{name:<34} zoomer {row['zoomer']['wall_s']:6.2f} s (CPU {row['zoomer']['cpu_s']:5.2f})"
+            if "baseline" in row:
+                b = row["baseline"]
+                line += f" | {args.baseline_rev} {b['wall_s']:6.2f} s: {b['wall_s'] / row['zoomer']['wall_s']:4.1f}x"
+            if "hta" in row:
+                h = row["hta"]
+                line += f" | HTA {h['wall_s']:6.2f} s (CPU {h['cpu_s']:5.2f}): {h['wall_s'] / row['zoomer']['wall_s']:4.1f}x"
+            print(line, flush=True)
+    finally:
+        if wt is not None:
+            subprocess.run(["git", "worktree", "remove", "--force", str(wt)], cwd=REPO, check=False,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            subprocess.run(["git", "worktree", "prune"], cwd=REPO, check=False)
+        shutil.rmtree(tmp, ignore_errors=True)
+    if args.json:
+        args.json.write_text(json.dumps({"repeat": args.repeat, "baseline_rev": args.baseline_rev, "results": results},
+                                        indent=1))
+
+
+if __name__ == "__main__":
+    main()
