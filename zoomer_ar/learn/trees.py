@@ -27,7 +27,6 @@ Exactness (tests/learn/test_trees.py compares both on every shipped model and on
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,54 +42,73 @@ class Unsupported(ValueError):
 
 @dataclass(frozen=True)
 class Tree:
-    split_feature: np.ndarray  # int, per internal node
-    threshold: np.ndarray  # float64
-    default_left: np.ndarray  # bool
-    missing: np.ndarray  # int: 0 none, 1 zero, 2 NaN
-    left: np.ndarray  # int: >= 0 internal node, < 0 leaf ~index
-    right: np.ndarray
-    leaf_value: np.ndarray  # float64
-    leaf_count: np.ndarray  # float64 (data counts: the cover of TreeSHAP)
-    internal_count: np.ndarray  # float64
+    """One tree, as plain lists (a row walks a tree in Python faster than numpy indexes it); the
+    vectorised walk over many rows builds numpy arrays of them once (`arrays`)."""
+
+    split_feature: list[int]  # per internal node
+    threshold: list[float]
+    default_left: list[bool]
+    missing: list[int]  # 0 none, 1 zero, 2 NaN
+    left: list[int]  # >= 0 internal node, < 0 leaf ~index
+    right: list[int]
+    leaf_value: list[float]
+    leaf_count: list[float]  # data counts: the cover of TreeSHAP
+    internal_count: list[float]
 
     @property
     def num_leaves(self) -> int:
-        return int(self.leaf_value.size)
+        return len(self.leaf_value)
 
     def expected_value(self) -> float:
         if self.num_leaves == 1:
-            return float(self.leaf_value[0])
-        total = float(self.internal_count[0])
+            return self.leaf_value[0]
+        total = self.internal_count[0]
         out = 0.0
-        for count, value in zip(self.leaf_count.tolist(), self.leaf_value.tolist()):
+        for count, value in zip(self.leaf_count, self.leaf_value):
             out += (count / total) * value
         return out
 
     def go(self, node: int, value: float) -> int:
         """The child of internal `node` a feature value goes to."""
-        missing = int(self.missing[node])
-        if math.isnan(value) and missing != _MISSING_NAN:
+        missing = self.missing[node]
+        if value != value and missing != _MISSING_NAN:  # NaN
             value = 0.0
-        if (missing == _MISSING_ZERO and abs(value) <= ZERO_THRESHOLD) or (missing == _MISSING_NAN and math.isnan(value)):
-            return int(self.left[node] if self.default_left[node] else self.right[node])
-        return int(self.left[node] if value <= self.threshold[node] else self.right[node])
+        if (missing == _MISSING_ZERO and abs(value) <= ZERO_THRESHOLD) or (missing == _MISSING_NAN and value != value):
+            return self.left[node] if self.default_left[node] else self.right[node]
+        return self.left[node] if value <= self.threshold[node] else self.right[node]
+
+    def leaf(self, x: list[float]) -> int:
+        """The leaf index one row lands in."""
+        node = 0 if self.num_leaves > 1 else -1
+        while node >= 0:
+            node = self.go(node, x[self.split_feature[node]])
+        return ~node
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        got = self.__dict__.get("_arrays")
+        if got is None:
+            got = {k: np.asarray(getattr(self, k)) for k in ("split_feature", "threshold", "default_left", "missing",
+                                                              "left", "right", "leaf_value")}
+            object.__setattr__(self, "_arrays", got)
+        return got
 
     def leaves(self, X: np.ndarray) -> np.ndarray:
         """The leaf index each row of X lands in (vectorised over rows)."""
         n = X.shape[0]
         if self.num_leaves == 1:
             return np.zeros(n, dtype=np.int64)
+        a = self.arrays()
         node = np.zeros(n, dtype=np.int64)
         active = np.arange(n)
         while active.size:
             nd = node[active]
-            v = X[active, self.split_feature[nd]]
-            miss = self.missing[nd]
+            v = X[active, a["split_feature"][nd]]
+            miss = a["missing"][nd]
             isnan = np.isnan(v)
             v = np.where(isnan & (miss != _MISSING_NAN), 0.0, v)
             to_default = ((miss == _MISSING_ZERO) & (np.abs(v) <= ZERO_THRESHOLD)) | ((miss == _MISSING_NAN) & isnan)
-            go_left = np.where(to_default, self.default_left[nd], v <= self.threshold[nd])
-            nxt = np.where(go_left, self.left[nd], self.right[nd])
+            go_left = np.where(to_default, a["default_left"][nd], v <= a["threshold"][nd])
+            nxt = np.where(go_left, a["left"][nd], a["right"][nd])
             node[active] = nxt
             active = active[nxt >= 0]
         return ~node
@@ -131,9 +149,17 @@ class TextBooster:
 
     def raw_score(self, X) -> np.ndarray:
         X = self._rows(X)
+        if X.shape[0] <= 8:  # a few rows (analysis scores one): walk each tree in Python
+            out = []
+            for x in X.tolist():
+                total = 0.0
+                for t in self.trees:  # tree by tree, in file order: LightGBM's order of addition
+                    total += t.leaf_value[t.leaf(x)]
+                out.append(total)
+            return np.asarray(out, dtype=np.float64)
         out = np.zeros(X.shape[0], dtype=np.float64)
-        for t in self.trees:  # tree by tree, in file order: LightGBM's order of addition
-            out += t.leaf_value[t.leaves(X)]
+        for t in self.trees:
+            out += np.asarray(t.leaf_value)[t.leaves(X)]
         return out
 
     def contributions(self, X) -> np.ndarray:
@@ -173,35 +199,33 @@ def _tree(f: dict[str, str], num_features: int) -> Tree:
         n = int(f["num_leaves"])
         if f.get("num_cat", "0") != "0" or f.get("is_linear", "0") != "0":
             raise Unsupported("categorical splits or linear trees")
-        leaf_value = np.array(f["leaf_value"].split(), dtype=np.float64)
+        leaf_value = [float(v) for v in f["leaf_value"].split()]
         if n == 1:
-            one = np.zeros(0, dtype=np.int64)
-            return Tree(one, np.zeros(0), one.astype(bool), one, one, one, leaf_value, np.ones(1), np.ones(0))
-        dt = np.array(f["decision_type"].split(), dtype=np.int64)
+            return Tree([], [], [], [], [], [], leaf_value, [1.0], [])
+        dt = [int(v) for v in f["decision_type"].split()]
         tree = Tree(
-            split_feature=np.array(f["split_feature"].split(), dtype=np.int64),
-            threshold=np.array([float(v) for v in f["threshold"].split()], dtype=np.float64),
-            default_left=(dt & _DEFAULT_LEFT) != 0,
-            missing=(dt >> 2) & 3,
-            left=np.array(f["left_child"].split(), dtype=np.int64),
-            right=np.array(f["right_child"].split(), dtype=np.int64),
+            split_feature=[int(v) for v in f["split_feature"].split()],
+            threshold=[float(v) for v in f["threshold"].split()],
+            default_left=[(d & _DEFAULT_LEFT) != 0 for d in dt],
+            missing=[(d >> 2) & 3 for d in dt],
+            left=[int(v) for v in f["left_child"].split()],
+            right=[int(v) for v in f["right_child"].split()],
             leaf_value=leaf_value,
-            leaf_count=np.array(f["leaf_count"].split(), dtype=np.float64),
-            internal_count=np.array(f["internal_count"].split(), dtype=np.float64),
+            leaf_count=[float(v) for v in f["leaf_count"].split()],
+            internal_count=[float(v) for v in f["internal_count"].split()],
         )
     except (KeyError, ValueError) as exc:
         if isinstance(exc, Unsupported):
             raise
         raise Unsupported(f"unreadable tree ({exc})") from None
-    if (dt & _CATEGORICAL).any():
+    if any(d & _CATEGORICAL for d in dt):
         raise Unsupported("categorical splits")
-    sizes = {tree.split_feature.size, tree.threshold.size, tree.left.size, tree.right.size, tree.internal_count.size, n - 1}
-    if len(sizes) != 1 or tree.leaf_value.size != n or tree.leaf_count.size != n:
+    sizes = {len(tree.split_feature), len(tree.threshold), len(tree.left), len(tree.right), len(tree.internal_count), n - 1}
+    if len(sizes) != 1 or len(tree.leaf_value) != n or len(tree.leaf_count) != n:
         raise Unsupported("a tree's arrays disagree with its num_leaves")
-    if ((tree.split_feature < 0) | (tree.split_feature >= num_features)).any():
+    if any(v < 0 or v >= num_features for v in tree.split_feature):
         raise Unsupported("a split on a feature the model does not have")
-    kids = np.concatenate([tree.left, tree.right])
-    if ((kids >= n - 1) | (kids < -n)).any():
+    if any(k >= n - 1 or k < -n for k in (*tree.left, *tree.right)):
         raise Unsupported("a child outside the tree")
     return tree
 
@@ -249,7 +273,7 @@ def _unwound_sum(path: list[list], k: int) -> float:
 
 
 def _cover(t: Tree, node: int) -> float:
-    return float(t.internal_count[node] if node >= 0 else t.leaf_count[~node])
+    return t.internal_count[node] if node >= 0 else t.leaf_count[~node]
 
 
 def _shap(t: Tree, x: list[float], phi: list[float], node: int, parent: list[list],
@@ -257,14 +281,14 @@ def _shap(t: Tree, x: list[float], phi: list[float], node: int, parent: list[lis
     path = [list(e) for e in parent]
     _extend(path, zero, one, feature)
     if node < 0:
-        value = float(t.leaf_value[~node])
+        value = t.leaf_value[~node]
         for i in range(1, len(path)):
             w = _unwound_sum(path, i)
             phi[path[i][0]] += w * (path[i][2] - path[i][1]) * value
         return
-    split = int(t.split_feature[node])
+    split = t.split_feature[node]
     hot = t.go(node, x[split])
-    cold = int(t.right[node]) if hot == int(t.left[node]) else int(t.left[node])
+    cold = t.right[node] if hot == t.left[node] else t.left[node]
     w = _cover(t, node)
     hot_zero, cold_zero = _cover(t, hot) / w, _cover(t, cold) / w
     in_zero = in_one = 1.0
