@@ -11,16 +11,24 @@ import os
 import struct
 from pathlib import Path
 
-from . import load as _load
 from .guard import check_setting
-from .load import load_rank, stream_rank
 
 
 def load_job_streaming(path, **kw):
     """stream.load.load_job_streaming, after checking the settings it reads (a memory limit that is
     not a number of MB is refused with exit 2 before anything is read)."""
+    from . import load as _load  # the streaming reader is imported when a trace is streamed, not by every analysis
+
     check_setting()
     return _load.load_job_streaming(path, **kw)
+
+
+def __getattr__(name: str):
+    if name in ("load_rank", "stream_rank"):
+        from . import load as _load
+
+        return getattr(_load, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 DEFAULT_THRESHOLD = 512 << 20  # decompressed JSON bytes of a job
