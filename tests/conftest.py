@@ -1,8 +1,11 @@
-"""Shared test fixtures: the real-trace corpus in ../shared/traces and its labels."""
+"""Shared test fixtures: the real-trace corpus in ../shared/traces and its labels; a fresh analyze."""
 
 from __future__ import annotations
 
+import ast
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -38,3 +41,24 @@ def shared_traces() -> Path:
             pytest.fail(f"the real-trace corpus is missing at {SHARED_TRACES}")
         pytest.skip(f"real-trace corpus not found at {SHARED_TRACES}")
     return SHARED_TRACES
+
+
+@pytest.fixture
+def fresh_analyze(tmp_path):
+    """`zoomer-ar analyze` of a bundled example in a fresh interpreter: returns (the imported modules
+    whose top-level package is in `watch`, the output folder). What one analysis imports is only
+    visible in a new process (the test process has imported everything)."""
+
+    def run(watch: tuple[str, ...], example: str = "dataloader_bound") -> tuple[list[str], Path]:
+        out = tmp_path / f"fresh-{example}"
+        code = (
+            "import sys; from zoomer_ar.cli import main\n"
+            f"rc = main(['analyze', {str(EXAMPLES / 'traces' / example)!r}, '--out', {str(out)!r}, '--no-progress'])\n"
+            "assert rc == 0, rc\n"
+            f"print('MODULES', sorted(m for m in sys.modules if m.split('.')[0] in {watch!r}))\n"
+        )
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        line = next(x for x in done.stdout.splitlines() if x.startswith("MODULES "))
+        return ast.literal_eval(line[len("MODULES "):]), out
+
+    return run

@@ -5,9 +5,6 @@ decides - where a file does not read statically."""
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -15,9 +12,6 @@ from zoomer_ar.fix import catalogue
 from zoomer_ar.fix.registry import load_registry
 from zoomer_ar.models import PATTERN_IDS
 from zoomer_ar.paths import FIXERS_DIR
-
-REPO = Path(__file__).resolve().parents[2]
-
 
 def test_catalogue_equals_the_registry():
     reg = load_registry()
@@ -45,17 +39,9 @@ def test_a_file_it_cannot_read_leaves_it_to_the_registry(tmp_path, edit):
     assert catalogue.resolve(["single-tensor-optimizer"], tmp_path) is None
 
 
-def test_reports_name_fixers_without_importing_them(tmp_path):
+def test_reports_name_fixers_without_importing_them(fresh_analyze):
     """The report's fixer names come from the catalogue: analysing without --source imports no fixer
     module and not libcst (about 0.3 s of each run)."""
-    example = REPO / "examples" / "traces" / "dataloader_bound"
-    code = (
-        "import sys; from zoomer_ar.cli import main\n"
-        f"rc = main(['analyze', {str(example)!r}, '--out', {str(tmp_path / 'out')!r}, '--no-progress'])\n"
-        "assert rc == 0, rc\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('libcst', 'zoomer_ar_fixers')))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip().splitlines()[-1] == "[]"
-    report = (tmp_path / "out" / "report.md").read_text()
-    assert "`dataloader-workers`" in report
+    imported, out = fresh_analyze(("libcst", "zoomer_ar_fixers"))
+    assert imported == []
+    assert "`dataloader-workers`" in (out / "report.md").read_text()
