@@ -111,3 +111,16 @@ def test_bundle_votes_equal_with_lightgbm_and_analysis_does_not_import_it(fresh_
     imported, out = fresh_analyze(("lightgbm", "pandas", "scipy"))
     assert imported == []
     assert json.loads((out / "findings.json").read_text())["model_version"]  # the model voted
+
+
+def test_a_booster_of_another_feature_list_is_refused_at_load(tmp_path):
+    from zoomer_ar.learn.model import ModelBundle, ModelLoadError
+
+    src = REPO / "models" / "v0001"
+    for f in src.iterdir():
+        (tmp_path / f.name).write_bytes(f.read_bytes())
+    meta = json.loads((src / "meta.json").read_text())
+    meta["feature_names"] = meta["feature_names"][:-1]
+    (tmp_path / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(ModelLoadError, match="reads 122 features, meta.json lists 121"):
+        ModelBundle(tmp_path)

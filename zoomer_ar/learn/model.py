@@ -152,6 +152,11 @@ class ModelBundle:
         self.vocab: dict[str, list[str]] = self.meta.get("vocab", {})
         self.labels: dict[str, dict[str, Any]] = self.meta["labels"]
         self.boosters = {p: load_predictor(self.dir / info["file"]) for p, info in self.labels.items()}
+        for p, b in self.boosters.items():  # a booster of another feature list would fail on its first row
+            n = b.num_features if isinstance(b, TextBooster) else b.num_feature()
+            if n != len(self.feature_names):
+                raise ModelLoadError(str(self.dir / self.labels[p]["file"]),
+                                     f"the booster reads {n} features, meta.json lists {len(self.feature_names)}")
 
     @property
     def feature_schema_version(self) -> str:
