@@ -77,6 +77,23 @@ def test_quotes_backslashes_and_control_characters_come_back_as_written(layout):
     assert _names(_doc(*raw, layout=layout)) == [r.decode() for r in raw]
 
 
+def test_older_kineto_instant_events_are_not_folded_into_their_names():
+    """Older Kineto wrote instant events with more members after the name on its line and `"pid":` on the
+    next one (hta/df_index_resolver holds two). A repair elsewhere in the file must leave them as they are:
+    re-escaping `Iteration Start: PyTorch Profiler", "ph": "i", "s": "g` as one name lost the event's phase."""
+    instant = (b'  {\n    "name": "Iteration Start: PyTorch Profiler", "ph": "i", "s": "g",\n'
+               b'    "pid": "Traces", "tid": "PyTorch Profiler", "ts": 90\n  }')
+    data = _doc(b'bad "one"(2): g', b"ok(1): f", layout="single")
+    data = data.replace(b'"traceEvents": [\n', b'"traceEvents": [\n' + instant + b",\n", 1)
+    with pytest.raises(msgspec.DecodeError) as err:
+        DECODE(data)
+    doc, fixed_bytes, n = repair(data, DECODE, err.value)
+    assert n == 1 and instant in fixed_bytes
+    first = doc["traceEvents"][0]
+    assert (first["name"], first["ph"], first["s"]) == ("Iteration Start: PyTorch Profiler", "i", "g")
+    assert [e["name"] for e in doc["traceEvents"][1:]] == ['bad "one"(2): g', "ok(1): f"]
+
+
 def test_invalid_utf8_is_replaced_not_refused():
     names = _names(_doc(b"config.py(0): \xff\xfe", b'x"y(1): z'))
     assert names == ["config.py(0): \ufffd\ufffd", 'x"y(1): z']

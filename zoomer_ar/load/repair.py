@@ -26,6 +26,8 @@ import re
 from collections.abc import Callable
 from typing import NamedTuple
 
+import msgspec
+
 # a name on one line, then `"pid":` (Kineto's key order: ph, cat, name, pid, tid, ts, dur, args)
 _NAME = re.compile(rb'"name": "([^\n]*)",([ \t]*\n?[ \t]*)"pid":')
 # a call stack (record_shapes/with_stack on old Kineto): one line, no quote inside
@@ -46,6 +48,21 @@ def _valid(body: bytes) -> bool:
     return True
 
 
+_OBJECT = msgspec.json.Decoder(dict)
+
+
+def _more_members(body: bytes) -> bool:
+    """Is the matched "name" text a valid name followed by more members on its line - older Kineto wrote
+    instant events as `"name": "Iteration Start: PyTorch Profiler", "ph": "i", "s": "g",` with `"pid":` on
+    the next line - rather than one name the profiler did not escape? Such a line is valid JSON as it
+    stands; re-escaping it would fold the other members into the name."""
+    try:
+        _OBJECT.decode(b'{"name": "' + body + b'"}')
+    except msgspec.MsgspecError:
+        return False
+    return True
+
+
 def _escape(body: bytes) -> bytes:
     """The raw text as a JSON string body: quotes, backslashes and control characters escaped."""
     return json.dumps(body.decode("utf-8", errors="replace"), ensure_ascii=False)[1:-1].encode("utf-8")
@@ -56,7 +73,7 @@ def _pass(data: bytes, pattern: re.Pattern) -> tuple[bytes, int]:
     last = fixed = 0
     for m in pattern.finditer(data):
         body = m.group(1)
-        if _valid(body):
+        if _valid(body) or (pattern is _NAME and _more_members(body)):
             continue
         a, b = m.span(1)
         parts += [data[last:a], _escape(body)]
