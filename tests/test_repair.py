@@ -176,3 +176,98 @@ def test_the_streaming_commands_say_how_to_repair(tmp_path, capsys, cmd):
     bad = tmp_path / "bad.json"
     bad.write_text('{"traceEvents": [{"ph": "X" "name": "a", "pid": 1}]}')  # a comma missing between keys
     assert "trace repair" not in run(bad)
+
+
+# ---- the streaming repair (load.repair.StreamRepair): huge traces, the streaming reader, `trace repair`
+
+def _whole_passes(data: bytes) -> bytes:
+    from zoomer_ar.load.repair import _CALL_STACK, _NAME, _pass
+
+    return _pass(_pass(data, _NAME)[0], _CALL_STACK)[0]
+
+
+def _streamed(data: bytes, sizes) -> tuple[bytes, int]:
+    from zoomer_ar.load.repair import StreamRepair
+
+    fix, out, i, k = StreamRepair(), [], 0, 0
+    while i < len(data):
+        n = sizes[k % len(sizes)]
+        out.append(fix.feed(data[i : i + n]))
+        i, k = i + n, k + 1
+    out.append(fix.finish())
+    return b"".join(out), fix.fixed
+
+
+@pytest.mark.parametrize("sizes", [[1], [3, 17, 5], [64], [4096], [1 << 22]])
+def test_the_streaming_repair_gives_the_whole_document_passes_bytes(sizes):
+    instant = (b'  {\n    "name": "Iteration Start: PyTorch Profiler", "ph": "i", "s": "g",\n'
+               b'    "pid": "Traces", "tid": "PyTorch Profiler", "ts": 90\n  },\n')
+    docs = [gzip.open(EXCERPT).read()[: 300_000 if sizes == [1] else None]]
+    for layout in ("multi", "single"):
+        d = _doc(b'gen {"device": "cpu"}(3): run', b"C:\\Users\\me\\t.py(10): step", b'v.py(0):     """', b"ok(1): f",
+                 layout=layout)
+        docs.append(d.replace(b'"traceEvents": [\n', b'"traceEvents": [\n' + instant, 1))
+    docs.append(b'{"traceEvents": [{"ph": "X", "name": "aten::mm", "pid": 1, "args": {"Call stack": "C:\\a\\b.py(1): f"}}]}')
+    for data in docs:
+        want = _whole_passes(data)
+        got, fixed = _streamed(data, sizes)
+        assert got == want
+        assert (fixed > 0) == (want != data)
+
+
+def test_the_streaming_repair_refuses_a_document_without_line_breaks(monkeypatch):
+    from zoomer_ar.load import repair as R
+
+    monkeypatch.setattr(R, "MAX_LINE", 1000)
+    with pytest.raises(ValueError, match="no line break"):
+        _streamed(b'{"traceEvents": [' + b'{"ph": "X", "name": "a", "pid": 1}, ' * 200 + b"]}", [512])
+
+
+def _cli(tmp_path, *args, max_bytes: int):
+    """zoomer-ar in a fresh process whose in-memory loader takes files up to max_bytes of JSON."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, ZOOMER_MAX_TRACE_BYTES=str(max_bytes), ZOOMER_NO_PROGRESS="1")
+    return subprocess.run([sys.executable, "-m", "zoomer_ar.cli", *args], capture_output=True, text=True, env=env,
+                          cwd=tmp_path)
+
+
+def test_the_streaming_reader_repairs_what_the_in_memory_loader_cannot_hold(tmp_path):
+    """Above ZOOMER_MAX_TRACE_BYTES only the streaming reader reads a trace: it re-escapes the names itself
+    (before, it handed such a file to the in-memory loader, which refused it as too big)."""
+    small = 200_000  # the excerpt is 1.7 MB of JSON
+    refused = _cli(tmp_path, "analyze", str(EXCERPT), "--no-stream", "--no-files", max_bytes=small)
+    assert refused.returncode == 2 and "ZOOMER_MAX_TRACE_BYTES" in refused.stderr
+    done = _cli(tmp_path, "analyze", str(EXCERPT), "--stream", "--out", str(tmp_path / "s"), max_bytes=small)
+    assert done.returncode == 0, done.stderr
+    streamed = json.loads((tmp_path / "s" / "findings.json").read_text())
+    streamed["features"].pop("cost_attribution", None)  # the CLI's figure on top of the analysis
+    whole = analyze_path(EXCERPT)
+    assert streamed["features"] == json.loads(whole.model_dump_json())["features"]
+    assert any("1 event name " in n and "pytorch/pytorch#146900" in n for n in streamed["notes"])
+
+
+def test_trace_repair_streams_and_never_replaces_an_output_with_a_failed_one(tmp_path):
+    small = 200_000
+    out = tmp_path / "fixed.json.gz"
+    done = _cli(tmp_path, "trace", "repair", str(EXCERPT), str(out), max_bytes=small)  # no whole-file read
+    assert done.returncode == 0, done.stderr
+    assert "1 event name re-escaped" in done.stdout
+    raw = gzip.open(EXCERPT).read()
+    assert gzip.open(out).read() == _whole_passes(raw)
+    json.loads(gzip.open(out).read())
+    # a name with a raw line break: only the whole-document repair finds it (at the decoder's offset)
+    nl = tmp_path / "newline.json"
+    nl.write_bytes(_doc(b'lib = Library("t", "IMPL")\n(1): <module>', b"ok.py(1): fine", layout="single"))
+    fixed = tmp_path / "nl-fixed.json"
+    assert _cli(tmp_path, "trace", "repair", str(nl), str(fixed), max_bytes=1 << 30).returncode == 0
+    assert json.loads(fixed.read_bytes())["traceEvents"][0]["name"] == 'lib = Library("t", "IMPL")\n(1): <module>'
+    # above the in-memory limit that file cannot be repaired: refused, and an existing output stays as it was
+    out.write_bytes(b"earlier output")
+    bad = _cli(tmp_path, "trace", "repair", str(nl), str(out), max_bytes=100)
+    assert bad.returncode == 2 and "not the profiler's unescaped names" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
+    assert out.read_bytes() == b"earlier output"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".zoomer-repair")]

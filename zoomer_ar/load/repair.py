@@ -68,21 +68,65 @@ def _escape(body: bytes) -> bytes:
     return json.dumps(body.decode("utf-8", errors="replace"), ensure_ascii=False)[1:-1].encode("utf-8")
 
 
-def _pass(data: bytes, pattern: re.Pattern) -> tuple[bytes, int]:
+def _pass(data: bytes, pattern: re.Pattern, limit: int | None = None) -> tuple[bytes, int]:
+    """data with the pattern's invalid values re-escaped; with `limit`, data[:limit] (the matches
+    whose value starts before it: a name's `"pid":` may lie beyond it)."""
     parts: list[bytes] = []
     last = fixed = 0
+    end = len(data) if limit is None else limit
     for m in pattern.finditer(data):
+        a, b = m.span(1)
+        if a >= end:
+            break
         body = m.group(1)
         if _valid(body) or (pattern is _NAME and _more_members(body)):
             continue
-        a, b = m.span(1)
         parts += [data[last:a], _escape(body)]
         last = b
         fixed += 1
     if not fixed:
-        return data, 0
-    parts.append(data[last:])
+        return (data if limit is None else data[:end]), 0
+    parts.append(data[last:end])
     return b"".join(parts), fixed
+
+
+MAX_LINE = 64 << 20  # the streaming repair holds two lines at most: longer lines are not Kineto's layout
+
+
+class StreamRepair:
+    """repair()'s passes over one-line names and call stacks, on a stream of JSON bytes, in bounded
+    memory: `feed(chunk)` returns the repaired bytes of the whole lines before the last one (a name's
+    `"pid":` may be on the next line, so the last line waits for the next chunk), `finish()` the rest.
+    The output is byte for byte what the passes give on the whole document (tests/test_repair.py cuts
+    documents everywhere); `fixed` counts the values re-escaped. Names with a raw line break - which only
+    the whole-document repair finds, at the decoder's error offset - are not repaired here.
+    A line longer than MAX_LINE raises ValueError (a document on one line is not Kineto's layout)."""
+
+    def __init__(self) -> None:
+        self._carry = b""
+        self.fixed = 0
+
+    def _out(self, data: bytes, limit: int | None) -> bytes:
+        out, n1 = _pass(data, _NAME, limit)
+        out, n2 = _pass(out, _CALL_STACK)
+        self.fixed += n1 + n2
+        return out
+
+    def feed(self, data: bytes) -> bytes:
+        buf = self._carry + data if self._carry else bytes(data)
+        last = buf.rfind(b"\n")
+        cut = buf.rfind(b"\n", 0, last) + 1 if last > 0 else 0
+        if cut <= 0:
+            if len(buf) > 2 * MAX_LINE:
+                raise ValueError(f"no line break in {len(buf) >> 20} MB: not the profiler's layout")
+            self._carry = buf
+            return b""
+        self._carry = buf[cut:]
+        return self._out(buf, cut)
+
+    def finish(self) -> bytes:
+        buf, self._carry = self._carry, b""
+        return self._out(buf, None) if buf else b""
 
 
 _NAME_END = re.compile(rb'",[ \t]*\n?[ \t]*"pid":')

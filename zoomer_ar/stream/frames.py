@@ -20,6 +20,7 @@ import numpy as np
 
 from ..features.rank import rank_features
 from ..load.columns import PH_COMPLETE, RankTrace
+from ..load.repair import StreamRepair
 from ..load.schema import RawArgs, RawEvent, NO_ARGS
 from .compact import CompactBuilder
 from .scan import scan
@@ -64,8 +65,10 @@ _ARGS = msgspec.json.Decoder(RawArgs)
 _NUM = msgspec.json.Decoder(int | float)
 
 
-def add_frames(trace: RankTrace, builder: CompactBuilder, path: Path, *, ns: bool, slice_bytes: int) -> int:
-    """Add to `trace` (in place) the frames around the evidence events; returns how many."""
+def add_frames(trace: RankTrace, builder: CompactBuilder, path: Path, *, ns: bool, slice_bytes: int,
+               repair: bool = False) -> int:
+    """Add to `trace` (in place) the frames around the evidence events; returns how many. `repair`: the
+    file holds names the profiler did not escape, re-escaped as the first pass did (load/repair.py)."""
     py_codes = set(trace.cat_code("python_function"))
     if not py_codes or not np.isin(trace.cat, list(py_codes)).any():
         return 0  # no stacks recorded
@@ -110,7 +113,7 @@ def add_frames(trace: RankTrace, builder: CompactBuilder, path: Path, *, ns: boo
                                                  dur=_NUM.decode(e.dur) if e.dur is not None else 0,
                                                  pid=e.pid, tid=e.tid, args=args)))
 
-    scan(path, consume, slice_bytes=slice_bytes, hash=False)
+    scan(path, consume, slice_bytes=slice_bytes, hash=False, repair=StreamRepair() if repair else None)
     if not found:
         return 0
     builder.merge_extra(trace, found, ns=ns)

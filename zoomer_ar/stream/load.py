@@ -24,13 +24,14 @@ from ..load.columns import RankTrace
 from ..load.job import (TOO_DEEP, Job, _accelerator, _schema, assemble_job, load_trace, missing_reason, rank_files,
                         rank_from_name, rebase_times)
 from ..load.reader import Progress, TraceTooBig
+from ..load.repair import StreamRepair
 from ..models import RankInfo, SkippedFile
 from .compact import CompactBuilder, NeedAnotherPass, constant_columns, fix_mmap_threshold, trim_heap
 from .frames import add_frames
 from .guard import MemoryGuard, budget_mb
 from .prune import prune
 from .scan import SLICE, scan, scan_columns
-from .source import CHUNK, StreamError, is_trace_file
+from .source import CHUNK, BadJSON, StreamError, is_trace_file
 
 MAX_PASSES = 3
 # JSON bytes per chunk for the compiled reader: each chunk's events go to the compact builder as
@@ -62,21 +63,28 @@ def stream_rank(path: Path, *, rank_hint: int | None = None, progress: Progress 
     guard = MemoryGuard(path, budget_mb() if memory_limit_mb is None else (memory_limit_mb or None))
     hints = None
     passes = 0
-    fast = fastcols.available() if fast is None else fast
+    fast = fast0 = fastcols.available() if fast is None else fast
+    repairing = False  # the profiler's unescaped names re-escaped on the way (load/repair.py)
     while True:
         passes += 1
         b = CompactBuilder(0, str(path), hints)
+        fix = StreamRepair() if repairing else None
         gc_was_enabled = gc.isenabled()
         gc.disable()  # millions of short-lived tuples and lists: generational passes would only cost
         try:
             if fast:
                 res = scan_columns(path, b.parser(), guard.wrap(b.add_columns, lambda: b.n_events),
-                                   chunk=chunk or FAST_CHUNK, progress=progress)
+                                   chunk=chunk or FAST_CHUNK, progress=progress, repair=fix)
             else:
                 res = scan(path, guard.wrap(b.add, lambda: b.n_events), slice_bytes=slice_bytes, chunk=chunk or CHUNK,
-                           progress=progress)
+                           progress=progress, repair=fix)
         except fastcols.Unsupported:  # an event outside the compiled reader's subset: msgspec
             fast, passes, progress = False, passes - 1, None
+            continue
+        except BadJSON as exc:  # an event name the profiler did not escape: read again, repairing
+            if repairing or not exc.unescaped_name:
+                raise
+            repairing, fast, passes, progress = True, fast0, passes - 1, None
             continue
         finally:
             if gc_was_enabled:
@@ -118,6 +126,8 @@ def stream_rank(path: Path, *, rank_hint: int | None = None, progress: Progress 
         "baseTimeNanoseconds": top.get("baseTimeNanoseconds"),
         "streamed": {"passes": passes, "events": b.n_events, "kept": len(trace), "json_bytes": res.json_bytes},
     }
+    if fix is not None and fix.fixed:
+        trace.metadata["repaired_names"] = fix.fixed  # as the in-memory loader says it (analyze's note)
     rebase_times([trace])  # pruning mirrors the features' sums: on the times they will read
     if prune_rows is None:
         prune_rows = _env_int("ZOOMER_STREAM_PRUNE_ROWS", PRUNE_ROWS)
@@ -128,7 +138,7 @@ def stream_rank(path: Path, *, rank_hint: int | None = None, progress: Progress 
         trace.metadata["streamed"]["pruned"] = removed
         trim_heap()
     if frames:
-        added = add_frames(trace, b, path, ns=ns, slice_bytes=slice_bytes)
+        added = add_frames(trace, b, path, ns=ns, slice_bytes=slice_bytes, repair=repairing)
         trace.metadata["streamed"]["frames_added"] = added
     constant_columns(trace)
     trim_heap()

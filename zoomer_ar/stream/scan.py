@@ -28,7 +28,7 @@ import msgspec
 from ..load.cuts import last_boundary as _cut
 from ..load.cuts import skip_ws as _skip_ws
 from ..load.fastcols import feed_events
-from ..load.repair import unescaped_name_at
+from ..load.repair import StreamRepair, unescaped_name_at
 from .source import CHUNK, BadJSON, ChunkReader, Progress, StreamError, require_regular
 
 SLICE = 1 << 20  # JSON bytes per slice handed to the consumer
@@ -149,12 +149,14 @@ class _Appender:
         return True
 
 
-def _open(path: Path, chunk: int, hash: bool, progress: Progress | None):  # noqa: A002
+def _open(path: Path, chunk: int, hash: bool, progress: Progress | None,  # noqa: A002
+          repair: StreamRepair | None = None):
     """(reader, result, buffer, next_chunk, more) for one scan of path: next_chunk() returns the
     next chunk, more() appends it to the buffer. StreamError for anything but a regular file (a
-    named pipe would block the reader for ever)."""
+    named pipe would block the reader for ever). `repair`: the bytes go through it (the profiler's
+    unescaped names re-escaped, load/repair.py)."""
     require_regular(path)
-    reader = ChunkReader(path, chunk=chunk, hash=hash)
+    reader = ChunkReader(path, chunk=chunk, hash=hash, repair=repair)
     buf = bytearray()
     next_chunk = _chunks(reader, progress, path.stat().st_size)
     return reader, ScanResult(), buf, next_chunk, _Appender(next_chunk, buf)
@@ -186,7 +188,8 @@ def bad_json(exc: Exception, base: int, bare: bool, data: bytes | bytearray | No
     m = _BYTE.search(msg)
     if data is not None and m is not None and unescaped_name_at(data, int(m.group(1))):
         hint = REPAIR_HINT
-    return BadJSON("not valid JSON (" + _BYTE.sub(lambda b: f"(byte {base + int(b.group(1))})", msg) + ")" + hint)
+    return BadJSON("not valid JSON (" + _BYTE.sub(lambda b: f"(byte {base + int(b.group(1))})", msg) + ")" + hint,
+                   unescaped_name=bool(hint))
 
 
 def _read_head(buf: bytearray, more: Callable[[], bool], res: ScanResult) -> None:
@@ -235,7 +238,7 @@ def _read_head(buf: bytearray, more: Callable[[], bool], res: ScanResult) -> Non
 
 def scan(path: Path, consume: Consumer, *, slice_bytes: int = SLICE, chunk: int = CHUNK,
          progress: Progress | None = None, hash: bool = True,  # noqa: A002
-         on_head: Callable[[ScanResult], None] | None = None) -> ScanResult:
+         on_head: Callable[[ScanResult], None] | None = None, repair: StreamRepair | None = None) -> ScanResult:
     """Stream the events of `path` to `consume`, slice by slice, in file order.
 
     `consume(view)` must decode the view first and raise msgspec.DecodeError (or ValidationError)
@@ -243,7 +246,7 @@ def scan(path: Path, consume: Consumer, *, slice_bytes: int = SLICE, chunk: int 
     `on_head(result)` is called once the bytes before the events (`head`, `bare`, the top-level
     keys found so far) are known, before the first slice.
     """
-    reader, res, buf, next_chunk, more = _open(path, chunk, hash, progress)
+    reader, res, buf, next_chunk, more = _open(path, chunk, hash, progress, repair)
     last: list = [None, 0]  # the decoder's last complaint since the last slice that decoded, and where
 
     def failed(exc: Exception) -> None:
@@ -356,12 +359,13 @@ def scan(path: Path, consume: Consumer, *, slice_bytes: int = SLICE, chunk: int 
 
 
 def scan_columns(path: Path, parser, consume: Callable[[int, dict, dict], None], *, chunk: int = CHUNK,
-                 progress: Progress | None = None, hash: bool = True) -> ScanResult:  # noqa: A002
+                 progress: Progress | None = None, hash: bool = True,  # noqa: A002
+                 repair: StreamRepair | None = None) -> ScanResult:
     """scan() for the compiled event reader (load/_fastjson.c), which tracks JSON itself: each
     chunk is fed to `parser` and the columns of its whole events go to `consume(n, columns,
     sparse)`; the reader finds the array's end. Raises fastcols.Unsupported where an event is
     outside the reader's subset (the caller redoes the pass with scan())."""
-    reader, res, buf, next_chunk, more = _open(path, chunk, hash, progress)
+    reader, res, buf, next_chunk, more = _open(path, chunk, hash, progress, repair)
 
     try:
         _read_head(buf, more, res)

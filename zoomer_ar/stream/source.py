@@ -18,6 +18,7 @@ from pathlib import Path
 from ..load.inflate import ERRORS as INFLATE_ERRORS
 from ..load.inflate import gzip_inflater
 from ..load.reader import HashingFile
+from ..load.repair import StreamRepair
 from ..threads import start as start_thread
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -45,7 +46,12 @@ class StreamError(Exception):
 class BadJSON(StreamError):
     """The events array is not valid JSON (NaN literals, items that are not objects): the message
     says so in the in-memory loader's words ("not valid JSON (...)"), for the commands that do not
-    fall back to it (trace surgery, `trace check`)."""
+    fall back to it (trace surgery, `trace check`). `unescaped_name`: the decoder stopped inside an
+    event name the profiler did not escape (load/repair.py can re-escape it)."""
+
+    def __init__(self, message: str, *, unescaped_name: bool = False) -> None:
+        super().__init__(message)
+        self.unescaped_name = unescaped_name
 
 
 def require_regular(path: Path) -> None:
@@ -131,10 +137,12 @@ class ChunkReader:
 
     Iterate it for (data, file bytes read); `sha256` is set once the iteration has ended."""
 
-    def __init__(self, path: Path, *, chunk: int = CHUNK, hash: bool = True, depth: int = 3) -> None:  # noqa: A002
+    def __init__(self, path: Path, *, chunk: int = CHUNK, hash: bool = True, depth: int = 3,  # noqa: A002
+                 repair: StreamRepair | None = None) -> None:
         self.path = path
         self.chunk = chunk
         self.hash = hash
+        self.repair = repair  # re-escapes the profiler's unescaped names on the way (load/repair.py)
         self.sha256: str | None = None
         self.total = 0
         self._q: queue.Queue = queue.Queue(maxsize=depth)
@@ -145,9 +153,17 @@ class ChunkReader:
         h = hashlib.sha256() if self.hash else None
         item: tuple = (None, None)
         try:
+            fix = self.repair
+            read = 0
             for data, read in iter_chunks(self.path, self.chunk, file_hash=h):
+                if fix is not None:
+                    data = fix.feed(data)
+                    if not data:
+                        continue
                 if not self._put((data, read)):
                     return
+            if fix is not None and (rest := fix.finish()) and not self._put((rest, read)):
+                return
             item = (None, h.hexdigest() if h is not None else "")
         except BaseException as exc:  # noqa: BLE001 - handed over to the consumer
             item = (exc, None)

@@ -9,6 +9,7 @@ are always kept so that tracks stay named.
 
 from __future__ import annotations
 
+import os
 import random
 import re
 import threading
@@ -26,16 +27,16 @@ import numpy as np
 from ..errors import InputError
 from ..load.job import rank_files as folder_rank_files
 from ..load.job import rank_from_name
-from ..load.reader import read_trace_bytes
-from ..load.repair import repair
+from ..load.reader import DEFAULT_MAX_BYTES, read_trace_bytes
+from ..load.repair import StreamRepair, repair
 from ..stream.compact import NsCounter
 from ..stream.scan import ScanResult, scan
 from ..stream.source import BadJSON, ChunkReader, StreamError, is_trace_file
 from ..threads import start as start_thread
 from . import guard
 from .io import (
-    TOO_DEEP, Launched, TraceWriter, _Sink, compression_for, copy_file, decode_top, encode_head,
-    write_queue,
+    REPLACED, TOO_DEEP, Launched, TraceWriter, _Sink, cannot_write, compression_for, copy_file, decode_top,
+    encode_head, write_queue,
 )
 from . import slices
 from .slices import Batch, Plan, read_slices
@@ -661,37 +662,82 @@ def repair_trace(src: Path, dst: Path, *, compression: str | None = None, level:
     """Write a copy of src that other tools open, where the profiler wrote it as invalid JSON: the event
     names (and old `Call stack` args) it did not escape are re-escaped (zoomer_ar/load/repair.py), every
     other byte is kept. A file that is valid JSON already is copied as it is (a note says so); invalid JSON
-    of any other kind is refused. The whole file is read into memory (up to ZOOMER_MAX_TRACE_BYTES)."""
+    of any other kind is refused.
+
+    The copy streams (load.repair.StreamRepair: memory bounded by two lines, whatever the file's size) and
+    is checked as every command's output is before it takes dst's place, so a failed repair leaves an
+    existing dst as it was. Names holding a raw line break are found only at the decoder's error offset, in
+    the whole document: where the streamed copy does not check, a file within ZOOMER_MAX_TRACE_BYTES is
+    repaired that way instead."""
     comp = compression_for(dst, compression)
     guard.require_file(src)
     guard.check_file_output(dst, [src])
     guard.check_suffix(dst, comp)
     guard.check_level(comp, level)
+    fix = StreamRepair()
+    try:
+        staged = _stage_checked(dst, comp, level, (data for data, _ in ChunkReader(src, hash=False, repair=fix)))
+    except (StreamError, InputError) as exc:
+        if src.stat().st_size <= DEFAULT_MAX_BYTES:
+            return _repair_whole(src, dst, comp, level)  # explains the refusal, or repairs at the decoder's offsets
+        reason = exc.reason if isinstance(exc, InputError) else str(exc)
+        raise InputError(str(src), f"not valid JSON, and not the profiler's unescaped names ({reason})") from None
+    return _repaired(src, staged, dst, comp, fix.fixed)
+
+
+def _repair_whole(src: Path, dst: Path, comp: str, level: int | None) -> Stats:
+    """repair_trace on the whole document in memory (load.repair.repair: also the names with a raw line
+    break, at the decoder's error offsets)."""
     data = read_trace_bytes(src)
-    st = Stats()
     try:
         _JSON_CHECK.decode(data)
         fixed = 0
-        st.notes.append(f"{src} is valid JSON: nothing to repair, copied as it is")
     except msgspec.DecodeError as exc:
         got = repair(data, _JSON_CHECK.decode, exc)
         if isinstance(got, BaseException):
             raise InputError(str(src), f"not valid JSON, and not the profiler's unescaped names ({got})") from None
         data, fixed = got.data, got.fixed
-    sink = _Sink(dst, comp, level)
+    view = memoryview(data)
     try:
-        view = memoryview(data)
-        for i in range(0, len(view), 1 << 22):
-            sink.write(view[i : i + (1 << 22)])
+        staged = _stage_checked(dst, comp, level, (view[i : i + (1 << 22)] for i in range(0, len(view), 1 << 22)))
+    except InputError as exc:
+        raise InputError(str(src), f"repaired, but still not a valid trace: {exc.reason}") from None
+    return _repaired(src, staged, dst, comp, fixed)
+
+
+def _stage_checked(dst: Path, comp: str, level: int | None, chunks: Iterable) -> Path:
+    """The chunks written (compressed as asked) beside dst under a hidden name with dst's suffixes, and
+    checked as a trace (check_events); on any failure the staged file is gone and dst untouched."""
+    staged = dst.with_name(f".zoomer-repair-{os.getpid()}-{dst.name}")
+    sink = _Sink(staged, comp, level)
+    try:
+        for data in chunks:
+            sink.write(data)
         sink.commit()
     except BaseException:
         sink.abort()
         raise
     try:
-        check_events(dst)  # the promise of every command: a valid trace
-    except InputError as exc:
-        dst.unlink(missing_ok=True)
-        raise InputError(str(src), f"repaired, but still not a valid trace: {exc.reason}") from None
+        check_events(staged)  # the promise of every command: a valid trace
+    except BaseException:
+        staged.unlink(missing_ok=True)
+        raise
+    return staged
+
+
+def _repaired(src: Path, staged: Path, dst: Path, comp: str, fixed: int) -> Stats:
+    """Put the checked copy in dst's place; the command's figures."""
+    existed = dst.exists()
+    try:
+        os.replace(staged, dst)
+    except OSError as exc:
+        staged.unlink(missing_ok=True)
+        raise cannot_write(dst, exc) from None
+    if existed:
+        REPLACED.append(str(dst))
+    st = Stats()
+    if not fixed:
+        st.notes.append(f"{src} is valid JSON: nothing to repair, copied as it is")
     st.outputs.append(str(dst))
     st.bytes_out = dst.stat().st_size
     st.note = f"{fixed:,} event name{'' if fixed == 1 else 's'} re-escaped, {comp}"
