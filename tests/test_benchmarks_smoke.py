@@ -248,3 +248,18 @@ def test_bench_fix_tree_tiny_run(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "--jobs 2:" in proc.stdout and "identical diffs: yes" in proc.stdout
+
+
+def test_bench_cli_tiny_run(tmp_path):
+    """bench_cli.py: the analyze command timed in fresh processes against a git revision's (a worktree,
+    removed afterwards); figures in --json, nothing asserted about them but that they were measured."""
+    out = tmp_path / "cli.json"
+    example = REPO / "examples" / "traces" / "dataloader_bound"
+    proc = subprocess.run([sys.executable, str(BENCH / "bench_cli.py"), "--repeat", "1", "--no-hta", "--baseline-rev",
+                           "HEAD", "--traces", str(example), "--json", str(out)],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (row,) = json.loads(out.read_text())["results"]
+    assert row["zoomer"]["wall_s"] > 0 and row["baseline"]["wall_s"] > 0 and "hta" not in row
+    worktrees = subprocess.run(["git", "worktree", "list"], cwd=REPO, capture_output=True, text=True).stdout
+    assert "baseline-HEAD" not in worktrees
