@@ -271,3 +271,23 @@ def test_trace_repair_streams_and_never_replaces_an_output_with_a_failed_one(tmp
     assert len(bad.stderr.strip().splitlines()) == 1
     assert out.read_bytes() == b"earlier output"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".zoomer-repair")]
+
+
+def test_the_compiled_reader_says_where_a_name_is_broken_no_msgspec_pass_needed(monkeypatch):
+    """Where the compiled reader stops at an event whose name the profiler did not escape, the streaming
+    reader goes straight to a repaired pass (a msgspec pass to locate the name read the whole file again,
+    and was the pass that needed the most memory)."""
+    from zoomer_ar.load import fastcols
+    from zoomer_ar.stream import load as SL
+
+    if not fastcols.available():
+        pytest.skip("the compiled event reader is not built")
+    calls = []
+    real_fast, real_slow = SL.scan_columns, SL.scan
+    monkeypatch.setattr(SL, "scan_columns", lambda *a, **k: (calls.append(("compiled", k.get("repair") is not None)),
+                                                               real_fast(*a, **k))[1])
+    monkeypatch.setattr(SL, "scan", lambda *a, **k: (calls.append(("msgspec", k.get("repair") is not None)),
+                                                      real_slow(*a, **k))[1])
+    trace, _ = SL.stream_rank(EXCERPT)
+    assert calls == [("compiled", False), ("compiled", True)]
+    assert trace.metadata["repaired_names"] == 1 and BROKEN_NAME in trace.names

@@ -25,6 +25,7 @@ from typing import Any
 
 import msgspec
 
+from ..load import fastcols
 from ..load.cuts import last_boundary as _cut
 from ..load.cuts import skip_ws as _skip_ws
 from ..load.fastcols import feed_events
@@ -376,7 +377,16 @@ def scan_columns(path: Path, parser, consume: Callable[[int, dict, dict], None],
                 consume(n, cols, sparse)
                 res.slices += 1
 
-        rest = feed_events(parser.feed, buf, next_chunk, after)
+        def feed(view, start: int, final: bool):
+            try:
+                return parser.feed(view, start, final)
+            except fastcols.Unsupported as exc:
+                if repair is None and _unescaped_event(view, exc):  # say so now: no msgspec pass to find it
+                    raise BadJSON("not valid JSON (an event name the profiler did not escape)" + REPAIR_HINT,
+                                  unescaped_name=True) from None
+                raise
+
+        rest = feed_events(feed, buf, next_chunk, after)
         del buf[:]
         buf += rest
         more.reset()
@@ -390,6 +400,21 @@ def scan_columns(path: Path, parser, consume: Callable[[int, dict, dict], None],
     res.sha256 = reader.sha256 or ""
     res.json_bytes = reader.total
     return res
+
+
+_EVENT_AT = re.compile(r"event at byte (\d+)")
+_NAME_KEY = b'"name": "'
+
+
+def _unescaped_event(view, exc: Exception) -> bool:
+    """Is the event the compiled reader stopped at (its message gives where the event starts) one whose
+    name the profiler did not escape (load/repair.py)?"""
+    m = _EVENT_AT.search(str(exc))
+    if m is None:
+        return False
+    start = int(m.group(1))
+    k = bytes(view[start : start + (1 << 16)]).find(_NAME_KEY)
+    return k >= 0 and unescaped_name_at(view, start + k + len(_NAME_KEY))
 
 
 def _tail_bound(n: int) -> None:
