@@ -158,6 +158,12 @@ def test_trace_repair_writes_a_copy_other_tools_open(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "not the profiler's unescaped names" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "never.json").exists()
+    notebook = tmp_path / "nb.json"  # valid JSON that is not a trace: nothing was repaired, and it says so
+    notebook.write_text('{"cells": []}')
+    assert main(["trace", "repair", str(notebook), str(tmp_path / "never.json")]) == 2
+    err = capsys.readouterr().err
+    assert "valid JSON, but not a valid trace" in err and "repaired" not in err
+    assert not (tmp_path / "never.json").exists()
 
 
 @pytest.mark.parametrize("cmd", [["trace", "check"], ["trace", "slice", "--window", "0..10"],

@@ -701,7 +701,8 @@ def _repair_whole(src: Path, dst: Path, comp: str, level: int | None) -> Stats:
     try:
         staged = _stage_checked(dst, comp, level, (view[i : i + (1 << 22)] for i in range(0, len(view), 1 << 22)))
     except InputError as exc:
-        raise InputError(str(src), f"repaired, but still not a valid trace: {exc.reason}") from None
+        what = "repaired, but still not a valid trace" if fixed else "valid JSON, but not a valid trace"
+        raise InputError(str(src), f"{what}: {exc.reason}") from None
     return _repaired(src, staged, dst, comp, fixed)
 
 
