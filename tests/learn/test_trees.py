@@ -91,6 +91,10 @@ def test_what_it_does_not_read_goes_to_lightgbm(tmp_path):
     truncated.write_text(SHIPPED[0].read_text()[:3000] + "\nend of trees\n")
     with pytest.raises(Unsupported):
         TextBooster.from_text(truncated.read_text())
+    cyclic = SHIPPED[0].read_text().replace("left_child=1 -1", "left_child=0 -1", 1)  # a node its own child
+    assert cyclic != SHIPPED[0].read_text()
+    with pytest.raises(Unsupported, match="do not lead down"):
+        TextBooster.from_text(cyclic)
     whole = tmp_path / "whole.txt"
     whole.write_text(SHIPPED[0].read_text())
     assert isinstance(load_predictor(whole), TextBooster)

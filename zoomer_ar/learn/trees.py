@@ -227,6 +227,10 @@ def _tree(f: dict[str, str], num_features: int) -> Tree:
         raise Unsupported("a split on a feature the model does not have")
     if any(k >= n - 1 or k < -n for k in (*tree.left, *tree.right)):
         raise Unsupported("a child outside the tree")
+    # LightGBM numbers a split after its parent: a child's index above its node's is what makes every walk
+    # end (a corrupt file with a cycle would otherwise walk for ever)
+    if any(0 <= k <= i for i, pair in enumerate(zip(tree.left, tree.right)) for k in pair):
+        raise Unsupported("a tree whose splits do not lead down to its leaves")
     return tree
 
 
