@@ -312,12 +312,20 @@ class _Sink:
             self.fh.close()
         self._raw.close()
 
-    def commit(self) -> None:
+    def commit(self, check: Callable[[Path], None] | None = None) -> None:
+        """Close the temporary file and rename it to the output. `check(tmp)`, when given, reads the
+        closed file first: what it raises removes the file and leaves an existing output as it was."""
         if self.writes is not None:
             self.writes.sync()
             self.writes.raise_failed()
         try:
             self._close()  # flushes: a full disk may show only here
+            if check is not None:
+                try:
+                    check(self.tmp)
+                except BaseException:
+                    self.abort()
+                    raise
             existed = self.path.exists()
             os.replace(self.tmp, self.path)
         except OSError as exc:

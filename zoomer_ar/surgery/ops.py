@@ -9,7 +9,6 @@ are always kept so that tracks stay named.
 
 from __future__ import annotations
 
-import os
 import random
 import re
 import threading
@@ -35,8 +34,8 @@ from ..stream.source import BadJSON, ChunkReader, StreamError, is_trace_file
 from ..threads import start as start_thread
 from . import guard
 from .io import (
-    REPLACED, TOO_DEEP, Launched, TraceWriter, _Sink, cannot_write, compression_for, copy_file, decode_top,
-    encode_head, write_queue,
+    TOO_DEEP, Launched, TraceWriter, _Sink, compression_for, copy_file, decode_top, encode_head,
+    write_queue,
 )
 from . import slices
 from .slices import Batch, Plan, read_slices
@@ -665,8 +664,8 @@ def repair_trace(src: Path, dst: Path, *, compression: str | None = None, level:
     of any other kind is refused.
 
     The copy streams (load.repair.StreamRepair: memory bounded by two lines, whatever the file's size) and
-    is checked as every command's output is before it takes dst's place, so a failed repair leaves an
-    existing dst as it was. Names holding a raw line break are found only at the decoder's error offset, in
+    is checked as every command's output is before it takes dst's place (_Sink.commit's check), so a
+    failed repair leaves an existing dst as it was. Names holding a raw line break are found only at the decoder's error offset, in
     the whole document: where the streamed copy does not check, a file within ZOOMER_MAX_TRACE_BYTES is
     repaired that way instead."""
     comp = compression_for(dst, compression)
@@ -676,13 +675,13 @@ def repair_trace(src: Path, dst: Path, *, compression: str | None = None, level:
     guard.check_level(comp, level)
     fix = StreamRepair()
     try:
-        staged = _stage_checked(dst, comp, level, (data for data, _ in ChunkReader(src, hash=False, repair=fix)))
+        _write_checked(dst, comp, level, (data for data, _ in ChunkReader(src, hash=False, repair=fix)))
     except (StreamError, InputError) as exc:
         if src.stat().st_size <= DEFAULT_MAX_BYTES:
             return _repair_whole(src, dst, comp, level)  # explains the refusal, or repairs at the decoder's offsets
         reason = exc.reason if isinstance(exc, InputError) else str(exc)
         raise InputError(str(src), f"not valid JSON, and not the profiler's unescaped names ({reason})") from None
-    return _repaired(src, staged, dst, comp, fix.fixed)
+    return _repaired(src, dst, comp, fix.fixed)
 
 
 def _repair_whole(src: Path, dst: Path, comp: str, level: int | None) -> Stats:
@@ -699,43 +698,28 @@ def _repair_whole(src: Path, dst: Path, comp: str, level: int | None) -> Stats:
         data, fixed = got.data, got.fixed
     view = memoryview(data)
     try:
-        staged = _stage_checked(dst, comp, level, (view[i : i + (1 << 22)] for i in range(0, len(view), 1 << 22)))
+        _write_checked(dst, comp, level, (view[i : i + (1 << 22)] for i in range(0, len(view), 1 << 22)))
     except InputError as exc:
         what = "repaired, but still not a valid trace" if fixed else "valid JSON, but not a valid trace"
         raise InputError(str(src), f"{what}: {exc.reason}") from None
-    return _repaired(src, staged, dst, comp, fixed)
+    return _repaired(src, dst, comp, fixed)
 
 
-def _stage_checked(dst: Path, comp: str, level: int | None, chunks: Iterable) -> Path:
-    """The chunks written (compressed as asked) beside dst under a hidden name with dst's suffixes, and
-    checked as a trace (check_events); on any failure the staged file is gone and dst untouched."""
-    staged = dst.with_name(f".zoomer-repair-{os.getpid()}-{dst.name}")
-    sink = _Sink(staged, comp, level)
+def _write_checked(dst: Path, comp: str, level: int | None, chunks: Iterable) -> None:
+    """The chunks written to dst (compressed as asked), held to check_events' rules before the file
+    takes dst's place: on any failure dst is as it was."""
+    sink = _Sink(dst, comp, level)
     try:
         for data in chunks:
             sink.write(data)
-        sink.commit()
     except BaseException:
         sink.abort()
         raise
-    try:
-        check_events(staged)  # the promise of every command: a valid trace
-    except BaseException:
-        staged.unlink(missing_ok=True)
-        raise
-    return staged
+    sink.commit(check=check_events)  # the promise of every command: a valid trace
 
 
-def _repaired(src: Path, staged: Path, dst: Path, comp: str, fixed: int) -> Stats:
-    """Put the checked copy in dst's place; the command's figures."""
-    existed = dst.exists()
-    try:
-        os.replace(staged, dst)
-    except OSError as exc:
-        staged.unlink(missing_ok=True)
-        raise cannot_write(dst, exc) from None
-    if existed:
-        REPLACED.append(str(dst))
+def _repaired(src: Path, dst: Path, comp: str, fixed: int) -> Stats:
+    """The figures of a repair written to dst."""
     st = Stats()
     if not fixed:
         st.notes.append(f"{src} is valid JSON: nothing to repair, copied as it is")
