@@ -152,14 +152,7 @@ def apply_model(jf: JobFeatures, findings: list[Finding], model=None, rules: lis
     if model is None:
         return findings
     features = jf.vector.model_dump()
-    votes = model.votes(features, explain=0)  # explained below, only the patterns a finding shows
-    explained: dict[str, list[tuple[str, float]]] = {}
-
-    def top(p: str) -> list[tuple[str, float]]:
-        if p not in explained:
-            explained[p] = model.top_features(p, features)
-        return explained[p]
-
+    votes = model.votes(features, explain=0)  # explained below (model.top_features), only the patterns a finding shows
     by_rule = {r.id: r for r in (rules if rules is not None else load_rules())}
     out: list[Finding] = []
     seen = set()
@@ -173,7 +166,7 @@ def apply_model(jf: JobFeatures, findings: list[Finding], model=None, rules: lis
         conf = 1.0 - (1.0 - f.confidence) * (1.0 - v.probability) if agrees else min(f.confidence, (f.confidence + v.probability) / 2.0)
         out.append(f.model_copy(update={
             "detected_by": ["rules", "model"] if agrees else ["rules"],
-            "model": ModelVote(probability=v.probability, threshold=v.threshold, top_features=top(f.pattern)),
+            "model": ModelVote(probability=v.probability, threshold=v.threshold, top_features=model.top_features(f.pattern, features)),
             "confidence": round(max(0.0, min(1.0, conf)), 3),
         }))
     for p, v in votes.items():
@@ -191,7 +184,7 @@ def apply_model(jf: JobFeatures, findings: list[Finding], model=None, rules: lis
                 "rule's estimate.")
         out.append(f.model_copy(update={
             "detected_by": ["model"],
-            "model": ModelVote(probability=v.probability, threshold=v.add_threshold, top_features=top(p)),
+            "model": ModelVote(probability=v.probability, threshold=v.add_threshold, top_features=model.top_features(p, features)),
             "confidence": round(v.probability, 3),
             "explanation": (f.explanation + "\n\n" + note).strip(),
         }))
