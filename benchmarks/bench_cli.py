@@ -8,7 +8,7 @@ earlier revision of this tool, measured in the same run.
 bench_load.py times load + features inside a warm process; a user runs a command. Here every run is
 a fresh `python -m zoomer_ar.cli analyze TRACE --out DIR --no-progress` (interpreter start, imports,
 load, features, rules, model, findings.json, report.md, report.html, relaunch.yaml, optimize.ipynb),
-timed from outside as wall time, with the process's CPU time (getrusage of the waited-for child).
+timed from outside as wall time, with the process's CPU time and peak RSS (os.wait4's rusage of it).
 Peers, each in fresh processes too:
   hta       `TraceAnalysis(trace_dir=...)` + `get_temporal_breakdown(visualize=False)`, imports
             included (HTA's own start: what its user waits for); single files are symlinked into a
@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -47,22 +46,23 @@ HTA_CODE = (
 )
 
 
-def _run(cmd: list[str], cwd: Path, env: dict) -> tuple[float, float]:
-    """Wall and CPU seconds of one fresh process (CPU from getrusage of the waited-for child)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+def _run(cmd: list[str], cwd: Path, env: dict) -> tuple[float, float, float]:
+    """Wall seconds, CPU seconds and peak RSS (MB) of one fresh process, from os.wait4's rusage of
+    that process (its CPU and its high-water mark, children it waited for included)."""
     t0 = time.perf_counter()
-    done = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    err = proc.stderr.read() if proc.stderr else ""
+    _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if done.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)}: exit {done.returncode}: {done.stderr.strip()[-400:]}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return wall, cpu
+    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)}: exit {proc.returncode}: {err.strip()[-400:]}")
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
-def _median(runs: list[tuple[float, float]]) -> dict:
-    return {"wall_s": statistics.median(w for w, _ in runs), "cpu_s": statistics.median(c for _, c in runs),
-            "runs": [round(w, 3) for w, _ in runs]}
+def _median(runs: list[tuple[float, float, float]]) -> dict:
+    return {"wall_s": statistics.median(r[0] for r in runs), "cpu_s": statistics.median(r[1] for r in runs),
+            "peak_mb": statistics.median(r[2] for r in runs), "runs": [round(r[0], 3) for r in runs]}
 
 
 def _worktree(rev: str, root: Path) -> Path:
@@ -115,13 +115,16 @@ def main() -> None:
             for label in tools:
                 row[label] = _median(runs[label])
             results.append(row)
-            line = f"{name:<34} zoomer {row['zoomer']['wall_s']:6.2f} s (CPU {row['zoomer']['cpu_s']:5.2f})"
+            z = row["zoomer"]
+            line = f"{name:<34} zoomer {z['wall_s']:6.2f} s (CPU {z['cpu_s']:5.2f}, {z['peak_mb']:4.0f} MB)"
             if "baseline" in row:
                 b = row["baseline"]
-                line += f" | {args.baseline_rev} {b['wall_s']:6.2f} s: {b['wall_s'] / row['zoomer']['wall_s']:4.1f}x"
+                line += (f" | {args.baseline_rev} {b['wall_s']:6.2f} s ({b['peak_mb']:4.0f} MB): "
+                         f"{b['wall_s'] / z['wall_s']:4.1f}x")
             if "hta" in row:
                 h = row["hta"]
-                line += f" | HTA {h['wall_s']:6.2f} s (CPU {h['cpu_s']:5.2f}): {h['wall_s'] / row['zoomer']['wall_s']:4.1f}x"
+                line += (f" | HTA {h['wall_s']:6.2f} s (CPU {h['cpu_s']:5.2f}, {h['peak_mb']:4.0f} MB): "
+                         f"{h['wall_s'] / z['wall_s']:4.1f}x")
             print(line, flush=True)
     finally:
         if wt is not None:

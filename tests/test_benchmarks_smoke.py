@@ -261,5 +261,6 @@ def test_bench_cli_tiny_run(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (row,) = json.loads(out.read_text())["results"]
     assert row["zoomer"]["wall_s"] > 0 and row["baseline"]["wall_s"] > 0 and "hta" not in row
+    assert 20 < row["zoomer"]["peak_mb"] < 2000 and 20 < row["baseline"]["peak_mb"] < 2000
     worktrees = subprocess.run(["git", "worktree", "list"], cwd=REPO, capture_output=True, text=True).stdout
     assert "baseline-HEAD" not in worktrees
