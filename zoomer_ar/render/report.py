@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import tempfile
+from functools import lru_cache
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
@@ -17,7 +18,10 @@ from ..paths import REPORTS_DIR
 from .filters import bottleneck_summary, install
 
 
+@lru_cache(maxsize=1)
 def _env() -> Environment:
+    """One environment per process: it keeps the compiled templates (the loader still reloads a template
+    whose file changed), so a service or a batch renders each one once, not once per analysis."""
     env = Environment(
         loader=FileSystemLoader(str(REPORTS_DIR)),
         autoescape=select_autoescape(enabled_extensions=("html", "j2.html"), default_for_string=False),
