@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 
 import yaml
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
@@ -35,8 +36,14 @@ def _with_cwd(text: str, spec: RelaunchSpec) -> str:
     return "\n".join(lines)
 
 
-def render_spec(spec: RelaunchSpec) -> str:
+@lru_cache(maxsize=1)
+def _env() -> Environment:
+    """One environment per process (it keeps the compiled template), as render.report's."""
     env = Environment(loader=FileSystemLoader(str(REPORTS_DIR)), undefined=StrictUndefined, keep_trailing_newline=True,
                       trim_blocks=True, lstrip_blocks=True)
-    env.filters["j"] = lambda v: json.dumps(v)
-    return _with_cwd(env.get_template("relaunch.yaml.j2").render(s=spec, command=header_command(spec)), spec)
+    env.filters["j"] = json.dumps
+    return env
+
+
+def render_spec(spec: RelaunchSpec) -> str:
+    return _with_cwd(_env().get_template("relaunch.yaml.j2").render(s=spec, command=header_command(spec)), spec)

@@ -7,6 +7,7 @@ waste over time is inline SVG. The Markdown carries the same tables and a text s
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
@@ -21,7 +22,9 @@ if TYPE_CHECKING:
     from ..store.history import History
 
 
+@lru_cache(maxsize=1)
 def _env() -> Environment:
+    """One environment per process (it keeps the compiled templates), as render.report's."""
     env = Environment(
         loader=FileSystemLoader(str(REPORTS_DIR)),
         autoescape=lambda name: bool(name) and name.endswith(".html.j2"),
