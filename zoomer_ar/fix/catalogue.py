@@ -73,25 +73,39 @@ def entries(directory: Path | str | None = None) -> tuple[Entry, ...] | None:
     return _entries(str(Path(directory or paths.FIXERS_DIR).resolve()))
 
 
-def resolve(ids, directory: Path | str | None = None) -> list[Entry] | None:
-    """`Registry.resolve` on the catalogue: the fixers named by fixer names, pattern ids or ``all``,
-    sorted by name; None where the catalogue does not read or an id is unknown (the registry's error)."""
-    cat = entries(directory)
-    if cat is None:
-        return None
-    names = {e.name: e for e in cat}
-    out: list[Entry] = []
+class UnknownId(KeyError):
+    """An id that is neither a fixer's name, a pattern id nor ``all`` (args[0]: the id as written)."""
+
+
+def select_ids(fixers, ids) -> list:
+    """The fixers (anything with `name` and `pattern`, sorted by name) that ids name: fixer names,
+    pattern ids or ``all``, case and blanks ignored; sorted by name, each once. UnknownId otherwise.
+    The registry's `resolve` and the catalogue's answer the same through it."""
+    by_name = {f.name: f for f in fixers}
+    out: list = []
     for raw in ids:
         ident = raw.strip().lower()
         if not ident:
             continue
         if ident == "all":
-            found = list(cat)
-        elif ident in names:
-            found = [names[ident]]
+            found = list(fixers)
+        elif ident in by_name:
+            found = [by_name[ident]]
         elif ident in PATTERN_IDS:
-            found = [e for e in cat if e.pattern == ident]
+            found = [f for f in fixers if f.pattern == ident]
         else:
-            return None
-        out.extend(e for e in found if e not in out)
-    return sorted(out, key=lambda e: e.name)
+            raise UnknownId(raw)
+        out.extend(f for f in found if f not in out)
+    return sorted(out, key=lambda f: f.name)
+
+
+def resolve(ids, directory: Path | str | None = None) -> list[Entry] | None:
+    """`Registry.resolve` on the catalogue; None where the catalogue does not read or an id is unknown
+    (the registry's error to give)."""
+    cat = entries(directory)
+    if cat is None:
+        return None
+    try:
+        return select_ids(cat, ids)
+    except UnknownId:
+        return None

@@ -21,6 +21,7 @@ from .. import paths
 from ..errors import InputError
 from ..models import PATTERN_IDS
 from .base import Example, Fixer, FixerError
+from .catalogue import UnknownId, select_ids
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 _MODULE_PREFIX = "zoomer_ar_fixers"
@@ -110,21 +111,10 @@ class Registry:
 
     def resolve(self, ids: Iterable[str]) -> list[type[Fixer]]:
         """Fixers named by ids (fixer names or pattern ids; ``all``); unknown ids are an InputError."""
-        out: list[type[Fixer]] = []
-        for raw in ids:
-            ident = raw.strip().lower()
-            if not ident:
-                continue
-            if ident == "all":
-                found = list(self.fixers)
-            elif ident in self.names:
-                found = [self.by_name(ident)]
-            elif ident in PATTERN_IDS:
-                found = self.by_pattern(ident)
-            else:
-                raise InputError(None, f"unknown fixer or pattern id: {raw!r} (see `zoomer-ar fix --list`)")
-            out.extend(f for f in found if f not in out)
-        return sorted(out, key=lambda f: f.name)
+        try:
+            return select_ids(self.fixers, ids)
+        except UnknownId as exc:
+            raise InputError(None, f"unknown fixer or pattern id: {exc.args[0]!r} (see `zoomer-ar fix --list`)") from None
 
     def instantiate(self, classes: Iterable[type[Fixer]], options: Mapping[str, Mapping[str, Any]] | None = None) -> list[Fixer]:
         """Fixer instances; ``options`` maps a fixer name or a pattern id to that fixer's options."""

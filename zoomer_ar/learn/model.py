@@ -69,10 +69,11 @@ def _model_text(path: Path) -> str:
     return text
 
 
-def load_booster(path: Path):
-    """One LightGBM text booster, with a one-line ModelLoadError for a missing, truncated or corrupt file.
-    LightGBM's own "[LightGBM] [Fatal] ..." line (printed through Python) is kept off the terminal."""
-    text = _model_text(path)
+def load_booster(path: Path, text: str | None = None):
+    """One LightGBM text booster, with a one-line ModelLoadError for a missing, truncated or corrupt file
+    (`text`: the file's text where the caller has read it already). LightGBM's own "[LightGBM] [Fatal] ..."
+    line (printed through Python) is kept off the terminal."""
+    text = _model_text(path) if text is None else text
     import lightgbm as lgb
 
     try:
@@ -91,7 +92,7 @@ def load_predictor(path: Path):
     try:
         return TextBooster.from_text(text)
     except Unsupported:
-        return load_booster(path)
+        return load_booster(path, text)
 
 
 #: threads of this package that never write to stdout or stderr (zoomer_ar.fix.nesting's parse thread,

@@ -159,18 +159,18 @@ class TextBooster:
             return np.asarray(out, dtype=np.float64)
         out = np.zeros(X.shape[0], dtype=np.float64)
         for t in self.trees:
-            out += np.asarray(t.leaf_value)[t.leaves(X)]
+            out += t.arrays()["leaf_value"][t.leaves(X)]
         return out
 
     def contributions(self, X) -> np.ndarray:
         """TreeSHAP contributions per row: num_features columns, then the expected value."""
         X = self._rows(X)
         out = np.zeros((X.shape[0], self.num_features + 1), dtype=np.float64)
-        for r in range(X.shape[0]):
+        expected = [t.expected_value() for t in self.trees]  # the same for every row
+        for r, x in enumerate(X.tolist()):
             phi = [0.0] * (self.num_features + 1)
-            x = X[r].tolist()
-            for t in self.trees:
-                phi[-1] += t.expected_value()
+            for t, ev in zip(self.trees, expected):
+                phi[-1] += ev
                 if t.num_leaves > 1:
                     _shap(t, x, phi, 0, [], 1.0, 1.0, -1)
             out[r] = phi
