@@ -622,6 +622,54 @@ def rebase_times(ranks: list[RankTrace]) -> None:
         r.ts_base = base
 
 
+SAME_JOB_GAP_S = 0.1  # ranks of one job on hosts whose clocks disagree by less than this still overlap
+
+
+def _window(trace: RankTrace) -> tuple[float, float] | None:
+    """(first start, last end) of a rank's events, in the job's time base (us); None without any timed event."""
+    for ph in (PH_COMPLETE, PH_INSTANT):
+        m = (trace.ph == ph) & np.isfinite(trace.ts)
+        if m.any():
+            ends = trace.ts + np.nan_to_num(trace.dur) if ph == PH_COMPLETE else trace.ts
+            return float(trace.ts.min(where=m, initial=np.inf)), float(ends.max(where=m, initial=-np.inf))
+    return None
+
+
+def _same_time(p: Path, ranks: list[RankTrace], infos: list[RankInfo]) -> None:
+    """Refuse a folder whose traces name no distinct ranks and were not recorded at the same time.
+
+    The ranks of one job run together: their profiled windows overlap (up to the hosts' clock skew).
+    Traces of separate runs (a folder of different models, a before and an after, two cycles of one
+    rank's profiler schedule) do not, and analysed as ranks they make up a job whose "imbalance"
+    compares unrelated programs. A folder whose files carry distinct ranks (distributedInfo, or
+    rank-N in the file names) is taken as one job whatever its times say."""
+    spans = sorted(((w[0], w[1], info) for trace, info in zip(ranks, infos) if (w := _window(trace)) is not None),
+                   key=lambda s: s[:2])
+    if len(spans) < 2:
+        return
+    last_end, last_info = spans[0][1], spans[0][2]
+    for start, end, info in spans[1:]:
+        gap_s = (start - last_end) / 1e6
+        if gap_s > SAME_JOB_GAP_S:
+            raise InputError(str(p), (
+                f"not one job: its {len(ranks)} traces were recorded at different times ({Path(last_info.path).name} "
+                f"ends {_duration(gap_s)} before {Path(info.path).name} starts) and name no distinct ranks "
+                "(distributedInfo, or rank-N in the file names); analyse each file on its own (`zoomer-ar batch` "
+                "takes many), or two runs with `zoomer-ar compare`"))
+        if end > last_end:
+            last_end, last_info = end, info
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 2 * 86400:
+        return f"{seconds / 86400:.1f} days"
+    if seconds >= 2 * 3600:
+        return f"{seconds / 3600:.1f} hours"
+    if seconds >= 120:
+        return f"{seconds / 60:.1f} minutes"
+    return f"{seconds:.3g} s"
+
+
 def assemble_job(
     p: Path, name: str | None, ranks: list[RankTrace], infos: list[RankInfo], skipped: list[SkippedFile]
 ) -> Job:
@@ -631,6 +679,7 @@ def assemble_job(
     if not ranks:
         reasons = "; ".join(f"{Path(s.path).name}: {s.reason}" for s in skipped[:3])
         raise InputError(str(p), f"no usable trace in folder ({reasons})")
+    named = all(i.rank_source != "default" for i in infos) and len({r.rank for r in ranks}) == len(ranks)
     if len({r.rank for r in ranks}) != len(ranks):
         for i, (trace, info) in enumerate(zip(ranks, infos)):
             r = rank_from_name(Path(info.path))
@@ -643,6 +692,8 @@ def assemble_job(
     ranks = [ranks[i] for i in order]
     rebase_times(ranks)
     infos = [infos[i] for i in order]
+    if len(ranks) > 1 and not named:
+        _same_time(p, ranks, infos)
     world = max([i.world_size or 0 for i in infos] + [len(ranks)])
     info = JobInfo(
         name=name or job_name_of(p),

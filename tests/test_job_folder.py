@@ -1,0 +1,140 @@
+"""A folder is one job only when its traces are ranks of one run: they name distinct ranks
+(distributedInfo, or rank-N in the file names), or they were recorded at the same time. Traces of
+separate runs (different models, a before and an after, two cycles of one rank's profiler schedule)
+are refused with exit 2 instead of being compared as ranks (a made-up sharding imbalance)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from zoomer_ar.cli import main
+from zoomer_ar.errors import InputError
+from zoomer_ar.load import load_job
+from zoomer_ar.load.job import SAME_JOB_GAP_S
+
+EPOCH_US = 1_700_000_000_000_000  # epoch microseconds, as Kineto writes them
+
+
+def trace(shift_us: float = 0.0, rank: int | None = None, world: int = 2) -> dict:
+    """Three steps of a tiny GPU program starting at EPOCH_US + shift_us."""
+    t = EPOCH_US + shift_us
+    events = []
+    for s in range(3):
+        b = t + s * 1000.0
+        events += [
+            {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s}", "pid": 1, "tid": 1, "ts": b, "dur": 900},
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": b + 10, "dur": 5,
+             "args": {"correlation": 7 + s}},
+            {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": b + 20, "dur": 300,
+             "args": {"correlation": 7 + s, "stream": 7, "device": 0}},
+        ]
+    doc: dict = {"schemaVersion": 1, "traceEvents": events}
+    if rank is not None:
+        doc["distributedInfo"] = {"rank": rank, "world_size": world}
+    return doc
+
+
+def folder(tmp_path: Path, files: dict[str, dict]) -> Path:
+    d = tmp_path / "job"
+    d.mkdir()
+    for name, doc in files.items():
+        (d / name).write_text(json.dumps(doc))
+    return d
+
+
+def refused(d: Path, stream: bool) -> InputError:
+    with pytest.raises(InputError) as exc:
+        if stream:
+            from zoomer_ar.stream import load_job_streaming
+            load_job_streaming(d)
+        else:
+            load_job(d)
+    return exc.value
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_traces_of_separate_runs_are_not_one_job(tmp_path, stream):
+    d = folder(tmp_path, {"before.json": trace(), "after.json": trace(shift_us=90e6)})  # 90 s later
+    err = refused(d, stream)
+    assert err.path == str(d)
+    assert "not one job" in err.reason and "recorded at different times" in err.reason
+    assert "before.json ends 90 s before after.json starts" in err.reason
+    assert "zoomer-ar batch" in err.reason and "zoomer-ar compare" in err.reason
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_ranks_recorded_together_are_one_job_without_rank_names(tmp_path, stream):
+    # no distributedInfo, no rank in the names (an old profiler, files named by host): the windows overlap
+    d = folder(tmp_path, {"host-a.json": trace(), "host-b.json": trace(shift_us=300.0)})
+    if stream:
+        from zoomer_ar.stream import load_job_streaming
+        job = load_job_streaming(d)
+    else:
+        job = load_job(d)
+    assert len(job.ranks) == 2 and job.info.world_size == 2
+
+
+@pytest.mark.parametrize("gap_s, one_job", [(SAME_JOB_GAP_S * 0.5, True), (SAME_JOB_GAP_S * 3, False)])
+def test_clock_skew_tolerance(tmp_path, gap_s, one_job):
+    # a window lasts 2,320 us; a second host whose clock runs ahead leaves a gap between the two windows
+    d = folder(tmp_path, {"host-a.json": trace(), "host-b.json": trace(shift_us=2320.0 + gap_s * 1e6)})
+    if one_job:
+        assert len(load_job(d).ranks) == 2
+    else:
+        assert "not one job" in refused(d, stream=False).reason
+
+
+@pytest.mark.parametrize("names", [("rank-0.json", "rank-1.json"), ("worker0.json", "worker1.json")])
+def test_distinct_rank_names_are_trusted(tmp_path, names):
+    d = folder(tmp_path, {names[0]: trace(), names[1]: trace(shift_us=90e6)})
+    job = load_job(d)
+    assert [r.rank for r in job.ranks] == [0, 1]
+    assert [i.rank_source for i in job.info.ranks] == ["file name", "file name"]
+
+
+def test_distinct_distributed_ranks_are_trusted(tmp_path):
+    # hosts whose clocks disagree by seconds: the job's own metadata says these are its ranks
+    d = folder(tmp_path, {"a.json": trace(rank=0), "b.json": trace(shift_us=5e6, rank=1)})
+    job = load_job(d)
+    assert [i.rank_source for i in job.info.ranks] == ["distributedInfo", "distributedInfo"]
+
+
+def test_two_cycles_of_one_rank_are_refused(tmp_path):
+    # a profiler schedule with repeat=2 writes a file per cycle, both rank 0: not two ranks
+    d = folder(tmp_path, {"w0_step_12.json": trace(rank=0, world=1), "w0_step_24.json": trace(shift_us=4e6, rank=0, world=1)})
+    err = refused(d, stream=False)
+    assert "w0_step_12.json ends" in err.reason and "before w0_step_24.json starts" in err.reason
+
+
+def test_gap_is_told_in_a_readable_unit(tmp_path):
+    d = folder(tmp_path, {"monday.json": trace(), "friday.json": trace(shift_us=4 * 86400e6)})
+    assert "ends 4.0 days before friday.json starts" in refused(d, stream=False).reason
+
+
+def test_cli_exit_2_one_line(tmp_path, capsys):
+    d = folder(tmp_path, {"before.json": trace(), "after.json": trace(shift_us=3600e6)})
+    assert main(["analyze", str(d), "--no-files"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not one job" in err and str(d) in err and "60.0 minutes" in err
+
+
+def test_real_folder_of_different_models_is_refused(shared_traces, capsys):
+    # five single-GPU inference traces of five models (LABELS.yaml labels each on its own)
+    d = shared_traces / "tracelens" / "h100"
+    assert main(["analyze", str(d), "--no-files"]) == 2
+    err = capsys.readouterr().err
+    assert "not one job" in err and "minutes before" in err
+
+
+def test_real_before_and_after_traces_are_refused(shared_traces, capsys):
+    d = shared_traces / "kineto" / "sync_event_order"
+    assert main(["analyze", str(d), "--no-files"]) == 2
+    assert "before_fix_trace.json ends" in capsys.readouterr().err
+
+
+def test_real_rank_folder_is_one_job(shared_traces):
+    job = load_job(shared_traces / "param" / "dlrm_8ranks")
+    assert [r.rank for r in job.ranks] == list(range(8))
