@@ -138,3 +138,45 @@ def test_real_before_and_after_traces_are_refused(shared_traces, capsys):
 def test_real_rank_folder_is_one_job(shared_traces):
     job = load_job(shared_traces / "param" / "dlrm_8ranks")
     assert [r.rank for r in job.ranks] == list(range(8))
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_copy_of_a_trace_is_skipped_not_a_rank(tmp_path, stream):
+    import gzip
+    doc = trace(rank=0, world=1)
+    d = folder(tmp_path, {"w0.json": doc, "w0 (1).json": doc})
+    (d / "w0.json.gz").write_bytes(gzip.compress(json.dumps(doc).encode()))  # beside its decompressed copy
+    if stream:
+        from zoomer_ar.stream import load_job_streaming
+        job = load_job_streaming(d)
+    else:
+        job = load_job(d)
+    assert len(job.ranks) == 1 and job.info.world_size == 1
+    kept = Path(job.info.ranks[0].path).name
+    assert sorted(Path(s.path).name for s in job.info.skipped) == sorted({"w0.json", "w0 (1).json", "w0.json.gz"} - {kept})
+    assert all(s.reason == f"the same trace as {kept}" for s in job.info.skipped)
+
+
+def test_a_near_copy_is_a_rank(tmp_path):
+    # the same program on two ranks at the same time, one kernel 1 us longer: two ranks, not a copy
+    a, b = trace(), trace()
+    b["traceEvents"][2]["dur"] += 1
+    job = load_job(folder(tmp_path, {"host-a.json": a, "host-b.json": b}))
+    assert len(job.ranks) == 2 and not job.info.skipped
+
+
+def test_copies_are_reported_by_analyze(tmp_path, capsys):
+    doc = trace(rank=0, world=1)
+    d = folder(tmp_path, {"a.json": doc, "b.json": doc})
+    assert main(["analyze", str(d), "--no-files", "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["job"]["ranks"]) == 1
+    assert any("b.json" in n and "the same trace as a.json" in n for n in out["notes"])
+
+
+def test_files_naming_different_ranks_stay_ranks_even_with_the_same_events(tmp_path):
+    # a test fixture's ranks (or a generator's) may hold the same events: their names say they are ranks
+    doc = trace()
+    job = load_job(folder(tmp_path, {"rank-0.json": doc, "rank-1.json": doc, "copy.json": doc}))
+    assert [r.rank for r in job.ranks] == [0, 1]
+    assert [Path(s.path).name for s in job.info.skipped] == ["copy.json"]

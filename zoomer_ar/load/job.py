@@ -635,6 +635,40 @@ def _window(trace: RankTrace) -> tuple[float, float] | None:
     return None
 
 
+def _same_events(a: RankTrace, b: RankTrace) -> bool:
+    return (len(a) == len(b) and a.ts_base == b.ts_base and a.names == b.names and a.cats == b.cats
+            and np.array_equal(a.name, b.name) and np.array_equal(a.cat, b.cat) and np.array_equal(a.ph, b.ph)
+            and np.array_equal(a.ts, b.ts, equal_nan=True) and np.array_equal(a.dur, b.dur, equal_nan=True))
+
+
+def _without_copies(ranks: list[RankTrace], infos: list[RankInfo],
+                    skipped: list[SkippedFile]) -> tuple[list[RankTrace], list[RankInfo]]:
+    """The ranks less any trace that holds the same events as an earlier file of the folder (a trace
+    beside its decompressed copy, a file downloaded twice): such a copy is skipped and reported, not
+    analysed as one more rank (the job's counts would double, and a rank compared with itself). Files
+    that name two different ranks (distributedInfo, rank-N file names) stay ranks whatever they hold."""
+    claims = [(i.rank if i.rank_source == "distributedInfo" else None, rank_from_name(Path(i.path))) for i in infos]
+
+    def other_rank(a: int, b: int) -> bool:
+        return any(x is not None and y is not None and x != y for x, y in zip(claims[a], claims[b]))
+
+    seen: dict[tuple, list[int]] = {}
+    keep: list[int] = []
+    for i in sorted(range(len(ranks)), key=lambda i: claims[i] == (None, None)):  # a file naming its rank is kept
+        trace = ranks[i]
+        key = (len(trace), _window(trace))
+        same = next((j for j in seen.get(key, []) if not other_rank(i, j) and _same_events(ranks[j], trace)), None)
+        if same is None:
+            seen.setdefault(key, []).append(i)
+            keep.append(i)
+        else:
+            skipped.append(SkippedFile(path=infos[i].path, reason=f"the same trace as {Path(infos[same].path).name}"))
+    if len(keep) == len(ranks):
+        return ranks, infos
+    keep.sort()
+    return [ranks[i] for i in keep], [infos[i] for i in keep]
+
+
 def _same_time(p: Path, ranks: list[RankTrace], infos: list[RankInfo]) -> None:
     """Refuse a folder whose traces name no distinct ranks and were not recorded at the same time.
 
@@ -679,6 +713,7 @@ def assemble_job(
     if not ranks:
         reasons = "; ".join(f"{Path(s.path).name}: {s.reason}" for s in skipped[:3])
         raise InputError(str(p), f"no usable trace in folder ({reasons})")
+    ranks, infos = _without_copies(ranks, infos, skipped)
     named = all(i.rank_source != "default" for i in infos) and len({r.rank for r in ranks}) == len(ranks)
     if len({r.rank for r in ranks}) != len(ranks):
         for i, (trace, info) in enumerate(zip(ranks, infos)):
