@@ -162,6 +162,10 @@ def test_a_merged_trace_is_analysed_with_a_note(tmp_path, shared_traces):
 
     out = tmp_path / "merged.json.gz"
     assert cli_main(["trace", "merge", str(shared_traces / "param" / "dlrm_8ranks"), str(out)]) == 0
-    notes = analyze_path(out).notes
-    assert any("merges 8 ranks" in n for n in notes), notes
+    merged, folder = analyze_path(out), analyze_path(shared_traces / "param" / "dlrm_8ranks")
+    notes = merged.notes
+    assert any("merges 8 ranks" in n and "pooled" in n for n in notes), notes
+    # what the note warns of: the ranks' step annotations pooled into one rank's (8 steps of about an eighth)
+    assert merged.features["profiler_steps"] == 8 * folder.features["profiler_steps"]
+    assert merged.features["step_ms"] < folder.features["step_ms"] / 3
     assert not any("merges" in n for n in analyze_path(shared_traces / "param" / "dlrm_8ranks").notes)

@@ -70,9 +70,10 @@ def build_analysis(job: Job, jf: JobFeatures, findings: list[Finding]) -> Analys
             )
         merged = ((tr.metadata or {}).get("distributedInfo") or {}).get("merged_ranks")
         if isinstance(merged, list) and len(merged) > 1:  # written by `zoomer-ar trace merge`
-            notes.append(f"{Path(tr.path).name} merges {len(merged)} ranks (zoomer-ar trace merge): it is analysed as "
-                         "one rank, so cross-rank figures (stragglers, imbalance) and per-rank GPU busy are not "
-                         "measured; analyse the rank files as a folder for those.")
+            notes.append(f"{Path(tr.path).name} merges {len(merged)} ranks (zoomer-ar trace merge) and is analysed as "
+                         "one rank: the ranks' steps, GPU work and idle time are pooled, so its step time, GPU busy "
+                         "and the findings' shares of the step are not any one rank's, and cross-rank figures "
+                         "(stragglers, imbalance) are not measured; analyse the rank files as a folder.")
     return Analysis(
         tool_version=__version__,
         feature_schema_version=FEATURE_SCHEMA_VERSION,
