@@ -79,8 +79,9 @@ def test_ranks_recorded_together_are_one_job_without_rank_names(tmp_path, stream
 
 @pytest.mark.parametrize("gap_s, one_job", [(SAME_JOB_GAP_S * 0.5, True), (SAME_JOB_GAP_S * 3, False)])
 def test_clock_skew_tolerance(tmp_path, gap_s, one_job):
-    # a window lasts 2,320 us; a second host whose clock runs ahead leaves a gap between the two windows
-    d = folder(tmp_path, {"host-a.json": trace(), "host-b.json": trace(shift_us=2320.0 + gap_s * 1e6)})
+    # a window lasts 2,900 us (the last step's annotation ends it); a second host whose clock runs ahead
+    # leaves a gap between the two windows
+    d = folder(tmp_path, {"host-a.json": trace(), "host-b.json": trace(shift_us=2900.0 + gap_s * 1e6)})
     if one_job:
         assert len(load_job(d).ranks) == 2
     else:
@@ -180,3 +181,14 @@ def test_files_naming_different_ranks_stay_ranks_even_with_the_same_events(tmp_p
     job = load_job(folder(tmp_path, {"rank-0.json": doc, "rank-1.json": doc, "copy.json": doc}))
     assert [r.rank for r in job.ranks] == [0, 1]
     assert [Path(s.path).name for s in job.info.skipped] == ["copy.json"]
+
+
+def test_windows_are_read_in_chunks(tmp_path, monkeypatch):
+    # a streamed rank of millions of rows is read a chunk at a time: the same window and verdicts with tiny chunks
+    import zoomer_ar.load.job as J
+    monkeypatch.setattr(J, "WINDOW_ROWS", 2)
+    d = folder(tmp_path, {"before.json": trace(), "after.json": trace(shift_us=90e6)})
+    assert "before.json ends 90 s before after.json starts" in refused(d, stream=False).reason
+    (tmp_path / "x").mkdir()
+    job = load_job(folder(tmp_path / "x", {"a.json": trace(), "b.json": trace(shift_us=300.0)}))
+    assert [J._window(r) for r in job.ranks] == [(0.0, 2900.0), (300.0, 3200.0)]

@@ -625,13 +625,22 @@ def rebase_times(ranks: list[RankTrace]) -> None:
 SAME_JOB_GAP_S = 0.1  # ranks of one job on hosts whose clocks disagree by less than this still overlap
 
 
+WINDOW_ROWS = 1 << 20  # rows per chunk: a streamed rank of millions of rows gets no whole-trace temporaries
+
+
 def _window(trace: RankTrace) -> tuple[float, float] | None:
-    """(first start, last end) of a rank's events, in the job's time base (us); None without any timed event."""
+    """(first start, last end) of a rank's events, in its time base (us); None without any timed event."""
     for ph in (PH_COMPLETE, PH_INSTANT):
-        m = (trace.ph == ph) & np.isfinite(trace.ts)
-        if m.any():
-            ends = trace.ts + np.nan_to_num(trace.dur) if ph == PH_COMPLETE else trace.ts
-            return float(trace.ts.min(where=m, initial=np.inf)), float(ends.max(where=m, initial=-np.inf))
+        first, last = np.inf, -np.inf
+        for a in range(0, len(trace), WINDOW_ROWS):
+            ts = trace.ts[a:a + WINDOW_ROWS]
+            m = (trace.ph[a:a + WINDOW_ROWS] == ph) & np.isfinite(ts)
+            if m.any():
+                ends = ts + np.nan_to_num(trace.dur[a:a + WINDOW_ROWS]) if ph == PH_COMPLETE else ts
+                first = min(first, float(ts.min(where=m, initial=np.inf)))
+                last = max(last, float(ends.max(where=m, initial=-np.inf)))
+        if first <= last:
+            return first, last
     return None
 
 
@@ -713,7 +722,8 @@ def assemble_job(
     if not ranks:
         reasons = "; ".join(f"{Path(s.path).name}: {s.reason}" for s in skipped[:3])
         raise InputError(str(p), f"no usable trace in folder ({reasons})")
-    ranks, infos = _without_copies(ranks, infos, skipped)
+    if len(ranks) > 1:
+        ranks, infos = _without_copies(ranks, infos, skipped)
     named = all(i.rank_source != "default" for i in infos) and len({r.rank for r in ranks}) == len(ranks)
     if len({r.rank for r in ranks}) != len(ranks):
         for i, (trace, info) in enumerate(zip(ranks, infos)):
