@@ -107,7 +107,27 @@ def test_two_cycles_of_one_rank_are_refused(tmp_path):
     # a profiler schedule with repeat=2 writes a file per cycle, both rank 0: not two ranks
     d = folder(tmp_path, {"w0_step_12.json": trace(rank=0, world=1), "w0_step_24.json": trace(shift_us=4e6, rank=0, world=1)})
     err = refused(d, stream=False)
-    assert "w0_step_12.json ends" in err.reason and "before w0_step_24.json starts" in err.reason
+    assert "w0_step_12.json and w0_step_24.json are both rank 0 (distributedInfo)" in err.reason
+    assert "not two ranks" in err.reason
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_split_trace_folder_is_not_a_job_of_ranks(tmp_path, shared_traces, stream):
+    # `trace split` writes one file per step of one rank: worker0...steps_5-5, steps_6-6, ... all rank 0
+    out = tmp_path / "steps"
+    src = next((shared_traces / "kineto" / "resnet50_num_workers_0").glob("*.json.gz"))
+    assert main(["trace", "split", str(src), str(out)]) == 0
+    assert len(list(out.iterdir())) >= 2
+    err = refused(out, stream)
+    assert "are both rank 0 (file name)" in err.reason and "trace split" in err.reason
+
+
+def test_same_rank_in_distributed_info_with_distinct_rank_names_is_a_job(tmp_path):
+    # a generator's ranks may all say distributedInfo rank 0: their rank-N names tell them apart
+    d = folder(tmp_path, {f"rank-{r}.json": trace(shift_us=r * 10.0, rank=0) for r in range(3)})
+    job = load_job(d)
+    assert [i.rank for i in job.info.ranks] == [0, 1, 2]
+    assert {i.rank_source for i in job.info.ranks} == {"file name"}
 
 
 def test_gap_is_told_in_a_readable_unit(tmp_path):

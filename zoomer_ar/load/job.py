@@ -23,6 +23,7 @@ from . import fastcols
 from .columns import PH_COMPLETE, PH_INSTANT, ColumnBuilder, RankTrace, build_columns
 from .cuts import last_boundary as _cut
 from .cuts import skip_ws as _skip_ws
+from .merged import merged_ranks, split_merged
 from .reader import DEFAULT_MAX_BYTES, STREAM_CHUNK, Progress, file_sha256, iter_trace_chunks, read_trace_bytes
 from .repair import Repaired
 from .repair import repair as repair_kineto_names
@@ -678,6 +679,54 @@ def _without_copies(ranks: list[RankTrace], infos: list[RankInfo],
     return [ranks[i] for i in keep], [infos[i] for i in keep]
 
 
+def _merged_split(ranks: list[RankTrace], infos: list[RankInfo]) -> tuple[list[RankTrace], list[RankInfo]]:
+    """A `zoomer-ar trace merge` output becomes the ranks it merges (load/merged.py). The streaming
+    pass keeps a subset of a file's rows, chosen for the file as one rank, so a streamed merged trace
+    is refused rather than split."""
+    if not any(merged_ranks(t.metadata) for t in ranks):
+        return ranks, infos
+    out_r: list[RankTrace] = []
+    out_i: list[RankInfo] = []
+    for trace, info in zip(ranks, infos):
+        if (merged := merged_ranks(trace.metadata)) and "streamed" in trace.metadata:
+            raise InputError(info.path, (
+                f"a trace merging {len(merged)} ranks (zoomer-ar trace merge) is split back into its ranks by the "
+                "in-memory reader only: analyse it with --no-stream, or the rank files as a folder"))
+        for t, i in split_merged(trace, info) or [(trace, info)]:
+            out_r.append(t)
+            out_i.append(i)
+    return out_r, out_i
+
+
+def _number_ranks(p: Path, ranks: list[RankTrace], infos: list[RankInfo]) -> bool:
+    """Give a folder's traces distinct ranks: their own (distributedInfo, else the file name), else
+    the files' distinct rank-N names, else their order. Two files that claim the same rank and no
+    other (pieces or runs of one rank: `trace split`'s per-step files, two profiler cycles) are
+    refused: they are not two ranks. True when the ranks come from the files."""
+    if len({r.rank for r in ranks}) == len(ranks):
+        return all(i.rank_source != "default" for i in infos)
+    by_name = [rank_from_name(Path(i.path)) for i in infos]
+    if None not in by_name and len(set(by_name)) == len(by_name):
+        for trace, info, r in zip(ranks, infos, by_name):
+            trace.rank, info.rank, info.rank_source = r, r, "file name"
+        return True
+    by_dist = [i.rank if i.rank_source == "distributedInfo" else None for i in infos]
+    for source, claims in (("distributedInfo", by_dist), ("file name", by_name)):
+        first: dict[int, RankInfo] = {}
+        for info, r in zip(infos, claims):
+            if r is None:
+                continue
+            if r in first:
+                raise InputError(str(p), (
+                    f"not one job: {Path(first[r].path).name} and {Path(info.path).name} are both rank {r} ({source}): "
+                    "pieces or runs of one rank (such as `zoomer-ar trace split`'s per-step files), not two ranks; "
+                    "analyse each file on its own, or the trace they were cut from"))
+            first[r] = info
+    for i, (trace, info) in enumerate(zip(ranks, infos)):
+        trace.rank, info.rank, info.rank_source = i, i, "default"
+    return False
+
+
 def _same_time(p: Path, ranks: list[RankTrace], infos: list[RankInfo]) -> None:
     """Refuse a folder whose traces name no distinct ranks and were not recorded at the same time.
 
@@ -718,21 +767,15 @@ def assemble_job(
 ) -> Job:
     """One Job from the loaded ranks of a file or folder (shared by the in-memory and streaming paths).
 
-    In a folder, ranks must be distinct: fall back to file-name ranks, then to order."""
+    In a folder, ranks must be distinct ranks of one run: copies of a trace are skipped, ranks come from
+    the files or their order (_number_ranks), and traces of separate runs are refused (_same_time)."""
     if not ranks:
         reasons = "; ".join(f"{Path(s.path).name}: {s.reason}" for s in skipped[:3])
         raise InputError(str(p), f"no usable trace in folder ({reasons})")
+    ranks, infos = _merged_split(ranks, infos)
     if len(ranks) > 1:
         ranks, infos = _without_copies(ranks, infos, skipped)
-    named = all(i.rank_source != "default" for i in infos) and len({r.rank for r in ranks}) == len(ranks)
-    if len({r.rank for r in ranks}) != len(ranks):
-        for i, (trace, info) in enumerate(zip(ranks, infos)):
-            r = rank_from_name(Path(info.path))
-            trace.rank = r if r is not None else i
-            info.rank, info.rank_source = trace.rank, "file name" if r is not None else "default"
-        if len({r.rank for r in ranks}) != len(ranks):
-            for i, (trace, info) in enumerate(zip(ranks, infos)):
-                trace.rank, info.rank, info.rank_source = i, i, "default"
+    named = _number_ranks(p, ranks, infos)
     order = sorted(range(len(ranks)), key=lambda i: ranks[i].rank)
     ranks = [ranks[i] for i in order]
     rebase_times(ranks)
