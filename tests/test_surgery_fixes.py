@@ -154,18 +154,21 @@ def test_filter_of_ranks_missing_from_the_job_is_bad_input(job_with_stray_file, 
     assert "ranks [5] not in this job" in capsys.readouterr().err
 
 
-def test_a_merged_trace_is_analysed_with_a_note(tmp_path, shared_traces):
-    """A `trace merge` output is one rank to the analysis: it says so, since stragglers and
-    imbalance then cannot be measured (the dlrm folder's straggler finding disappears)."""
+def test_a_merged_trace_is_analysed_as_its_ranks(tmp_path, shared_traces):
+    """A `trace merge` output is read back as the ranks it merges (load/merged.py): the analysis of the
+    merged file is the rank folder's (analysed as one rank it pooled the ranks: 8 steps of 2.6 ms)."""
     from zoomer_ar.analyze import analyze_path
     from zoomer_ar.cli import main as cli_main
 
     out = tmp_path / "merged.json.gz"
     assert cli_main(["trace", "merge", str(shared_traces / "param" / "dlrm_8ranks"), str(out)]) == 0
     merged, folder = analyze_path(out), analyze_path(shared_traces / "param" / "dlrm_8ranks")
-    notes = merged.notes
-    assert any("merges 8 ranks" in n and "pooled" in n for n in notes), notes
-    # what the note warns of: the ranks' step annotations pooled into one rank's (8 steps of about an eighth)
-    assert merged.features["profiler_steps"] == 8 * folder.features["profiler_steps"]
-    assert merged.features["step_ms"] < folder.features["step_ms"] / 3
-    assert not any("merges" in n for n in analyze_path(shared_traces / "param" / "dlrm_8ranks").notes)
+    for part in ("features", "findings", "bottleneck", "timeline"):
+        assert getattr(merged, part) == getattr(folder, part), part
+    assert [r.rank for r in merged.job.ranks] == list(range(8)) and merged.job.world_size == 8
+    assert {r.path for r in merged.job.ranks} == {str(out)}
+    assert sum(r.n_events for r in merged.job.ranks) == sum(r.n_events for r in folder.job.ranks) == 26_538
+    assert [r.n_events for r in merged.job.ranks] == [r.n_events for r in folder.job.ranks]
+    assert [n for n in merged.notes if "merges" in n] == [
+        "merged.json.gz merges 8 ranks (zoomer-ar trace merge): analysed as those ranks, as their rank files would be."]
+    assert not any("merges" in n for n in folder.notes)

@@ -57,7 +57,11 @@ def build_analysis(job: Job, jf: JobFeatures, findings: list[Finding]) -> Analys
             "timestamps (missing, negative or corrupt), so figures over the window (GPU busy, idle, per-step "
             "times) are unreliable."
         )
+    seen: set[str] = set()
     for tr in job.ranks:
+        if tr.path in seen:  # the ranks of a merged trace share its file: one note each
+            continue
+        seen.add(tr.path)
         if tr.time_unit_note:
             notes.append(f"{Path(tr.path).name}: {tr.time_unit_note}")
         if n := (tr.metadata or {}).get("repaired_names"):
@@ -68,12 +72,9 @@ def build_analysis(job: Job, jf: JobFeatures, findings: list[Finding]) -> Analys
                 "analysed the trace; other tools (HTA, Perfetto, json.load) refuse the file as it is: "
                 "`zoomer-ar trace repair FILE OUT.json.gz` writes a copy they open."
             )
-        merged = ((tr.metadata or {}).get("distributedInfo") or {}).get("merged_ranks")
-        if isinstance(merged, list) and len(merged) > 1:  # written by `zoomer-ar trace merge`
-            notes.append(f"{Path(tr.path).name} merges {len(merged)} ranks (zoomer-ar trace merge) and is analysed as "
-                         "one rank: the ranks' steps, GPU work and idle time are pooled, so its step time, GPU busy "
-                         "and the findings' shares of the step are not any one rank's, and cross-rank figures "
-                         "(stragglers, imbalance) are not measured; analyse the rank files as a folder.")
+        if merged := (tr.metadata or {}).get("merged_from"):  # a `zoomer-ar trace merge` output, split on load
+            notes.append(f"{Path(tr.path).name} merges {len(merged)} ranks (zoomer-ar trace merge): analysed as those "
+                         "ranks, as their rank files would be.")
     return Analysis(
         tool_version=__version__,
         feature_schema_version=FEATURE_SCHEMA_VERSION,

@@ -28,12 +28,14 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from .errors import InputError
+from .load.merged import PID_STRIDE, merged_dist, rank_of_pid
 from .models import Analysis, EvidenceEvent, Finding
 from .stream.compact import NsCounter
 from .stream.scan import ScanResult, scan
 from .stream.source import StreamError
 from .surgery.io import Lite, TraceWriter, decode_top, encode_head, read_events
-from .surgery.ops import PID_STRIDE, _remap
+from .surgery.ops import _remap
 
 ZOOMER_PID = "zoomer"
 ZOOMER_CAT = "zoomer"
@@ -63,14 +65,17 @@ class AnnotateReport:
 class _RankPass:
     """What the copy pass of one rank file measures: first event, unit, end, candidate matches."""
 
-    def __init__(self, names: set[str]) -> None:
+    def __init__(self, names: set[str], owns=None) -> None:
         self.names = names
+        self.owns = owns  # pid -> whether the event is this rank's (a merged trace's ranks share its file)
         self.ns = NsCounter()
         self.t0 = np.inf
         self.t1 = -np.inf
         self.candidates: dict[str, list[tuple[float, float, Any, Any]]] = {}
 
     def see(self, lite: list[Lite]) -> None:
+        if self.owns is not None:
+            lite = [e for e in lite if self.owns(e.pid)]
         xs = [e for e in lite if e.ph == "X"]
         if xs:
             ts = np.fromiter((e.ts for e in xs), dtype=np.float64, count=len(xs))
@@ -175,10 +180,24 @@ def annotate(analysis: Analysis, out: str | Path) -> AnnotateReport:
     by_rank = _evidence_by_rank(analysis)
     report = AnnotateReport()
     is_file = out.name.lower().endswith((".json", ".gz", ".zst", ".zstd"))
+    if len(ranks) > 1 and len({path for _, path in ranks}) == 1:  # a merged trace, analysed as its ranks
+        path, merged = ranks[0][1], [r for r, _ in ranks]
+        target = out if is_file else out / path.name
+        owner = lambda pid: (r if (r := rank_of_pid(pid, merged)) is not None else merged[0])  # noqa: E731 - as split_merged
+        groups = [(m := by_rank.get(r, []), _RankPass({x.event.name[:300] for x in m}, lambda pid, r=r: owner(pid) == r),
+                   FLOW_BASE + r * 1_000_000) for r in merged]  # flow ids as in a merged annotation of the rank files
+        report.markers += _annotate_one(analysis, path, target, groups, report)
+        report.outputs.append(str(target))
+        return report
+    if len({path for _, path in ranks}) != len(ranks):
+        raise InputError(analysis.job.path, "cannot annotate a job that mixes a merged trace with other rank files: "
+                                            "annotate each file on its own")
     if len(ranks) == 1 or not is_file:
         for i, (rank, path) in enumerate(ranks):
             target = out if len(ranks) == 1 else out / path.name
-            report.markers += _annotate_one(analysis, path, target, by_rank.get(rank, []), report)
+            markers = by_rank.get(rank, [])
+            rp = _RankPass({m.event.name[:300] for m in markers})
+            report.markers += _annotate_one(analysis, path, target, [(markers, rp, FLOW_BASE)], report)
             report.outputs.append(str(target))
         return report
     report.markers += _annotate_merged(analysis, ranks, out, by_rank, report)
@@ -186,8 +205,10 @@ def annotate(analysis: Analysis, out: str | Path) -> AnnotateReport:
     return report
 
 
-def _annotate_one(analysis: Analysis, path: Path, target: Path, markers: list[Marker], report: AnnotateReport) -> int:
-    rp = _RankPass({m.event.name[:300] for m in markers})
+def _annotate_one(analysis: Analysis, path: Path, target: Path, groups: list[tuple[list[Marker], _RankPass, int]],
+                  report: AnnotateReport) -> int:
+    """Copy one trace file with the markers of the ranks it holds: one (markers, pass, first flow id) group
+    each, several for a merged trace."""
     w = TraceWriter(target)
     holder: dict[str, ScanResult] = {}
 
@@ -196,20 +217,22 @@ def _annotate_one(analysis: Analysis, path: Path, target: Path, markers: list[Ma
         w.set_head(res)
 
     def on_slice(raws: list, lite: list[Lite]) -> None:
-        rp.see(lite)
+        for _, rp, _ in groups:
+            rp.see(lite)
         w.write_raw(raws)
 
     try:
         res = read_events(path, on_slice, on_head=on_head)
-        _place(markers, rp)
-        t1 = rp.t1 if np.isfinite(rp.t1) else rp.t0
-        w.write_objects(_marker_events(analysis, markers, rp.t0, t1, lambda p: p, FLOW_BASE, True))
+        for i, (markers, rp, flow_base) in enumerate(groups):
+            _place(markers, rp)
+            t1 = rp.t1 if np.isfinite(rp.t1) else rp.t0
+            w.write_objects(_marker_events(analysis, markers, rp.t0, t1, lambda p: p, flow_base, i == 0))
         w.close(TraceWriter.tail_of(res))
     except BaseException:
         w.abort()
         raise
-    report.bound += sum(1 for m in markers if m.bound is not None)
-    return len(markers)
+    report.bound += sum(1 for markers, _, _ in groups for m in markers if m.bound is not None)
+    return sum(len(markers) for markers, _, _ in groups)
 
 
 def _annotate_merged(analysis: Analysis, ranks: list[tuple[int, Path]], target: Path, by_rank: dict[int, list[Marker]],
@@ -217,11 +240,7 @@ def _annotate_merged(analysis: Analysis, ranks: list[tuple[int, Path]], target: 
     first = ranks[0][1]
     res0 = scan(first, lambda v: None, hash=False)
     top = decode_top(res0.head, res0.tail)
-    dist = dict(top.get("distributedInfo") or {})
-    dist.pop("rank", None)
-    dist["world_size"] = 1
-    dist["merged_ranks"] = [r for r, _ in ranks]
-    top["distributedInfo"] = dist
+    top["distributedInfo"] = merged_dist(top.get("distributedInfo"), [r for r, _ in ranks], analysis.job.world_size)
     head, tail = encode_head(top)
     w = TraceWriter(target, head=head, tail=tail)
     decoder = msgspec.json.Decoder(list[dict])

@@ -178,6 +178,14 @@ def plural(n: int | float | None, singular: str, plural_form: str | None = None)
     return f"{count} {singular if n == 1 else (plural_form or singular + 's')}"
 
 
+def rank_files(job: Any) -> str:
+    """How many ranks were read from how many files: "8 rank files"; "8 ranks in 1 file" for a
+    `trace merge` output, which the loader splits into its ranks."""
+    ranks = getattr(job, "ranks", None) or []
+    files = len({r.path for r in ranks})
+    return plural(len(ranks), "rank file") if files == len(ranks) else f"{plural(len(ranks), 'rank')} in {plural(files, 'file')}"
+
+
 def thousands(text: object) -> str:
     """Millisecond figures of four or more integer digits in prose (the bottleneck summary) with
     thousands separators, as the tables write them: "13,250.65 ms"."""
@@ -223,5 +231,6 @@ def install(env: Environment) -> Environment:
         "code": md_code, "code_text": md_code_text, "md": md_text, "clip": clip, "one_line": one_line,
         "ms": fmt_ms, "fixed": fmt_fixed, "num": fmt_num, "gh": fmt_gh, "usd": fmt_usd, "pct": fmt_pct,
         "change": fmt_change, "plural": plural, "thousands": thousands, "hardware": hardware,
+        "rank_files": rank_files,
     })
     return env

@@ -27,6 +27,7 @@ from ..errors import InputError
 from ..load.job import rank_files as folder_rank_files
 from ..load.job import rank_from_name
 from ..load.reader import DEFAULT_MAX_BYTES, read_trace_bytes
+from ..load.merged import ID_SHIFT, PID_STRIDE, merged_dist  # merge's pid and id offsets; the loader splits by them
 from ..load.repair import StreamRepair, repair
 from ..stream.compact import NsCounter
 from ..stream.scan import ScanResult, scan
@@ -43,8 +44,6 @@ from .timeline import Timeline, slow_correlations
 from .validate import _valid_slice, event_problems, refuse_wrong_types
 
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
-PID_STRIDE = 10_000_000  # merge: rank r's integer pid p becomes r * PID_STRIDE + p
-ID_SHIFT = 40  # merge: flow ids and correlation ids of rank r are offset by r << ID_SHIFT
 _ID_ARGS = ("correlation", "External id", "external id")
 
 
@@ -1182,11 +1181,8 @@ def _merge_files(files: list[tuple[int, Path]], tops: dict[Path, dict[str, Any]]
     top = dict(first_top)
     if devices:
         top["deviceProperties"] = devices
-    dist = dict(top.get("distributedInfo") or {})
-    dist.pop("rank", None)
-    dist["world_size"] = 1
-    dist["merged_ranks"] = [r for r, _ in files]
-    top["distributedInfo"] = dist
+    worlds = [w for _, f in files if isinstance(w := (tops[f].get("distributedInfo") or {}).get("world_size"), int)]
+    top["distributedInfo"] = merged_dist(top.get("distributedInfo"), [r for r, _ in files], max(worlds, default=None))
     head, tail = encode_head(top)
     st = Stats()
     with write_queue(compression_for(dst, compression) != "none") as writes:
