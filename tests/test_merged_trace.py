@@ -19,13 +19,13 @@ from zoomer_ar.load.merged import PID_STRIDE, merged_ranks, rank_of_pid
 EPOCH_US = 1_700_000_000_000_000
 
 
-def rank_trace(rank: int, slow: float) -> dict:
+def rank_trace(rank: int, slow: float, lag_us: float = 7.0) -> dict:
     """Four steps of a small GPU program on rank `rank`; its kernels last `slow` x 300 us. The host
     thread's pid is a string on rank 5 (Kineto writes "Spans"-like string pids too)."""
     host = "host-proc" if rank == 5 else 4242
     events: list[dict] = [{"ph": "M", "name": "process_name", "pid": host, "tid": 0, "args": {"name": "python3"}}]
     for s in range(4):
-        b = EPOCH_US + s * 2000.0 + rank * 7.0
+        b = EPOCH_US + s * 2000.0 + rank * lag_us
         c = 100 + s
         events += [
             {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s}", "pid": host, "tid": 1, "ts": b, "dur": 1900},
@@ -162,3 +162,18 @@ def test_a_job_mixing_a_merged_trace_with_rank_files_is_not_annotated(job, tmp_p
     (mixed / "rank-7.json").write_text(json.dumps(doc))
     assert main(["analyze", str(mixed), "--no-files", "--annotate", str(tmp_path / "m.json")]) == 2
     assert "mixes a merged trace with other rank files" in capsys.readouterr().err
+
+
+def test_an_annotated_job_analyses_as_the_job(tmp_path):
+    # `--annotate` of a rank folder writes one merged trace plus markers on a "zoomer" track that spans the
+    # ranks' windows: read back, the markers belong to no rank (with rank 0 they widened its window to
+    # rank 5's, which starts 1.5 ms later here)
+    folder = tmp_path / "job"
+    folder.mkdir()
+    for r, slow in ((0, 1.0), (5, 2.5)):
+        (folder / f"rank-{r}.json").write_text(json.dumps(rank_trace(r, slow, lag_us=300.0)))
+    out = tmp_path / "annotated.json"
+    assert main(["analyze", str(folder), "--no-files", "--annotate", str(out)]) == 0
+    assert any(e.get("pid") == "zoomer" and e.get("ph") == "X" for e in json.loads(out.read_text())["traceEvents"])
+    a, b = analyze_path(out), analyze_path(folder)
+    assert a.features == b.features and a.findings == b.findings and a.bottleneck == b.bottleneck

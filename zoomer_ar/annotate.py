@@ -29,7 +29,7 @@ import msgspec
 import numpy as np
 
 from .errors import InputError
-from .load.merged import PID_STRIDE, merged_dist, rank_of_pid
+from .load.merged import MARKER_PID, PID_STRIDE, merged_dist, rank_of_pid
 from .models import Analysis, EvidenceEvent, Finding
 from .stream.compact import NsCounter
 from .stream.scan import ScanResult, scan
@@ -37,7 +37,7 @@ from .stream.source import StreamError
 from .surgery.io import Lite, TraceWriter, decode_top, encode_head, read_events
 from .surgery.ops import _remap
 
-ZOOMER_PID = "zoomer"
+ZOOMER_PID = MARKER_PID  # the markers' track; a merged trace's loader leaves it out of every rank
 ZOOMER_CAT = "zoomer"
 _MATCH_TOL_MS = 2e-3
 

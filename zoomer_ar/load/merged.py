@@ -22,6 +22,7 @@ from ..models import RankInfo
 from .columns import RankTrace
 
 PID_STRIDE = 10_000_000  # rank r's integer pid p becomes r * PID_STRIDE + p
+MARKER_PID = "zoomer"  # the track of `analyze --annotate`'s markers (annotate.py): no rank's events
 ID_SHIFT = 40  # flow, correlation and External ids of rank r are offset by r << ID_SHIFT
 _STR_PID = re.compile(r"rank(\d+):")
 _SPARSE = ("input_dims", "input_type", "call_stack", "collective", "msg_nelems", "python_id")
@@ -62,11 +63,12 @@ def rank_of_pid(pid: Any, ranks: list[int]) -> int | None:
 
 def split_merged(trace: RankTrace, info: RankInfo) -> list[tuple[RankTrace, RankInfo]] | None:
     """The ranks of a merged trace, each with its own rows (None for any other trace). Rows whose pid
-    names no merged rank (a pid the merge could not offset) go with the first rank listed."""
+    names no merged rank (an event without a pid) go with the first rank listed; the markers of an
+    annotated merged trace (`analyze --annotate`) go with none: they span the ranks' windows."""
     ranks = merged_ranks(trace.metadata)
     if ranks is None:
         return None
-    owners = [rank_of_pid(v, ranks) for v in trace.pid_values]
+    owners = [-1 if v == MARKER_PID else rank_of_pid(v, ranks) for v in trace.pid_values]
     of_code = np.asarray([ranks[0] if r is None else r for r in owners] or [ranks[0]], dtype=np.int64)
     row_rank = of_code[np.asarray(trace.pid, dtype=np.int64)] if len(trace) else np.empty(0, dtype=np.int64)
     out = []
