@@ -27,6 +27,27 @@ MINI = {
 }
 
 
+def _archive(kind: str) -> bytes:
+    """A rank folder of two MINI traces packed as users send them (a tar.gz, a plain tar, a zip)."""
+    import io
+    import tarfile
+    import zipfile
+
+    doc = json.dumps(MINI).encode()
+    buf = io.BytesIO()
+    if kind == "zip":
+        with zipfile.ZipFile(buf, "w") as zf:
+            for r in range(2):
+                zf.writestr(f"job/rank-{r}.json", doc)
+        return buf.getvalue()
+    with tarfile.open(fileobj=buf, mode="w:gz" if kind == "tar.gz" else "w") as tf:
+        for r in range(2):
+            info = tarfile.TarInfo(f"job/rank-{r}.json")
+            info.size = len(doc)
+            tf.addfile(info, io.BytesIO(doc))
+    return buf.getvalue()
+
+
 def write(path: Path, payload: bytes) -> Path:
     path.write_bytes(payload)
     return path
@@ -55,6 +76,12 @@ CASES = {
     # nesting beyond msgspec's depth (RecursionError): at the top, in an event, in its args
     "deep_array.json": (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
     "deep_event.json": (b'{"traceEvents":[' + b'{"a":' * 100_000 + b"1" + b"}" * 100_000 + b"]}", "nested too deeply"),
+    # archives and compressions the reader does not inflate: what the file is and what to do
+    "job.tar.gz": (_archive("tar.gz"), "a tar archive, not a trace: extract it (tar xf) and analyse the folder"),
+    "job.tar": (_archive("tar"), "a tar archive, not a trace"),
+    "job.zip": (_archive("zip"), "a zip archive, not a trace: extract it (unzip)"),
+    "trace.json.bz2": (__import__("bz2").compress(json.dumps(MINI).encode()), "bzip2-compressed, not a trace: decompress"),
+    "trace.json.xz": (__import__("lzma").compress(json.dumps(MINI).encode()), "xz-compressed, not a trace: decompress"),
     "deep_args.json": (b'{"traceEvents":[{"name":"x","ph":"X","pid":1,"tid":1,"ts":1,"dur":2,"args":'
                        + b'{"a":' * 50_000 + b"1" + b"}" * 50_000 + b"}]}", "nested too deeply"),
 }

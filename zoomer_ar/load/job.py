@@ -94,6 +94,24 @@ def _describe_non_trace(data: bytes) -> str | None:
     return f"not a Kineto trace: top-level JSON {type(doc).__name__}"
 
 
+_PACKED = (  # (test on the decompressed bytes, what the file is, what to do)
+    (lambda d: d[257:262] == b"ustar", "a tar archive", "extract it (tar xf) and analyse the folder of rank files"),
+    (lambda d: d[:4] in (b"PK\x03\x04", b"PK\x05\x06"), "a zip archive",
+     "extract it (unzip) and analyse the folder of rank files"),
+    (lambda d: d[:6] == b"7z\xbc\xaf\x27\x1c", "a 7-Zip archive", "extract it and analyse the folder of rank files"),
+    (lambda d: d[:3] == b"BZh", "bzip2-compressed", "decompress it (bunzip2); traces are read as .json, .json.gz or .json.zst"),
+    (lambda d: d[:6] == b"\xfd7zXZ\x00", "xz-compressed", "decompress it (unxz); traces are read as .json, .json.gz or .json.zst"),
+)
+
+
+def packed_reason(data: bytes) -> str | None:
+    """Why a file is no trace when it is an archive or a compression the reader does not inflate."""
+    for test, what, todo in _PACKED:
+        if test(data):
+            return f"{what}, not a trace: {todo}"
+    return None
+
+
 def _encoding_hint(data: bytes) -> str:
     """Why a file that may well be a trace does not parse: a byte-order mark or UTF-16 text."""
     if data.startswith(b"\xef\xbb\xbf"):
@@ -123,7 +141,7 @@ def decode_trace(data: bytes, path: str, repaired: list[int] | None = None) -> R
             last = str(fixed)
             if "truncated" in last.lower():  # a broken name repaired, and then the file ends early
                 raise InputError(path, f"truncated JSON ({last})") from None
-            raise InputError(path, f"not valid JSON ({msg}){_encoding_hint(data)}") from None
+            raise InputError(path, packed_reason(data) or f"not valid JSON ({msg}){_encoding_hint(data)}") from None
         doc = fixed.doc
         if repaired is not None:
             repaired.append(fixed.fixed)
