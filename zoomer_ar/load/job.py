@@ -764,8 +764,8 @@ def _same_time(p: Path, ranks: list[RankTrace], infos: list[RankInfo]) -> None:
             raise InputError(str(p), (
                 f"not one job: its {len(ranks)} traces were recorded at different times ({Path(last_info.path).name} "
                 f"ends {_duration(gap_s)} before {Path(info.path).name} starts) and name no distinct ranks "
-                "(distributedInfo, or rank-N in the file names); analyse each file on its own (`zoomer-ar batch` "
-                "takes many), or two runs with `zoomer-ar compare`"))
+                "(distributedInfo, or rank-N in the file names); analyse each file on its own (`zoomer-ar batch "
+                "FILE... --no-record` takes many), or two runs with `zoomer-ar compare`"))
         if end > last_end:
             last_end, last_info = end, info
 
