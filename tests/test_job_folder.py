@@ -13,7 +13,7 @@ import pytest
 from zoomer_ar.cli import main
 from zoomer_ar.errors import InputError
 from zoomer_ar.load import load_job
-from zoomer_ar.load.job import SAME_JOB_GAP_S
+from zoomer_ar.load.folder import SAME_JOB_GAP_S
 
 EPOCH_US = 1_700_000_000_000_000  # epoch microseconds, as Kineto writes them
 
@@ -103,12 +103,50 @@ def test_distinct_distributed_ranks_are_trusted(tmp_path):
     assert [i.rank_source for i in job.info.ranks] == ["distributedInfo", "distributedInfo"]
 
 
-def test_two_cycles_of_one_rank_are_refused(tmp_path):
-    # a profiler schedule with repeat=2 writes a file per cycle, both rank 0: not two ranks
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_log_folder_of_several_runs_analyses_the_latest(tmp_path, stream):
+    # torch.profiler.tensorboard_trace_handler writes host_pid.<ms>.pt.trace.json for every rank of every run
+    # (and every profiling cycle) into one folder: the latest run's ranks are the job, earlier runs are skipped
+    files = {}
+    for run, (t, pid) in enumerate(((0.0, 100), (60e6, 200), (75e6, 300))):
+        for r in range(2):
+            files[f"host_{pid + r}.{1700000000000 + run}.pt.trace.json"] = trace(shift_us=t + r * 50.0, rank=r)
+    d = folder(tmp_path, files)
+    if stream:
+        from zoomer_ar.stream import load_job_streaming
+        job = load_job_streaming(d)
+    else:
+        job = load_job(d)
+    assert [Path(i.path).name for i in job.info.ranks] == ["host_300.1700000000002.pt.trace.json",
+                                                            "host_301.1700000000002.pt.trace.json"]
+    assert [i.rank for i in job.info.ranks] == [0, 1] and job.info.world_size == 2
+    assert len(job.info.skipped) == 4
+    reasons = {Path(s.path).name: s.reason for s in job.info.skipped}
+    assert reasons["host_100.1700000000000.pt.trace.json"].startswith("an earlier run: its run ends 75 s before the latest one")
+    assert reasons["host_200.1700000000001.pt.trace.json"].startswith("an earlier run: its run ends 15 s before the latest one")
+    assert all(r.endswith("whose 2 rank files are analysed") for r in reasons.values())
+
+
+def test_two_cycles_of_one_rank_analyse_the_latest(tmp_path):
+    # a profiler schedule with repeat=2 writes a file per cycle, both rank 0 of a one-rank job
     d = folder(tmp_path, {"w0_step_12.json": trace(rank=0, world=1), "w0_step_24.json": trace(shift_us=4e6, rank=0, world=1)})
+    job = load_job(d)
+    assert [Path(i.path).name for i in job.info.ranks] == ["w0_step_24.json"]
+    assert [Path(s.path).name for s in job.info.skipped] == ["w0_step_12.json"]
+
+
+def test_ranks_repeated_within_the_latest_run_are_refused(tmp_path):
+    # two files of rank 0 recorded together (not a later run): no run to choose, not two ranks
+    d = folder(tmp_path, {"a.json": trace(rank=0), "b.json": trace(shift_us=500.0, rank=0), "c.json": trace(rank=1)})
     err = refused(d, stream=False)
-    assert "w0_step_12.json and w0_step_24.json are both rank 0 (distributedInfo)" in err.reason
-    assert "not two ranks" in err.reason
+    assert "a.json and b.json are both rank 0 (distributedInfo)" in err.reason
+
+
+def test_distinct_ranks_with_skewed_clocks_are_not_runs(tmp_path):
+    # rank 1's host clock runs 30 s behind: distinct distributedInfo ranks are one job whatever their times
+    d = folder(tmp_path, {"a.json": trace(rank=0), "b.json": trace(shift_us=-30e6, rank=1)})
+    job = load_job(d)
+    assert [i.rank for i in job.info.ranks] == [0, 1] and not job.info.skipped
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -205,7 +243,7 @@ def test_files_naming_different_ranks_stay_ranks_even_with_the_same_events(tmp_p
 
 def test_windows_are_read_in_chunks(tmp_path, monkeypatch):
     # a streamed rank of millions of rows is read a chunk at a time: the same window and verdicts with tiny chunks
-    import zoomer_ar.load.job as J
+    import zoomer_ar.load.folder as J
     monkeypatch.setattr(J, "WINDOW_ROWS", 2)
     d = folder(tmp_path, {"before.json": trace(), "after.json": trace(shift_us=90e6)})
     assert "before.json ends 90 s before after.json starts" in refused(d, stream=False).reason

@@ -23,18 +23,13 @@ from . import fastcols
 from .columns import PH_COMPLETE, PH_INSTANT, ColumnBuilder, RankTrace, build_columns
 from .cuts import last_boundary as _cut
 from .cuts import skip_ws as _skip_ws
-from .merged import merged_ranks, split_merged
+from .folder import job_ranks, rank_from_name, same_time
 from .reader import DEFAULT_MAX_BYTES, STREAM_CHUNK, Progress, file_sha256, iter_trace_chunks, read_trace_bytes
 from .repair import Repaired
 from .repair import repair as repair_kineto_names
 from .schema import EVENTS_DECODER, TOP_DECODER, TRACE_DECODER, RawTrace
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".gz")
-_RANK_PATTERNS = (
-    re.compile(r"rank[-_]?(\d+)", re.I),
-    re.compile(r"worker[-_]?(\d+)", re.I),
-    re.compile(r"(?:^|[-_.])r(\d+)(?:[-_.]|$)", re.I),
-)
 _GPU_CATS_2021 = {"Kernel", "Runtime", "Memcpy", "Memset", "Operator"}
 
 
@@ -59,14 +54,6 @@ def recorded_job(trace_path: Path) -> dict:
 def missing_reason(p: Path) -> str:
     """Why a path that does not exist does not: a symbolic link to nothing (or a loop), or nothing."""
     return "a symbolic link that leads nowhere (dangling, or a loop)" if p.is_symlink() else "no such file or directory"
-
-
-def rank_from_name(path: Path) -> int | None:
-    for pattern in _RANK_PATTERNS:
-        m = pattern.search(path.name)
-        if m:
-            return int(m.group(1))
-    return None
 
 
 def _describe_non_trace(data: bytes) -> str | None:
@@ -641,165 +628,22 @@ def rebase_times(ranks: list[RankTrace]) -> None:
         r.ts_base = base
 
 
-SAME_JOB_GAP_S = 0.1  # ranks of one job on hosts whose clocks disagree by less than this still overlap
-
-
-WINDOW_ROWS = 1 << 20  # rows per chunk: a streamed rank of millions of rows gets no whole-trace temporaries
-
-
-def _window(trace: RankTrace) -> tuple[float, float] | None:
-    """(first start, last end) of a rank's events, in its time base (us); None without any timed event."""
-    for ph in (PH_COMPLETE, PH_INSTANT):
-        first, last = np.inf, -np.inf
-        for a in range(0, len(trace), WINDOW_ROWS):
-            ts = trace.ts[a:a + WINDOW_ROWS]
-            m = (trace.ph[a:a + WINDOW_ROWS] == ph) & np.isfinite(ts)
-            if m.any():
-                ends = ts + np.nan_to_num(trace.dur[a:a + WINDOW_ROWS]) if ph == PH_COMPLETE else ts
-                first = min(first, float(ts.min(where=m, initial=np.inf)))
-                last = max(last, float(ends.max(where=m, initial=-np.inf)))
-        if first <= last:
-            return first, last
-    return None
-
-
-def _same_events(a: RankTrace, b: RankTrace) -> bool:
-    return (len(a) == len(b) and a.ts_base == b.ts_base and a.names == b.names and a.cats == b.cats
-            and np.array_equal(a.name, b.name) and np.array_equal(a.cat, b.cat) and np.array_equal(a.ph, b.ph)
-            and np.array_equal(a.ts, b.ts, equal_nan=True) and np.array_equal(a.dur, b.dur, equal_nan=True))
-
-
-def _without_copies(ranks: list[RankTrace], infos: list[RankInfo],
-                    skipped: list[SkippedFile]) -> tuple[list[RankTrace], list[RankInfo]]:
-    """The ranks less any trace that holds the same events as an earlier file of the folder (a trace
-    beside its decompressed copy, a file downloaded twice): such a copy is skipped and reported, not
-    analysed as one more rank (the job's counts would double, and a rank compared with itself). Files
-    that name two different ranks (distributedInfo, rank-N file names) stay ranks whatever they hold."""
-    claims = [(i.rank if i.rank_source == "distributedInfo" else None, rank_from_name(Path(i.path))) for i in infos]
-
-    def other_rank(a: int, b: int) -> bool:
-        return any(x is not None and y is not None and x != y for x, y in zip(claims[a], claims[b]))
-
-    seen: dict[tuple, list[int]] = {}
-    keep: list[int] = []
-    for i in sorted(range(len(ranks)), key=lambda i: claims[i] == (None, None)):  # a file naming its rank is kept
-        trace = ranks[i]
-        key = (len(trace), _window(trace))
-        same = next((j for j in seen.get(key, []) if not other_rank(i, j) and _same_events(ranks[j], trace)), None)
-        if same is None:
-            seen.setdefault(key, []).append(i)
-            keep.append(i)
-        else:
-            skipped.append(SkippedFile(path=infos[i].path, reason=f"the same trace as {Path(infos[same].path).name}"))
-    if len(keep) == len(ranks):
-        return ranks, infos
-    keep.sort()
-    return [ranks[i] for i in keep], [infos[i] for i in keep]
-
-
-def _merged_split(ranks: list[RankTrace], infos: list[RankInfo]) -> tuple[list[RankTrace], list[RankInfo]]:
-    """A `zoomer-ar trace merge` output becomes the ranks it merges (load/merged.py). The streaming
-    pass keeps a subset of a file's rows, chosen for the file as one rank, so a streamed merged trace
-    is refused rather than split."""
-    if not any(merged_ranks(t.metadata) for t in ranks):
-        return ranks, infos
-    out_r: list[RankTrace] = []
-    out_i: list[RankInfo] = []
-    for trace, info in zip(ranks, infos):
-        if (merged := merged_ranks(trace.metadata)) and "streamed" in trace.metadata:
-            raise InputError(info.path, (
-                f"a trace merging {len(merged)} ranks (zoomer-ar trace merge) is split back into its ranks by the "
-                "in-memory reader only: analyse it with --no-stream, or the rank files as a folder"))
-        for t, i in split_merged(trace, info) or [(trace, info)]:
-            out_r.append(t)
-            out_i.append(i)
-    return out_r, out_i
-
-
-def _number_ranks(p: Path, ranks: list[RankTrace], infos: list[RankInfo]) -> bool:
-    """Give a folder's traces distinct ranks: their own (distributedInfo, else the file name), else
-    the files' distinct rank-N names, else their order. Two files that claim the same rank and no
-    other (pieces or runs of one rank: `trace split`'s per-step files, two profiler cycles) are
-    refused: they are not two ranks. True when the ranks come from the files."""
-    if len({r.rank for r in ranks}) == len(ranks):
-        return all(i.rank_source != "default" for i in infos)
-    by_name = [rank_from_name(Path(i.path)) for i in infos]
-    if None not in by_name and len(set(by_name)) == len(by_name):
-        for trace, info, r in zip(ranks, infos, by_name):
-            trace.rank, info.rank, info.rank_source = r, r, "file name"
-        return True
-    by_dist = [i.rank if i.rank_source == "distributedInfo" else None for i in infos]
-    for source, claims in (("distributedInfo", by_dist), ("file name", by_name)):
-        first: dict[int, RankInfo] = {}
-        for info, r in zip(infos, claims):
-            if r is None:
-                continue
-            if r in first:
-                raise InputError(str(p), (
-                    f"not one job: {Path(first[r].path).name} and {Path(info.path).name} are both rank {r} ({source}): "
-                    "pieces or runs of one rank (such as `zoomer-ar trace split`'s per-step files), not two ranks; "
-                    "analyse each file on its own, or the trace they were cut from"))
-            first[r] = info
-    for i, (trace, info) in enumerate(zip(ranks, infos)):
-        trace.rank, info.rank, info.rank_source = i, i, "default"
-    return False
-
-
-def _same_time(p: Path, ranks: list[RankTrace], infos: list[RankInfo]) -> None:
-    """Refuse a folder whose traces name no distinct ranks and were not recorded at the same time.
-
-    The ranks of one job run together: their profiled windows overlap (up to the hosts' clock skew).
-    Traces of separate runs (a folder of different models, a before and an after, two cycles of one
-    rank's profiler schedule) do not, and analysed as ranks they make up a job whose "imbalance"
-    compares unrelated programs. A folder whose files carry distinct ranks (distributedInfo, or
-    rank-N in the file names) is taken as one job whatever its times say."""
-    spans = sorted(((w[0], w[1], info) for trace, info in zip(ranks, infos) if (w := _window(trace)) is not None),
-                   key=lambda s: s[:2])
-    if len(spans) < 2:
-        return
-    last_end, last_info = spans[0][1], spans[0][2]
-    for start, end, info in spans[1:]:
-        gap_s = (start - last_end) / 1e6
-        if gap_s > SAME_JOB_GAP_S:
-            raise InputError(str(p), (
-                f"not one job: its {len(ranks)} traces were recorded at different times ({Path(last_info.path).name} "
-                f"ends {_duration(gap_s)} before {Path(info.path).name} starts) and name no distinct ranks "
-                "(distributedInfo, or rank-N in the file names); analyse each file on its own (`zoomer-ar batch "
-                "FILE... --no-record` takes many), or two runs with `zoomer-ar compare`"))
-        if end > last_end:
-            last_end, last_info = end, info
-
-
-def _duration(seconds: float) -> str:
-    if seconds >= 2 * 86400:
-        return f"{seconds / 86400:.1f} days"
-    if seconds >= 2 * 3600:
-        return f"{seconds / 3600:.1f} hours"
-    if seconds >= 120:
-        return f"{seconds / 60:.1f} minutes"
-    return f"{seconds:.3g} s"
-
-
 def assemble_job(
     p: Path, name: str | None, ranks: list[RankTrace], infos: list[RankInfo], skipped: list[SkippedFile]
 ) -> Job:
     """One Job from the loaded ranks of a file or folder (shared by the in-memory and streaming paths).
 
-    In a folder, ranks must be distinct ranks of one run: copies of a trace are skipped, ranks come from
-    the files or their order (_number_ranks), and traces of separate runs are refused (_same_time)."""
+    In a folder, ranks must be distinct ranks of one run (load/folder.py: which files are the job's ranks)."""
     if not ranks:
         reasons = "; ".join(f"{Path(s.path).name}: {s.reason}" for s in skipped[:3])
         raise InputError(str(p), f"no usable trace in folder ({reasons})")
-    ranks, infos = _merged_split(ranks, infos)
-    if len(ranks) > 1:
-        ranks, infos = _without_copies(ranks, infos, skipped)
-    named = _number_ranks(p, ranks, infos)
+    ranks, infos, named = job_ranks(p, ranks, infos, skipped)
     order = sorted(range(len(ranks)), key=lambda i: ranks[i].rank)
     ranks = [ranks[i] for i in order]
     rebase_times(ranks)
     infos = [infos[i] for i in order]
     if len(ranks) > 1 and not named:
-        _same_time(p, ranks, infos)
+        same_time(p, ranks, infos)
     world = max([i.world_size or 0 for i in infos] + [len(ranks)])
     info = JobInfo(
         name=name or job_name_of(p),
