@@ -250,3 +250,16 @@ def test_windows_are_read_in_chunks(tmp_path, monkeypatch):
     (tmp_path / "x").mkdir()
     job = load_job(folder(tmp_path / "x", {"a.json": trace(), "b.json": trace(shift_us=300.0)}))
     assert [J._window(r) for r in job.ranks] == [(0.0, 2900.0), (300.0, 3200.0)]
+
+
+def test_earlier_runs_are_one_note(tmp_path, capsys):
+    files = {f"host_{100 * run + r}.{run}.pt.trace.json": trace(shift_us=run * 60e6 + r * 50.0, rank=r)
+             for run in range(4) for r in range(2)}
+    d = folder(tmp_path, files)
+    assert main(["analyze", str(d), "--no-files", "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["job"]["skipped"]) == 6  # findings.json lists every skipped file
+    notes = [n for n in out["notes"] if n.startswith("Skipped")]
+    assert notes == ["Skipped 6 files of earlier runs (host_0.0.pt.trace.json, host_1.0.pt.trace.json, "
+                     "host_100.1.pt.trace.json and 3 more): the folder holds several runs; the latest one's 2 rank "
+                     "files are analysed. Move a run's files to a folder of its own to analyse it."]

@@ -11,6 +11,7 @@ from .detect.startup import startup_notes
 from .detect.rules import Rule
 from .features import FEATURE_SCHEMA_VERSION, JobFeatures, extract
 from .load import Job, load_job
+from .load.folder import EARLIER_RUN
 from .load.reader import Progress
 from .models import SEVERITY_ORDER, Analysis, Finding
 
@@ -42,8 +43,15 @@ def build_analysis(job: Job, jf: JobFeatures, findings: list[Finding]) -> Analys
     elif not jf.vector.has_gpu:
         notes.append(f"Accelerator {jf.vector.accelerator}: no CUDA/HIP kernels, GPU rules were not applied.")
     notes += startup_notes(jf)
+    earlier = [s for s in job.info.skipped if s.reason.startswith(EARLIER_RUN)]
     for s in job.info.skipped:
-        notes.append(f"Skipped {s.path}: {s.reason}")
+        if s not in earlier:
+            notes.append(f"Skipped {s.path}: {s.reason}")
+    if earlier:  # a log folder of many runs: one note, not one a file (findings.json lists each in job.skipped)
+        names = ", ".join(Path(s.path).name for s in earlier[:3]) + (f" and {len(earlier) - 3} more" if len(earlier) > 3 else "")
+        notes.append(f"Skipped {len(earlier)} file{'s' if len(earlier) != 1 else ''} of earlier runs ({names}): the folder "
+                     f"holds several runs; the latest one's {len(job.ranks)} rank file{'s' if len(job.ranks) != 1 else ''} "
+                     "are analysed. Move a run's files to a folder of its own to analyse it.")
     n_events = sum(r.n_events for r in job.info.ranks)
     if n_events < TOO_FEW_EVENTS and findings:
         findings = _capped(findings, "low")

@@ -45,6 +45,7 @@ def rank_from_name(path: Path) -> int | None:
 
 
 SAME_JOB_GAP_S = 0.1  # ranks of one job on hosts whose clocks disagree by less than this still overlap
+EARLIER_RUN = "an earlier run"  # how a skipped file of an earlier run is told (analyze groups them in one note)
 WINDOW_ROWS = 1 << 20  # rows per chunk: a streamed rank of millions of rows gets no whole-trace temporaries
 
 
@@ -149,7 +150,7 @@ def _latest_run(ranks: list[RankTrace], infos: list[RankInfo],
         run_end = max(e for _, e, _ in run)
         for _, _, i in run:
             skipped.append(SkippedFile(path=infos[i].path, reason=(
-                f"an earlier run: its run ends {_duration((start - run_end) / 1e6)} before the latest one, whose "
+                f"{EARLIER_RUN}: its run ends {_duration((start - run_end) / 1e6)} before the latest one, whose "
                 f"{len(latest)} rank file{'s' if len(latest) != 1 else ''} are analysed")))
     return [ranks[i] for i in latest], [infos[i] for i in latest]
 
