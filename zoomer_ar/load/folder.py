@@ -49,6 +49,20 @@ EARLIER_RUN = "an earlier run"  # how a skipped file of an earlier run is told (
 WINDOW_ROWS = 1 << 20  # rows per chunk: a streamed rank of millions of rows gets no whole-trace temporaries
 
 
+class _Windows:
+    """Each trace's window, absolute (us since the epoch, whatever base its times are kept in), read
+    once per trace for the folder's checks."""
+
+    def __init__(self) -> None:
+        self._of: dict[int, tuple[float, float] | None] = {}
+
+    def __call__(self, trace: RankTrace) -> tuple[float, float] | None:
+        if id(trace) not in self._of:
+            w = _window(trace)
+            self._of[id(trace)] = None if w is None else (w[0] + trace.ts_base, w[1] + trace.ts_base)
+        return self._of[id(trace)]
+
+
 def _window(trace: RankTrace) -> tuple[float, float] | None:
     """(first start, last end) of a rank's events, in its time base (us); None without any timed event."""
     for ph in (PH_COMPLETE, PH_INSTANT):
@@ -71,8 +85,8 @@ def _same_events(a: RankTrace, b: RankTrace) -> bool:
             and np.array_equal(a.ts, b.ts, equal_nan=True) and np.array_equal(a.dur, b.dur, equal_nan=True))
 
 
-def _without_copies(ranks: list[RankTrace], infos: list[RankInfo],
-                    skipped: list[SkippedFile]) -> tuple[list[RankTrace], list[RankInfo]]:
+def _without_copies(ranks: list[RankTrace], infos: list[RankInfo], skipped: list[SkippedFile],
+                    window: _Windows) -> tuple[list[RankTrace], list[RankInfo]]:
     """The ranks less any trace that holds the same events as an earlier file of the folder (a trace
     beside its decompressed copy, a file downloaded twice): such a copy is skipped and reported, not
     analysed as one more rank (the job's counts would double, and a rank compared with itself). Files
@@ -86,7 +100,7 @@ def _without_copies(ranks: list[RankTrace], infos: list[RankInfo],
     keep: list[int] = []
     for i in sorted(range(len(ranks)), key=lambda i: claims[i] == (None, None)):  # a file naming its rank is kept
         trace = ranks[i]
-        key = (len(trace), _window(trace))
+        key = (len(trace), window(trace))
         same = next((j for j in seen.get(key, []) if not other_rank(i, j) and _same_events(ranks[j], trace)), None)
         if same is None:
             seen.setdefault(key, []).append(i)
@@ -118,22 +132,22 @@ def _merged_split(ranks: list[RankTrace], infos: list[RankInfo]) -> tuple[list[R
     return out_r, out_i
 
 
-def _latest_run(ranks: list[RankTrace], infos: list[RankInfo],
-                skipped: list[SkippedFile]) -> tuple[list[RankTrace], list[RankInfo]]:
+def _latest_run(ranks: list[RankTrace], infos: list[RankInfo], skipped: list[SkippedFile],
+                window: _Windows) -> tuple[list[RankTrace], list[RankInfo]]:
     """The latest run of a folder where a distributed job's profiler wrote several (a TensorBoard log
     folder: every run's and every profiling cycle's rank files side by side, each rank's distributedInfo
     rank repeated): the files of the latest run - windows within SAME_JOB_GAP_S of one another - when
     they are distinct distributedInfo ranks; the earlier runs' files are skipped and reported. A folder
     whose distributedInfo ranks are all distinct is one job whatever its times (hosts' clocks differ);
-    anything else is left to _number_ranks and same_time."""
+    anything else is left to _number_ranks and _same_time."""
     dist = [i.rank for i in infos if i.rank_source == "distributedInfo"]
     if len(set(dist)) == len(dist):
         return ranks, infos
     spans = []
     for i, trace in enumerate(ranks):
-        if (w := _window(trace)) is None:
+        if (w := window(trace)) is None:
             return ranks, infos
-        spans.append((w[0] + trace.ts_base, w[1] + trace.ts_base, i))
+        spans.append((*w, i))
     spans.sort()
     runs, end = [[spans[0]]], spans[0][1]
     for span in spans[1:]:
@@ -184,7 +198,7 @@ def _number_ranks(p: Path, ranks: list[RankTrace], infos: list[RankInfo]) -> boo
     return False
 
 
-def same_time(p: Path, ranks: list[RankTrace], infos: list[RankInfo]) -> None:
+def _same_time(p: Path, ranks: list[RankTrace], infos: list[RankInfo], window: _Windows) -> None:
     """Refuse a folder whose traces name no distinct ranks and were not recorded at the same time.
 
     The ranks of one job run together: their profiled windows overlap (up to the hosts' clock skew).
@@ -192,7 +206,7 @@ def same_time(p: Path, ranks: list[RankTrace], infos: list[RankInfo]) -> None:
     rank's profiler schedule) do not, and analysed as ranks they make up a job whose "imbalance"
     compares unrelated programs. A folder whose files carry distinct ranks (distributedInfo, or
     rank-N in the file names) is taken as one job whatever its times say."""
-    spans = sorted(((w[0], w[1], info) for trace, info in zip(ranks, infos) if (w := _window(trace)) is not None),
+    spans = sorted(((*w, info) for trace, info in zip(ranks, infos) if (w := window(trace)) is not None),
                    key=lambda s: s[:2])
     if len(spans) < 2:
         return
@@ -220,11 +234,15 @@ def _duration(seconds: float) -> str:
 
 
 def job_ranks(p: Path, ranks: list[RankTrace], infos: list[RankInfo],
-              skipped: list[SkippedFile]) -> tuple[list[RankTrace], list[RankInfo], bool]:
-    """The job's ranks among a file's or folder's loaded traces, numbered; skipped files appended to
-    `skipped`. The flag says whether the ranks come from the files (else same_time must hold)."""
+              skipped: list[SkippedFile]) -> tuple[list[RankTrace], list[RankInfo]]:
+    """The job's ranks among a file's or folder's loaded traces, numbered (in their order); skipped
+    files appended to `skipped`; InputError where they are not one job's ranks."""
     ranks, infos = _merged_split(ranks, infos)
-    if len(ranks) > 1:
-        ranks, infos = _without_copies(ranks, infos, skipped)
-        ranks, infos = _latest_run(ranks, infos, skipped)
-    return ranks, infos, _number_ranks(p, ranks, infos)
+    if len(ranks) < 2:
+        return ranks, infos
+    window = _Windows()
+    ranks, infos = _without_copies(ranks, infos, skipped, window)
+    ranks, infos = _latest_run(ranks, infos, skipped, window)
+    if not _number_ranks(p, ranks, infos) and len(ranks) > 1:
+        _same_time(p, ranks, infos, window)
+    return ranks, infos

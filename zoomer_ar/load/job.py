@@ -23,7 +23,7 @@ from . import fastcols
 from .columns import PH_COMPLETE, PH_INSTANT, ColumnBuilder, RankTrace, build_columns
 from .cuts import last_boundary as _cut
 from .cuts import skip_ws as _skip_ws
-from .folder import job_ranks, rank_from_name, same_time
+from .folder import job_ranks, rank_from_name
 from .reader import DEFAULT_MAX_BYTES, STREAM_CHUNK, Progress, file_sha256, iter_trace_chunks, read_trace_bytes
 from .repair import Repaired
 from .repair import repair as repair_kineto_names
@@ -637,13 +637,11 @@ def assemble_job(
     if not ranks:
         reasons = "; ".join(f"{Path(s.path).name}: {s.reason}" for s in skipped[:3])
         raise InputError(str(p), f"no usable trace in folder ({reasons})")
-    ranks, infos, named = job_ranks(p, ranks, infos, skipped)
+    ranks, infos = job_ranks(p, ranks, infos, skipped)
     order = sorted(range(len(ranks)), key=lambda i: ranks[i].rank)
     ranks = [ranks[i] for i in order]
     rebase_times(ranks)
     infos = [infos[i] for i in order]
-    if len(ranks) > 1 and not named:
-        same_time(p, ranks, infos)
     world = max([i.world_size or 0 for i in infos] + [len(ranks)])
     info = JobInfo(
         name=name or job_name_of(p),
