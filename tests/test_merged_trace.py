@@ -177,3 +177,21 @@ def test_an_annotated_job_analyses_as_the_job(tmp_path):
     assert any(e.get("pid") == "zoomer" and e.get("ph") == "X" for e in json.loads(out.read_text())["traceEvents"])
     a, b = analyze_path(out), analyze_path(folder)
     assert a.features == b.features and a.findings == b.findings and a.bottleneck == b.bottleneck
+
+
+def test_annotating_an_annotated_merged_trace_keeps_markers_out_of_the_ranks(tmp_path):
+    # the markers already in the file belong to no rank: the second annotation places the same markers
+    # (given to rank 0, the first listed, the markers of ranks 1 and 5 - which start 0.3 and 1.5 ms before
+    # rank 0 here - moved rank 0's window and so its markers)
+    folder = tmp_path / "job"
+    folder.mkdir()
+    for r, slow in ((0, 1.0), (1, 1.0), (5, 2.5)):
+        (folder / f"rank-{r}.json").write_text(json.dumps(rank_trace(r, slow, lag_us=-300.0)))
+    merged = tmp_path / "merged.json"
+    assert main(["trace", "merge", str(folder), str(merged)]) == 0
+    once, twice = tmp_path / "once.json", tmp_path / "twice.json"
+    assert main(["analyze", str(merged), "--no-files", "--annotate", str(once)]) == 0
+    assert main(["analyze", str(once), "--no-files", "--annotate", str(twice)]) == 0
+    marks = lambda p: sorted(json.dumps(e, sort_keys=True) for e in json.loads(p.read_text())["traceEvents"]  # noqa: E731
+                             if e.get("cat") == "zoomer" and e.get("ph") != "M")
+    assert marks(twice) == sorted(marks(once) * 2)  # the first markers copied, the same ones placed again

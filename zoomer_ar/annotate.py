@@ -29,7 +29,7 @@ import msgspec
 import numpy as np
 
 from .errors import InputError
-from .load.merged import MARKER_PID, PID_STRIDE, merged_dist, rank_of_pid
+from .load.merged import MARKER_PID, PID_STRIDE, merged_dist, owner_of
 from .models import Analysis, EvidenceEvent, Finding
 from .stream.compact import NsCounter
 from .stream.scan import ScanResult, scan
@@ -183,8 +183,8 @@ def annotate(analysis: Analysis, out: str | Path) -> AnnotateReport:
     if len(ranks) > 1 and len({path for _, path in ranks}) == 1:  # a merged trace, analysed as its ranks
         path, merged = ranks[0][1], [r for r, _ in ranks]
         target = out if is_file else out / path.name
-        owner = lambda pid: (r if (r := rank_of_pid(pid, merged)) is not None else merged[0])  # noqa: E731 - as split_merged
-        groups = [(m := by_rank.get(r, []), _RankPass({x.event.name[:300] for x in m}, lambda pid, r=r: owner(pid) == r),
+        groups = [(m := by_rank.get(r, []), _RankPass({x.event.name[:300] for x in m},
+                                                       lambda pid, r=r: owner_of(pid, merged) == r),
                    FLOW_BASE + r * 1_000_000) for r in merged]  # flow ids as in a merged annotation of the rank files
         report.markers += _annotate_one(analysis, path, target, groups, report)
         report.outputs.append(str(target))

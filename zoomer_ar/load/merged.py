@@ -61,15 +61,24 @@ def rank_of_pid(pid: Any, ranks: list[int]) -> int | None:
     return r if r in ranks else None
 
 
+def owner_of(pid: Any, ranks: list[int]) -> int | None:
+    """The merged rank whose events carry this pid: rank_of_pid's, else the first rank listed (an event
+    without a pid); None for the markers of an annotated trace (`analyze --annotate`), which span the
+    ranks' windows and are no rank's events."""
+    if pid == MARKER_PID:
+        return None
+    r = rank_of_pid(pid, ranks)
+    return ranks[0] if r is None else r
+
+
 def split_merged(trace: RankTrace, info: RankInfo) -> list[tuple[RankTrace, RankInfo]] | None:
-    """The ranks of a merged trace, each with its own rows (None for any other trace). Rows whose pid
-    names no merged rank (an event without a pid) go with the first rank listed; the markers of an
-    annotated merged trace (`analyze --annotate`) go with none: they span the ranks' windows."""
+    """The ranks of a merged trace, each with its own rows (owner_of each row's pid; None for any
+    other trace)."""
     ranks = merged_ranks(trace.metadata)
     if ranks is None:
         return None
-    owners = [-1 if v == MARKER_PID else rank_of_pid(v, ranks) for v in trace.pid_values]
-    of_code = np.asarray([ranks[0] if r is None else r for r in owners] or [ranks[0]], dtype=np.int64)
+    owners = [owner_of(v, ranks) for v in trace.pid_values]
+    of_code = np.asarray([-1 if r is None else r for r in owners] or [-1], dtype=np.int64)
     row_rank = of_code[np.asarray(trace.pid, dtype=np.int64)] if len(trace) else np.empty(0, dtype=np.int64)
     out = []
     for r in ranks:
