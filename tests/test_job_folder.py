@@ -263,3 +263,22 @@ def test_earlier_runs_are_one_note(tmp_path, capsys):
     assert notes == ["Skipped 6 files of earlier runs (host_0.0.pt.trace.json, host_1.0.pt.trace.json, "
                      "host_100.1.pt.trace.json and 3 more): the folder holds several runs; the latest one's 2 rank "
                      "files are analysed. Move a run's files to a folder of its own to analyse it."]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_folder_of_run_subfolders_names_them(tmp_path, stream):
+    # TensorBoard's layout: log/<run>/<rank files>; the folder itself holds none
+    log = tmp_path / "log"
+    for run, n in (("run_b", 2), ("run_a", 1)):
+        (log / run).mkdir(parents=True)
+        for r in range(n):
+            (log / run / f"rank-{r}.json").write_text(json.dumps(trace(rank=r)))
+    (log / "notes").mkdir()  # a subfolder without traces is not named
+    err = refused(log, stream)
+    assert err.reason == ("folder holds no trace files (*.json, *.json.gz); its subfolders do "
+                          "(run_a: 1 file, run_b: 2 files): analyse one of them")
+
+
+def test_a_folder_without_traces_anywhere_says_so(tmp_path):
+    (tmp_path / "empty" / "sub").mkdir(parents=True)
+    assert refused(tmp_path / "empty", stream=False).reason == "folder holds no trace files (*.json, *.json.gz)"

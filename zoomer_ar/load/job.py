@@ -255,6 +255,22 @@ def rank_files(folder: Path, is_trace: Callable[[Path], bool] = is_trace_file) -
     return sorted(f for f in folder.iterdir() if is_trace(f) and not f.name.startswith(".") and f.name != "job.json")
 
 
+def no_traces_reason(folder: Path, is_trace: Callable[[Path], bool] = is_trace_file) -> str:
+    """Why a folder is no job: it holds no trace files; where its subfolders do (a log folder of one
+    subfolder per run, say), which, so that the user picks one."""
+    reason = "folder holds no trace files (*.json, *.json.gz)"
+    try:
+        subs = sorted(d for d in folder.iterdir() if d.is_dir() and not d.name.startswith("."))
+    except OSError:
+        return reason
+    held = [(d.name, n) for d in subs[:1000] if (n := len(rank_files(d, is_trace)))]
+    if not held:
+        return reason
+    shown = ", ".join(f"{name}: {n} file{'s' if n != 1 else ''}" for name, n in held[:4])
+    more = f" and {len(held) - 4} more" if len(held) > 4 else ""
+    return f"{reason}; its subfolders do ({shown}{more}): analyse one of them"
+
+
 _NAME_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".trace.json.gz", ".trace.json", ".json.gz", ".json",
                   ".json.zst", ".gz")
 
@@ -288,7 +304,7 @@ def load_job(
     if p.is_dir():
         files = rank_files(p)
         if not files:
-            raise InputError(str(p), "folder holds no trace files (*.json, *.json.gz)")
+            raise InputError(str(p), no_traces_reason(p))
     else:
         files = [p]
     ranks: list[RankTrace] = []

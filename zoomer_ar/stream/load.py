@@ -21,8 +21,8 @@ from pathlib import Path
 from ..errors import InputError
 from ..load import fastcols
 from ..load.columns import RankTrace
-from ..load.job import (TOO_DEEP, Job, _accelerator, _schema, assemble_job, load_trace, missing_reason, rank_files,
-                        rank_from_name, rebase_times)
+from ..load.job import (TOO_DEEP, Job, _accelerator, _schema, assemble_job, load_trace, missing_reason, no_traces_reason,
+                        rank_files, rank_from_name, rebase_times)
 from ..load.reader import Progress, TraceTooBig
 from ..load.repair import StreamRepair
 from ..models import RankInfo, SkippedFile
@@ -197,7 +197,7 @@ def _files(p: Path) -> list[Path]:
     if p.is_dir():
         files = rank_files(p, is_trace_file)
         if not files:
-            raise InputError(str(p), "folder holds no trace files (*.json, *.json.gz)")
+            raise InputError(str(p), no_traces_reason(p, is_trace_file))
         return files
     return [p]
 

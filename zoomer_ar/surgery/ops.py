@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..load.job import rank_files as folder_rank_files
-from ..load.job import rank_from_name
+from ..load.job import no_traces_reason, rank_from_name
 from ..load.reader import DEFAULT_MAX_BYTES, read_trace_bytes
 from ..load.merged import ID_SHIFT, PID_STRIDE, merged_dist  # merge's pid and id offsets; the loader splits by them
 from ..load.repair import StreamRepair, repair
@@ -907,7 +907,7 @@ def job_folder(src: Path) -> JobFiles:
         raise InputError(str(src), "not a folder of per-rank trace files")
     files = folder_rank_files(src, is_trace_file)
     if not files:
-        raise InputError(str(src), "folder holds no trace files (*.json, *.json.gz)")
+        raise InputError(str(src), no_traces_reason(src, is_trace_file))
     return rank_files(files, str(src))
 
 
@@ -1132,7 +1132,7 @@ def merge_job(src: Path | list[Path], dst: Path, *, compression: str | None = No
             if f.is_dir():  # its rank files, as `merge DIR` would read them
                 found = folder_rank_files(f, is_trace_file)
                 if not found:
-                    expanded.append(f"{f}: folder holds no trace files (*.json, *.json.gz)")
+                    expanded.append(f"{f}: {no_traces_reason(f, is_trace_file)}")
                 inputs += found
             elif f not in inputs:
                 inputs.append(f)
