@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import bz2
 import gzip
+import io
 import json
+import lzma
 import subprocess
 import sys
+import tarfile
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -29,10 +34,6 @@ MINI = {
 
 def _archive(kind: str) -> bytes:
     """A rank folder of two MINI traces packed as users send them (a tar.gz, a plain tar, a zip)."""
-    import io
-    import tarfile
-    import zipfile
-
     doc = json.dumps(MINI).encode()
     buf = io.BytesIO()
     if kind == "zip":
@@ -80,8 +81,8 @@ CASES = {
     "job.tar.gz": (_archive("tar.gz"), "a tar archive, not a trace: extract it (tar xf) and analyse the folder"),
     "job.tar": (_archive("tar"), "a tar archive, not a trace"),
     "job.zip": (_archive("zip"), "a zip archive, not a trace: extract it (unzip)"),
-    "trace.json.bz2": (__import__("bz2").compress(json.dumps(MINI).encode()), "bzip2-compressed, not a trace: decompress"),
-    "trace.json.xz": (__import__("lzma").compress(json.dumps(MINI).encode()), "xz-compressed, not a trace: decompress"),
+    "trace.json.bz2": (bz2.compress(json.dumps(MINI).encode()), "bzip2-compressed, not a trace: decompress"),
+    "trace.json.xz": (lzma.compress(json.dumps(MINI).encode()), "xz-compressed, not a trace: decompress"),
     "deep_args.json": (b'{"traceEvents":[{"name":"x","ph":"X","pid":1,"tid":1,"ts":1,"dur":2,"args":'
                        + b'{"a":' * 50_000 + b"1" + b"}" * 50_000 + b"}]}", "nested too deeply"),
 }
