@@ -282,3 +282,30 @@ def test_a_folder_of_run_subfolders_names_them(tmp_path, stream):
 def test_a_folder_without_traces_anywhere_says_so(tmp_path):
     (tmp_path / "empty" / "sub").mkdir(parents=True)
     assert refused(tmp_path / "empty", stream=False).reason == "folder holds no trace files (*.json, *.json.gz)"
+
+
+def test_a_rank_alone_says_the_cross_rank_figures_need_the_others(shared_traces):
+    from zoomer_ar.analyze import analyze_path
+
+    one = analyze_path(next((shared_traces / "param" / "dlrm_8ranks").glob("worker3_*")))
+    assert "Rank 3 alone of the job's 8 ranks: stragglers and imbalance need the other ranks' traces" \
+        " (analyse the folder of every rank's trace)." in one.notes
+    whole = analyze_path(shared_traces / "param" / "dlrm_8ranks")
+    assert not any("of the job's" in n for n in whole.notes)
+
+
+def test_a_sample_of_ranks_says_which(tmp_path, shared_traces):
+    out = tmp_path / "sample"
+    assert main(["trace", "sample", str(shared_traces / "param" / "dlrm_8ranks"), str(out), "--ranks", "0,1,5"]) == 0
+    from zoomer_ar.analyze import analyze_path
+
+    notes = analyze_path(out).notes
+    assert "3 of the job's 8 ranks analysed (0, 1, 5): stragglers and imbalance compare these 3 only (analyse the " \
+           "folder of every rank's trace for the whole job)." in notes
+
+
+def test_a_job_without_a_world_size_gets_no_such_note(tmp_path):
+    from zoomer_ar.analyze import analyze_path
+
+    d = folder(tmp_path, {"host-a.json": trace(), "host-b.json": trace(shift_us=300.0)})
+    assert not any("of the job's" in n or "alone" in n for n in analyze_path(d).notes)

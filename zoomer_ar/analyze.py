@@ -52,6 +52,15 @@ def build_analysis(job: Job, jf: JobFeatures, findings: list[Finding]) -> Analys
         notes.append(f"Skipped {len(earlier)} file{'s' if len(earlier) != 1 else ''} of earlier runs ({names}): the folder "
                      f"holds several runs; the latest one's {len(job.ranks)} rank file{'s' if len(job.ranks) != 1 else ''} "
                      "are analysed. Move a run's files to a folder of its own to analyse it.")
+    declared = max((r.world_size or 0 for r in job.info.ranks), default=0)  # distributedInfo's world size
+    if declared > len(job.ranks) == 1:  # one rank's file
+        notes.append(f"Rank {job.ranks[0].rank} alone of the job's {declared} ranks: stragglers and imbalance need the "
+                     "other ranks' traces (analyse the folder of every rank's trace).")
+    elif declared > len(job.ranks):  # a sample of the ranks
+        seen_ranks = sorted(r.rank for r in job.info.ranks)
+        which = ", ".join(map(str, seen_ranks[:8])) + (", ..." if len(seen_ranks) > 8 else "")
+        notes.append(f"{len(job.ranks)} of the job's {declared} ranks analysed ({which}): stragglers and imbalance "
+                     f"compare these {len(job.ranks)} only (analyse the folder of every rank's trace for the whole job).")
     n_events = sum(r.n_events for r in job.info.ranks)
     if n_events < TOO_FEW_EVENTS and findings:
         findings = _capped(findings, "low")
