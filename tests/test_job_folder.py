@@ -309,3 +309,20 @@ def test_a_job_without_a_world_size_gets_no_such_note(tmp_path):
 
     d = folder(tmp_path, {"host-a.json": trace(), "host-b.json": trace(shift_us=300.0)})
     assert not any("of the job's" in n or "alone" in n for n in analyze_path(d).notes)
+
+
+def test_profiling_cycles_of_one_process_analyse_the_latest(tmp_path):
+    # a single-GPU script under schedule(..., repeat=2) with tensorboard_trace_handler: one file a cycle,
+    # <host>_<pid>.<ms>.pt.trace.json, no distributedInfo
+    d = folder(tmp_path, {"gpu-box_4242.1700000000000.pt.trace.json": trace(),
+                          "gpu-box_4242.1700000030000.pt.trace.json": trace(shift_us=30e6)})
+    job = load_job(d)
+    assert [Path(i.path).name for i in job.info.ranks] == ["gpu-box_4242.1700000030000.pt.trace.json"]
+    assert [Path(s.path).name for s in job.info.skipped] == ["gpu-box_4242.1700000000000.pt.trace.json"]
+    assert job.info.skipped[0].reason.startswith("an earlier run: its run ends 30 s before the latest one")
+
+
+def test_traces_named_otherwise_are_not_taken_for_cycles(tmp_path):
+    # the same two traces under other names (a before and an after): refused, not "the latest"
+    d = folder(tmp_path, {"before.json": trace(), "after.json": trace(shift_us=30e6)})
+    assert "not one job" in refused(d, stream=False).reason

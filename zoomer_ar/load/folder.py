@@ -6,7 +6,7 @@ models' traces, a "straggler" among the steps of `trace split`'s per-step files)
 
 - a `zoomer-ar trace merge` output is read back as the ranks it merges (load/merged.py);
 - a file holding the same events as another (a trace beside its decompressed copy) is skipped;
-- a profiler log folder holding several runs of a distributed job (TensorBoard's handler writes every
+- a profiler log folder holding several runs or profiling cycles (TensorBoard's handler writes every
   run's and every cycle's rank files side by side) keeps its latest run; earlier runs are skipped;
 - ranks come from distributedInfo, else distinct rank-N file names, else the files' order; files that
   claim one rank and no other are refused (pieces or runs of one rank);
@@ -44,6 +44,7 @@ def rank_from_name(path: Path) -> int | None:
     return None
 
 
+_HANDLER_NAME = re.compile(r"^.+\.\d{10,}\.pt\.trace\.json(\.gz)?$")  # tensorboard_trace_handler's <worker>.<ms>...
 SAME_JOB_GAP_S = 0.1  # ranks of one job on hosts whose clocks disagree by less than this still overlap
 EARLIER_RUN = "an earlier run"  # how a skipped file of an earlier run is told (analyze groups them in one note)
 WINDOW_ROWS = 1 << 20  # rows per chunk: a streamed rank of millions of rows gets no whole-trace temporaries
@@ -134,14 +135,17 @@ def _merged_split(ranks: list[RankTrace], infos: list[RankInfo]) -> tuple[list[R
 
 def _latest_run(ranks: list[RankTrace], infos: list[RankInfo], skipped: list[SkippedFile],
                 window: _Windows) -> tuple[list[RankTrace], list[RankInfo]]:
-    """The latest run of a folder where a distributed job's profiler wrote several (a TensorBoard log
-    folder: every run's and every profiling cycle's rank files side by side, each rank's distributedInfo
-    rank repeated): the files of the latest run - windows within SAME_JOB_GAP_S of one another - when
-    they are distinct distributedInfo ranks; the earlier runs' files are skipped and reported. A folder
-    whose distributedInfo ranks are all distinct is one job whatever its times (hosts' clocks differ);
-    anything else is left to _number_ranks and _same_time."""
+    """The latest run of a folder where the profiler wrote several: a TensorBoard log folder
+    (torch.profiler.tensorboard_trace_handler writes <worker>.<ms>.pt.trace.json for every rank of every
+    run and profiling cycle side by side), or any folder whose distributedInfo ranks repeat. The files
+    of the latest run - windows within SAME_JOB_GAP_S of one another - are the job when they are one
+    process's trace or distinct distributedInfo ranks; the earlier runs' files are skipped and
+    reported. A folder whose distributedInfo ranks are all distinct is one job whatever its times
+    (hosts' clocks differ), and traces named otherwise without repeated ranks (five models' traces, a
+    before and an after) are left to _number_ranks and _same_time."""
     dist = [i.rank for i in infos if i.rank_source == "distributedInfo"]
-    if len(set(dist)) == len(dist):
+    handler_log = all(_HANDLER_NAME.match(Path(i.path).name) for i in infos)
+    if len(set(dist)) == len(dist) and not (handler_log and len(dist) < len(infos)):
         return ranks, infos
     spans = []
     for i, trace in enumerate(ranks):
@@ -156,8 +160,9 @@ def _latest_run(ranks: list[RankTrace], infos: list[RankInfo], skipped: list[Ski
         runs[-1].append(span)
         end = max(end, span[1])
     latest = sorted(i for _, _, i in runs[-1])
-    if (len(runs) < 2 or any(infos[i].rank_source != "distributedInfo" for i in latest)
-            or len({infos[i].rank for i in latest}) != len(latest)):
+    ranked = (all(infos[i].rank_source == "distributedInfo" for i in latest)
+              and len({infos[i].rank for i in latest}) == len(latest))
+    if len(runs) < 2 or not (ranked or (handler_log and len(latest) == 1)):
         return ranks, infos
     start = runs[-1][0][0]
     for run in runs[:-1]:
