@@ -43,9 +43,11 @@ def build_analysis(job: Job, jf: JobFeatures, findings: list[Finding]) -> Analys
     elif not jf.vector.has_gpu:
         notes.append(f"Accelerator {jf.vector.accelerator}: no CUDA/HIP kernels, GPU rules were not applied.")
     notes += startup_notes(jf)
-    earlier = [s for s in job.info.skipped if s.reason.startswith(EARLIER_RUN)]
+    earlier = []
     for s in job.info.skipped:
-        if s not in earlier:
+        if s.reason.startswith(EARLIER_RUN):
+            earlier.append(s)
+        else:
             notes.append(f"Skipped {s.path}: {s.reason}")
     if earlier:  # a log folder of many runs: one note, not one a file (findings.json lists each in job.skipped)
         names = ", ".join(Path(s.path).name for s in earlier[:3]) + (f" and {len(earlier) - 3} more" if len(earlier) > 3 else "")

@@ -65,17 +65,14 @@ class AnnotateReport:
 class _RankPass:
     """What the copy pass of one rank file measures: first event, unit, end, candidate matches."""
 
-    def __init__(self, names: set[str], owns=None) -> None:
+    def __init__(self, names: set[str]) -> None:
         self.names = names
-        self.owns = owns  # pid -> whether the event is this rank's (a merged trace's ranks share its file)
         self.ns = NsCounter()
         self.t0 = np.inf
         self.t1 = -np.inf
         self.candidates: dict[str, list[tuple[float, float, Any, Any]]] = {}
 
     def see(self, lite: list[Lite]) -> None:
-        if self.owns is not None:
-            lite = [e for e in lite if self.owns(e.pid)]
         xs = [e for e in lite if e.ph == "X"]
         if xs:
             ts = np.fromiter((e.ts for e in xs), dtype=np.float64, count=len(xs))
@@ -183,10 +180,9 @@ def annotate(analysis: Analysis, out: str | Path) -> AnnotateReport:
     if len(ranks) > 1 and len({path for _, path in ranks}) == 1:  # a merged trace, analysed as its ranks
         path, merged = ranks[0][1], [r for r, _ in ranks]
         target = out if is_file else out / path.name
-        groups = [(m := by_rank.get(r, []), _RankPass({x.event.name[:300] for x in m},
-                                                       lambda pid, r=r: owner_of(pid, merged) == r),
-                   FLOW_BASE + r * 1_000_000) for r in merged]  # flow ids as in a merged annotation of the rank files
-        report.markers += _annotate_one(analysis, path, target, groups, report)
+        groups = {r: (m := by_rank.get(r, []), _RankPass({x.event.name[:300] for x in m}),
+                      FLOW_BASE + r * 1_000_000) for r in merged}  # flow ids as in a merged annotation of the rank files
+        report.markers += _annotate_one(analysis, path, target, groups, report, merged=merged)
         report.outputs.append(str(target))
         return report
     if len({path for _, path in ranks}) != len(ranks):
@@ -197,7 +193,7 @@ def annotate(analysis: Analysis, out: str | Path) -> AnnotateReport:
             target = out if len(ranks) == 1 else out / path.name
             markers = by_rank.get(rank, [])
             rp = _RankPass({m.event.name[:300] for m in markers})
-            report.markers += _annotate_one(analysis, path, target, [(markers, rp, FLOW_BASE)], report)
+            report.markers += _annotate_one(analysis, path, target, {rank: (markers, rp, FLOW_BASE)}, report)
             report.outputs.append(str(target))
         return report
     report.markers += _annotate_merged(analysis, ranks, out, by_rank, report)
@@ -205,11 +201,12 @@ def annotate(analysis: Analysis, out: str | Path) -> AnnotateReport:
     return report
 
 
-def _annotate_one(analysis: Analysis, path: Path, target: Path, groups: list[tuple[list[Marker], _RankPass, int]],
-                  report: AnnotateReport) -> int:
-    """Copy one trace file with the markers of the ranks it holds: one (markers, pass, first flow id) group
-    each, several for a merged trace."""
+def _annotate_one(analysis: Analysis, path: Path, target: Path, groups: dict[int, tuple[list[Marker], _RankPass, int]],
+                  report: AnnotateReport, merged: list[int] | None = None) -> int:
+    """Copy one trace file with the markers of the ranks it holds: rank -> (markers, pass, first flow id),
+    several ranks for a merged trace (`merged`: its ranks), whose events each go to their rank's pass."""
     w = TraceWriter(target)
+    owner: dict = {}  # pid -> rank (owner_of), once per pid
     holder: dict[str, ScanResult] = {}
 
     def on_head(res: ScanResult) -> None:
@@ -217,13 +214,23 @@ def _annotate_one(analysis: Analysis, path: Path, target: Path, groups: list[tup
         w.set_head(res)
 
     def on_slice(raws: list, lite: list[Lite]) -> None:
-        for _, rp, _ in groups:
-            rp.see(lite)
+        if merged is None:
+            for _, rp, _ in groups.values():
+                rp.see(lite)
+        else:
+            by_owner: dict[int | None, list[Lite]] = {}
+            for e in lite:
+                pid = e.pid
+                r = owner[pid] if pid in owner else owner.setdefault(pid, owner_of(pid, merged))
+                by_owner.setdefault(r, []).append(e)
+            for r, events in by_owner.items():
+                if r in groups:
+                    groups[r][1].see(events)
         w.write_raw(raws)
 
     try:
         res = read_events(path, on_slice, on_head=on_head)
-        for i, (markers, rp, flow_base) in enumerate(groups):
+        for i, (markers, rp, flow_base) in enumerate(groups.values()):
             _place(markers, rp)
             t1 = rp.t1 if np.isfinite(rp.t1) else rp.t0
             w.write_objects(_marker_events(analysis, markers, rp.t0, t1, lambda p: p, flow_base, i == 0))
@@ -231,8 +238,8 @@ def _annotate_one(analysis: Analysis, path: Path, target: Path, groups: list[tup
     except BaseException:
         w.abort()
         raise
-    report.bound += sum(1 for markers, _, _ in groups for m in markers if m.bound is not None)
-    return sum(len(markers) for markers, _, _ in groups)
+    report.bound += sum(1 for markers, _, _ in groups.values() for m in markers if m.bound is not None)
+    return sum(len(markers) for markers, _, _ in groups.values())
 
 
 def _annotate_merged(analysis: Analysis, ranks: list[tuple[int, Path]], target: Path, by_rank: dict[int, list[Marker]],
