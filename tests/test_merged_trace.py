@@ -1,10 +1,11 @@
 """A `zoomer-ar trace merge` output is analysed as the ranks it merges (zoomer_ar/load/merged.py):
 the same per-rank features, findings and job as the rank files give, whichever ranks were merged and
-whatever their pids; the streaming pass, which keeps a subset chosen for the file as one rank,
-refuses such a file instead of pooling its ranks."""
+whatever their pids; the streaming pass, which keeps a subset of each rank's events, routes them
+by pid to a builder per rank and so splits such a file while it reads it, to the same ranks."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -15,6 +16,8 @@ from zoomer_ar.cli import main
 from zoomer_ar.errors import InputError
 from zoomer_ar.load import load_job
 from zoomer_ar.load.merged import PID_STRIDE, merged_ranks, rank_of_pid
+
+from conftest import REPO
 
 EPOCH_US = 1_700_000_000_000_000
 
@@ -90,20 +93,119 @@ def test_summary_says_ranks_in_one_file(job, capsys):
     assert first.startswith("merged - 3 ranks in 1 file, world size 8")
 
 
-@pytest.mark.parametrize("workers", [1])
-def test_the_streaming_pass_refuses_a_merged_trace(job, workers):
+def _same(a, b, where: str) -> None:
+    """Two analyses agree on everything the loaders decide: features, findings with their evidence (and
+    its frames), bottleneck, the job and each rank's info."""
+    diff = {k: (a.features[k], b.features.get(k)) for k in a.features if a.features[k] != b.features.get(k)}
+    assert not diff, f"{where}: features differ: {dict(list(diff.items())[:4])}"
+    assert [f.model_dump() for f in a.findings] == [f.model_dump() for f in b.findings], f"{where}: findings differ"
+    assert a.bottleneck == b.bottleneck, where
+    assert a.job.model_dump() == b.job.model_dump(), f"{where}: job info differs"
+
+
+def _streamed(path: Path, **kw):
+    from zoomer_ar.analyze import analyze_job
     from zoomer_ar.stream import load_job_streaming
 
-    _, merged = job
-    with pytest.raises(InputError) as exc:
-        load_job_streaming(merged, workers=workers)
-    assert "merging 3 ranks" in exc.value.reason and "--no-stream" in exc.value.reason
+    return analyze_job(load_job_streaming(path, workers=1, **kw))
 
 
-def test_cli_stream_exit_2(job, capsys):
+@pytest.mark.parametrize("fast", [True, False], ids=["compiled-reader", "msgspec-reader"])
+@pytest.mark.parametrize("slice_bytes, chunk", [(1 << 20, None), (512, 256)], ids=["whole", "tiny-slices"])
+def test_the_streaming_pass_splits_a_merged_trace(job, fast, slice_bytes, chunk):
+    # each event goes to its rank's builder by pid (stream/split.py): the ranks equal the in-memory split's,
+    # which equal the rank files' (it used to refuse the file, exit 2)
+    folder, merged = job
+    got = _streamed(merged, fast=fast, slice_bytes=slice_bytes, chunk=chunk, prune_rows=0)
+    _same(analyze_path(merged), got, "merged, in memory vs streamed")
+    assert [r.rank for r in got.job.ranks] == [0, 1, 5]
+    assert [r.n_events for r in got.job.ranks] == [r.n_events for r in analyze_path(folder).job.ranks] == [25] * 3
+    assert got.features["profiler_steps"] == 4 and got.features["slowest_rank"] == 5 and got.job.world_size == 8
+
+
+def test_a_merged_trace_naming_its_ranks_after_its_events_is_read_again_split(job, tmp_path):
+    # distributedInfo after traceEvents (a tool that rewrote the file): the first pass learns the ranks at
+    # the end, and the file is read again with a builder per rank
     _, merged = job
-    assert main(["analyze", str(merged), "--stream", "--no-files"]) == 2
-    assert "merging 3 ranks (zoomer-ar trace merge)" in capsys.readouterr().err
+    doc = json.loads(merged.read_text())
+    late = tmp_path / "late.json"
+    late.write_text(json.dumps({"traceEvents": doc["traceEvents"], **{k: v for k, v in doc.items() if k != "traceEvents"}}))
+    assert late.read_text().index('"traceEvents"') < late.read_text().index('"merged_ranks"')
+    got = _streamed(late, prune_rows=0)
+    _same(analyze_path(late), got, "late distributedInfo")
+    assert [r.rank for r in got.job.ranks] == [0, 1, 5]
+
+
+def test_one_rank_needing_a_second_pass_is_read_again_with_its_own_hints(tmp_path):
+    # rank 1's optimizer step is written after the per-parameter ops it holds (the first pass dropped
+    # them): the second pass keeps them for rank 1, and rank 0 reads as it did
+    folder = tmp_path / "job"
+    folder.mkdir()
+    for r in (0, 1):
+        doc = rank_trace(r, 1.0)
+        b = EPOCH_US + 3 * 2000.0 + 1500
+        ops = [{"ph": "X", "cat": "cpu_op", "name": "aten::sqrt", "pid": 4242, "tid": 1, "ts": b + 5 * k, "dur": 3}
+               for k in range(6)]
+        window = {"ph": "X", "cat": "user_annotation", "name": "Optimizer.step#SGD.step", "pid": 4242, "tid": 1,
+                  "ts": b - 1, "dur": 60}
+        doc["traceEvents"] += ops + [window] if r == 1 else [window] + ops
+        (folder / f"rank-{r}.json").write_text(json.dumps(doc))
+    merged = tmp_path / "merged.json"
+    assert main(["trace", "merge", str(folder), str(merged)]) == 0
+    from zoomer_ar.stream import load_job_streaming
+
+    job_ = load_job_streaming(merged, workers=1, prune_rows=0, slice_bytes=512, chunk=256)  # the window in a later slice
+    assert [t.metadata["streamed"]["passes"] for t in job_.ranks] == [2, 2]  # one file: read twice
+    got = _streamed(merged, prune_rows=0, slice_bytes=512, chunk=256)
+    _same(analyze_path(merged), got, "second pass")
+    assert got.features == analyze_path(folder).features
+    assert got.features["per_rank"][1]["optimizer_per_param_ops"] == 6
+
+
+def test_a_merged_trace_with_stacks_gets_each_ranks_evidence_frames(tmp_path):
+    # one more pass adds the Python frames around each rank's evidence events, counting each rank's
+    # events apart (their ordinals are the rank's own): the in-memory frames, rank by rank
+    src = json.loads(gzip.decompress((REPO / "examples/gpu/sync_point/rank-0.pt.trace.json.gz").read_bytes()))
+    folder = tmp_path / "job"
+    folder.mkdir()
+    for r in (0, 1):
+        doc = dict(src, distributedInfo={"rank": r, "world_size": 2, "backend": "nccl"})
+        if r:
+            doc["traceEvents"] = [dict(e, ts=e["ts"] + 37) if "ts" in e else e for e in src["traceEvents"]]
+        (folder / f"rank-{r}.json").write_text(json.dumps(doc))
+    merged = tmp_path / "merged.json"
+    assert main(["trace", "merge", str(folder), str(merged)]) == 0
+    got = _streamed(merged, slice_bytes=64 << 10)
+    _same(analyze_path(merged), got, "stacks")
+    frames = [(e.rank, fr) for fnd in got.findings for e in fnd.evidence.events for fr in e.frames]
+    assert {r for r, _ in frames} == {0, 1}  # both ranks' evidence has frames
+    added = [t.metadata["streamed"]["frames_added"] for t in load_job_streaming_ranks(merged)]
+    assert all(n > 0 for n in added)
+
+
+def load_job_streaming_ranks(path: Path):
+    from zoomer_ar.stream import load_job_streaming
+
+    return load_job_streaming(path, workers=1, slice_bytes=64 << 10).ranks
+
+
+def test_an_annotated_merged_trace_streams_as_the_job(job, tmp_path):
+    # the markers of `--annotate` belong to no rank on the streaming path too
+    folder, merged = job
+    out = tmp_path / "annotated.json"
+    assert main(["analyze", str(merged), "--no-files", "--annotate", str(out)]) == 0
+    got = _streamed(out, prune_rows=0)
+    _same(analyze_path(out), got, "annotated")
+    ref = analyze_path(folder)
+    assert got.features == ref.features and got.findings == ref.findings
+
+
+def test_cli_stream_analyses_a_merged_trace(job, capsys):
+    _, merged = job
+    assert main(["analyze", str(merged), "--stream", "--no-files"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith("merged - 3 ranks in 1 file, world size 8")
+    assert "streaming pass" in out
 
 
 @pytest.mark.parametrize("value, expected", [

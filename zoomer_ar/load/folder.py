@@ -116,17 +116,12 @@ def _without_copies(ranks: list[RankTrace], infos: list[RankInfo], skipped: list
 
 def _merged_split(ranks: list[RankTrace], infos: list[RankInfo]) -> tuple[list[RankTrace], list[RankInfo]]:
     """A `zoomer-ar trace merge` output becomes the ranks it merges (load/merged.py). The streaming
-    pass keeps a subset of a file's rows, chosen for the file as one rank, so a streamed merged trace
-    is refused rather than split."""
+    pass splits such a file while it reads it (stream/split.py): its ranks arrive here split."""
     if not any(merged_ranks(t.metadata) for t in ranks):
         return ranks, infos
     out_r: list[RankTrace] = []
     out_i: list[RankInfo] = []
     for trace, info in zip(ranks, infos):
-        if (merged := merged_ranks(trace.metadata)) and "streamed" in trace.metadata:
-            raise InputError(info.path, (
-                f"a trace merging {len(merged)} ranks (zoomer-ar trace merge) is split back into its ranks by the "
-                "in-memory reader only: analyse it with --no-stream, or the rank files as a folder"))
         for t, i in split_merged(trace, info) or [(trace, info)]:
             out_r.append(t)
             out_i.append(i)

@@ -87,15 +87,20 @@ def split_merged(trace: RankTrace, info: RankInfo) -> list[tuple[RankTrace, Rank
             continue
         part = _rows_of(trace, rows)
         part.rank = r
-        dist = {k: v for k, v in (trace.metadata.get("distributedInfo") or {}).items()
-                if k not in ("merged_ranks", "merged_world_size", "rank", "world_size")}
-        world = (trace.metadata.get("distributedInfo") or {}).get("merged_world_size")
-        world = world if isinstance(world, int) and not isinstance(world, bool) and world > 0 else None
-        part.metadata = {**trace.metadata, "distributedInfo": {**dist, "rank": r, "world_size": world},
-                         "merged_from": list(ranks)}
+        dist, world = rank_distributed_info(trace.metadata.get("distributedInfo") or {}, r)
+        part.metadata = {**trace.metadata, "distributedInfo": dist, "merged_from": list(ranks)}
         out.append((part, info.model_copy(update={"rank": r, "rank_source": "distributedInfo",
                                                   "n_events": int(rows.size), "world_size": world})))
     return out or None
+
+
+def rank_distributed_info(dist: dict[str, Any], rank: int) -> tuple[dict[str, Any], int | None]:
+    """A merged trace's distributedInfo as rank `rank`'s own, and the job's world size (the merged
+    world size recorded by `trace merge`, else None: the ranks it holds)."""
+    world = dist.get("merged_world_size")
+    world = world if isinstance(world, int) and not isinstance(world, bool) and world > 0 else None
+    own = {k: v for k, v in dist.items() if k not in ("merged_ranks", "merged_world_size", "rank", "world_size")}
+    return {**own, "rank": rank, "world_size": world}, world
 
 
 def _rows_of(t: RankTrace, rows: np.ndarray) -> RankTrace:

@@ -24,7 +24,7 @@ def load_job_streaming(path, **kw):
 
 
 def __getattr__(name: str):
-    if name in ("load_rank", "stream_rank"):
+    if name in ("load_rank", "stream_rank", "stream_ranks"):
         from . import load as _load
 
         return getattr(_load, name)
@@ -156,4 +156,4 @@ def _any_zstd(path: str | Path) -> bool:
 
 
 __all__ = ["DEFAULT_THRESHOLD", "job_size_estimate", "json_size_estimate", "load_job_streaming", "load_rank", "should_stream",
-           "stream_rank", "threshold"]
+           "stream_rank", "stream_ranks", "threshold"]

@@ -369,7 +369,13 @@ class _Block:
 
 
 class CompactBuilder:
-    def __init__(self, rank: int, path: str, hints: dict[str, Any] | None = None) -> None:
+    # what the builders of one file's ranks share (stream/split.py): the code tables the compiled reader
+    # writes to, the thread and process names (as one trace's, in file order) and caches of decoded texts
+    SHARED = ("cat_index", "name_index", "pid_index", "tid_index", "thread_names", "process_names", "_raw_cache",
+              "_sp_vals", "_strings")
+
+    def __init__(self, rank: int, path: str, hints: dict[str, Any] | None = None,
+                 shared: CompactBuilder | None = None) -> None:
         self.rank, self.path = rank, path
         hints = hints or {}
         self.n_events = 0
@@ -415,6 +421,9 @@ class CompactBuilder:
         self._strings: dict[str, str] = {}
         self.thread_names: dict[int, str] = {}
         self.process_names: dict[int, str] = {}
+        if shared is not None:
+            for attr in self.SHARED:
+                setattr(self, attr, getattr(shared, attr))
         self.windows_known = "windows" in hints  # a later pass: every window was known from the start
         for tid, spans in (hints.get("windows") or {}).items():
             code = self.tid_index.setdefault(tid, len(self.tid_index))
@@ -475,14 +484,11 @@ class CompactBuilder:
     def add(self, view) -> None:
         """Take one slice (a JSON array of whole events). Decoding comes first: a slice that does
         not decode raises msgspec.DecodeError before any state changes (scan.py's contract)."""
-        try:
-            events = TAGGED_DECODER.decode(view)
-            flow = np.fromiter(map(_IS_FLOW.__getitem__, map(type, events)), dtype=bool, count=len(events))
-        except msgspec.ValidationError:  # an event without `ph`, or an unusual one: the reference schema
-            events = EVENTS_DECODER.decode(view)
-            codes = np.fromiter(map(PH_CODES.get, map(_PH, events), repeat(0, len(events))), dtype=np.uint8,
-                                count=len(events))
-            flow = (codes == PH_FLOW_START) | (codes == PH_FLOW_END)
+        events, flow = decode_slice(view)
+        self.add_events(events, flow)
+
+    def add_events(self, events: list, flow: np.ndarray) -> None:
+        """Take decoded events (decode_slice), `flow` marking the flow arrows among them."""
         try:
             n = len(events)
             base = self.n_events
@@ -931,6 +937,19 @@ class CompactBuilder:
     # ---------------------------------------------------------------------------------------------
     def nanoseconds(self) -> bool:
         return self.ns.nanoseconds()
+
+
+def decode_slice(view) -> tuple[list, np.ndarray]:
+    """The events of a slice, and which of them are flow arrows (decoded to empty structs)."""
+    try:
+        events = TAGGED_DECODER.decode(view)
+        flow = np.fromiter(map(_IS_FLOW.__getitem__, map(type, events)), dtype=bool, count=len(events))
+    except msgspec.ValidationError:  # an event without `ph`, or an unusual one: the reference schema
+        events = EVENTS_DECODER.decode(view)
+        codes = np.fromiter(map(PH_CODES.get, map(_PH, events), repeat(0, len(events))), dtype=np.uint8,
+                            count=len(events))
+        flow = (codes == PH_FLOW_START) | (codes == PH_FLOW_END)
+    return events, flow
 
 
 class _EventSlice:

@@ -12,6 +12,7 @@ selection), so their frames are exactly the in-memory ones.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,61 +64,83 @@ class _FrameEvent(msgspec.Struct, gc=False):
 _DECODER = msgspec.json.Decoder(list[_FrameEvent])
 _ARGS = msgspec.json.Decoder(RawArgs)
 _NUM = msgspec.json.Decoder(int | float)
+_MISSING = object()
 
 
-def add_frames(trace: RankTrace, builder: CompactBuilder, path: Path, *, ns: bool, slice_bytes: int,
-               repair: bool = False) -> int:
-    """Add to `trace` (in place) the frames around the evidence events; returns how many. `repair`: the
-    file holds names the profiler did not escape, re-escaped as the first pass did (load/repair.py)."""
-    py_codes = set(trace.cat_code("python_function"))
-    if not py_codes or not np.isin(trace.cat, list(py_codes)).any():
-        return 0  # no stacks recorded
-    asked = sorted(asked_events(trace))
-    if not asked:
-        return 0
-    ia = np.asarray(asked, dtype=np.int64)
-    tid_values = builder.tid_index
-    want: dict[Any, tuple[np.ndarray, np.ndarray]] = {}
-    a_tid = trace.tid[ia]
-    a_t0 = trace.ts[ia]
-    a_t1 = trace.ts[ia] + trace.dur[ia]
-    tids = list(tid_values)
-    for code in np.unique(a_tid).tolist():
-        sel = a_tid == code
-        want[tids[code]] = (a_t0[sel], a_t1[sel])
+def add_frames(built: list[tuple[RankTrace, CompactBuilder]], path: Path, *, ns: bool, slice_bytes: int,
+               repair: bool = False, owner: Callable[[Any], int | None] | None = None) -> list[int]:
+    """Add to each trace (in place) the frames around its evidence events, in one more pass over the
+    file; returns how many each got. `built`: the file's one rank, or the ranks of a merged trace, whose
+    events `owner` tells apart (by pid: the rank, -1 for none; stream/split.py): each rank's events are
+    counted apart, as its builder counted them. `repair`: the file holds names the profiler did not
+    escape, re-escaped as the first pass did (load/repair.py)."""
+    wanted: list[dict[Any, tuple[np.ndarray, np.ndarray]] | None] = [_wanted(trace, b) for trace, b in built]
+    found: list[list[tuple[int, RawEvent]]] = [[] for _ in built]
+    if not any(wanted):
+        return [0] * len(built)
     scale = 1000.0 if ns else None
-    rebased = trace.ts_base
-    have = set(builder.extra_ordinals)
-    found: list[tuple[int, RawEvent]] = []
-    state = {"base": 0}
+    at = {(None if owner is None else trace.rank): k for k, (trace, _) in enumerate(built)}
+    have = [set(b.extra_ordinals) for _, b in built]
+    seen = [0] * len(built)  # events of each rank so far: their ordinals
+    owner_cache: dict[Any, int | None] = {}
 
     def consume(view) -> None:
         events = _DECODER.decode(view)
-        base = state["base"]
-        state["base"] += len(events)
-        for j, e in enumerate(events):
+        for e in events:
+            if owner is None:
+                k = 0
+            else:
+                key = owner_cache.get(e.pid, _MISSING)
+                if key is _MISSING:
+                    key = owner_cache[e.pid] = owner(e.pid)
+                k = at.get(key)
+                if k is None:
+                    continue  # no rank's event (an annotated trace's markers), or a rank left without events
+            ordinal = seen[k]
+            seen[k] += 1
             if e.ph != "X" or e.cat != "python_function":
                 continue
-            spans = want.get(e.tid)
+            spans = wanted[k].get(e.tid) if wanted[k] else None
             if spans is None or e.ts is None:
                 continue
             ts = float(_NUM.decode(e.ts))
             dur = float(_NUM.decode(e.dur)) if e.dur is not None else 0.0
             t, d = (ts / scale, dur / scale) if scale else (ts, dur)
-            t -= rebased  # the trace's times are relative to its base (load.job.rebase_times)
+            t -= built[k][0].ts_base  # the trace's times are relative to its base (load.job.rebase_times)
             end = t + d
             t0s, t1s = spans
-            if np.any((t <= t0s) & (end >= t1s)) and base + j not in have:
+            if np.any((t <= t0s) & (end >= t1s)) and ordinal not in have[k]:
                 args = _ARGS.decode(e.args) if e.args is not None else NO_ARGS
-                found.append((base + j, RawEvent(ph=e.ph, name=e.name, cat=e.cat, ts=_NUM.decode(e.ts),
-                                                 dur=_NUM.decode(e.dur) if e.dur is not None else 0,
-                                                 pid=e.pid, tid=e.tid, args=args)))
+                found[k].append((ordinal, RawEvent(ph=e.ph, name=e.name, cat=e.cat, ts=_NUM.decode(e.ts),
+                                                   dur=_NUM.decode(e.dur) if e.dur is not None else 0,
+                                                   pid=e.pid, tid=e.tid, args=args)))
 
     scan(path, consume, slice_bytes=slice_bytes, hash=False, repair=StreamRepair() if repair else None)
-    if not found:
-        return 0
-    builder.merge_extra(trace, found, ns=ns)
-    return len(found)
+    for (trace, b), got in zip(built, found):
+        if got:
+            b.merge_extra(trace, got, ns=ns)
+    return [len(got) for got in found]
+
+
+def _wanted(trace: RankTrace, builder: CompactBuilder) -> dict[Any, tuple[np.ndarray, np.ndarray]] | None:
+    """Per thread (tid value): the start and end times of the evidence events whose frames the
+    features look up; None where the trace has no stacks or no such event."""
+    py_codes = set(trace.cat_code("python_function"))
+    if not py_codes or not np.isin(trace.cat, list(py_codes)).any():
+        return None  # no stacks recorded
+    asked = sorted(asked_events(trace))
+    if not asked:
+        return None
+    ia = np.asarray(asked, dtype=np.int64)
+    want: dict[Any, tuple[np.ndarray, np.ndarray]] = {}
+    a_tid = trace.tid[ia]
+    a_t0 = trace.ts[ia]
+    a_t1 = trace.ts[ia] + trace.dur[ia]
+    tids = list(builder.tid_index)
+    for code in np.unique(a_tid).tolist():
+        sel = a_tid == code
+        want[tids[code]] = (a_t0[sel], a_t1[sel])
+    return want
 
 
 __all__ = ["add_frames", "asked_events", "PH_COMPLETE"]

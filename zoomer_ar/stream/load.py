@@ -21,16 +21,18 @@ from pathlib import Path
 from ..errors import InputError
 from ..load import fastcols
 from ..load.columns import RankTrace
+from ..load.merged import merged_ranks, rank_distributed_info
 from ..load.job import (TOO_DEEP, Job, _accelerator, _schema, assemble_job, load_trace, missing_reason, no_traces_reason,
                         rank_files, rank_from_name, rebase_times)
 from ..load.reader import Progress, TraceTooBig
 from ..load.repair import StreamRepair
 from ..models import RankInfo, SkippedFile
-from .compact import CompactBuilder, NeedAnotherPass, constant_columns, fix_mmap_threshold, trim_heap
+from .compact import CompactBuilder, constant_columns, fix_mmap_threshold, trim_heap
 from .frames import add_frames
 from .guard import MemoryGuard, budget_mb
 from .prune import prune
 from .scan import SLICE, scan, scan_columns
+from .split import RankSink
 from .source import CHUNK, BadJSON, StreamError, is_trace_file
 
 MAX_PASSES = 3
@@ -48,11 +50,21 @@ def _env_int(name: str, default: int) -> int:
         return default
 
 
-def stream_rank(path: Path, *, rank_hint: int | None = None, progress: Progress | None = None,
-                slice_bytes: int = SLICE, chunk: int | None = None, frames: bool = True,
-                prune_rows: int | None = None, fast: bool | None = None,
-                memory_limit_mb: float | None = None) -> tuple[RankTrace, RankInfo]:
-    """One trace file -> (compact RankTrace, RankInfo), as load_trace would give them.
+def stream_rank(path: Path, **kw) -> tuple[RankTrace, RankInfo]:
+    """One trace file of one rank -> (compact RankTrace, RankInfo), as load_trace would give them
+    (stream_ranks; a file that merges ranks is refused: read it with stream_ranks)."""
+    pairs = stream_ranks(path, **kw)
+    if len(pairs) != 1:
+        raise ValueError(f"{path} merges {len(pairs)} ranks: read it with stream_ranks")
+    return pairs[0]
+
+
+def stream_ranks(path: Path, *, rank_hint: int | None = None, progress: Progress | None = None,
+                 slice_bytes: int = SLICE, chunk: int | None = None, frames: bool = True,
+                 prune_rows: int | None = None, fast: bool | None = None,
+                 memory_limit_mb: float | None = None) -> list[tuple[RankTrace, RankInfo]]:
+    """One trace file -> [(compact RankTrace, RankInfo)]: its one rank, as load_trace would give it,
+    or the ranks of a `zoomer-ar trace merge` output, as the in-memory loader splits it (split.py).
 
     `fast` (default: where installed) reads events with the compiled reader; a file with an event
     outside its subset is read again with msgspec. Raises StreamError when the file must go to the
@@ -61,23 +73,24 @@ def stream_rank(path: Path, *, rank_hint: int | None = None, progress: Progress 
     default, 0 for none)."""
     fix_mmap_threshold()
     guard = MemoryGuard(path, budget_mb() if memory_limit_mb is None else (memory_limit_mb or None))
-    hints = None
+    hints: dict[int | None, dict] = {}
+    ranks: list[int] | None = None
     passes = 0
     fast = fast0 = fastcols.available() if fast is None else fast
     repairing = False  # the profiler's unescaped names re-escaped on the way (load/repair.py)
     while True:
         passes += 1
-        b = CompactBuilder(0, str(path), hints)
+        sink = RankSink(str(path), hints, ranks)
         fix = StreamRepair() if repairing else None
         gc_was_enabled = gc.isenabled()
         gc.disable()  # millions of short-lived tuples and lists: generational passes would only cost
         try:
             if fast:
-                res = scan_columns(path, b.parser(), guard.wrap(b.add_columns, lambda: b.n_events),
-                                   chunk=chunk or FAST_CHUNK, progress=progress, repair=fix)
+                res = scan_columns(path, sink.parser(), guard.wrap(sink.add_columns, lambda: sink.n_events),
+                                   chunk=chunk or FAST_CHUNK, progress=progress, repair=fix, on_head=sink.on_head)
             else:
-                res = scan(path, guard.wrap(b.add, lambda: b.n_events), slice_bytes=slice_bytes, chunk=chunk or CHUNK,
-                           progress=progress, repair=fix)
+                res = scan(path, guard.wrap(sink.add, lambda: sink.n_events), slice_bytes=slice_bytes,
+                           chunk=chunk or CHUNK, progress=progress, repair=fix, on_head=sink.on_head)
         except fastcols.Unsupported:  # an event outside the compiled reader's subset: msgspec
             fast, passes, progress = False, passes - 1, None
             continue
@@ -89,76 +102,94 @@ def stream_rank(path: Path, *, rank_hint: int | None = None, progress: Progress 
         finally:
             if gc_was_enabled:
                 gc.enable()
-        if b.n_events == 0:
+        if sink.n_events == 0:
             raise StreamError("no events")  # the in-memory loader says why
-        try:
-            b.check()
-        except NeedAnotherPass as again:
+        if sink.ranks is None and (late := merged_ranks(res.top)):
+            # a merged trace whose distributedInfo follows its events: read again, split from the start
+            ranks, hints, passes, progress = late, {}, passes - 1, None
+            continue
+        ranks = sink.ranks
+        again = sink.check()
+        if again is not None:
             if passes >= MAX_PASSES:
-                raise StreamError(f"still incomplete after {passes} passes: {again}") from None
-            hints = again.hints
+                raise StreamError(f"still incomplete after {passes} passes: {sink.why}") from None
+            hints = again
             progress = None
             continue
         break
-    trace = b.finish()
+    if sink.n_useful == 0:
+        raise InputError(str(path), "not a Kineto trace: no complete ('X') or instant events")
     top = res.top
     dist = top.get("distributedInfo") or {}
-    rank_source = "default"
-    rank = 0
-    if isinstance(dist.get("rank"), int):
-        rank, rank_source = int(dist["rank"]), "distributedInfo"
-    elif rank_hint is not None:
-        rank, rank_source = rank_hint, "file name"
-    elif (r := rank_from_name(path)) is not None:
-        rank, rank_source = r, "file name"
-    trace.rank = rank
-    if b.n_useful == 0:
-        raise InputError(str(path), "not a Kineto trace: no complete ('X') or instant events")
-    ns = b.nanoseconds()
-    if ns:
-        trace.ts = trace.ts / 1000.0
-        trace.dur = trace.dur / 1000.0
-        trace.time_unit_note = "timestamps were nanoseconds; converted to microseconds"
     devices = [str(d.get("name", "")) for d in (top.get("deviceProperties") or []) if isinstance(d, dict)]
-    trace.metadata = {
-        "distributedInfo": {k: v for k, v in dist.items() if k != "pg_config"},
-        "devices": devices,
-        "baseTimeNanoseconds": top.get("baseTimeNanoseconds"),
-        "streamed": {"passes": passes, "events": b.n_events, "kept": len(trace), "json_bytes": res.json_bytes},
-    }
-    if fix is not None and fix.fixed:
-        trace.metadata["repaired_names"] = fix.fixed  # as the in-memory loader says it (analyze's note)
-    rebase_times([trace])  # pruning mirrors the features' sums: on the times they will read
+    ns = sink.nanoseconds()
+    sink.settle()
     if prune_rows is None:
         prune_rows = _env_int("ZOOMER_STREAM_PRUNE_ROWS", PRUNE_ROWS)
-    if len(trace) > prune_rows:
-        constant_columns(trace)  # e.g. total_allocated without [memory] events: no bytes per row while pruning
-        removed, _ = prune(trace, protect_from=b.main_n)  # the extra block (frames, window) stays
-        b.main_n -= removed
-        trace.metadata["streamed"]["pruned"] = removed
-        trim_heap()
+    built: list[tuple[RankTrace, CompactBuilder]] = []
+    infos: list[RankInfo] = []
+    for key, b in list(sink.items()):
+        trace = b.finish()
+        world = dist.get("world_size")
+        if key is not None:  # a rank of a merged trace, as load/merged.split_merged gives it
+            rank, rank_source = key, "distributedInfo"
+            rank_dist, world = rank_distributed_info(dist, key)
+        else:
+            rank_dist = dist
+            rank, rank_source = 0, "default"
+            if isinstance(dist.get("rank"), int):
+                rank, rank_source = int(dist["rank"]), "distributedInfo"
+            elif rank_hint is not None:
+                rank, rank_source = rank_hint, "file name"
+            elif (r := rank_from_name(path)) is not None:
+                rank, rank_source = r, "file name"
+        trace.rank = rank
+        if ns:
+            trace.ts = trace.ts / 1000.0
+            trace.dur = trace.dur / 1000.0
+            trace.time_unit_note = "timestamps were nanoseconds; converted to microseconds"
+        trace.metadata = {
+            "distributedInfo": {k: v for k, v in rank_dist.items() if k != "pg_config"},
+            "devices": devices,
+            "baseTimeNanoseconds": top.get("baseTimeNanoseconds"),
+            "streamed": {"passes": passes, "events": b.n_events, "kept": len(trace), "json_bytes": res.json_bytes},
+        }
+        if key is not None:
+            trace.metadata["merged_from"] = list(ranks or [])
+        if fix is not None and fix.fixed:
+            trace.metadata["repaired_names"] = fix.fixed  # as the in-memory loader says it (analyze's note)
+        rebase_times([trace])  # pruning mirrors the features' sums: on the times they will read
+        if len(trace) > prune_rows:
+            constant_columns(trace)  # e.g. total_allocated without [memory] events: no bytes per row while pruning
+            removed, _ = prune(trace, protect_from=b.main_n)  # the extra block (frames, window) stays
+            b.main_n -= removed
+            trace.metadata["streamed"]["pruned"] = removed
+            trim_heap()
+        built.append((trace, b))
+        infos.append(RankInfo(
+            path=str(path), rank=rank, rank_source=rank_source, sha256=res.sha256, size_bytes=path.stat().st_size,
+            n_events=b.n_events, trace_schema=_schema(trace), devices=sorted(set(devices)),
+            accelerator=_accelerator(trace, devices), world_size=int(world) if isinstance(world, int) else None,
+            backend=str(dist["backend"]) if dist.get("backend") else None,
+        ))
     if frames:
-        added = add_frames(trace, b, path, ns=ns, slice_bytes=slice_bytes, repair=repairing)
-        trace.metadata["streamed"]["frames_added"] = added
-    constant_columns(trace)
+        added = add_frames(built, path, ns=ns, slice_bytes=slice_bytes, repair=repairing,
+                           owner=sink.owner if sink.ranks is not None else None)
+        for (trace, _), n in zip(built, added):
+            trace.metadata["streamed"]["frames_added"] = n
+    for trace, _ in built:
+        constant_columns(trace)
     trim_heap()
-    world = dist.get("world_size")
-    info = RankInfo(
-        path=str(path), rank=rank, rank_source=rank_source, sha256=res.sha256, size_bytes=path.stat().st_size,
-        n_events=b.n_events, trace_schema=_schema(trace), devices=sorted(set(devices)),
-        accelerator=_accelerator(trace, devices), world_size=int(world) if isinstance(world, int) else None,
-        backend=str(dist["backend"]) if dist.get("backend") else None,
-    )
-    return trace, info
+    return [(trace, info) for (trace, _), info in zip(built, infos)]
 
 
-def load_rank(path: Path, *, progress: Progress | None = None, **kw) -> tuple[RankTrace, RankInfo]:
-    """stream_rank, or the in-memory loader where streaming cannot decide."""
+def load_rank(path: Path, *, progress: Progress | None = None, **kw) -> list[tuple[RankTrace, RankInfo]]:
+    """stream_ranks (one rank, or a merged trace's), or the in-memory loader where streaming cannot decide."""
     try:
-        return stream_rank(path, progress=progress, **kw)
+        return stream_ranks(path, progress=progress, **kw)
     except StreamError as exc:
         try:
-            return load_trace(path, progress=progress)
+            return [load_trace(path, progress=progress)]
         except TraceTooBig:  # too big for the explaining reader: say what the streaming reader saw
             raise InputError(str(path), f"not a readable trace ({exc})") from None
     except RecursionError:
@@ -185,12 +216,12 @@ def _unpack(trace: RankTrace) -> RankTrace:
     return trace
 
 
-def _worker(path: str, kw: dict) -> tuple[RankTrace, RankInfo] | InputError:
+def _worker(path: str, kw: dict) -> list[tuple[RankTrace, RankInfo]] | InputError:
     try:
-        trace, info = load_rank(Path(path), **kw)
+        pairs = load_rank(Path(path), **kw)
     except InputError as exc:
         return exc
-    return _pack(trace), info
+    return [(_pack(trace), info) for trace, info in pairs]
 
 
 def _files(p: Path) -> list[Path]:
@@ -220,7 +251,7 @@ def load_job_streaming(
     n_workers = max(1, min(n_workers, len(files)))
     if "memory_limit_mb" not in kw:  # the machine's budget, shared by the ranks read at once
         kw["memory_limit_mb"] = budget_mb(n_workers) or 0.0
-    outcomes: list[tuple[RankTrace, RankInfo] | InputError] = []
+    outcomes: list[list[tuple[RankTrace, RankInfo]] | InputError] = []
     if n_workers == 1:
         for f in files:
             try:
@@ -240,6 +271,7 @@ def load_job_streaming(
                 raise out
             skipped.append(SkippedFile(path=str(f), reason=out.reason))
             continue
-        ranks.append(_unpack(out[0]))
-        infos.append(out[1])
+        for trace, info in out:
+            ranks.append(_unpack(trace))
+            infos.append(info)
     return assemble_job(p, name, ranks, infos, skipped)

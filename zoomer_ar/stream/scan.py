@@ -361,15 +361,18 @@ def scan(path: Path, consume: Consumer, *, slice_bytes: int = SLICE, chunk: int 
 
 def scan_columns(path: Path, parser, consume: Callable[[int, dict, dict], None], *, chunk: int = CHUNK,
                  progress: Progress | None = None, hash: bool = True,  # noqa: A002
-                 repair: StreamRepair | None = None) -> ScanResult:
+                 repair: StreamRepair | None = None,
+                 on_head: Callable[[ScanResult], None] | None = None) -> ScanResult:
     """scan() for the compiled event reader (load/_fastjson.c), which tracks JSON itself: each
     chunk is fed to `parser` and the columns of its whole events go to `consume(n, columns,
     sparse)`; the reader finds the array's end. Raises fastcols.Unsupported where an event is
-    outside the reader's subset (the caller redoes the pass with scan())."""
+    outside the reader's subset (the caller redoes the pass with scan()). `on_head` as scan()'s."""
     reader, res, buf, next_chunk, more = _open(path, chunk, hash, progress, repair)
 
     try:
         _read_head(buf, more, res)
+        if on_head is not None:
+            on_head(res)
 
         def after() -> None:
             n, cols, sparse = parser.take()
