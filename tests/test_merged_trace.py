@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -198,6 +199,26 @@ def test_an_annotated_merged_trace_streams_as_the_job(job, tmp_path):
     _same(analyze_path(out), got, "annotated")
     ref = analyze_path(folder)
     assert got.features == ref.features and got.findings == ref.findings
+
+
+def test_a_merged_trace_listing_a_million_ranks_reads_the_ranks_it_holds(job, tmp_path):
+    # merged_ranks may list up to 2^20 ranks: builders and row groups are made for the ranks whose
+    # events the file holds (one per listed rank used to be made and scanned for)
+    from zoomer_ar.stream.split import RankSink
+
+    _, merged = job
+    doc = json.loads(merged.read_text())
+    doc["distributedInfo"]["merged_ranks"] = list(range(1 << 20))
+    many = tmp_path / "many.json"
+    many.write_text(json.dumps(doc))
+    ref = analyze_path(merged)
+    for got in (analyze_path(many), _streamed(many, prune_rows=0)):
+        assert [r.rank for r in got.job.ranks] == [0, 1, 5]
+        assert got.features["per_rank"] == ref.features["per_rank"]
+    sink = RankSink(str(many))
+    sink.on_head(SimpleNamespace(top={"distributedInfo": doc["distributedInfo"]}))  # scan.py's ScanResult
+    sink.add(json.dumps(doc["traceEvents"]).encode())
+    assert sorted(sink.builders) == [0, 1, 5] and [k for k, _ in sink.items()] == [0, 1, 5]
 
 
 def test_cli_stream_analyses_a_merged_trace(job, capsys):

@@ -29,7 +29,7 @@ import msgspec
 import numpy as np
 
 from .errors import InputError
-from .load.merged import MARKER_PID, PID_STRIDE, merged_dist, owner_of
+from .load.merged import MARKER_PID, PID_STRIDE, RankOwners, merged_dist
 from .models import Analysis, EvidenceEvent, Finding
 from .stream.compact import NsCounter
 from .stream.scan import ScanResult, scan
@@ -206,7 +206,7 @@ def _annotate_one(analysis: Analysis, path: Path, target: Path, groups: dict[int
     """Copy one trace file with the markers of the ranks it holds: rank -> (markers, pass, first flow id),
     several ranks for a merged trace (`merged`: its ranks), whose events each go to their rank's pass."""
     w = TraceWriter(target)
-    owner: dict = {}  # pid -> rank (owner_of), once per pid
+    owner = RankOwners(merged) if merged is not None else None
     holder: dict[str, ScanResult] = {}
 
     def on_head(res: ScanResult) -> None:
@@ -220,9 +220,7 @@ def _annotate_one(analysis: Analysis, path: Path, target: Path, groups: dict[int
         else:
             by_owner: dict[int | None, list[Lite]] = {}
             for e in lite:
-                pid = e.pid
-                r = owner[pid] if pid in owner else owner.setdefault(pid, owner_of(pid, merged))
-                by_owner.setdefault(r, []).append(e)
+                by_owner.setdefault(owner(e.pid), []).append(e)
             for r, events in by_owner.items():
                 if r in groups:
                     groups[r][1].see(events)

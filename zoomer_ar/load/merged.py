@@ -50,7 +50,7 @@ def merged_ranks(metadata: dict[str, Any] | None) -> list[int] | None:
     return None
 
 
-def rank_of_pid(pid: Any, ranks: list[int]) -> int | None:
+def rank_of_pid(pid: Any, ranks: list[int] | set[int] | frozenset[int]) -> int | None:
     """The merged rank a pid belongs to (as `trace merge` wrote it), or None."""
     if isinstance(pid, int) and not isinstance(pid, bool) and pid >= 0:
         r = pid // PID_STRIDE
@@ -61,14 +61,34 @@ def rank_of_pid(pid: Any, ranks: list[int]) -> int | None:
     return r if r in ranks else None
 
 
-def owner_of(pid: Any, ranks: list[int]) -> int | None:
-    """The merged rank whose events carry this pid: rank_of_pid's, else the first rank listed (an event
+class RankOwners:
+    """The merged rank whose events carry a pid: rank_of_pid's, else the first rank listed (an event
     without a pid); None for the markers of an annotated trace (`analyze --annotate`), which span the
-    ranks' windows and are no rank's events."""
-    if pid == MARKER_PID:
-        return None
-    r = rank_of_pid(pid, ranks)
-    return ranks[0] if r is None else r
+    ranks' windows and are no rank's events. Answers once per pid; the ranks are looked up in a set
+    (a file may list up to 2^20 of them)."""
+
+    def __init__(self, ranks: list[int]) -> None:
+        self.ranks = list(ranks)
+        self._set = frozenset(ranks)
+        self._of: dict[Any, int | None] = {}
+
+    def __call__(self, pid: Any) -> int | None:
+        try:
+            return self._of[pid]
+        except KeyError:
+            pass
+        except TypeError:  # an unhashable pid (the decoders give ints and strings): the first rank's
+            return self.ranks[0]
+        r = None if pid == MARKER_PID else rank_of_pid(pid, self._set)
+        if r is None and pid != MARKER_PID:
+            r = self.ranks[0]
+        self._of[pid] = r
+        return r
+
+
+def owner_of(pid: Any, ranks: list[int]) -> int | None:
+    """RankOwners(ranks)(pid), for one pid."""
+    return RankOwners(ranks)(pid)
 
 
 def split_merged(trace: RankTrace, info: RankInfo) -> list[tuple[RankTrace, RankInfo]] | None:
@@ -77,13 +97,16 @@ def split_merged(trace: RankTrace, info: RankInfo) -> list[tuple[RankTrace, Rank
     ranks = merged_ranks(trace.metadata)
     if ranks is None:
         return None
-    owners = [owner_of(v, ranks) for v in trace.pid_values]
-    of_code = np.asarray([-1 if r is None else r for r in owners] or [-1], dtype=np.int64)
+    owner = RankOwners(ranks)
+    of_code = np.asarray([-1 if (r := owner(v)) is None else r for v in trace.pid_values] or [-1], dtype=np.int64)
     row_rank = of_code[np.asarray(trace.pid, dtype=np.int64)] if len(trace) else np.empty(0, dtype=np.int64)
+    order = np.argsort(row_rank, kind="stable")  # each rank's rows together, in file order
+    present, first, count = np.unique(row_rank[order], return_index=True, return_counts=True)
+    rows_of = {int(r): order[a:a + n] for r, a, n in zip(present.tolist(), first.tolist(), count.tolist()) if r >= 0}
     out = []
-    for r in ranks:
-        rows = np.flatnonzero(row_rank == r)
-        if not rows.size:
+    for r in ranks:  # in the order listed; ranks without events give none (the loop is over ranks present)
+        rows = rows_of.get(r)
+        if rows is None:
             continue
         part = _rows_of(trace, rows)
         part.rank = r

@@ -128,7 +128,7 @@ def stream_ranks(path: Path, *, rank_hint: int | None = None, progress: Progress
         prune_rows = _env_int("ZOOMER_STREAM_PRUNE_ROWS", PRUNE_ROWS)
     built: list[tuple[RankTrace, CompactBuilder]] = []
     infos: list[RankInfo] = []
-    for key, b in list(sink.items()):
+    for key, b in sink.items():
         trace = b.finish()
         world = dist.get("world_size")
         if key is not None:  # a rank of a merged trace, as load/merged.split_merged gives it

@@ -13,14 +13,13 @@ counts: nanosecond timestamps and which external-id field the trace uses.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import msgspec
 import numpy as np
 
 from ..load import fastcols
-from ..load.merged import merged_ranks, owner_of
+from ..load.merged import RankOwners, merged_ranks
 from .compact import CompactBuilder, NeedAnotherPass, NsCounter, _take_list, decode_slice
 
 
@@ -57,7 +56,15 @@ class RankSink:
 
     def _split(self, ranks: list[int]) -> None:
         self.ranks = list(ranks)
-        self.builders = {r: CompactBuilder(r, self.path, self.hints.get(r), shared=self.first) for r in ranks}
+        self._owners_of = RankOwners(ranks)
+        self._order = {r: i for i, r in enumerate(ranks)}
+        self.builders = {}  # made as their ranks' first events come (a file may list 2^20 ranks)
+
+    def _builder(self, r: int) -> CompactBuilder:
+        b = self.builders.get(r)
+        if b is None:
+            b = self.builders[r] = CompactBuilder(r, self.path, self.hints.get(r), shared=self.first)
+        return b
 
     def parser(self):
         return self.first.parser()  # codes into the shared tables
@@ -70,10 +77,11 @@ class RankSink:
             return
         owner = self._owners()[np.frombuffer(cols["pid"], dtype=fastcols.DTYPES["pid"])]
         arrays = {k: np.frombuffer(v, dtype=fastcols.DTYPES[k]) for k, v in cols.items()}
-        for r, b in self.builders.items():
+        for r in np.unique(owner).tolist():
+            if r < 0:
+                continue  # no rank's events: counted in the file's, kept by none
+            b = self._builder(r)
             idx = np.flatnonzero(owner == r)
-            if not idx.size:
-                continue
             sub = {k: a[idx] for k, a in arrays.items()}
             part: dict[str, tuple] = {}
             for f, (pos, uid, uniques) in sparse.items():
@@ -95,10 +103,10 @@ class RankSink:
         pids = [e.pid for e in _PID_ONLY.decode(view)]  # flow arrows decode without their pid
         self.n_events += len(events)
         owner = np.fromiter((self._owner_of(p) for p in pids), dtype=np.int64, count=len(pids))
-        for r, b in self.builders.items():
-            idx = np.flatnonzero(owner == r)
-            if idx.size:
-                b.add_events(_take_list(events, idx.tolist()), flow[idx])
+        for r in np.unique(owner).tolist():
+            if r >= 0:
+                idx = np.flatnonzero(owner == r)
+                self._builder(r).add_events(_take_list(events, idx.tolist()), flow[idx])
 
     def _owners(self) -> np.ndarray:
         """Rank of each pid code registered so far (-1: no rank's events)."""
@@ -109,7 +117,7 @@ class RankSink:
         return self._owner
 
     def _owner_of(self, pid: Any) -> int:
-        r = owner_of(pid, self.ranks or [])
+        r = self._owners_of(pid)
         return -1 if r is None else r
 
     def owner(self, pid: Any) -> int | None:
@@ -117,9 +125,11 @@ class RankSink:
         return None if self.ranks is None else self._owner_of(pid)
 
     # --- after the pass
-    def items(self) -> Iterator[tuple[int | None, CompactBuilder]]:
+    def items(self) -> list[tuple[int | None, CompactBuilder]]:
         """The builders that received events, in the order of the ranks merged."""
-        return ((k, b) for k, b in self.builders.items() if b.n_events)
+        if self.ranks is None:
+            return [(None, self.first)] if self.first.n_events else []
+        return sorted(((k, b) for k, b in self.builders.items() if b.n_events), key=lambda kb: self._order[kb[0]])
 
     def check(self) -> dict[int | None, dict[str, Any]] | None:
         """Each builder's hints for another pass where one needs it (NeedAnotherPass), else None."""
