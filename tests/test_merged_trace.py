@@ -276,15 +276,29 @@ def test_annotating_a_merged_trace_marks_each_rank_once(job, tmp_path):
     assert str(5 * PID_STRIDE) in bound  # rank 5's markers bound to rank 5's events (its GPU, pid 0 merged)
 
 
-def test_a_job_mixing_a_merged_trace_with_rank_files_is_not_annotated(job, tmp_path, capsys):
+def test_a_job_mixing_a_merged_trace_with_rank_files_is_annotated_file_by_file(job, tmp_path, capsys):
+    # to a folder: each file copied with its ranks' markers (the merged one's routed by pid); into one
+    # file it would need merging a merged trace again: refused, naming the way out
     folder, merged = job
     mixed = tmp_path / "mixed"
     mixed.mkdir()
     (mixed / "merged.json").write_text(merged.read_text())
-    doc = rank_trace(7, 1.0)
-    (mixed / "rank-7.json").write_text(json.dumps(doc))
+    (mixed / "rank-7.json").write_text(json.dumps(rank_trace(7, 1.0)))
     assert main(["analyze", str(mixed), "--no-files", "--annotate", str(tmp_path / "m.json")]) == 2
-    assert "mixes a merged trace with other rank files" in capsys.readouterr().err
+    assert "mixes a merged trace with other rank files into one file: give a folder" in capsys.readouterr().err
+    out = tmp_path / "annotated"
+    assert main(["analyze", str(mixed), "--no-files", "--annotate", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["merged.json", "rank-7.json"]
+    mark = lambda p: [e for e in json.loads(p.read_text())["traceEvents"] if e.get("cat") == "zoomer"]  # noqa: E731
+    copied = mark(out / "merged.json")
+    assert copied and {e["pid"] for e in copied if e["ph"] == "f"} <= {e["pid"] for e in json.loads(merged.read_text())["traceEvents"]}
+    assert mark(out / "rank-7.json")
+    ref = analyze_path(mixed)
+    again = tmp_path / "again"
+    again.mkdir()
+    for p in out.iterdir():
+        (again / p.name).write_text(p.read_text())
+    assert analyze_path(again).features == ref.features  # the markers change no feature
 
 
 def test_an_annotated_job_analyses_as_the_job(tmp_path):

@@ -15,8 +15,8 @@ Evidence times are milliseconds from the rank's first complete event (EvidenceEv
 copy pass measures that first event (and whether timestamps are nanoseconds) as the loader does,
 and the markers are appended after the original events. A job of several rank files is written
 as one merged trace (pids of rank r become r * 10^7 + pid, as `zoomer-ar trace merge` does) when
-OUT is a file, or as one annotated copy per rank when OUT is a folder (no .json/.gz suffix).
-Open the result in Perfetto (ui.perfetto.dev) or chrome://tracing.
+OUT is a file, or as one annotated copy per file when OUT is a folder (no .json/.gz suffix): a
+merged trace among them is copied once with each of its ranks' markers. Open the result in Perfetto (ui.perfetto.dev) or chrome://tracing.
 """
 
 from __future__ import annotations
@@ -177,25 +177,25 @@ def annotate(analysis: Analysis, out: str | Path) -> AnnotateReport:
     by_rank = _evidence_by_rank(analysis)
     report = AnnotateReport()
     is_file = out.name.lower().endswith((".json", ".gz", ".zst", ".zstd"))
-    if len(ranks) > 1 and len({path for _, path in ranks}) == 1:  # a merged trace, analysed as its ranks
-        path, merged = ranks[0][1], [r for r, _ in ranks]
-        target = out if is_file else out / path.name
-        groups = {r: (m := by_rank.get(r, []), _RankPass({x.event.name[:300] for x in m}),
-                      FLOW_BASE + r * 1_000_000) for r in merged}  # flow ids as in a merged annotation of the rank files
-        report.markers += _annotate_one(analysis, path, target, groups, report, merged=merged)
-        report.outputs.append(str(target))
-        return report
-    if len({path for _, path in ranks}) != len(ranks):
-        raise InputError(analysis.job.path, "cannot annotate a job that mixes a merged trace with other rank files: "
-                                            "annotate each file on its own")
-    if len(ranks) == 1 or not is_file:
-        for i, (rank, path) in enumerate(ranks):
-            target = out if len(ranks) == 1 else out / path.name
-            markers = by_rank.get(rank, [])
-            rp = _RankPass({m.event.name[:300] for m in markers})
-            report.markers += _annotate_one(analysis, path, target, {rank: (markers, rp, FLOW_BASE)}, report)
+    files: dict[Path, list[int]] = {}  # each file's ranks: several for a merged trace, analysed as its ranks
+    for rank, path in ranks:
+        files.setdefault(path, []).append(rank)
+    if len(files) == 1 or not is_file:
+        for path, held in files.items():
+            target = out if is_file or len(ranks) == 1 else out / path.name
+            if len(held) == 1:
+                markers = by_rank.get(held[0], [])
+                groups = {held[0]: (markers, _RankPass({m.event.name[:300] for m in markers}), FLOW_BASE)}
+                report.markers += _annotate_one(analysis, path, target, groups, report)
+            else:
+                groups = {r: (m := by_rank.get(r, []), _RankPass({x.event.name[:300] for x in m}),
+                              FLOW_BASE + r * 1_000_000) for r in held}  # flow ids as in a merged annotation of the rank files
+                report.markers += _annotate_one(analysis, path, target, groups, report, merged=held)
             report.outputs.append(str(target))
         return report
+    if len(files) != len(ranks):
+        raise InputError(analysis.job.path, "cannot annotate a job that mixes a merged trace with other rank files into "
+                                            "one file: give a folder (one annotated copy per file)")
     report.markers += _annotate_merged(analysis, ranks, out, by_rank, report)
     report.outputs.append(str(out))
     return report
