@@ -221,6 +221,25 @@ def test_a_merged_trace_listing_a_million_ranks_reads_the_ranks_it_holds(job, tm
     assert sorted(sink.builders) == [0, 1, 5] and [k for k, _ in sink.items()] == [0, 1, 5]
 
 
+@pytest.mark.parametrize("fast", [True, False], ids=["compiled-reader", "msgspec-reader"])
+def test_file_wide_choices_count_every_event_as_the_in_memory_loader(tmp_path, fast):
+    # the in-memory loader decides nanoseconds on the whole file (median start above 1e17), markers of no
+    # rank included, before it splits; the streaming split decides the same from all builders' counts
+    ev = lambda pid, ts: {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": pid, "tid": 1, "ts": ts, "dur": 5}  # noqa: E731
+    events = [ev(4242, 9e16 + k) for k in range(3)] + [ev(PID_STRIDE + 4242, 9e16 + k) for k in range(2)]
+    events += [ev("zoomer", 2e17 + k) for k in range(6)]  # no rank's events, later in time
+    doc = {"distributedInfo": {"merged_ranks": [0, 1], "world_size": 1}, "traceEvents": events}
+    path = tmp_path / "merged.json"
+    path.write_text(json.dumps(doc))
+    from zoomer_ar.stream import load_job_streaming
+
+    ref, got = load_job(path), load_job_streaming(path, workers=1, fast=fast)
+    assert [r.rank for r in got.ranks] == [r.rank for r in ref.ranks] == [0, 1]
+    assert [r.time_unit_note for r in got.ranks] == [r.time_unit_note for r in ref.ranks]
+    assert "nanoseconds" in ref.ranks[0].time_unit_note  # the markers tipped the median: the test bites
+    assert [list(r.ts) for r in got.ranks] == [list(r.ts) for r in ref.ranks]
+
+
 def test_cli_stream_analyses_a_merged_trace(job, capsys):
     _, merged = job
     assert main(["analyze", str(merged), "--stream", "--no-files"]) == 0

@@ -19,9 +19,9 @@ import msgspec
 import numpy as np
 
 from ..load import fastcols
+from ..load.columns import PH_COMPLETE
 from ..load.merged import RankOwners, merged_ranks
 from .compact import CompactBuilder, NeedAnotherPass, NsCounter, _take_list, decode_slice
-
 
 
 class _Pid(msgspec.Struct, gc=False):
@@ -45,6 +45,7 @@ class RankSink:
         self.builders: dict[int | None, CompactBuilder] = {None: self.first}
         self.n_events = 0  # events of the file, every rank's and none's (an annotated trace's markers)
         self._owner = np.empty(0, dtype=np.int64)  # pid code -> rank (-1: no rank's)
+        self._ns_none = NsCounter()  # no rank's complete events: the in-memory test counts them too
         if ranks:
             self._split(ranks)
 
@@ -78,8 +79,10 @@ class RankSink:
         owner = self._owners()[np.frombuffer(cols["pid"], dtype=fastcols.DTYPES["pid"])]
         arrays = {k: np.frombuffer(v, dtype=fastcols.DTYPES[k]) for k, v in cols.items()}
         for r in np.unique(owner).tolist():
-            if r < 0:
-                continue  # no rank's events: counted in the file's, kept by none
+            if r < 0:  # no rank's events: counted in the file's, kept by none
+                none = owner < 0
+                self._ns_none.add(arrays["ts"][none][arrays["ph"][none] == PH_COMPLETE])
+                continue
             b = self._builder(r)
             idx = np.flatnonzero(owner == r)
             sub = {k: a[idx] for k, a in arrays.items()}
@@ -104,9 +107,12 @@ class RankSink:
         self.n_events += len(events)
         owner = np.fromiter((self._owner_of(p) for p in pids), dtype=np.int64, count=len(pids))
         for r in np.unique(owner).tolist():
+            idx = np.flatnonzero(owner == r)
             if r >= 0:
-                idx = np.flatnonzero(owner == r)
                 self._builder(r).add_events(_take_list(events, idx.tolist()), flow[idx])
+            else:
+                xs = [e.ts for e in _take_list(events, idx.tolist()) if e.ph == "X"]
+                self._ns_none.add(np.asarray(xs, dtype=np.float64))
 
     def _owners(self) -> np.ndarray:
         """Rank of each pid code registered so far (-1: no rank's events)."""
@@ -153,11 +159,11 @@ class RankSink:
         if self.ranks is None:
             return self.first.nanoseconds()
         ns = NsCounter()
-        for _, b in self.items():
-            ns.n += b.ns.n
-            ns.hi += b.ns.hi
-            ns.max_lo = max(ns.max_lo, b.ns.max_lo)
-            ns.min_hi = min(ns.min_hi, b.ns.min_hi)
+        for c in [b.ns for _, b in self.items()] + [self._ns_none]:
+            ns.n += c.n
+            ns.hi += c.hi
+            ns.max_lo = max(ns.max_lo, c.max_lo)
+            ns.min_hi = min(ns.min_hi, c.min_hi)
         return ns.nanoseconds()
 
     def settle(self) -> None:
