@@ -18,9 +18,10 @@ import pytest
 from zoomer_ar.load import load_job
 from zoomer_ar.stream import load_job_streaming
 
-from conftest import REPO
+from conftest import REPO, SHARED_TRACES
 
-RESNET = REPO.parent / "shared/traces/kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
+RESNET = SHARED_TRACES / "kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
+STACKS = REPO / "examples/gpu/sync_point/rank-0.pt.trace.json.gz"  # H200, with_stack: evidence frames
 
 
 def _recorder():
@@ -33,11 +34,23 @@ def _recorder():
     return calls, factory
 
 
-def _check(calls: list[tuple[int, int]], size: int) -> None:
+def _reads(calls: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
+    """The reads of a file in its reports: one starts where the bytes read go back down."""
+    reads: list[list[tuple[int, int]]] = []
+    for done, total in calls:
+        if not reads or done < reads[-1][-1][0]:
+            reads.append([])
+        reads[-1].append((done, total))
+    return reads
+
+
+def _check(calls: list[tuple[int, int]], size: int, reads: int | None = None) -> None:
     assert calls, "no progress reported"
-    assert [d for d, _ in calls] == sorted(d for d, _ in calls)  # bytes read only grow
-    assert calls[-1] == (size, size)  # ... to the whole file
     assert all(t == size for _, t in calls)
+    got = _reads(calls)
+    assert got[-1][-1] == (size, size)  # the last read went to the end of the file
+    if reads is not None:
+        assert len(got) == reads and all(r[-1] == (size, size) for r in got)
 
 
 @pytest.fixture
@@ -56,7 +69,7 @@ def test_the_in_memory_loader_reports_each_file(folder):
     calls, factory = _recorder()
     load_job(folder, progress_factory=factory)
     for f in folder.iterdir():
-        _check(calls[f.name], f.stat().st_size)
+        _check(calls[f.name], f.stat().st_size, reads=1)
 
 
 @pytest.mark.parametrize("workers", [1, 2], ids=["one-process", "worker-processes"])
@@ -71,6 +84,14 @@ def test_the_streaming_loader_reports_each_file_also_from_worker_processes(folde
         assert any(len(c) > 1 for c in calls.values())  # reports while reading, not only at the end
 
 
+def test_a_second_read_of_a_file_is_reported_from_its_start():
+    # a trace with Python stacks is read again for its evidence frames: that read reports too (it used to
+    # run silent after the first read's bar had closed)
+    calls, factory = _recorder()
+    load_job_streaming(STACKS, workers=1, progress_factory=factory, chunk=64 << 10)
+    _check(calls[STACKS.name], STACKS.stat().st_size, reads=2)
+
+
 def test_a_refused_file_read_in_a_worker_closes_its_bar(folder):
     bad = folder / "rank-2.json"
     bad.write_text('{"foo": 1}')
@@ -80,15 +101,24 @@ def test_a_refused_file_read_in_a_worker_closes_its_bar(folder):
     assert calls["rank-2.json"][-1][0] == calls["rank-2.json"][-1][1] > 0
 
 
-def test_cli_shows_bars_in_a_terminal_for_a_folder_read_in_worker_processes(folder, tmp_path):
-    # a real terminal (script(1) gives the command a pty): the bars of both rank files are drawn
+def _terminal(args: list[str], env: dict[str, str]) -> str:
+    """What `zoomer-ar ARGS` writes to a real terminal (script(1) gives it a pty), bars for every file."""
     if not shutil.which("script"):
         pytest.skip("script(1) is not installed")
     code = ("import sys; from zoomer_ar import analyze_cli; analyze_cli.PROGRESS_MIN_BYTES = 0; "
-            "from zoomer_ar.cli import main; sys.exit(main(['analyze', sys.argv[1], '--no-files', '--stream']))")
-    env = dict(os.environ, ZOOMER_STREAM_WORKERS="2", COLUMNS="120", TERM="xterm")
-    cmd = f"{sys.executable} -c \"{code}\" {folder}"
-    out = subprocess.run(["script", "-qec", cmd, "/dev/null"], capture_output=True, text=True, env=env,
-                         timeout=300).stdout
+            "from zoomer_ar.cli import main; sys.exit(main(sys.argv[1:]))")
+    cmd = f"{sys.executable} -c \"{code}\" " + " ".join(args)
+    return subprocess.run(["script", "-qec", cmd, "/dev/null"], capture_output=True, text=True,
+                          env=dict(os.environ, COLUMNS="120", TERM="xterm", **env), timeout=300).stdout
+
+
+def test_cli_shows_bars_in_a_terminal_for_a_folder_read_in_worker_processes(folder):
+    out = _terminal(["analyze", str(folder), "--no-files", "--stream"], {"ZOOMER_STREAM_WORKERS": "2"})
     assert "reading" in out and "rank-0.json.gz" in out and "rank-1.json.gz" in out
     assert "profiled steps" in out  # the analysis went on
+
+
+def test_cli_shows_a_bar_for_each_read_of_a_file(folder):
+    # the streaming reader reads a trace with stacks twice (its evidence frames): the second read has a bar too
+    out = _terminal(["analyze", str(STACKS), "--no-files", "--stream"], {})
+    assert f"{STACKS.name} (pass 2)" in out and "profiled steps" in out

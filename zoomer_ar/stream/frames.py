@@ -21,6 +21,7 @@ import numpy as np
 
 from ..features.rank import rank_features
 from ..load.columns import PH_COMPLETE, RankTrace
+from ..load.reader import Progress
 from ..load.repair import StreamRepair
 from ..load.schema import RawArgs, RawEvent, NO_ARGS
 from .compact import CompactBuilder
@@ -68,7 +69,8 @@ _MISSING = object()
 
 
 def add_frames(built: list[tuple[RankTrace, CompactBuilder]], path: Path, *, ns: bool, slice_bytes: int,
-               repair: bool = False, owner: Callable[[Any], int | None] | None = None) -> list[int]:
+               repair: bool = False, owner: Callable[[Any], int | None] | None = None,
+               progress: Progress | None = None) -> list[int]:
     """Add to each trace (in place) the frames around its evidence events, in one more pass over the
     file; returns how many each got. `built`: the file's one rank, or the ranks of a merged trace, whose
     events `owner` tells apart (by pid: the rank, -1 for none; stream/split.py): each rank's events are
@@ -115,7 +117,7 @@ def add_frames(built: list[tuple[RankTrace, CompactBuilder]], path: Path, *, ns:
                                                    dur=_NUM.decode(e.dur) if e.dur is not None else 0,
                                                    pid=e.pid, tid=e.tid, args=args)))
 
-    scan(path, consume, slice_bytes=slice_bytes, hash=False, repair=StreamRepair() if repair else None)
+    scan(path, consume, slice_bytes=slice_bytes, hash=False, repair=StreamRepair() if repair else None, progress=progress)
     for (trace, b), got in zip(built, found):
         if got:
             b.merge_extra(trace, got, ns=ns)

@@ -66,6 +66,8 @@ def stream_ranks(path: Path, *, rank_hint: int | None = None, progress: Progress
     """One trace file -> [(compact RankTrace, RankInfo)]: its one rank, as load_trace would give it,
     or the ranks of a `zoomer-ar trace merge` output, as the in-memory loader splits it (split.py).
 
+    `progress` hears of every read of the file (a pass that starts again from 0 is another read: a
+    second pass, the evidence frames' pass).
     `fast` (default: where installed) reads events with the compiled reader; a file with an event
     outside its subset is read again with msgspec. Raises StreamError when the file must go to the
     in-memory loader, InputError for bad input the streaming reader recognises itself, and when
@@ -92,12 +94,12 @@ def stream_ranks(path: Path, *, rank_hint: int | None = None, progress: Progress
                 res = scan(path, guard.wrap(sink.add, lambda: sink.n_events), slice_bytes=slice_bytes,
                            chunk=chunk or CHUNK, progress=progress, repair=fix, on_head=sink.on_head)
         except fastcols.Unsupported:  # an event outside the compiled reader's subset: msgspec
-            fast, passes, progress = False, passes - 1, None
+            fast, passes = False, passes - 1
             continue
         except BadJSON as exc:  # an event name the profiler did not escape: read again, repairing
             if repairing or not exc.unescaped_name:
                 raise
-            repairing, fast, passes, progress = True, fast0, passes - 1, None
+            repairing, fast, passes = True, fast0, passes - 1
             continue
         finally:
             if gc_was_enabled:
@@ -106,7 +108,7 @@ def stream_ranks(path: Path, *, rank_hint: int | None = None, progress: Progress
             raise StreamError("no events")  # the in-memory loader says why
         if sink.ranks is None and (late := merged_ranks(res.top)):
             # a merged trace whose distributedInfo follows its events: read again, split from the start
-            ranks, hints, passes, progress = late, {}, passes - 1, None
+            ranks, hints, passes = late, {}, passes - 1
             continue
         ranks = sink.ranks
         again = sink.check()
@@ -114,7 +116,6 @@ def stream_ranks(path: Path, *, rank_hint: int | None = None, progress: Progress
             if passes >= MAX_PASSES:
                 raise StreamError(f"still incomplete after {passes} passes: {sink.why}") from None
             hints = again
-            progress = None
             continue
         break
     if sink.n_useful == 0:
@@ -174,7 +175,7 @@ def stream_ranks(path: Path, *, rank_hint: int | None = None, progress: Progress
         ))
     if frames:
         added = add_frames(built, path, ns=ns, slice_bytes=slice_bytes, repair=repairing,
-                           owner=sink.owner if sink.ranks is not None else None)
+                           owner=sink.owner if sink.ranks is not None else None, progress=progress)
         for (trace, _), n in zip(built, added):
             trace.metadata["streamed"]["frames_added"] = n
     for trace, _ in built:
