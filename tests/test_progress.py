@@ -105,7 +105,7 @@ def _terminal(args: list[str], env: dict[str, str]) -> str:
     """What `zoomer-ar ARGS` writes to a real terminal (script(1) gives it a pty), bars for every file."""
     if not shutil.which("script"):
         pytest.skip("script(1) is not installed")
-    code = ("import sys; from zoomer_ar import analyze_cli; analyze_cli.PROGRESS_MIN_BYTES = 0; "
+    code = ("import sys; from zoomer_ar import progress; progress.PROGRESS_MIN_BYTES = 0; "
             "from zoomer_ar.cli import main; sys.exit(main(sys.argv[1:]))")
     cmd = f"{sys.executable} -c \"{code}\" " + " ".join(args)
     return subprocess.run(["script", "-qec", cmd, "/dev/null"], capture_output=True, text=True,
@@ -122,3 +122,24 @@ def test_cli_shows_a_bar_for_each_read_of_a_file(folder):
     # the streaming reader reads a trace with stacks twice (its evidence frames): the second read has a bar too
     out = _terminal(["analyze", str(STACKS), "--no-files", "--stream"], {})
     assert f"{STACKS.name} (pass 2)" in out and "profiled steps" in out
+
+
+def test_cli_shows_bars_for_trace_surgery_and_the_annotated_copy(tmp_path):
+    # reads without a caller's callback (surgery, the annotated copy) report to the command's bars
+    out = _terminal(["trace", "compress", str(STACKS), str(tmp_path / "c.json.gz")], {})
+    assert f"reading {STACKS.name}" in _plain(out)
+    out = _terminal(["analyze", str(STACKS), "--no-files", "--no-stream", "--annotate", str(tmp_path / "a.json.gz")], {})
+    assert f"reading {STACKS.name}" in _plain(out) and "annotated trace:" in out
+
+
+def test_no_bars_outside_a_terminal(tmp_path, capsys):
+    from zoomer_ar.cli import main
+
+    assert main(["trace", "compress", str(STACKS), str(tmp_path / "c.json.gz")]) == 0
+    assert "reading" not in capsys.readouterr().err
+
+
+def _plain(text: str) -> str:
+    import re
+
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)

@@ -7,64 +7,17 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import click
 
 from .analyze import analyze_path
 from .errors import InputError
 from .load.job import job_name_of, recorded_job
+from .load.reader import reading_progress
+from .progress import bar_factory
 from .render import render_html, render_markdown, render_text, write_outputs
 from .render.report import findings_json
 from .store.options import apply_store_options, record_options  # --record and cost attribution (zoomer_ar/store)
-
-PROGRESS_MIN_BYTES = 32 << 20
-
-
-def _progress_factory(enabled: bool):
-    """A bar for each read of a file of 32 MB or more: reports that start again from 0 are another
-    read of the file (the streaming reader's second pass, its evidence frames' pass), shown as
-    "(pass N)" rather than left without a bar."""
-    if not enabled:
-        return None
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
-
-    def factory(path: Path):
-        try:
-            size = path.stat().st_size
-        except OSError:
-            return None
-        if size < PROGRESS_MIN_BYTES:
-            return None
-        state: dict[str, Any] = {"bar": None, "last": 0, "reads": 0}
-
-        def open_bar(total: int) -> None:
-            state["reads"] += 1
-            progress = Progress(
-                TextColumn("[bold]reading[/] {task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                TimeRemainingColumn(), transient=True,
-            )
-            progress.start()
-            label = path.name if state["reads"] == 1 else f"{path.name} (pass {state['reads']})"
-            state["bar"], state["last"] = (progress, progress.add_task(label, total=total)), 0
-
-        def update(done: int, total: int) -> None:
-            if state["bar"] is None or done < state["last"]:  # a new read of the file
-                if state["bar"] is not None:
-                    state["bar"][0].stop()
-                open_bar(total)
-            progress, task = state["bar"]
-            progress.update(task, completed=done, total=total)
-            state["last"] = done
-            if done >= total:
-                progress.stop()
-                state["bar"] = None
-
-        open_bar(size)
-        return update
-
-    return factory
-
 
 #: opt-in fixers that the job's recorded facts (the capture helper's job.json) make safe to apply:
 #: name -> (section, key that must be true, whether the trace must be host-only). cpu-autocast
@@ -309,7 +262,7 @@ def analyze(path: Path, out_dir: Path | None, fmt: str, name: str | None, source
     target = out_dir or default_out_dir(name, path)
     created = [] if no_files else prepare_out_dir(target)
     try:
-        analysis = analyze_path(path, name=name, progress_factory=_progress_factory(show), stream=stream)
+        analysis = analyze_path(path, name=name, progress_factory=bar_factory(show), stream=stream)
     except BaseException:
         _remove_empty(created)
         raise
@@ -333,7 +286,9 @@ def analyze(path: Path, out_dir: Path | None, fmt: str, name: str | None, source
     if annotate_out is not None:  # hook (zoomer_ar/annotate.py)
         from .annotate import annotate
 
-        click.echo(annotate(analysis, annotate_out).line(), err=True)
+        with reading_progress(bar_factory(show)):  # the copy reads each trace again: a bar each
+            report = annotate(analysis, annotate_out)
+        click.echo(report.line(), err=True)
     if fmt == "json":
         click.echo(findings_json(analysis), nl=False)
     elif fmt == "md":

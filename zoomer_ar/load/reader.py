@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 from ..errors import InputError
@@ -22,6 +24,26 @@ CHUNK = 8 << 20
 DEFAULT_MAX_BYTES = int(os.environ.get("ZOOMER_MAX_TRACE_BYTES", 6 << 30))
 
 Progress = Callable[[int, int], None]
+
+# Progress of the reads that no caller gave a callback (trace surgery, the annotated copy): a command
+# opens a scope with reading_progress(factory), and every file read in it gets factory(path)'s bar
+_BARS: ContextVar[Callable[[Path], Progress | None] | None] = ContextVar("zoomer_reading_progress", default=None)
+
+
+@contextmanager
+def reading_progress(factory: Callable[[Path], Progress | None] | None) -> Iterator[None]:
+    """Within the block, reads of files without a progress callback report to factory(path)'s."""
+    token = _BARS.set(factory)
+    try:
+        yield
+    finally:
+        _BARS.reset(token)
+
+
+def scoped_progress(path: Path) -> Progress | None:
+    """The progress callback of a read of `path` in a reading_progress block, else None."""
+    factory = _BARS.get()
+    return factory(path) if factory is not None else None
 
 
 class TraceTooBig(InputError):

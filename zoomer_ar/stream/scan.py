@@ -30,6 +30,7 @@ from ..load.cuts import last_boundary as _cut
 from ..load.cuts import skip_ws as _skip_ws
 from ..load.fastcols import feed_events
 from ..load.repair import StreamRepair, unescaped_name_at
+from ..load.reader import scoped_progress
 from .source import CHUNK, BadJSON, ChunkReader, Progress, StreamError, require_regular
 
 SLICE = 1 << 20  # JSON bytes per slice handed to the consumer
@@ -159,7 +160,7 @@ def _open(path: Path, chunk: int, hash: bool, progress: Progress | None,  # noqa
     require_regular(path)
     reader = ChunkReader(path, chunk=chunk, hash=hash, repair=repair)
     buf = bytearray()
-    next_chunk = _chunks(reader, progress, path.stat().st_size)
+    next_chunk = _chunks(reader, progress if progress is not None else scoped_progress(path), path.stat().st_size)
     return reader, ScanResult(), buf, next_chunk, _Appender(next_chunk, buf)
 
 

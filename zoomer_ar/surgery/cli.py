@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import signal
+import sys
 from pathlib import Path
 
 import click
 
 from ..errors import InputError
+from ..load.reader import reading_progress
+from ..progress import bar_factory
 from . import ops
 from .io import take_replaced
 from .validate import check_trace
@@ -92,6 +95,7 @@ def trace(ctx: click.Context) -> None:
     left behind by a command that fails or is interrupted (Ctrl-C, SIGTERM).
     """
     take_replaced()
+    ctx.with_resource(reading_progress(bar_factory(sys.stderr.isatty())))  # a bar for each read of a big file
     try:
         previous = signal.signal(signal.SIGTERM, _terminated)
     except ValueError:  # not the main thread: leave signals alone
