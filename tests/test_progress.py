@@ -143,3 +143,21 @@ def _plain(text: str) -> str:
     import re
 
     return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
+
+
+def test_bars_open_at_a_files_first_report_and_close_with_the_command(tmp_path, monkeypatch):
+    # a read that stops short (a probe of a file's first events, a refused file) leaves no bar behind
+    from zoomer_ar import progress
+    from zoomer_ar.load.reader import reading_progress, scoped_progress
+
+    monkeypatch.setattr(progress, "PROGRESS_MIN_BYTES", 0)
+    bars = progress.bar_factory(True)
+    (tmp_path / "t.json").write_text("x" * 1000)
+    with reading_progress(bars):
+        first = scoped_progress(tmp_path / "t.json")
+        assert not bars._open  # nothing shown before the first report
+        first(100, 1000)
+        assert len(bars._open) == 1
+        first(50, 1000)  # read again from the start: the first read's bar goes, the second's comes
+        assert len(bars._open) == 1
+    assert not bars._open and scoped_progress(tmp_path / "t.json") is None  # closed with the scope

@@ -262,7 +262,9 @@ def analyze(path: Path, out_dir: Path | None, fmt: str, name: str | None, source
     target = out_dir or default_out_dir(name, path)
     created = [] if no_files else prepare_out_dir(target)
     try:
-        analysis = analyze_path(path, name=name, progress_factory=bar_factory(show), stream=stream)
+        bars = bar_factory(show)
+        with reading_progress(bars):
+            analysis = analyze_path(path, name=name, progress_factory=bars, stream=stream)
     except BaseException:
         _remove_empty(created)
         raise

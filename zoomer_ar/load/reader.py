@@ -38,6 +38,8 @@ def reading_progress(factory: Callable[[Path], Progress | None] | None) -> Itera
         yield
     finally:
         _BARS.reset(token)
+        if (close := getattr(factory, "close", None)) is not None:
+            close()  # bars of reads that stopped short
 
 
 def scoped_progress(path: Path) -> Progress | None:

@@ -804,6 +804,10 @@ def peek_top(path: Path) -> dict[str, Any]:
     return probe_trace(path)[0] or {}
 
 
+def _no_bar(done: int, total: int) -> None:
+    return None
+
+
 def probe_trace(path: Path) -> tuple[dict[str, Any] | None, str]:
     """(top-level keys, "") when `path` is a trace (a `traceEvents` array or a bare array of
     events, with an event object that has a string `ph` among its first events), else (None, why
@@ -832,7 +836,8 @@ def probe_trace(path: Path) -> tuple[dict[str, Any] | None, str]:
         raise _Stop if found else _NotEvents
 
     try:
-        scan(path, first_events, hash=False, on_head=on_head, slice_bytes=_PROBE_BYTES, chunk=_PROBE_BYTES)
+        scan(path, first_events, hash=False, on_head=on_head, slice_bytes=_PROBE_BYTES, chunk=_PROBE_BYTES,
+             progress=_no_bar)  # 64 kB of the file: no bar
     except _Stop:
         return out, ""
     except _NotEvents:
