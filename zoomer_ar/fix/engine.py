@@ -580,9 +580,11 @@ def _run_parallel(tasks: list[tuple], jobs: int, selection_args: tuple,
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
+    from ..children import no_cwd_imports  # a user's folder may hold a multiprocessing/ or random.py
+
     try:
-        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_start,
-                                 initargs=selection_args) as pool:
+        with no_cwd_imports(), ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
+                                                   initializer=_worker_start, initargs=selection_args) as pool:
             out: list[FileResult] = []
             for res in pool.map(_worker_file, tasks, chunksize=max(1, min(8, len(tasks) // (4 * jobs)))):
                 out.append(res)

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..children import no_cwd_imports
+
 
 @dataclass
 class TraceResult:
@@ -80,6 +82,7 @@ def local_cluster(workers: int = 2, threads: int = 1):
                         dashboard_address=None, silence_logs=40)
 
 
+@no_cwd_imports()  # Dask's workers (and their restarts) are spawned while this runs: not from the current directory
 def run_batch(
     paths: Iterable[str | Path],
     *,

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import click
 
+from ..children import child_env
+
 DB_OPTION = click.option("--db", default=None, metavar="URL",
                          help="Store: SQLAlchemy URL or SQLite file (default: $ZOOMER_DB, else the user data folder).")
 DATA_OPTION = click.option("--data", "data_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
@@ -79,7 +81,7 @@ def _spawn_worker(settings, log_level: str) -> subprocess.Popen:
            "--lease", str(settings.lease_s), "--parent-pid", str(os.getpid()), "--log-level", log_level]
     if settings.db:
         cmd += ["--db", settings.db]
-    return subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
+    return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, env=child_env())  # `-m`: not from the current directory
 
 
 @click.command()

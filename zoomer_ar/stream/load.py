@@ -18,6 +18,7 @@ from collections.abc import Callable
 import numpy as np
 from pathlib import Path
 
+from ..children import no_cwd_imports
 from ..errors import InputError
 from ..load import fastcols
 from ..load.columns import RankTrace
@@ -313,8 +314,8 @@ def load_job_streaming(
     else:
         ctx = mp.get_context("spawn")  # no fork of a process that may hold threads
         bars = _Bars(ctx, files, progress_factory)
-        with cf.ProcessPoolExecutor(max_workers=n_workers, mp_context=ctx, initializer=_init_worker,
-                                    initargs=(bars.shared,)) as pool:
+        with no_cwd_imports(), cf.ProcessPoolExecutor(max_workers=n_workers, mp_context=ctx, initializer=_init_worker,
+                                                      initargs=(bars.shared,)) as pool:
             futures = [pool.submit(_worker, str(f), kw, bars.slot(i)) for i, f in enumerate(files)]
             index = {fut: i for i, fut in enumerate(futures)}
             finished: set[int] = set()
