@@ -200,14 +200,7 @@ def _load_trace(
         trace = build_columns(events, 0, str(path))
         del events, doc.traceEvents
     dist = doc.distributedInfo or {}
-    rank_source = "default"
-    rank = 0
-    if isinstance(dist.get("rank"), int):
-        rank, rank_source = int(dist["rank"]), "distributedInfo"
-    elif rank_hint is not None:
-        rank, rank_source = rank_hint, "file name"
-    elif (r := rank_from_name(path)) is not None:
-        rank, rank_source = r, "file name"
+    rank, rank_source = rank_of_file(dist, path, rank_hint)
     trace.rank = rank
     useful = (trace.ph == PH_COMPLETE) | (trace.ph == PH_INSTANT)
     if not useful.any():
@@ -241,6 +234,18 @@ def _load_trace(
         backend=str(dist["backend"]) if dist.get("backend") else None,
     )
     return trace, info
+
+
+def rank_of_file(dist: dict, path: Path, rank_hint: int | None = None) -> tuple[int, str]:
+    """(rank, where it comes from) of a trace file: distributedInfo.rank, else the rank the caller
+    numbered it (rank_hint), else a rank-N file name, else 0."""
+    if isinstance(dist.get("rank"), int):
+        return int(dist["rank"]), "distributedInfo"
+    if rank_hint is not None:
+        return rank_hint, "file name"
+    if (r := rank_from_name(path)) is not None:
+        return r, "file name"
+    return 0, "default"
 
 
 def is_trace_file(p: Path) -> bool:

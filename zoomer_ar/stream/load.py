@@ -24,7 +24,7 @@ from ..load import fastcols
 from ..load.columns import RankTrace
 from ..load.merged import merged_ranks, rank_distributed_info
 from ..load.job import (TOO_DEEP, Job, _accelerator, _schema, assemble_job, load_trace, missing_reason, no_traces_reason,
-                        rank_files, rank_from_name, rebase_times)
+                        rank_files, rank_of_file, rebase_times)
 from ..load.reader import Progress, TraceTooBig
 from ..load.repair import StreamRepair
 from ..models import RankInfo, SkippedFile
@@ -138,13 +138,7 @@ def stream_ranks(path: Path, *, rank_hint: int | None = None, progress: Progress
             rank_dist, world = rank_distributed_info(dist, key)
         else:
             rank_dist = dist
-            rank, rank_source = 0, "default"
-            if isinstance(dist.get("rank"), int):
-                rank, rank_source = int(dist["rank"]), "distributedInfo"
-            elif rank_hint is not None:
-                rank, rank_source = rank_hint, "file name"
-            elif (r := rank_from_name(path)) is not None:
-                rank, rank_source = r, "file name"
+            rank, rank_source = rank_of_file(dist, path, rank_hint)
         trace.rank = rank
         if ns:
             trace.ts = trace.ts / 1000.0
