@@ -178,6 +178,13 @@ class NsCounter:
         if k < xs.size:
             self.max_lo = max(self.max_lo, float(xs[~above].max()))
 
+    def add_counts(self, other: NsCounter) -> None:
+        """Count another counter's starts too (the starts of several ranks of one file)."""
+        self.n += other.n
+        self.hi += other.hi
+        self.max_lo = max(self.max_lo, other.max_lo)
+        self.min_hi = min(self.min_hi, other.min_hi)
+
     def nanoseconds(self) -> bool:
         n, lo_count = self.n, self.n - self.hi
         if n == 0:

@@ -160,10 +160,7 @@ class RankSink:
             return self.first.nanoseconds()
         ns = NsCounter()
         for c in [b.ns for _, b in self.items()] + [self._ns_none]:
-            ns.n += c.n
-            ns.hi += c.hi
-            ns.max_lo = max(ns.max_lo, c.max_lo)
-            ns.min_hi = min(ns.min_hi, c.min_hi)
+            ns.add_counts(c)
         return ns.nanoseconds()
 
     def settle(self) -> None:
