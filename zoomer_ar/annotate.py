@@ -16,7 +16,8 @@ copy pass measures that first event (and whether timestamps are nanoseconds) as 
 and the markers are appended after the original events. A job of several rank files is written
 as one merged trace (pids of rank r become r * 10^7 + pid, as `zoomer-ar trace merge` does) when
 OUT is a file, or as one annotated copy per file when OUT is a folder (no .json/.gz suffix): a
-merged trace among them is copied once with each of its ranks' markers. Open the result in Perfetto (ui.perfetto.dev) or chrome://tracing.
+merged trace among them is copied once with each of its ranks' markers. Open the result in
+Perfetto (ui.perfetto.dev) or chrome://tracing.
 """
 
 from __future__ import annotations
