@@ -351,3 +351,24 @@ def test_annotating_an_annotated_merged_trace_keeps_markers_out_of_the_ranks(tmp
     marks = lambda p: sorted(json.dumps(e, sort_keys=True) for e in json.loads(p.read_text())["traceEvents"]  # noqa: E731
                              if e.get("cat") == "zoomer" and e.get("ph") != "M")
     assert marks(twice) == sorted(marks(once) * 2)  # the first markers copied, the same ones placed again
+
+
+@pytest.mark.parametrize("command", [
+    ["merge", "{job}", "{out}.json"],
+    ["merge", "{merged}", "{out}.json"],
+    ["sample", "{job}", "{out}", "-k", "1"],
+    ["filter", "{job}", "{out}", "--ranks", "0"],
+])
+def test_surgery_does_not_take_a_merged_trace_for_one_rank(job, tmp_path, capsys, command):
+    # merge numbered a merged trace as one more rank (dlrm_8ranks merged + one rank file: "ranks [0, 1]", the 8
+    # ranks pooled into one); sample and filter --ranks pick rank files the same way
+    folder, merged = job
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    (mixed / "merged.json").write_text(merged.read_text())
+    (mixed / "rank-7.json").write_text(json.dumps(rank_trace(7, 1.0)))
+    args = [a.format(job=mixed, merged=merged, out=tmp_path / "out") for a in command]
+    assert main(["trace", *args]) == 2
+    assert "a trace merging 3 ranks (zoomer-ar trace merge), not one rank's" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.json").exists()
+    assert main(["trace", "filter", str(mixed), str(tmp_path / "cats"), "--cat", "kernel"]) == 0  # per file: fine

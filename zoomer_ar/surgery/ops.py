@@ -27,7 +27,7 @@ from ..errors import InputError
 from ..load.job import rank_files as folder_rank_files
 from ..load.job import no_traces_reason, rank_from_name
 from ..load.reader import DEFAULT_MAX_BYTES, read_trace_bytes
-from ..load.merged import ID_SHIFT, PID_STRIDE, merged_dist  # merge's pid and id offsets; the loader splits by them
+from ..load.merged import ID_SHIFT, PID_STRIDE, merged_dist, merged_ranks  # merge's pid and id offsets; the loader splits by them
 from ..load.repair import StreamRepair, repair
 from ..stream.compact import NsCounter
 from ..stream.scan import ScanResult, scan
@@ -916,6 +916,14 @@ def job_folder(src: Path) -> JobFiles:
     return rank_files(files, str(src))
 
 
+def refuse_merged(job: JobFiles, why: str) -> None:
+    """InputError for a `trace merge` output among a job's files where the command takes each file for
+    one rank (load/merged.py: such a file holds several; it counted as one rank, its ranks pooled)."""
+    for _, f in job.files:
+        if held := merged_ranks(job.tops[f]):
+            raise InputError(str(f), f"a trace merging {len(held)} ranks (zoomer-ar trace merge), not one rank's: {why}")
+
+
 def job_files(src: Path) -> list[tuple[int, Path]]:
     """(rank, file) of the traces of a job folder, in rank order (files that are not traces left out)."""
     return job_folder(src).files
@@ -966,6 +974,7 @@ def sample_job(src: Path, dst: Path, k: int | None = None, *, ranks: Iterable[in
             raise InputError(None, "--ranks names no rank")
     _check_folder_output(src, dst)
     job = job_folder(src)
+    refuse_merged(job, "sample the rank files it came from")
     files = job.files
     have = [r for r, _ in files]
     want = _wanted(src, have, ranks) if ranks is not None else choose_ranks(have, k or 1, seed=seed)
@@ -1063,6 +1072,8 @@ def filter_job(src: Path, dst: Path, *, ranks: Iterable[int] | None = None, **fi
         if not ranks:
             raise InputError(None, "--ranks names no rank")
     job = job_folder(src)
+    if ranks is not None:
+        refuse_merged(job, "--ranks picks rank files: filter the rank files it came from")
     have = [r for r, _ in job.files]
     want = set(_wanted(src, have, ranks)) if ranks is not None else set(have)
     st = Stats(skipped=list(job.skipped))
@@ -1146,6 +1157,7 @@ def merge_job(src: Path | list[Path], dst: Path, *, compression: str | None = No
         job = rank_files(inputs)
     else:
         job = job_folder(Path(src))
+    refuse_merged(job, "merge the rank files it came from")
     files = list(job.files)
     skipped = expanded + list(job.skipped)
     while True:
