@@ -15,7 +15,7 @@ from zoomer_ar.paths import PACKAGE_DIR
 from zoomer_ar.store.db import dispose_engine
 from zoomer_ar.store.record import RecordOptions, record_analysis
 
-from conftest import EXAMPLES, REPO
+from conftest import EXAMPLES, REPO, SHARED_TRACES
 
 CLEAN = EXAMPLES / "traces" / "clean"
 
@@ -100,3 +100,16 @@ def test_promoting_an_unknown_model_version_is_bad_input(tmp_path, capsys):
     assert main(["models", "promote", "v9999", "--models", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "no model version v9999" in err and "internal error" not in err
+
+
+def test_ctrl_c_exits_130(monkeypatch, capsys, shared_traces):
+    # click turns KeyboardInterrupt into Abort; the exit status is still the shell's for SIGINT (it was 1,
+    # the internal-error status)
+    import zoomer_ar.analyze_cli as analyze_cli
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(analyze_cli, "analyze_path", interrupted)
+    assert main(["analyze", str(SHARED_TRACES / "param/dlrm_8ranks"), "--no-files"]) == 130
+    assert "aborted" in capsys.readouterr().err

@@ -82,9 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     except ZoomerError as exc:
         click.echo(f"zoomer-ar: error: {exc}", err=True)
         return exc.exit_code
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as exc:  # click's form of Ctrl-C (and of an aborted prompt)
         click.echo("zoomer-ar: aborted", err=True)
-        return 1
+        return 130 if isinstance(exc.__cause__, KeyboardInterrupt) else 1  # 128 + SIGINT, as shells say it
     except click.ClickException as exc:
         exc.show()
         return 2 if isinstance(exc, click.UsageError) else exc.exit_code
