@@ -62,6 +62,19 @@ def _has_timing(ctx: Context, stmt: cst.CSTNode) -> bool:
     return False
 
 
+def _clock_in_loops(ctx: Context, call: cst.Call) -> cst.CSTNode | None:
+    """A clock read in a loop around ``call`` - its header (`while time.time() - t0 < budget:`) or its
+    body, outside nested functions - if any: the loop times something, and the synchronize may be what
+    makes the clock see the GPU's work (a warm-up or benchmark loop run for a time budget; a time taken
+    a few statements later)."""
+    for loop in ctx.loops_around(call):
+        for n in h.walk(loop, into_scopes=False):
+            if isinstance(n, cst.Call) and (ctx.matches(n, TIMERS, TIMERS_BARE)
+                                            or ((m := h.method(n)) is not None and m[1] in TIMER_METHODS)):
+                return n
+    return None
+
+
 class LoopSynchronize(Fixer):
     pattern = "sync-point"
     name = "loop-synchronize"
@@ -74,6 +87,11 @@ statement next to it (before or after, in the same block) reads a clock (`time.t
 `timeit.default_timer()`, `datetime.now()`/`utcnow()`/`today()`, CUDA event
 `record()`/`elapsed_time()`): there it brackets timing code and is needed. An only statement
 becomes `pass`; comments are kept.
+
+It reports, and keeps, a call in a loop that reads a clock elsewhere - in its header or further
+away in its body, in any loop around it: a warm-up or benchmark loop that runs for a time budget
+(`while time.time() - t0 < budget:`), or a time taken a few statements later, may be measuring
+exactly what the synchronize waits for.
 
 It reports, and keeps, a call in a function (or module code) that uses side streams, CUDA
 events or CUDA graphs (`torch.cuda.stream(...)`, `Stream(...)`, `wait_stream`, `Event(...)`,
@@ -172,6 +190,31 @@ for x, y in loader:
             None,
             message_contains="graph",
         ),
+        # a loop run for a time budget (torch's vendored quack autotuner warms the GPU up this way): without the
+        # synchronize the host would queue work for the budget instead of the GPU running it
+        Example(
+            "import time\nimport torch\n\n"
+            "def warmup(a, budget):\n"
+            "    t0 = time.time()\n"
+            "    while time.time() - t0 < budget:\n"
+            "        for _ in range(100):\n"
+            "            a = a @ a\n"
+            "        torch.cuda.synchronize()\n",
+            None,
+            message_contains="reads a clock",
+        ),
+        # the time is taken further on in the iteration, not next to the synchronize
+        Example(
+            "import time\nimport torch\n"
+            "for x in loader:\n"
+            "    t0 = time.perf_counter()\n"
+            "    out = model(x)\n"
+            "    torch.cuda.synchronize()\n"
+            "    log(out)\n"
+            "    times.append(time.perf_counter() - t0)\n",
+            None,
+            message_contains="not removed",
+        ),
     ]
 
     def check(self, ctx: Context) -> Iterable[Edit]:
@@ -190,6 +233,11 @@ for x, y in loader:
                 if any(_has_timing(ctx, s) for s in neighbours) or (len(line.body) > 1 and _has_timing(ctx, line)):
                     continue
             message = "torch.cuda.synchronize() in the loop blocks the CPU until the GPU drains, every iteration"
+            clock = _clock_in_loops(ctx, call)
+            if clock is not None:
+                yield self.report(call, message + f"; not removed: line {ctx.pos(clock).start.line} reads a clock in "
+                                  "the loop, and the synchronize may be what its time waits for")
+                continue
             scope = ctx.enclosing_scope(call)
             if id(scope) not in streams_in:
                 streams_in[id(scope)] = _stream_work(ctx, scope)
