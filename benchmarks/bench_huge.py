@@ -80,6 +80,13 @@ def _cpu(resource, children: bool = False) -> float:
     return t
 
 
+def _features_sha(analysis) -> str:
+    """A digest of an analysis' features (to compare two ways of reading the same job)."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps(analysis.features, sort_keys=True, default=str).encode()).hexdigest()
+
+
 def _child(kind: str, path: str, out: str) -> None:
     import gc
     import resource
@@ -103,7 +110,17 @@ def _child(kind: str, path: str, out: str) -> None:
                       features_peak_mb=_status_kb("VmHWM") / 1024 if split else None)
         result.update(load_s=t2 - t1, features_s=t3 - t2, findings=[f.pattern for f in analysis.findings],
                       events=meta.get("events"), kept=meta.get("kept"), rows=len(job.ranks[0]),
-                      passes=meta.get("passes"), pruned=meta.get("pruned", 0))
+                      passes=meta.get("passes"), pruned=meta.get("pruned", 0), ranks=len(job.ranks),
+                      features_sha=_features_sha(analysis))
+    elif kind == "zoomer-memory":  # the in-memory path (bench_merged.py's reference)
+        from zoomer_ar.analyze import analyze_path
+
+        rss0 = _status_kb("VmRSS")
+        c1, t1 = _cpu(resource), time.perf_counter()
+        analysis = analyze_path(path, stream=False)
+        t3 = time.perf_counter()
+        result.update(findings=[f.pattern for f in analysis.findings], ranks=len(analysis.job.ranks),
+                      features_sha=_features_sha(analysis))
     elif kind == "msgspec-slices":
         from zoomer_ar.load.schema import EVENTS_DECODER
         from zoomer_ar.stream.scan import scan
@@ -145,7 +162,7 @@ def _child(kind: str, path: str, out: str) -> None:
         result.update(events=int(sum(len(df) for df in analysis.t.traces.values())))
     else:
         raise SystemExit(f"unknown kind {kind}")
-    cpu = _cpu(resource, kind == "hta") - c1
+    cpu = _cpu(resource, kind in ("hta", "zoomer")) - c1  # with the processes they waited for (HTA's pool, a rank folder's workers)
     children_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     result.update(import_s=t1 - t0, work_s=t3 - t1, cpu_s=cpu, rss_base_mb=rss0 / 1024,
                   peak_self_mb=_status_kb("VmHWM") / 1024, peak_children_mb=children_kb / 1024)

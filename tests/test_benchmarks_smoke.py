@@ -264,3 +264,14 @@ def test_bench_cli_tiny_run(tmp_path):
     assert 20 < row["zoomer"]["peak_mb"] < 2000 and 20 < row["baseline"]["peak_mb"] < 2000
     worktrees = subprocess.run(["git", "worktree", "list"], cwd=REPO, capture_output=True, text=True).stdout
     assert "baseline-HEAD" not in worktrees
+
+
+def test_bench_merged_tiny_run(tmp_path, shared_traces):
+    # a merged trace, its rank folder and the in-memory split in fresh processes: the script compares the
+    # three analyses' features itself and exits 1 when they differ (no timing is asserted)
+    proc = subprocess.run([sys.executable, str(BENCH / "bench_merged.py"), "--size-gb", "0.004", "--dir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "features identical in all three: yes" in proc.stdout
+    assert proc.stdout.count(" 2 ranks ") == 3
+    assert not list(tmp_path.iterdir())  # generated traces removed
