@@ -271,6 +271,22 @@ class _Bars:
                 bar(done, total)
 
 
+def _run_pool(ctx, n_workers: int, files: list[Path], kw: dict,
+              bars: _Bars) -> list[list[tuple[RankTrace, RankInfo]] | InputError]:
+    """_worker on each file in `n_workers` processes, in the files' order, passing their progress on."""
+    with cf.ProcessPoolExecutor(max_workers=n_workers, mp_context=ctx, initializer=_init_worker,
+                                initargs=(bars.shared,)) as pool:
+        futures = [pool.submit(_worker, str(f), kw, bars.slot(i)) for i, f in enumerate(files)]
+        index = {fut: i for i, fut in enumerate(futures)}
+        finished: set[int] = set()
+        pending = set(futures)
+        while pending:
+            done, pending = cf.wait(pending, timeout=0.2 if bars.shared is not None else None)
+            finished |= {index[fut] for fut in done}
+            bars.show(finished)
+        return [fut.result() for fut in futures]
+
+
 def _files(p: Path) -> list[Path]:
     if p.is_dir():
         files = rank_files(p, is_trace_file)
@@ -307,18 +323,9 @@ def load_job_streaming(
                 outcomes.append(exc)
     else:
         ctx = mp.get_context("spawn")  # no fork of a process that may hold threads
-        bars = _Bars(ctx, files, progress_factory)
-        with no_cwd_imports(), cf.ProcessPoolExecutor(max_workers=n_workers, mp_context=ctx, initializer=_init_worker,
-                                                      initargs=(bars.shared,)) as pool:
-            futures = [pool.submit(_worker, str(f), kw, bars.slot(i)) for i, f in enumerate(files)]
-            index = {fut: i for i, fut in enumerate(futures)}
-            finished: set[int] = set()
-            pending = set(futures)
-            while pending:
-                done, pending = cf.wait(pending, timeout=0.2 if bars.shared is not None else None)
-                finished |= {index[fut] for fut in done}
-                bars.show(finished)
-            outcomes = [fut.result() for fut in futures]
+        with no_cwd_imports():  # everything that may start a helper process (the pool, shared memory) in here
+            bars = _Bars(ctx, files, progress_factory)
+            outcomes = _run_pool(ctx, n_workers, files, kw, bars)
     ranks: list[RankTrace] = []
     infos: list[RankInfo] = []
     skipped: list[SkippedFile] = []
