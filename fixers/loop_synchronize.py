@@ -91,7 +91,8 @@ becomes `pass`; comments are kept.
 It reports, and keeps, a call in a loop that reads a clock elsewhere - in its header or further
 away in its body, in any loop around it: a warm-up or benchmark loop that runs for a time budget
 (`while time.time() - t0 < budget:`), or a time taken a few statements later, may be measuring
-exactly what the synchronize waits for.
+exactly what the synchronize waits for; so is one in a notebook cell that `%%time`, `%%timeit` or
+`%%prun` times as a whole.
 
 It reports, and keeps, a call in a function (or module code) that uses side streams, CUDA
 events or CUDA graphs (`torch.cuda.stream(...)`, `Stream(...)`, `wait_stream`, `Event(...)`,
@@ -233,6 +234,10 @@ for x, y in loader:
                 if any(_has_timing(ctx, s) for s in neighbours) or (len(line.body) > 1 and _has_timing(ctx, line)):
                     continue
             message = "torch.cuda.synchronize() in the loop blocks the CPU until the GPU drains, every iteration"
+            if ctx.timed(call):
+                yield self.report(call, message + "; not removed: the notebook cell is timed (%%time, %%timeit, "
+                                  "%%prun), and the synchronize may be what its time waits for")
+                continue
             clock = _clock_in_loops(ctx, call)
             if clock is not None:
                 yield self.report(call, message + f"; not removed: line {ctx.pos(clock).start.line} reads a clock in "

@@ -378,3 +378,25 @@ def test_a_fix_flagged_in_scope_keeps_all_its_changes(tmp_path: Path):
     assert engine.fix_source_with(text, "sync_point.py", sel, scope=["train_step"]) == whole != text
     assert engine.fix_source_with(text, "sync_point.py", sel, scope=["main"]) == text
     assert engine.scope_of(text, 1) == engine.MODULE_SCOPE
+
+
+@pytest.mark.parametrize("together", [True, False], ids=["cells-joined", "cell-by-cell"])
+def test_a_synchronize_in_a_timed_cell_is_not_removed(tmp_path: Path, together):
+    # `%%timeit` times the whole cell: the synchronize in its loop is what the time waits for (it was
+    # removed, and the cell then timed the launches); the same loop in an untimed cell is fixed. The
+    # cell-by-cell path (cells that do not parse together: a late __future__ import) keeps it too.
+    cells = [("code", "import torch\nx = torch.zeros(3, device='cuda')", None),
+             ("code", "%%timeit\nfor i in range(3):\n    y = x * 2\n    torch.cuda.synchronize()", None),
+             ("code", "for i in range(3):\n    y = x * 2\n    torch.cuda.synchronize()", None)]
+    if not together:
+        cells.append(("code", "from __future__ import annotations", None))
+    nb = tmp_path / "nb.ipynb"
+    nb.write_text(_notebook(cells))
+    result = engine.run(tmp_path, fix=True)
+    found = {(m.path, m.fixable) for m in result.findings if m.fixer == "loop-synchronize"}
+    assert found == {("nb.ipynb:cell 2", False), ("nb.ipynb:cell 3", True)}
+    timed = next(m for m in result.findings if m.path == "nb.ipynb:cell 2")
+    assert "the notebook cell is timed" in timed.message
+    after = json.loads(result.files[0].after)
+    assert "torch.cuda.synchronize()" in "".join(after["cells"][1]["source"])
+    assert "torch.cuda.synchronize()" not in "".join(after["cells"][2]["source"])

@@ -323,6 +323,8 @@ _PLAIN_TYPES: set[type] = set()  # and those it does not
 
 SCOPE_BOUNDARIES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
 LINE_STATEMENTS = (cst.SimpleStatementLine, cst.SimpleStatementSuite, cst.BaseCompoundStatement)
+CELL_MARKER = "# zoomer-ar cell "  # notebooks.py: the comment line before each cell of a joined notebook
+TIMED_MARK = "timed"  # ... ending in this word for a cell that a %%time/%%timeit/%%prun magic times
 
 
 class Context:
@@ -575,6 +577,17 @@ class Context:
         rng = self._pos[node]
         line = self.lines()[rng.start.line - 1] if rng.start.line - 1 < len(self.lines()) else ""
         return line[: rng.start.column]
+
+    def timed(self, node: cst.CSTNode) -> bool:
+        """Whether ``node`` lies in a notebook cell that a `%%time`/`%%timeit`/`%%prun` magic times
+        as a whole (the notebook layer joins cells after marker comments; a timed cell's ends in
+        `timed`): code whose running time is being measured."""
+        lines = self.lines()
+        for i in range(min(self._pos[node].start.line, len(lines)) - 1, -1, -1):
+            line = lines[i].strip()
+            if line.startswith(CELL_MARKER):
+                return line.endswith(" " + TIMED_MARK)
+        return False
 
     def lines(self) -> list[str]:
         if not hasattr(self, "_lines"):

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from json.decoder import scanstring
 from typing import Any, Callable, Sequence
 
-from .base import SourceParseError, StaticMatch, parse_source
+from .base import CELL_MARKER, TIMED_MARK, SourceParseError, StaticMatch, parse_source
 from .lines import split_lines
 
 SUFFIX = ".ipynb"
@@ -296,8 +296,14 @@ def _move(m: StaticMatch, path: str, cell: Cell, first_line: int) -> StaticMatch
     })
 
 
+#: cell magics that time or profile the whole cell: code there is measured (base.Context.timed)
+TIMING_CELL_MAGICS = frozenset({"time", "timeit", "prun"})
+
+
 def _marker(nonce: str, cell: Cell) -> str:
-    return f"# zoomer-ar cell {nonce} {cell.number}"
+    first = _CELL_MAGIC.match(split_lines(cell.text)[0]) if cell.text.strip() else None
+    timed = f" {TIMED_MARK}" if first is not None and first.group(1) in TIMING_CELL_MAGICS else ""
+    return f"{CELL_MARKER}{nonce} {cell.number}{timed}"
 
 
 def _joined(cells: list[Cell], nonce: str) -> tuple[str, list[int]]:
@@ -325,7 +331,7 @@ def _split(fixed: str, cells: list[Cell], nonce: str) -> list[str] | None:
         if line.rstrip("\r\n") == (expected[found] if found < len(expected) else None):
             found += 1
             pieces.append([])
-        elif nonce in line and line.lstrip().startswith("# zoomer-ar cell"):
+        elif nonce in line and line.lstrip().startswith(CELL_MARKER):
             return None
         else:
             pieces[-1].append(line)
@@ -353,17 +359,20 @@ def _new_cell_text(cell: Cell, fixed_masked: str) -> str | None:
     return unmask(cell, fixed_masked)
 
 
-def _fix_each(cells: list[Cell], path: str, detect: Detect, fix: Fix | None,
-              errors: list[str]) -> tuple[list[StaticMatch], dict[int, str]]:
-    """Cell by cell: the findings and the new texts."""
+def _fix_each(cells: list[Cell], path: str, detect: Detect, fix: Fix | None, errors: list[str],
+              nonce: str) -> tuple[list[StaticMatch], dict[int, str]]:
+    """Cell by cell (each after its marker, as in the joined module): the findings and the new texts."""
     findings: list[StaticMatch] = []
     texts: dict[int, str] = {}
     for cell in cells:
         try:
-            found = detect(cell.masked or "", path)
-            findings.extend(_move(m, path, cell, 1) for m in found)
+            head = _marker(nonce, cell) + "\n"
+            source = head + (cell.masked or "")
+            found = detect(source, path)
+            findings.extend(_move(m, path, cell, 2) for m in found)
             if fix is not None and any(m.fixable for m in found):
-                new = _new_cell_text(cell, fix(cell.masked or "", path, found))
+                fixed = fix(source, path, found)
+                new = _new_cell_text(cell, fixed[len(head):]) if fixed.startswith(head) else None
                 if new is None:
                     errors.append(f"cell {cell.number}: its fix does not fit in the cell; left unchanged")
                 elif new != cell.text:
@@ -398,7 +407,7 @@ def process(text: str, path: str, detect: Detect, fix: Fix | None) -> Result:
         except SourceParseError:  # cells valid alone but not together (a late __future__ import)
             found = None
         if found is None:
-            findings, texts = _fix_each(good, path, detect, fix, errors)
+            findings, texts = _fix_each(good, path, detect, fix, errors, nonce)
         else:
             for m in found:
                 k = _cell_at(starts, m.line)
@@ -407,7 +416,7 @@ def process(text: str, path: str, detect: Detect, fix: Fix | None) -> Result:
                 pieces = _split(fix(joined, path, found), good, nonce)
                 new = [None if pieces is None else _new_cell_text(c, p) for c, p in zip(good, pieces or [None] * len(good))]
                 if pieces is None or any(n is None for n in new):  # a fix crossing cells: fix them one by one
-                    findings, texts = _fix_each(good, path, detect, fix, errors)
+                    findings, texts = _fix_each(good, path, detect, fix, errors, nonce)
                 else:
                     texts = {c.index: n for c, n in zip(good, new) if n is not None and n != c.text}
     after = rewrite(text, cells, texts) if texts else text
