@@ -580,8 +580,8 @@ class Context:
 
     def timed(self, node: cst.CSTNode) -> bool:
         """Whether ``node`` lies in a notebook cell that a `%%time`/`%%timeit`/`%%prun` magic times
-        as a whole (the notebook layer joins cells after marker comments; a timed cell's ends in
-        `timed`): code whose running time is being measured."""
+        as a whole (the notebook layer puts a marker comment before each cell; a timed cell's
+        marker ends in `timed`): code whose running time is being measured."""
         lines = self.lines()
         for i in range(min(self._pos[node].start.line, len(lines)) - 1, -1, -1):
             line = lines[i].strip()
