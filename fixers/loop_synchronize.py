@@ -75,6 +75,19 @@ def _clock_in_loops(ctx: Context, call: cst.Call) -> cst.CSTNode | None:
     return None
 
 
+#: words in a function's name that say it measures time (a benchmark, a warm-up, a latency probe)
+TIMING_WORDS = ("bench", "timing", "time", "measure", "profil", "warmup", "warm_up", "latency", "throughput")
+
+
+def _timing_function(ctx: Context, call: cst.Call) -> cst.FunctionDef | None:
+    """The function around ``call`` (any level) whose name says it measures time, if any: its caller
+    holds the clock (`timeit.timeit(bench)`, `triton.testing.do_bench(fn)`), out of this loop's sight."""
+    for a in ctx.ancestors(call):
+        if isinstance(a, cst.FunctionDef) and any(w in a.name.value.lower() for w in TIMING_WORDS):
+            return a
+    return None
+
+
 class LoopSynchronize(Fixer):
     pattern = "sync-point"
     name = "loop-synchronize"
@@ -92,7 +105,9 @@ It reports, and keeps, a call in a loop that reads a clock elsewhere - in its he
 away in its body, in any loop around it: a warm-up or benchmark loop that runs for a time budget
 (`while time.time() - t0 < budget:`), or a time taken a few statements later, may be measuring
 exactly what the synchronize waits for; so is one in a notebook cell that `%%time`, `%%timeit` or
-`%%prun` times as a whole.
+`%%prun` times as a whole, and one in a function whose name says it measures time (`benchmark`,
+`bench_*`, `*_timing`, `measure_*`, `profile_*`, `warmup`, `*latency*`, `*throughput*`, a name with
+`time` in it): its caller holds the clock (`timeit.timeit(bench)`, `triton.testing.do_bench(fn)`).
 
 It reports, and keeps, a call in a function (or module code) that uses side streams, CUDA
 events or CUDA graphs (`torch.cuda.stream(...)`, `Stream(...)`, `wait_stream`, `Event(...)`,
@@ -204,6 +219,17 @@ for x, y in loader:
             None,
             message_contains="reads a clock",
         ),
+        # the caller holds the clock: a function whose name says it measures time
+        Example(
+            "import timeit\nimport torch\n\n"
+            "def bench_matmul(a):\n"
+            "    for _ in range(10):\n"
+            "        a @ a\n"
+            "        torch.cuda.synchronize()\n\n"
+            "print(timeit.timeit(lambda: bench_matmul(a), number=5))\n",
+            None,
+            message_contains="whose name says it measures time",
+        ),
         # the time is taken further on in the iteration, not next to the synchronize
         Example(
             "import time\nimport torch\n"
@@ -242,6 +268,12 @@ for x, y in loader:
             if clock is not None:
                 yield self.report(call, message + f"; not removed: line {ctx.pos(clock).start.line} reads a clock in "
                                   "the loop, and the synchronize may be what its time waits for")
+                continue
+            bench = _timing_function(ctx, call)
+            if bench is not None:
+                yield self.report(call, message + f"; not removed: it runs in `{bench.name.value}` (line "
+                                  f"{ctx.pos(bench).start.line}), whose name says it measures time, and the "
+                                  "synchronize may be what the measurement waits for")
                 continue
             scope = ctx.enclosing_scope(call)
             if id(scope) not in streams_in:
