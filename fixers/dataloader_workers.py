@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from typing import Iterable
 
-import libcst as cst
-
 from zoomer_ar.fix import helpers as h
 from zoomer_ar.fix.base import Context, Edit, Example, Fixer
-from zoomer_ar.fix.datasets import ITERABLE, MAP, UNKNOWN, datasets_of, loader_verdict
+from zoomer_ar.fix.datasets import ITERABLE, UNKNOWN, datasets_of, loader_verdict
 
 
 class DataLoaderWorkers(Fixer):

@@ -287,7 +287,6 @@ print(float(running) / len(loader))
     ]
 
     def check(self, ctx: Context) -> Iterable[Edit]:
-        seen_stmts: set[int] = set()
         for node in ctx.nodes(cst.Call):
             site = self._site(ctx, node)
             if site is None:

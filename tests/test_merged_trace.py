@@ -14,7 +14,6 @@ import pytest
 
 from zoomer_ar.analyze import analyze_path
 from zoomer_ar.cli import main
-from zoomer_ar.errors import InputError
 from zoomer_ar.load import load_job
 from zoomer_ar.load.merged import PID_STRIDE, merged_ranks, rank_of_pid
 

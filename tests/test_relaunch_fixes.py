@@ -11,7 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 from zoomer_ar.cli import main
 from zoomer_ar.relaunch import RelaunchSpec, load_spec, render_spec

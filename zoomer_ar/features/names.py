@@ -66,7 +66,7 @@ def is_launch(name: str) -> bool:
 def is_launch_sync_or_alloc(name: str) -> bool:
     """A runtime call that launches device work, synchronises or allocates: the streaming reader
     keeps every such call (stream/compact.py) and pruning never drops one (stream/prune.py), so a
-    feature may choose among them on either path (features/rank.py: the call a gap's host sat in)."""
+    feature may choose among them on either path (features/idle.py: the call a gap's host sat in)."""
     return is_launch(name) or name in SYNC_APIS or name in ALLOCATOR_APIS
 
 

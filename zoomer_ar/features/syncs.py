@@ -3,8 +3,8 @@
 A sync-point finding is about synchronisations the user's code makes (`.item()`, `.cpu()`,
 `torch.cuda.synchronize()`). A trace also holds calls that look alike and are not: the profiler's
 own device sync when it stops, the stream sync inside a copy from pageable memory (the pageable
-copy's cost), `.item()` on CPU tensors. These helpers tell them apart for features.rank; `c` is
-its per-rank context (the trace `t`, the complete-event mask `x`, end times `end`, `name_mask`).
+copy's cost), `.item()` on CPU tensors. These helpers tell them apart for context.py and idle.py;
+`c` is the per-rank context (the trace `t`, the complete-event mask `x`, end times `end`, `name_mask`).
 """
 
 from __future__ import annotations

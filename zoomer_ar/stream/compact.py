@@ -37,7 +37,7 @@ category and name (first-seen order, as the in-memory columns), the nanosecond-t
 from __future__ import annotations
 
 import os
-from itertools import chain, compress, islice, repeat
+from itertools import compress, islice, repeat
 from operator import attrgetter, itemgetter, ne
 from typing import Any, ClassVar, Union
 
@@ -64,7 +64,7 @@ N_ANY, N_OP, N_COPY_, N_RT, N_ATEN, N_SINGLE, N_OPT, N_LIGHT = 1, 2, 4, 8, 16, 3
 _ARG_READ = (N.ITEM_OPS | N.ITEM_FALLBACK_OPS | N.COPY_OPS | N.GEMM_OPS | N.CONV_OPS | N.ZERO_FILL_OPS
              | {"aten::_to_copy", "aten::add_", "aten::add", "aten::copy_"})
 
-_LOW_PRECISION = ("c10::BFloat16", "c10::Half", "c10::Float8")  # as features.rank._holds_precision_cast
+_LOW_PRECISION = ("c10::BFloat16", "c10::Half", "c10::Float8")  # as features.host.holds_precision_cast
 _NAMED_OPS = (
     N.ITEM_OPS | N.ITEM_FALLBACK_OPS | N.COPY_OPS | N.FACTORY_OPS | N.GEMM_OPS | N.CONV_OPS | N.BN_OPS | N.LAYER_OPS
     | N.ZERO_FILL_OPS | {"aten::_to_copy", "aten::add_", "aten::add"}
@@ -534,10 +534,9 @@ class CompactBuilder:
         return self._cf_tab, self._nf_tab
 
     def _add(self, S: _EventSlice | _ColumnSlice) -> None:
-        n = S.n
         self.slice_no += 1
         sn = self.slice_no
-        cc, nc, ph, cf, nf, ts, dur, ords = S.cc, S.nc, S.ph, S.cf, S.nf, S.ts, S.dur, S.ords
+        ph, cf, nf, ts, dur, ords = S.ph, S.cf, S.nf, S.ts, S.dur, S.ords
         x = ph == PH_COMPLETE
         self.n_useful += int(np.count_nonzero(x | (ph == PH_INSTANT)))
 

@@ -5,12 +5,12 @@ factory, layer, add and backward op, every runtime call with a launch-like name.
 training trace most of them turn out not to matter, and the feature code's working memory grows
 with the rows it is given (about 100 bytes per row at its peak). Once the whole rank is known,
 `prune` removes the rows that no feature can select, each rule mirroring the selection it
-protects (zoomer_ar/features/rank.py and phases.py):
+protects (zoomer_ar/features/host.py, operators.py, relations.py and phases.py):
 
 - aten ops kept for the optimizer counts that are not inside an Optimizer.step# window by the
   features' own test (`_inside`: intervals.contained, same float arithmetic);
 - factory ops that are not the latest-ending factory before an `aten::_to_copy` on their thread
-  (`_factory_then_move` reads only that end time);
+  (`features.host.factory_then_move` reads only that end time);
 - backward ops contained in an earlier backward op of their thread (phases reads only their
   union per thread and the set of threads);
 - layer, batch-norm and add ops that are neither the first layer op after a convolution on its
@@ -71,7 +71,7 @@ def _codes_of(a: np.ndarray) -> list[int]:
 
 
 def _inside(ts, dur, tid, idx, outer) -> np.ndarray:
-    """features.rank._inside: rows of idx inside the union of `outer` rows on their own thread.
+    """features.relations.inside: rows of idx inside the union of `outer` rows on their own thread.
     Ends are `ts + dur` of the rows at hand (the same float sums as a whole `end` column)."""
     keep = np.zeros(idx.size, dtype=bool)
     if idx.size == 0 or outer.size == 0:
