@@ -32,7 +32,7 @@ import numpy as np
 from .errors import InputError
 from .load.merged import MARKER_PID, PID_STRIDE, RankOwners, merged_dist
 from .models import Analysis, EvidenceEvent, Finding
-from .stream.compact import NsCounter
+from .stream.nscount import NsCounter
 from .stream.scan import ScanResult, scan
 from .stream.source import StreamError
 from .surgery.io import Lite, TraceWriter, decode_top, encode_head, read_events

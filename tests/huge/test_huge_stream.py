@@ -320,28 +320,28 @@ def test_bad_input_is_refused_as_by_the_in_memory_path(tmp_path, payload, needle
 
 
 def test_one_value_column_parts_concatenate_as_a_broadcast():
-    from zoomer_ar.stream.compact import _as_constant, _concat
+    from zoomer_ar.stream.parts import as_constant, concat_parts
 
-    nan_parts = [_as_constant(np.full(5, np.nan)), _as_constant(np.full(3, np.nan)), np.full(1, np.nan)]
+    nan_parts = [as_constant(np.full(5, np.nan)), as_constant(np.full(3, np.nan)), np.full(1, np.nan)]
     assert all(p.strides == (0,) for p in nan_parts[:2])
-    got = _concat(nan_parts)
+    got = concat_parts(nan_parts)
     assert got.strides == (0,) and got.shape == (9,) and np.isnan(got).all()
-    ids = [_as_constant(np.full(4, -1, dtype=np.int16)), _as_constant(np.full(2, -1, dtype=np.int16))]
-    got = _concat(ids)
+    ids = [as_constant(np.full(4, -1, dtype=np.int16)), as_constant(np.full(2, -1, dtype=np.int16))]
+    got = concat_parts(ids)
     assert got.strides == (0,) and got.dtype == np.int16 and (got == -1).all() and got.size == 6
     # different values, or a part that varies: an ordinary concatenation, same values and dtype
-    mixed = [_as_constant(np.full(3, 7.0)), _as_constant(np.full(2, np.nan)), np.array([1.0, 2.0])]
+    mixed = [as_constant(np.full(3, 7.0)), as_constant(np.full(2, np.nan)), np.array([1.0, 2.0])]
     ref = np.concatenate([np.asarray(p).copy() for p in mixed])
-    got = _concat(mixed)
+    got = concat_parts(mixed)
     assert got.strides != (0,) and np.array_equal(got, ref, equal_nan=True) and got.dtype == ref.dtype
     varied = np.array([1.0, 2.0, 2.0])
-    assert _as_constant(varied) is varied
+    assert as_constant(varied) is varied
     empty = [np.empty(0, dtype=np.int32)]
-    assert _concat(empty).dtype == np.int32 and _concat(empty).size == 0
+    assert concat_parts(empty).dtype == np.int32 and concat_parts(empty).size == 0
 
 
 def test_prune_keeps_broadcast_columns_broadcast(generated):
-    from zoomer_ar.stream.compact import constant_columns
+    from zoomer_ar.stream.parts import constant_columns
     from zoomer_ar.stream.prune import prune
 
     path = generated["tiled"]

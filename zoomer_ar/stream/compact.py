@@ -36,167 +36,36 @@ category and name (first-seen order, as the in-memory columns), the nanosecond-t
 
 from __future__ import annotations
 
-import os
 from itertools import compress, islice, repeat
-from operator import attrgetter, itemgetter, ne
-from typing import Any, ClassVar, Union
+from operator import attrgetter, ne
+from typing import Any
 
-import msgspec
 import numpy as np
 
-from ..features import names as N
-from ..features.phases import is_backward_op
 from ..load.columns import (
-    decode_json_texts, INT_NONE, PH_CODES, PH_COMPLETE, PH_FLOW_END, PH_FLOW_START, PH_INSTANT, PH_META, RankTrace, _float_column, _int_column,
-    _int_or_none,
+    decode_json_texts, INT_NONE, PH_CODES, PH_COMPLETE, PH_INSTANT, PH_META, RankTrace, _float_column, _int_column,
 )
 from ..load import fastcols
-from ..load.schema import EVENTS_DECODER, NAN, NO_ARGS, Number, RawArgs
-
-# category flags
-C_GPU, C_ACCEL, C_RUNTIME, C_CPUOP, C_USER, C_PY, C_TRACE, C_GPUANN = 1, 2, 4, 8, 16, 32, 64, 128
-# name flags
-N_ANY, N_OP, N_COPY_, N_RT, N_ATEN, N_SINGLE, N_OPT, N_LIGHT = 1, 2, 4, 8, 16, 32, 64, 128
-# Host ops that no feature reads an argument of: the optimizer counts read names, the factory /
-# to_copy test and the conv -> batch norm test read names and times, phases read backward ops'
-# times and threads. Rows of these names (in cpu-op and user-annotation categories) are kept
-# "light": their argument columns hold the defaults (-1, NaN) instead of the event's values.
-_ARG_READ = (N.ITEM_OPS | N.ITEM_FALLBACK_OPS | N.COPY_OPS | N.GEMM_OPS | N.CONV_OPS | N.ZERO_FILL_OPS
-             | {"aten::_to_copy", "aten::add_", "aten::add", "aten::copy_"})
-
-_LOW_PRECISION = ("c10::BFloat16", "c10::Half", "c10::Float8")  # as features.host.holds_precision_cast
-_NAMED_OPS = (
-    N.ITEM_OPS | N.ITEM_FALLBACK_OPS | N.COPY_OPS | N.FACTORY_OPS | N.GEMM_OPS | N.CONV_OPS | N.BN_OPS | N.LAYER_OPS
-    | N.ZERO_FILL_OPS | {"aten::_to_copy", "aten::add_", "aten::add"}
+from ..load.schema import NAN
+from .classify import (
+    C_ACCEL, C_CPUOP, C_GPU, C_GPUANN, C_PY, C_RUNTIME, C_TRACE, C_USER, KEEP_CATS, KEEP_NAMES, LOW_PRECISION, N_ATEN,
+    N_COPY_, N_LIGHT, N_OPT, N_RT, cat_flags, name_flags,
 )
-_RT_WORDS = ("Memcpy", "memcpy", "Memset", "memset", "Launch", "launch", "Synchronize", "Malloc", "Free", "runFunction")
+from .event_slices import ColumnSlice, EventSlice, decode_slice
+from .heap import trim_heap
+from .nscount import NsCounter
+from .parts import SPARSE_COLS, ColumnParts, as_constant, codes_into, concat_parts, f32_if_exact, int_of, narrow, take_list
+
 HOST_BUDGET = 1 << 18  # host ops kept before the first device event (then: a second pass if none comes)
-NS_THRESHOLD = 1e17  # zoomer_ar.load.job.load_trace: median start above this = nanoseconds
 END_ULPS = 4  # latest-end candidates kept within this many float steps (ns traces round twice)
 
-_CAT, _NAME, _PH, _TS, _DUR, _PID, _TID, _ARGS = (attrgetter(f) for f in ("cat", "name", "ph", "ts", "dur", "pid", "tid", "args"))
-_IDIMS, _ITYPE, _CSTACK = attrgetter("input_dims"), attrgetter("input_type"), attrgetter("call_stack")
+_CAT, _NAME, _PH, _PID, _TID, _ARGS = (attrgetter(f) for f in ("cat", "name", "ph", "pid", "tid", "args"))
 _KIND = attrgetter("cat", "name", "ph")
-_CORR = attrgetter("args.correlation")
 _DENSE_GETTERS = tuple(attrgetter(f) for f in ("correlation", "stream", "device", "external_id"))
 _RARE = attrgetter("device_id", "external_id_2021", "nbytes", "mem_bytes", "total_allocated")
 _RARE_DEFAULT = (INT_NONE, INT_NONE, NAN, NAN, NAN)  # the schema's shared default objects
 _SPARSE = attrgetter("input_dims", "input_type", "call_stack")
 _SPARSE_NONE = (None, None, None)
-
-
-def cat_flags(cat: str) -> int:
-    f = 0
-    if cat in N.GPU_CATS:
-        f |= C_GPU
-    if cat in N.ACCEL_ONLY_CATS:
-        f |= C_ACCEL
-    if cat in N.RUNTIME_CATS:
-        f |= C_RUNTIME
-    if cat in N.CPU_OP_CATS:
-        f |= C_CPUOP
-    if cat == "user_annotation":
-        f |= C_USER
-    if cat in N.PYTHON_CATS:
-        f |= C_PY
-    if cat == "Trace":
-        f |= C_TRACE
-    if cat == "gpu_user_annotation":
-        f |= C_GPUANN
-    return f
-
-
-def name_flags(name: str) -> int:
-    f = 0
-    if (N.is_profiler_step(name) or N.is_dataloader_next(name) or N.is_optimizer_step(name) or N.is_zero_grad(name)
-            or name == "[memory]" or N.is_compile_window(name)):
-        f |= N_ANY
-    if N.is_optimizer_step(name):
-        f |= N_OPT
-    if name in _NAMED_OPS or is_backward_op(name):
-        f |= N_OP
-    if name == "aten::copy_":
-        f |= N_COPY_
-    if N.is_kept_runtime_call(name) or any(w in name for w in _RT_WORDS):
-        f |= N_RT
-    if name.startswith("aten::"):
-        f |= N_ATEN
-    if "_single_tensor_" in name:
-        f |= N_SINGLE
-    if not (f & N_ANY) and name not in _ARG_READ and "[memory]" not in name:
-        f |= N_LIGHT  # in a host-op category: see _ARG_READ
-    return f
-
-
-# Decoding: a union tagged by `ph`. Flow arrows (s/t/f) decode to empty structs (nothing of them is
-# used), every other phase to the reference schema's fields (load/schema.py RawEvent, same types,
-# so the same values and the same refusals). Phases outside the Chrome format, or an event
-# without `ph`, fail validation: that slice is decoded with the reference schema instead.
-_FULL_PHASES = "XiIMBECbneSTpFONDPRc"
-_FLOW_PHASES = "stf"
-
-
-def _event_class(ph: str, flow: bool) -> type:
-    ns: dict[str, Any] = {"__annotations__": {"ph": ClassVar[str]}, "ph": ph}
-    if not flow:
-        fields = {"name": (str, ""), "cat": (str, ""), "ts": (Number, 0), "dur": (Number, 0), "pid": (int | str, 0),
-                  "tid": (int | str, 0), "args": (RawArgs, NO_ARGS)}
-        for f, (tp, default) in fields.items():
-            ns["__annotations__"][f] = tp
-            ns[f] = default
-    return type(f"Event_{'flow_' if flow else ''}{ord(ph)}", (msgspec.Struct,), ns, tag_field="ph", tag=ph, gc=False)
-
-
-_CLASSES = [_event_class(p, False) for p in _FULL_PHASES] + [_event_class(p, True) for p in _FLOW_PHASES]
-_IS_FLOW = {c: c.ph in _FLOW_PHASES for c in _CLASSES}
-TAGGED_DECODER = msgspec.json.Decoder(list[Union[tuple(_CLASSES)]])  # noqa: UP007
-
-KEEP_CATS = C_GPU | C_ACCEL | C_TRACE
-KEEP_NAMES = N_ANY | N_OP | N_SINGLE
-
-
-class NsCounter:
-    """Decides load_trace's nanosecond test, `np.median(starts of complete events) > 1e17`,
-    from counts kept slice by slice (how many starts lie above, the largest below, the smallest
-    above): the median's rank tells on which side it falls."""
-
-    def __init__(self) -> None:
-        self.n = 0
-        self.hi = 0
-        self.max_lo = -np.inf
-        self.min_hi = np.inf
-
-    def add(self, xs: np.ndarray) -> None:
-        if not xs.size:
-            return
-        self.n += xs.size
-        above = xs > NS_THRESHOLD
-        k = int(np.count_nonzero(above))
-        self.hi += k
-        if k:
-            self.min_hi = min(self.min_hi, float(xs[above].min()))
-        if k < xs.size:
-            self.max_lo = max(self.max_lo, float(xs[~above].max()))
-
-    def add_counts(self, other: NsCounter) -> None:
-        """Count another counter's starts too (the starts of several ranks of one file)."""
-        self.n += other.n
-        self.hi += other.hi
-        self.max_lo = max(self.max_lo, other.max_lo)
-        self.min_hi = min(self.min_hi, other.min_hi)
-
-    def nanoseconds(self) -> bool:
-        n, lo_count = self.n, self.n - self.hi
-        if n == 0:
-            return False
-        if n % 2:
-            return n // 2 >= lo_count
-        i, j = n // 2 - 1, n // 2
-        if i >= lo_count:
-            return True
-        if j < lo_count:
-            return False
-        return float(np.mean(np.array([self.max_lo, self.min_hi]))) > NS_THRESHOLD
 
 
 class NeedAnotherPass(Exception):
@@ -206,173 +75,6 @@ class NeedAnotherPass(Exception):
         super().__init__(why)
         self.hints = hints
 
-
-def _narrow(a: np.ndarray) -> np.ndarray:
-    """An int64 column as int16/int32 when every value fits (values are only compared, never added)."""
-    if a.size == 0:
-        return a.astype(np.int16)
-    lo, hi = int(a.min()), int(a.max())
-    if -(2**15) <= lo and hi < 2**15:
-        return a.astype(np.int16)
-    if -(2**31) <= lo and hi < 2**31:
-        return a.astype(np.int32)
-    return a
-
-
-def _f32_if_exact(a: np.ndarray) -> np.ndarray:
-    """float32 when every value (NaN included) survives the round trip; features only compare and
-    print these byte counts, and a float32 holding the same value compares and prints the same."""
-    b = a.astype(np.float32)
-    return b if np.array_equal(b.astype(np.float64), a, equal_nan=True) else a
-
-
-_SPARSE_COLS = ("total_allocated", "ext21")  # columns that are one value on most rows of most traces
-
-
-def _as_constant(a: np.ndarray) -> np.ndarray:
-    """A column (or a slice's part of one) that holds one value, e.g. NaN `total_allocated`
-    without [memory] events or INT_NONE 2021-schema ids, as a read-only broadcast of that value:
-    the same values for every read, no bytes per row; any other array as it is."""
-    if a.size < 2 or a.strides == (0,):
-        return a
-    v = a[0]
-    same = bool(np.isnan(a).all()) if a.dtype.kind == "f" and v != v else bool((a == v).all())
-    return np.broadcast_to(a[:1].copy(), a.shape) if same else a
-
-
-def _concat(parts: list[np.ndarray]) -> np.ndarray:
-    """np.concatenate, except that broadcast parts of one value stay a broadcast."""
-    if not any(p.size for p in parts):
-        return np.concatenate(parts)
-    parts = [p for p in parts if p.size]
-    if all(p.ndim == 1 and (p.strides == (0,) or p.size == 1) and p.dtype == parts[0].dtype for p in parts) \
-            and any(p.strides == (0,) for p in parts):
-        v = parts[0][0]
-        nan = parts[0].dtype.kind == "f" and v != v
-        if all((p[0] != p[0]) if nan else (p[0] == v) for p in parts):
-            return np.broadcast_to(parts[0][:1].copy(), (sum(p.shape[0] for p in parts),))
-    return np.concatenate(parts)
-
-
-def constant_columns(t: RankTrace) -> list[str]:
-    """Replace columns that hold a single value (e.g. `total_allocated` without [memory] events)
-    by a read-only broadcast of that value: same values for every read, no memory per row."""
-    done = []
-    for f in ("stream", "device", "external_id", "correlation", "nbytes", "total_allocated"):
-        a = getattr(t, f)
-        b = _as_constant(a)
-        if b is not a:
-            setattr(t, f, b)
-            done.append(f)
-    return done
-
-
-M_MMAP_THRESHOLD = -3  # glibc mallopt parameter
-try:  # ZOOMER_MMAP_THRESHOLD=0 leaves glibc's dynamic threshold alone (less CPU, more memory)
-    MMAP_THRESHOLD = int(os.environ.get("ZOOMER_MMAP_THRESHOLD", 256 << 10))
-except ValueError:
-    MMAP_THRESHOLD = 256 << 10
-
-
-def fix_mmap_threshold() -> None:
-    """Serve every allocation of 256 KiB or more (numpy columns, masks, index arrays) with its own
-    mmap, so that freeing it returns the memory at once. glibc otherwise raises its threshold
-    each time a large block is freed (up to 32 MiB) and later arrays come from the heap, which
-    keeps their pages after they are freed, and the 1 MB chunks and slices of the load fragment
-    it. The price is CPU: every such block is a fresh mapping whose pages fault in. Measured with
-    `ZOOMER_MMAP_THRESHOLD=0|262144 python benchmarks/bench_huge.py --sizes 1 --no-hta --no-msgspec`
-    (docs/huge-traces.md): peak RSS 243 -> 219 MB, CPU 14.7 -> 16.7 s.
-    Process-wide and once; a no-op off glibc."""
-    global MMAP_THRESHOLD
-    if MMAP_THRESHOLD <= 0:
-        return
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
-    except (OSError, AttributeError):
-        pass
-    MMAP_THRESHOLD = 0
-
-
-def trim_heap() -> None:
-    """Hand freed heap memory back to the OS (glibc); a no-op elsewhere."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
-
-
-def _codes_into(index: dict, values: list) -> np.ndarray:
-    """Categorical codes shared across slices, first-seen order (as load.columns._code_into).
-
-    One lookup per value when every value is known already (the usual case after a few slices)."""
-    n = len(values)
-    try:
-        return np.fromiter(map(index.__getitem__, values), dtype=np.int32, count=n)
-    except KeyError:
-        setdefault = index.setdefault
-        for v in dict.fromkeys(values):
-            setdefault(v, len(index))
-        return np.fromiter(map(index.__getitem__, values), dtype=np.int32, count=n)
-
-
-def _int_of(getter, objs: list) -> np.ndarray:
-    """load.columns._int_column over getter(objs), at C speed when numpy takes every value."""
-    try:
-        return np.fromiter(map(getter, objs), dtype=np.int64, count=len(objs))
-    except (TypeError, ValueError, OverflowError):
-        return _int_column(list(map(getter, objs)))
-
-
-def _take_list(seq: list, idx: list[int]) -> list:
-    if not idx:
-        return []
-    if len(idx) == 1:
-        return [seq[idx[0]]]
-    return list(itemgetter(*idx)(seq))
-
-
-class _Block:
-    """Column parts of kept events (one dict of arrays per slice) and their sparse values."""
-
-    FIELDS = ("ts", "dur", "ph", "cat", "name", "pid", "tid", "correlation", "stream", "device", "ext", "ext21",
-              "nbytes", "total_allocated", "ordinal")
-
-    CONSOLIDATE = 32  # slices' parts merged into one block: few large arrays, no heap fragmentation
-
-    def __init__(self, ordinals: bool) -> None:
-        self.ordinals = ordinals  # main rows are in file order; only the extra block needs ordinals
-        self.blocks: list[dict[str, np.ndarray]] = []
-        self.parts: list[dict[str, np.ndarray]] = []
-        self.n = 0
-        self.input_dims: dict[int, Any] = {}
-        self.input_type: dict[int, Any] = {}
-        self.call_stack: dict[int, str] = {}
-
-    def append(self, cols: dict[str, np.ndarray]) -> None:
-        if not self.ordinals:
-            cols.pop("ordinal", None)
-        for f in _SPARSE_COLS:
-            if f in cols:
-                cols[f] = _as_constant(cols[f])
-        self.parts.append(cols)
-        self.n += int(cols["ts"].shape[0])
-        if len(self.parts) >= self.CONSOLIDATE:
-            parts, self.parts = self.parts, []
-            self.blocks.append({f: _concat([p.pop(f) for p in parts]) for f in list(parts[0])})
-
-    def pop_column(self, f: str) -> list[np.ndarray]:
-        return [b.pop(f) for b in self.blocks] + [p.pop(f) for p in self.parts]
-
-    def column(self, f: str) -> np.ndarray:
-        arrs = [b[f] for b in self.blocks] + [p[f] for p in self.parts]
-        return _concat(arrs) if arrs else np.empty(0)
-
-    def clear(self) -> None:
-        self.blocks, self.parts = [], []
 
 
 class CompactBuilder:
@@ -401,8 +103,8 @@ class CompactBuilder:
         self._nf_tab = np.zeros(0, dtype=np.uint8)
         self._cat_flag_cache: dict[str, int] = {}
         self._name_flag_cache: dict[str, int] = {}
-        self.main = _Block(ordinals=False)
-        self.extra = _Block(ordinals=True)  # Python frames and window extremes, kept in file order among themselves
+        self.main = ColumnParts(ordinals=False)
+        self.extra = ColumnParts(ordinals=True)  # Python frames and window extremes, kept in file order among themselves
         self.seen_device = False
         self.host_mode = bool(hints.get("host_mode"))  # keep every host op (a rank without device events)
         self.host_kept = 0
@@ -502,12 +204,12 @@ class CompactBuilder:
             self.n_events += n
             if flow.any():  # flow arrows (a third of Kineto events): counted, never used by a feature
                 pos = np.flatnonzero(~flow)
-                events = _take_list(events, pos.tolist())
+                events = take_list(events, pos.tolist())
                 ords = pos + base
             else:
                 ords = np.arange(base, base + n, dtype=np.int64)
             if events:
-                self._add(_EventSlice(self, events, ords))
+                self._add(EventSlice(self, events, ords))
         finally:
             del events
 
@@ -516,7 +218,7 @@ class CompactBuilder:
         base = self.n_events
         self.n_events += n
         if n:
-            self._add(_ColumnSlice(self, n, base, cols, sparse))
+            self._add(ColumnSlice(self, n, base, cols, sparse))
 
     def parser(self):
         """A compiled event reader that codes names, categories, pids and tids into this builder's
@@ -533,7 +235,7 @@ class CompactBuilder:
                 setattr(self, attr, np.concatenate([tab, np.asarray([flag_of(v) for v in new], dtype=np.uint8)]))
         return self._cf_tab, self._nf_tab
 
-    def _add(self, S: _EventSlice | _ColumnSlice) -> None:
+    def _add(self, S: EventSlice | ColumnSlice) -> None:
         self.slice_no += 1
         sn = self.slice_no
         ph, cf, nf, ts, dur, ords = S.ph, S.cf, S.nf, S.ts, S.dur, S.ords
@@ -572,7 +274,7 @@ class CompactBuilder:
         if cp.size:
             for i in cp.tolist():
                 v = S.input_type(i)
-                if isinstance(v, list) and any(isinstance(s, str) and s.startswith(_LOW_PRECISION) for s in v[:2]):
+                if isinstance(v, list) and any(isinstance(s, str) and s.startswith(LOW_PRECISION) for s in v[:2]):
                     keep[i] = True
         # optimizer windows, then the aten ops that may lie inside one
         opt = np.flatnonzero(((nf & N_OPT) != 0) & x & ((cf & C_GPUANN) == 0))
@@ -606,7 +308,7 @@ class CompactBuilder:
                 corr = S.corr(rest)
                 corr = corr[corr != INT_NONE]
                 if corr.size:
-                    self.deferred_corr.append(_narrow(corr))
+                    self.deferred_corr.append(narrow(corr))
         # whole-trace numbers
         xs = ts[x]
         if xs.size:
@@ -669,13 +371,13 @@ class CompactBuilder:
         `light` (kept only for their name, times and thread: see LIGHT_NAMES) get the argument
         columns' defaults without reading their arguments."""
         k = len(idx)
-        evs = _take_list(events, idx)
+        evs = take_list(events, idx)
         ia = np.asarray(idx, dtype=np.int64)
-        nc_sel = _codes_into(self.name_index, list(map(_NAME, evs))) if nc is None else nc[ia]
+        nc_sel = codes_into(self.name_index, list(map(_NAME, evs))) if nc is None else nc[ia]
         cols = {
             "ts": ts[ia], "dur": dur[ia], "ph": ph[ia], "cat": cc[ia].astype(np.int16), "name": nc_sel,
-            "pid": _codes_into(self.pid_index, list(map(_PID, evs))),
-            "tid": _codes_into(self.tid_index, list(map(_TID, evs))),
+            "pid": codes_into(self.pid_index, list(map(_PID, evs))),
+            "tid": codes_into(self.tid_index, list(map(_TID, evs))),
             "ordinal": ords[ia],
         }
         sparse: dict[str, dict[int, Any]] = {"input_dims": {}, "input_type": {}, "call_stack": {}}
@@ -686,7 +388,7 @@ class CompactBuilder:
                         "ext21": np.full(k, INT_NONE, dtype=np.int16), "nbytes": np.full(k, np.nan, dtype=np.float32),
                         "total_allocated": np.full(k, np.nan)}
             if full.size:
-                sub, sub_sparse = self._arg_columns(_take_list(evs, full.tolist()), cols["ph"][full], cols["tid"][full],
+                sub, sub_sparse = self._arg_columns(take_list(evs, full.tolist()), cols["ph"][full], cols["tid"][full],
                                                     cols["pid"][full])
                 for f, a in sub.items():
                     d = defaults[f]
@@ -705,7 +407,7 @@ class CompactBuilder:
     def _arg_columns(self, evs: list, ph_sel: np.ndarray, tid_sel: np.ndarray, pid_sel: np.ndarray):
         k = len(evs)
         args = list(map(_ARGS, evs))
-        corr, stream, device, ext = (_int_of(g, args) for g in _DENSE_GETTERS)
+        corr, stream, device, ext = (int_of(g, args) for g in _DENSE_GETTERS)
         rare = list(map(_RARE, args))
         if rare.count(_RARE_DEFAULT) == k:
             nbytes = np.full(k, np.nan)
@@ -721,11 +423,11 @@ class CompactBuilder:
                 nbytes = np.where(nan, _float_column([a.mem_bytes for a in args]), nbytes)
             total = _float_column([a.total_allocated for a in args])
             e21 = [a.external_id_2021 for a in args]
-            ext21 = (np.full(k, INT_NONE, dtype=np.int16) if e21.count(INT_NONE) == k else _narrow(_int_column(e21)))
+            ext21 = (np.full(k, INT_NONE, dtype=np.int16) if e21.count(INT_NONE) == k else narrow(_int_column(e21)))
         if not self.any_ext and (ext != INT_NONE).any():
             self.any_ext = True
-        cols = {"correlation": _narrow(corr), "stream": _narrow(stream), "device": _narrow(device), "ext": _narrow(ext),
-                "ext21": ext21, "nbytes": _f32_if_exact(nbytes), "total_allocated": total}
+        cols = {"correlation": narrow(corr), "stream": narrow(stream), "device": narrow(device), "ext": narrow(ext),
+                "ext21": ext21, "nbytes": f32_if_exact(nbytes), "total_allocated": total}
         sparse: dict[str, dict[int, Any]] = {"input_dims": {}, "input_type": {}, "call_stack": {}}
         carriers = list(compress(range(k), map(ne, map(_SPARSE, args), repeat(_SPARSE_NONE))))
         for pos in carriers:
@@ -774,7 +476,7 @@ class CompactBuilder:
             return v
 
     @staticmethod
-    def _append(block: _Block, cols: dict, sparse: dict) -> None:
+    def _append(block: ColumnParts, cols: dict, sparse: dict) -> None:
         off = block.n
         block.append(cols)
         for f in ("input_dims", "input_type", "call_stack"):
@@ -854,16 +556,16 @@ class CompactBuilder:
             self.extra_ordinals = ords[order].tolist()
         self.main_n = main.n
         cols: dict[str, np.ndarray] = {}
-        extra_cols = {f: _as_constant(extra.column(f)[order]) if f in _SPARSE_COLS else extra.column(f)[order]
-                      for f in _Block.FIELDS} if extra.n else {}
+        extra_cols = {f: as_constant(extra.column(f)[order]) if f in SPARSE_COLS else extra.column(f)[order]
+                      for f in ColumnParts.FIELDS} if extra.n else {}
         extra.clear()
-        for f in _Block.FIELDS:
+        for f in ColumnParts.FIELDS:
             if f == "ordinal":
                 continue
             arrays = main.pop_column(f)
             if extra_cols:
                 arrays.append(extra_cols.pop(f))
-            cols[f] = _concat(arrays) if arrays else np.empty(0, dtype=np.int64)
+            cols[f] = concat_parts(arrays) if arrays else np.empty(0, dtype=np.int64)
             del arrays
             trim_heap()  # the blocks of this column are free: give them back before the next one
         main.clear()
@@ -878,7 +580,7 @@ class CompactBuilder:
             ts=cols["ts"] if n else empty_f, dur=cols["dur"] if n else empty_f,
             ph=cols["ph"].astype(np.uint8, copy=False), cat=cols["cat"].astype(np.int16, copy=False),
             name=cols["name"].astype(np.int32, copy=False),
-            pid=_narrow(cols["pid"]) if n else empty_i, tid=_narrow(cols["tid"]) if n else empty_i,
+            pid=narrow(cols["pid"]) if n else empty_i, tid=narrow(cols["tid"]) if n else empty_i,
             correlation=cols["correlation"] if n else empty_i, stream=cols["stream"] if n else empty_i,
             device=cols["device"] if n else empty_i, external_id=external if n else empty_i,
             nbytes=cols["nbytes"] if n else empty_f, total_allocated=cols["total_allocated"] if n else empty_f,
@@ -902,8 +604,8 @@ class CompactBuilder:
         found = sorted(found, key=lambda t: t[0])
         events = [e for _, e in found]
         n = len(events)
-        cc = _codes_into(self.cat_index, list(map(_CAT, events)))
-        nc = _codes_into(self.name_index, list(map(_NAME, events)))
+        cc = codes_into(self.cat_index, list(map(_CAT, events)))
+        nc = codes_into(self.name_index, list(map(_NAME, events)))
         if len(self.cat_index) > len(trace.cats) or len(self.name_index) > len(trace.names):
             trace.cats, trace.names = list(self.cat_index), list(self.name_index)
         ph = np.fromiter(map(PH_CODES.get, map(_PH, events), repeat(0, n)), dtype=np.uint8, count=n)
@@ -944,172 +646,6 @@ class CompactBuilder:
     def nanoseconds(self) -> bool:
         return self.ns.nanoseconds()
 
-
-def decode_slice(view) -> tuple[list, np.ndarray]:
-    """The events of a slice, and which of them are flow arrows (decoded to empty structs)."""
-    try:
-        events = TAGGED_DECODER.decode(view)
-        flow = np.fromiter(map(_IS_FLOW.__getitem__, map(type, events)), dtype=bool, count=len(events))
-    except msgspec.ValidationError:  # an event without `ph`, or an unusual one: the reference schema
-        events = EVENTS_DECODER.decode(view)
-        codes = np.fromiter(map(PH_CODES.get, map(_PH, events), repeat(0, len(events))), dtype=np.uint8,
-                            count=len(events))
-        flow = (codes == PH_FLOW_START) | (codes == PH_FLOW_END)
-    return events, flow
-
-
-class _EventSlice:
-    """One slice of msgspec-decoded events (flow events removed), as CompactBuilder._add reads it."""
-
-    def __init__(self, b: CompactBuilder, events: list, ords: np.ndarray) -> None:
-        self.b, self.events, self.ords = b, events, ords
-        self.n = n = len(events)
-        kc = b._kinds(events)
-        self.cc, self.nc, self.ph, self.cf, self.nf = b._k_cat[kc], b._k_name[kc], b._k_ph[kc], b._k_cf[kc], b._k_nf[kc]
-        self.ts = np.fromiter(map(_TS, events), dtype=np.float64, count=n)
-        self.dur = np.fromiter(map(_DUR, events), dtype=np.float64, count=n)
-
-    def corr(self, idx: np.ndarray) -> np.ndarray:
-        return _int_column(list(map(_CORR, _take_list(self.events, idx.tolist()))))
-
-    def tid(self, idx: np.ndarray) -> np.ndarray:
-        return _codes_into(self.b.tid_index, list(map(_TID, _take_list(self.events, idx.tolist()))))
-
-    def input_type(self, i: int) -> Any:
-        raw = self.events[i].args.input_type
-        return None if raw is None else self.b._decode_raw(raw)
-
-    def any_ext(self) -> bool:
-        return any(_int_or_none(e.args.external_id) != INT_NONE for e in self.events if e.args.external_id != INT_NONE)
-
-    def rows(self, idx: list[int], light: np.ndarray | None = None) -> tuple[dict, dict]:
-        return self.b._rows(self.events, idx, self.cc, self.ph, self.ts, self.dur, self.ords, nc=self.nc, light=light)
-
-
-class _ColumnSlice:
-    """One run of events as the compiled reader's columns (flow events kept, with no flags: no
-    rule keeps them), read by CompactBuilder._add as an _EventSlice. Values are the ones
-    load.columns converts to (the reader's contract, tested on the corpus)."""
-
-    _SPARSE = ("input_dims", "input_type", "call_stack", "meta_name")
-
-    def __init__(self, b: CompactBuilder, n: int, base: int, cols: dict[str, bytes], sparse: dict[str, tuple]) -> None:
-        self.b, self.n, self.base = b, n, base
-        col = {k: np.frombuffer(v, dtype=fastcols.DTYPES[k]) for k, v in cols.items()}
-        self.col = col
-        self.cc, self.nc, self.ph, self.ts, self.dur = col["cat"], col["name"], col["ph"], col["ts"], col["dur"]
-        cf_tab, nf_tab = b._flag_tables()
-        self.cf, self.nf = cf_tab[self.cc], nf_tab[self.nc]
-        flow = (self.ph == PH_FLOW_START) | (self.ph == PH_FLOW_END)
-        if flow.any():  # flow arrows: counted, never kept
-            self.cf[flow] = 0
-            self.nf[flow] = 0
-        self.flow = flow
-        self.ords = np.arange(base, base + n, dtype=np.int64)
-        # sparse fields: event (relative) -> value, as sorted positions and values
-        self.sparse: dict[str, tuple[np.ndarray, list]] = {}
-        for f in self._SPARSE:
-            pos, uid, uniques = sparse[f]
-            if not pos:
-                continue
-            vals = b._sparse_values(f, uniques)
-            rel = np.frombuffer(pos, dtype=np.int64) - base
-            got = list(map(vals.__getitem__, np.frombuffer(uid, dtype=np.int32).tolist()))
-            if None in got:  # texts that decode to no value: absent (load.columns.decode_json_texts)
-                keep = np.asarray([v is not None for v in got], dtype=bool)
-                rel, got = rel[keep], list(compress(got, keep))
-            self.sparse[f] = (rel, got)
-
-    def corr(self, idx: np.ndarray) -> np.ndarray:
-        return self.col["correlation"][idx]
-
-    def tid(self, idx: np.ndarray) -> np.ndarray:
-        return self.col["tid"][idx]
-
-    def input_type(self, i: int) -> Any:
-        got = self.sparse.get("input_type")
-        if got is None:
-            return None
-        rel, vals = got
-        k = int(np.searchsorted(rel, i))
-        return vals[k] if k < rel.size and rel[k] == i else None
-
-    def any_ext(self) -> bool:
-        ext = self.col["external_id"]
-        return bool(((ext != INT_NONE) & ~self.flow).any())
-
-    def _sparse_rows(self, f: str, ia: np.ndarray) -> dict[int, Any]:
-        """{row: value} of field f for the rows ia (sorted event positions)."""
-        got = self.sparse.get(f)
-        if got is None or not ia.size:
-            return {}
-        rel, vals = got
-        k = np.searchsorted(ia, rel)
-        k_ok = np.minimum(k, ia.size - 1)
-        hit = (k < ia.size) & (ia[k_ok] == rel)
-        if not hit.any():
-            return {}
-        return dict(zip(k[hit].tolist(), map(vals.__getitem__, np.flatnonzero(hit).tolist())))
-
-    def rows(self, idx: list[int], light: np.ndarray | None = None) -> tuple[dict, dict]:
-        """As CompactBuilder._rows: the columns of the rows idx and their sparse values; `light`
-        rows get the argument columns' defaults."""
-        b, c = self.b, self.col
-        ia = np.asarray(idx, dtype=np.int64)
-        k = ia.size
-        cols = {"ts": self.ts[ia], "dur": self.dur[ia], "ph": self.ph[ia], "cat": self.cc[ia].astype(np.int16),
-                "name": self.nc[ia], "pid": c["pid"][ia], "tid": c["tid"][ia], "ordinal": self.ords[ia]}
-        full = ia if light is None or not light.any() else ia[~light]
-        device = c["device"][full]
-        missing = device == INT_NONE
-        if missing.any():
-            device = np.where(missing, c["device_id"][full], device)
-        e21 = c["external_id_2021"][full]
-        ext = c["external_id"][full]
-        if not b.any_ext and (ext != INT_NONE).any():
-            b.any_ext = True
-        args = {"correlation": _narrow(c["correlation"][full]), "stream": _narrow(c["stream"][full]),
-                "device": _narrow(device), "ext": _narrow(ext),
-                "ext21": np.full(full.size, INT_NONE, dtype=np.int16) if (e21 == INT_NONE).all() else _narrow(e21),
-                "nbytes": _f32_if_exact(c["nbytes"][full]), "total_allocated": c["total_allocated"][full]}
-        if full.size == k:
-            cols.update(args)
-        else:  # light rows: defaults, as CompactBuilder._rows gives them
-            defaults = {"correlation": np.full(k, INT_NONE, dtype=np.int16), "stream": np.full(k, INT_NONE, dtype=np.int16),
-                        "device": np.full(k, INT_NONE, dtype=np.int16), "ext": np.full(k, INT_NONE, dtype=np.int16),
-                        "ext21": np.full(k, INT_NONE, dtype=np.int16), "nbytes": np.full(k, np.nan, dtype=np.float32),
-                        "total_allocated": np.full(k, np.nan)}
-            where = np.flatnonzero(~light)
-            for f, a in args.items():
-                d = defaults[f]
-                d = d.astype(np.result_type(d, a), copy=False)
-                d[where] = a
-                defaults[f] = d
-            cols.update(defaults)
-        sparse: dict[str, dict[int, Any]] = {}
-        rows_of_full = None if full.size == k else np.flatnonzero(~light)
-        for f in ("input_dims", "input_type", "call_stack"):
-            got = self._sparse_rows(f, full)
-            if rows_of_full is not None and got:
-                back = rows_of_full.tolist()
-                got = {back[r]: v for r, v in got.items()}
-            sparse[f] = got
-        meta = cols["ph"] == PH_META
-        if light is not None:
-            meta &= ~light  # as _rows: a light row's arguments are not read
-        meta = np.flatnonzero(meta)
-        if meta.size:
-            names = self._sparse_rows("meta_name", ia)
-            for r in meta.tolist():
-                v = names.get(r)
-                if v is None:
-                    continue
-                nm = b._name_list_at(int(cols["name"][r]))
-                if nm == "thread_name":
-                    b.thread_names[int(cols["tid"][r])] = str(v)
-                elif nm == "process_name":
-                    b.process_names[int(cols["pid"][r])] = str(v)
-        return cols, sparse
 
 
 def _floor(best: float) -> float:

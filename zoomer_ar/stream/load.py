@@ -28,7 +28,9 @@ from ..load.job import (TOO_DEEP, Job, _accelerator, _schema, assemble_job, load
 from ..load.reader import Progress, TraceTooBig
 from ..load.repair import StreamRepair
 from ..models import RankInfo, SkippedFile
-from .compact import CompactBuilder, constant_columns, fix_mmap_threshold, trim_heap
+from .compact import CompactBuilder
+from .heap import fix_mmap_threshold, trim_heap
+from .parts import constant_columns
 from .frames import add_frames
 from .guard import MemoryGuard, budget_mb
 from .prune import prune

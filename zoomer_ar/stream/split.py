@@ -21,7 +21,10 @@ import numpy as np
 from ..load import fastcols
 from ..load.columns import PH_COMPLETE
 from ..load.merged import RankOwners, merged_ranks
-from .compact import CompactBuilder, NeedAnotherPass, NsCounter, _take_list, decode_slice
+from .compact import CompactBuilder, NeedAnotherPass
+from .event_slices import decode_slice
+from .nscount import NsCounter
+from .parts import take_list
 
 
 class _Pid(msgspec.Struct, gc=False):
@@ -109,9 +112,9 @@ class RankSink:
         for r in np.unique(owner).tolist():
             idx = np.flatnonzero(owner == r)
             if r >= 0:
-                self._builder(r).add_events(_take_list(events, idx.tolist()), flow[idx])
+                self._builder(r).add_events(take_list(events, idx.tolist()), flow[idx])
             else:
-                xs = [e.ts for e in _take_list(events, idx.tolist()) if e.ph == "X"]
+                xs = [e.ts for e in take_list(events, idx.tolist()) if e.ph == "X"]
                 self._ns_none.add(np.asarray(xs, dtype=np.float64))
 
     def _owners(self) -> np.ndarray:

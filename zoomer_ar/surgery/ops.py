@@ -29,7 +29,7 @@ from ..load.job import no_traces_reason, rank_from_name
 from ..load.reader import DEFAULT_MAX_BYTES, read_trace_bytes
 from ..load.merged import ID_SHIFT, PID_STRIDE, merged_dist, merged_ranks  # merge's pid and id offsets; the loader splits by them
 from ..load.repair import StreamRepair, repair
-from ..stream.compact import NsCounter
+from ..stream.nscount import NsCounter
 from ..stream.scan import ScanResult, scan
 from ..stream.source import BadJSON, ChunkReader, StreamError, is_trace_file
 from ..threads import start as start_thread

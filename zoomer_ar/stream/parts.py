@@ -1,0 +1,141 @@
+"""Column parts of the rows a streaming pass keeps: narrow dtypes, one-value columns as broadcasts,
+parts joined in blocks, categorical codes shared across slices."""
+
+from __future__ import annotations
+
+from operator import itemgetter
+from typing import Any
+
+import numpy as np
+
+from ..load.columns import RankTrace, _int_column
+
+
+def narrow(a: np.ndarray) -> np.ndarray:
+    """An int64 column as int16/int32 when every value fits (values are only compared, never added)."""
+    if a.size == 0:
+        return a.astype(np.int16)
+    lo, hi = int(a.min()), int(a.max())
+    if -(2**15) <= lo and hi < 2**15:
+        return a.astype(np.int16)
+    if -(2**31) <= lo and hi < 2**31:
+        return a.astype(np.int32)
+    return a
+
+
+def f32_if_exact(a: np.ndarray) -> np.ndarray:
+    """float32 when every value (NaN included) survives the round trip; features only compare and
+    print these byte counts, and a float32 holding the same value compares and prints the same."""
+    b = a.astype(np.float32)
+    return b if np.array_equal(b.astype(np.float64), a, equal_nan=True) else a
+
+
+SPARSE_COLS = ("total_allocated", "ext21")  # columns that are one value on most rows of most traces
+
+
+def as_constant(a: np.ndarray) -> np.ndarray:
+    """A column (or a slice's part of one) that holds one value, e.g. NaN `total_allocated`
+    without [memory] events or INT_NONE 2021-schema ids, as a read-only broadcast of that value:
+    the same values for every read, no bytes per row; any other array as it is."""
+    if a.size < 2 or a.strides == (0,):
+        return a
+    v = a[0]
+    same = bool(np.isnan(a).all()) if a.dtype.kind == "f" and v != v else bool((a == v).all())
+    return np.broadcast_to(a[:1].copy(), a.shape) if same else a
+
+
+def concat_parts(parts: list[np.ndarray]) -> np.ndarray:
+    """np.concatenate, except that broadcast parts of one value stay a broadcast."""
+    if not any(p.size for p in parts):
+        return np.concatenate(parts)
+    parts = [p for p in parts if p.size]
+    if all(p.ndim == 1 and (p.strides == (0,) or p.size == 1) and p.dtype == parts[0].dtype for p in parts) \
+            and any(p.strides == (0,) for p in parts):
+        v = parts[0][0]
+        nan = parts[0].dtype.kind == "f" and v != v
+        if all((p[0] != p[0]) if nan else (p[0] == v) for p in parts):
+            return np.broadcast_to(parts[0][:1].copy(), (sum(p.shape[0] for p in parts),))
+    return np.concatenate(parts)
+
+
+def constant_columns(t: RankTrace) -> list[str]:
+    """Replace columns that hold a single value (e.g. `total_allocated` without [memory] events)
+    by a read-only broadcast of that value: same values for every read, no memory per row."""
+    done = []
+    for f in ("stream", "device", "external_id", "correlation", "nbytes", "total_allocated"):
+        a = getattr(t, f)
+        b = as_constant(a)
+        if b is not a:
+            setattr(t, f, b)
+            done.append(f)
+    return done
+
+
+def codes_into(index: dict, values: list) -> np.ndarray:
+    """Categorical codes shared across slices, first-seen order (as load.columns._code_into).
+
+    One lookup per value when every value is known already (the usual case after a few slices)."""
+    n = len(values)
+    try:
+        return np.fromiter(map(index.__getitem__, values), dtype=np.int32, count=n)
+    except KeyError:
+        setdefault = index.setdefault
+        for v in dict.fromkeys(values):
+            setdefault(v, len(index))
+        return np.fromiter(map(index.__getitem__, values), dtype=np.int32, count=n)
+
+
+def int_of(getter, objs: list) -> np.ndarray:
+    """load.columns._int_column over getter(objs), at C speed when numpy takes every value."""
+    try:
+        return np.fromiter(map(getter, objs), dtype=np.int64, count=len(objs))
+    except (TypeError, ValueError, OverflowError):
+        return _int_column(list(map(getter, objs)))
+
+
+def take_list(seq: list, idx: list[int]) -> list:
+    if not idx:
+        return []
+    if len(idx) == 1:
+        return [seq[idx[0]]]
+    return list(itemgetter(*idx)(seq))
+
+
+class ColumnParts:
+    """Column parts of kept events (one dict of arrays per slice) and their sparse values."""
+
+    FIELDS = ("ts", "dur", "ph", "cat", "name", "pid", "tid", "correlation", "stream", "device", "ext", "ext21",
+              "nbytes", "total_allocated", "ordinal")
+
+    CONSOLIDATE = 32  # slices' parts merged into one block: few large arrays, no heap fragmentation
+
+    def __init__(self, ordinals: bool) -> None:
+        self.ordinals = ordinals  # main rows are in file order; only the extra block needs ordinals
+        self.blocks: list[dict[str, np.ndarray]] = []
+        self.parts: list[dict[str, np.ndarray]] = []
+        self.n = 0
+        self.input_dims: dict[int, Any] = {}
+        self.input_type: dict[int, Any] = {}
+        self.call_stack: dict[int, str] = {}
+
+    def append(self, cols: dict[str, np.ndarray]) -> None:
+        if not self.ordinals:
+            cols.pop("ordinal", None)
+        for f in SPARSE_COLS:
+            if f in cols:
+                cols[f] = as_constant(cols[f])
+        self.parts.append(cols)
+        self.n += int(cols["ts"].shape[0])
+        if len(self.parts) >= self.CONSOLIDATE:
+            parts, self.parts = self.parts, []
+            self.blocks.append({f: concat_parts([p.pop(f) for p in parts]) for f in list(parts[0])})
+
+    def pop_column(self, f: str) -> list[np.ndarray]:
+        return [b.pop(f) for b in self.blocks] + [p.pop(f) for p in self.parts]
+
+    def column(self, f: str) -> np.ndarray:
+        arrs = [b[f] for b in self.blocks] + [p[f] for p in self.parts]
+        return concat_parts(arrs) if arrs else np.empty(0)
+
+    def clear(self) -> None:
+        self.blocks, self.parts = [], []
