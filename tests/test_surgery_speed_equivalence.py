@@ -23,7 +23,7 @@ import pytest
 from zoomer_ar.cli import main
 from zoomer_ar.load.schema import EVENTS_DECODER
 from zoomer_ar.stream.scan import scan
-from zoomer_ar.surgery import ops, slices
+from zoomer_ar.surgery import cut, slices
 from zoomer_ar.surgery.io import Launched, Placed
 from zoomer_ar.surgery.timeline import Timeline, slow_correlations
 from zoomer_ar.surgery.validate import _DECODER as CHECK_DECODER
@@ -128,7 +128,7 @@ def _check_slice(data: bytes, where: str) -> None:
         assert np.array_equal(launch, ref_launch) and np.array_equal(key, ref_key), f"{name}: correlations"
         assert b.column("ph") == [e.ph for e in placed], name
         assert b.column("cat") == [e.cat for e in placed] and b.column("name") == [e.name for e in placed], name
-        assert np.array_equal(b.not_trace_span(), ops._not_trace_span(placed)), name
+        assert np.array_equal(b.not_trace_span(), cut._not_trace_span(placed)), name
         if tagged:  # the strict decode passes only slices that the original checks pass
             assert not any(problems), f"{name}: decoded a slice with {[p for p in problems if p][:2]}"
             if decoder is slices.VALID_ALL:
@@ -270,11 +270,11 @@ def test_outputs_and_errors_on_odd_events_do_not_depend_on_the_reading_path(tmp_
 
 def test_launches_from_the_first_pass_equal_a_second_pass(shared_traces):
     plan = slices.Plan()
-    sv = ops.survey(NS, plan)
+    sv = cut.survey(NS, plan)
     nums = sorted(sv.steps)
     wins = np.array([sv.launch_window([k]) for k in nums] + [sv.launch_window(nums)])
-    from_pass = ops.launches(NS, wins)
-    from_plan = ops.launches(NS, wins, plan)
+    from_pass = cut.launches(NS, wins)
+    from_plan = cut.launches(NS, wins, plan)
     assert from_pass.corr.size > 1000
     assert np.array_equal(from_pass.corr, from_plan.corr) and np.array_equal(from_pass.group, from_plan.group)
     assert all(plan.recorded) and plan.records

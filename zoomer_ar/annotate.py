@@ -36,7 +36,7 @@ from .stream.nscount import NsCounter
 from .stream.scan import ScanResult, scan
 from .stream.source import StreamError
 from .surgery.io import Lite, TraceWriter, decode_top, encode_head, read_events
-from .surgery.ops import _remap
+from .surgery.merge import remap_rank
 
 ZOOMER_PID = MARKER_PID  # the markers' track; a merged trace's loader leaves it out of every rank
 ZOOMER_CAT = "zoomer"
@@ -260,7 +260,7 @@ def _annotate_merged(analysis: Analysis, ranks: list[tuple[int, Path]], target: 
             def consume(view, rank=rank, rp=rp) -> None:
                 events = decoder.decode(view)
                 rp.see(lite_decoder.decode(view))
-                w.write_objects(_remap(events, rank))
+                w.write_objects(remap_rank(events, rank))
 
             try:
                 scan(path, consume, hash=False)

@@ -64,7 +64,7 @@ class _Corr(msgspec.Struct, gc=False):
 
 class Launched(Placed, gc=False):
     """Placed with the event's `args.correlation`: slice and split keep the GPU side of the steps
-    they cut by the correlation of the runtime call that launched it (ops.launch_map)."""
+    they cut by the correlation of the runtime call that launched it (cut.launches)."""
 
     args: _Corr | None = None
 

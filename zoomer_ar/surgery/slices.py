@@ -231,7 +231,7 @@ def launcher_of(cats: list, n: int, memo: dict) -> np.ndarray:
 
 
 def fast_correlations(b: Batch, memo: dict) -> tuple[np.ndarray, np.ndarray]:
-    """ops._correlations for strictly decoded events (their `args` is never None)."""
+    """cut._correlations for strictly decoded events (their `args` is never None)."""
     n, tl = b.n, b.tl
     launcher = launcher_of(b.column("cat"), n, memo)
     corr = b.correlation_ids()
@@ -313,13 +313,13 @@ class Batch:
         return col
 
     def not_trace_span(self) -> np.ndarray:
-        """Events other than the profiler's `Trace` spans (ops._not_trace_span)."""
+        """Events other than the profiler's `Trace` spans (cut._not_trace_span)."""
         if self._not_trace is None:
             self._not_trace = np.fromiter(map(ne, self.column("cat"), repeat("Trace")), dtype=bool, count=self.n)
         return self._not_trace
 
     def correlations(self, memo: dict) -> tuple[np.ndarray, np.ndarray]:
-        """(launch, key) of ops._correlations (for Launched or strict records)."""
+        """(launch, key) of cut._correlations (for Launched or strict records)."""
         if self._corr is None:
             self._corr = fast_correlations(self, memo) if self.fast else slow_correlations(self.events, self.tl, memo)
         return self._corr
@@ -347,7 +347,7 @@ class Plan:
     (runtime calls with a correlation id) and of the ids that tie events to launches).
 
     It also keeps the launches themselves (correlation id, start, end, and whether a complete event
-    of non-zero length), for ops.launches, up to LAUNCH_RECORDS_BYTES: `recorded[k]` says that
+    of non-zero length), for cut.launches, up to LAUNCH_RECORDS_BYTES: `recorded[k]` says that
     the launches of slice k are all in `records` (so that the launches pass need not read it)."""
 
     def __init__(self, record_launches: bool = True, launches: bool = True) -> None:
