@@ -25,6 +25,9 @@ demo: setup
 test: setup
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
+lint: setup
+	$(BIN)/ruff check zoomer_ar fixers rules benchmarks training_data tests
+
 test-fast: setup
 	$(BIN)/python -m pytest -q -n 2 -m "not slow"
 

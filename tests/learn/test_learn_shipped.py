@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from zoomer_ar.analyze import analyze_path
 from zoomer_ar.detect.ensemble import current_model, models_dir
 from zoomer_ar.features import FEATURE_SCHEMA_VERSION

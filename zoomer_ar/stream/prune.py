@@ -122,7 +122,7 @@ def removable(t: RankTrace) -> np.ndarray:
     # a role lets a row go when ...
     ok = np.full(n, True)
 
-    def with_role(base: np.ndarray, bits: int) -> np.ndarray:
+    def with_role(base: np.ndarray, bits: int, roles: np.ndarray = roles) -> np.ndarray:
         return base & (np.bitwise_and(roles, bits) != 0)
 
     # ... per-parameter ops: not inside an optimizer window
@@ -203,7 +203,7 @@ def removable(t: RankTrace) -> np.ndarray:
     cpu |= host
     cpu &= roles == 0
     out |= cpu
-    del cpu, host, roles
+    del cpu, host, roles, with_role  # (with_role holds roles)
     # never the rows that set the rank's window (wall time, evidence times, trace start)
     span = x & ~t.mask_cat("Trace")
     if span.any():
