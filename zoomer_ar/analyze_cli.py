@@ -12,7 +12,7 @@ import click
 
 from .analyze import analyze_path
 from .errors import InputError
-from .load.job import job_name_of, recorded_job
+from .load.job import job_name_of, missing_reason, recorded_job
 from .load.reader import reading_progress
 from .progress import bar_factory
 from .render import render_html, render_markdown, render_text, write_outputs
@@ -243,14 +243,28 @@ def remove_stale_outputs(target: Path, written: dict[str, Path]) -> list[str]:
               help="Streaming analysis (default: above ZOOMER_STREAM_THRESHOLD, 512 MiB of JSON).")
 @click.option("--annotate", "annotate_out", type=click.Path(path_type=Path), default=None,
               help="Write the trace with markers at each finding's worst events (e.g. OUT.json.gz; Perfetto).")
+@click.option("--steps", "steps_text", default=None, metavar="N..M",
+              help="Analyse only ProfilerStep#N..#M of each rank (cut out first by the streaming `trace slice`, "
+                   "into a temporary folder: any trace size, little memory).")
 # --- end hook
 @record_options
 def analyze(path: Path, out_dir: Path | None, fmt: str, name: str | None, source_dir: Path | None,
-            fix_select: str | None, no_files: bool, progress: bool | None, stream: bool | None = None, annotate_out: Path | None = None, **store_opts) -> None:
+            fix_select: str | None, no_files: bool, progress: bool | None, stream: bool | None = None,
+            annotate_out: Path | None = None, steps_text: str | None = None, **store_opts) -> None:
     """Analyse a Kineto trace (a .json/.json.gz file, or a folder of per-rank files as one job)."""
     show = sys.stderr.isatty() if progress is None else progress
     if fix_select:  # an unknown id is a one-line error before any work
         patch_fixers([], fix_select)
+    steps = None
+    if steps_text is not None:  # a window of steps (zoomer_ar/step_window.py): refused before any work
+        from .step_window import parse_steps
+
+        steps = parse_steps(steps_text)
+        if annotate_out is not None:
+            raise click.UsageError("--annotate marks the whole trace: with --steps, cut the steps out first "
+                                   "(`zoomer-ar trace slice TRACE OUT --steps N..M`) and annotate that")
+        if not path.exists():
+            raise InputError(str(path), missing_reason(path))
     name = name or default_job_name(path)
     if annotate_out is not None:  # never over the trace itself, nor into its rank folder
         from .surgery.guard import refuse_inside, refuse_overwrite
@@ -264,7 +278,10 @@ def analyze(path: Path, out_dir: Path | None, fmt: str, name: str | None, source
     try:
         bars = bar_factory(show)
         with reading_progress(bars):
-            analysis = analyze_path(path, name=name, progress_factory=bars, stream=stream)
+            if steps is None:
+                analysis = analyze_path(path, name=name, progress_factory=bars, stream=stream)
+            else:
+                analysis = _analyze_steps(path, steps, name, bars, stream)
     except BaseException:
         _remove_empty(created)
         raise
@@ -310,6 +327,16 @@ def analyze(path: Path, out_dir: Path | None, fmt: str, name: str | None, source
             if held:
                 click.echo(f"opt-in fixes left out of patch.diff: {', '.join(held)} (add them with --fix-select; "
                            "docs/fixers.md says why each is opt-in)")
+
+
+def _analyze_steps(path: Path, steps: tuple[int, int], name: str, bars, stream: bool | None):
+    """analyze --steps: each rank cut to the steps in a temporary folder, analysed, told as `path`'s."""
+    from .step_window import cut_steps, name_originals
+
+    with tempfile.TemporaryDirectory(prefix="zoomer-steps-") as tmp:
+        cut, originals, skipped, notes = cut_steps(path, steps, Path(tmp))
+        analysis = analyze_path(cut, name=name, progress_factory=bars, stream=stream)
+    return name_originals(analysis, path, steps, originals, skipped, notes)
 
 
 commands = [analyze]

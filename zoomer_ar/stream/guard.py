@@ -94,8 +94,8 @@ class MemoryGuard:
                 str(self.path),
                 f"analysing this trace needs more memory than allowed here: {now:,.0f} MB in use after "
                 f"{events:,} events, limit {self.limit_mb:,.0f} MB ({ENV}; default 80% of the available "
-                "memory); analyse a part of it: `zoomer-ar trace slice` (steps or a time window) or "
-                "`zoomer-ar trace sample` (ranks)",
+                "memory); analyse a part of it: `zoomer-ar analyze --steps N..M` (a window of steps), "
+                "`zoomer-ar trace slice` (steps or a time window) or `zoomer-ar trace sample` (ranks)",
             )
 
     def wrap(self, consume: Callable[..., Any], count: Callable[[], int]) -> Callable[..., Any]:

@@ -1,0 +1,114 @@
+"""`zoomer-ar analyze --steps N..M`: a window of profiler steps, cut out of each rank by the streaming
+`trace slice` into a temporary folder and analysed (zoomer_ar/step_window.py)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from zoomer_ar.cli import main
+
+from conftest import SHARED_TRACES
+
+NS = SHARED_TRACES / "hta" / "ns_resolution_trace"  # one rank, ProfilerStep#101..#105
+DLRM_RANK = SHARED_TRACES / "param" / "dlrm_8ranks" / "worker0_step_12.1694128201545.pt.trace.json.gz"  # step 10
+
+# what a cut to every step leaves out: the events before the first step and after the last (profiler
+# start-up and stop), so the profiled wall time and the idle share of the phases, which span them
+WINDOW_ONLY = {"wall_ms", "per_rank", "cost_attribution"} | {f"phase_{p}_pct" for p in
+                                                              ("dataloader", "forward", "backward", "optimizer",
+                                                               "communication", "idle")}
+
+
+def _analyze(args: list[str], capsys) -> tuple[int, dict | None, str]:
+    code = main(["analyze", *args, "--no-files", "--format", "json", "--no-progress"])
+    out, err = capsys.readouterr()
+    return code, (json.loads(out) if code == 0 else None), err
+
+
+def test_every_step_gives_the_whole_traces_step_and_device_figures(shared_traces, capsys, tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the cuts go (TMPDIR is read once a process)
+    seen = []
+    real = tempfile.TemporaryDirectory
+
+    def watched(*a, **kw):
+        d = real(*a, **kw)
+        seen.append(Path(d.name))
+        return d
+
+    monkeypatch.setattr(tempfile, "TemporaryDirectory", watched)
+    code, full, _ = _analyze([str(NS)], capsys)
+    assert code == 0
+    code, win, err = _analyze([str(NS), "--steps", "101..105"], capsys)
+    assert code == 0, err
+    differ = {k for k in full["features"] if full["features"][k] != win["features"].get(k)}
+    assert differ <= WINDOW_ONLY, differ
+    assert full["features"]["gpu_busy_pct"] == win["features"]["gpu_busy_pct"]
+    assert [(f["pattern"], f["impact"]) for f in full["findings"]] == [(f["pattern"], f["impact"]) for f in win["findings"]]
+    # told as the original trace's steps, with the window's hashes
+    assert win["job"]["path"] == str(NS)
+    assert [r["path"] for r in win["job"]["ranks"]] == [r["path"] for r in full["job"]["ranks"]]
+    assert win["job"]["ranks"][0]["sha256"] != full["job"]["ranks"][0]["sha256"]
+    assert win["notes"][0].startswith("Analysed ProfilerStep#101..#105 only (--steps)")
+    assert len(seen) == 1 and seen[0].parent == tmp_path and seen[0].name.startswith("zoomer-steps-")
+    assert not seen[0].exists(), "the temporary folder of the cuts stays behind"
+
+
+def test_a_window_of_two_steps(shared_traces, capsys):
+    code, win, err = _analyze([str(NS), "--steps", "102..103"], capsys)
+    assert code == 0, err
+    f = win["features"]
+    assert f["profiler_steps"] == 2 and f["first_profiled_step"] == 102
+    assert "fp32-matmul" in {x["pattern"] for x in win["findings"]}
+    # a range beyond the trace's steps keeps those it has, and says so
+    code, win, err = _analyze([str(NS), "--steps", "104..120"], capsys)
+    assert code == 0, err
+    assert win["features"]["profiler_steps"] == 2
+    assert any("kept steps 104..105" in n for n in win["notes"]), win["notes"]
+
+
+def test_a_rank_without_the_steps_is_skipped_with_its_reason(shared_traces, capsys, tmp_path):
+    job = tmp_path / "job"
+    job.mkdir()
+    shutil.copy(next(NS.glob("*.json.gz")), job / "rank-0.pt.trace.json.gz")
+    shutil.copy(DLRM_RANK, job / "rank-1.pt.trace.json.gz")
+    code, win, err = _analyze([str(job), "--steps", "102..103"], capsys)
+    assert code == 0, err
+    assert [Path(r["path"]).name for r in win["job"]["ranks"]] == ["rank-0.pt.trace.json.gz"]
+    (skipped,) = win["job"]["skipped"]
+    assert skipped["path"] == str(job / "rank-1.pt.trace.json.gz")
+    assert "no ProfilerStep#102..103" in skipped["reason"] and "steps present: 10" in skipped["reason"]
+
+
+@pytest.mark.parametrize("steps, words", [
+    ("5..3", "--steps 5..3 is reversed"),
+    ("abc", "--steps 'abc': expected N..M"),
+    ("900..901", "no ProfilerStep#900..901 in this trace (steps present: 101..105)"),
+])
+def test_bad_steps_are_one_line_and_exit_2(shared_traces, capsys, steps, words):
+    code, _, err = _analyze([str(NS), "--steps", steps], capsys)
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and words in err, err
+
+
+def test_steps_with_annotate_or_a_missing_path_are_refused_before_any_work(shared_traces, capsys, tmp_path):
+    out = tmp_path / "marked.json.gz"
+    code = main(["analyze", str(NS), "--steps", "101..102", "--annotate", str(out), "--no-files"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--annotate marks the whole trace" in err and not out.exists()
+    code, _, err = _analyze([str(tmp_path / "nope.json"), "--steps", "1..2"], capsys)
+    assert code == 2 and "nope.json" in err
+
+
+def test_the_memory_budget_message_names_analyze_steps():
+    from zoomer_ar.stream.guard import MemoryGuard
+    from zoomer_ar.errors import InputError
+
+    with pytest.raises(InputError) as exc:
+        MemoryGuard(Path("big.json"), 0.001).check(10)
+    assert "zoomer-ar analyze --steps N..M" in str(exc.value)
