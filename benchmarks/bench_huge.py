@@ -121,6 +121,23 @@ def _child(kind: str, path: str, out: str) -> None:
         t3 = time.perf_counter()
         result.update(findings=[f.pattern for f in analysis.findings], ranks=len(analysis.job.ranks),
                       features_sha=_features_sha(analysis))
+    elif kind == "zoomer-steps":  # analyze --steps: a window of steps cut out (trace slice), then analysed
+        import tempfile as tf
+
+        from zoomer_ar.analyze import analyze_path
+        from zoomer_ar.step_window import cut_steps
+
+        lo, hi = (int(x) for x in os.environ["ZOOMER_BENCH_STEPS"].split(".."))
+        rss0 = _status_kb("VmRSS")
+        c1, t1 = _cpu(resource), time.perf_counter()
+        with tf.TemporaryDirectory(prefix="zoomer-steps-") as tmp:
+            cut, _, _, _ = cut_steps(Path(path), (lo, hi), Path(tmp))
+            t2 = time.perf_counter()
+            analysis = analyze_path(cut)
+        t3 = time.perf_counter()
+        result.update(cut_s=t2 - t1, features_s=t3 - t2, steps=f"{lo}..{hi}",
+                      profiler_steps=analysis.features.get("profiler_steps"),
+                      findings=[f.pattern for f in analysis.findings])
     elif kind == "msgspec-slices":
         from zoomer_ar.load.schema import EVENTS_DECODER
         from zoomer_ar.stream.scan import scan
@@ -236,8 +253,22 @@ def _row(label: str, r: dict | None, nbytes: int) -> str:
                  if r.get("features_peak_mb") is not None else "")
         extra = (f"  [load {r['load_s']:.1f} s + features/findings {r['features_s']:.1f} s; {r['rows']:,} rows kept "
                  f"of {r['events']:,} events, {r['passes']} pass(es){peaks}]")
+    if r["kind"] == "zoomer-steps":
+        extra = (f"  [steps {r['steps']} ({r['profiler_steps']} analysed): cut {r['cut_s']:.1f} s + analysis "
+                 f"{r['features_s']:.1f} s]")
     return (f"  {label:<15} {r['work_s']:8.1f} s  cpu {r['cpu_s']:8.1f} s  {per_core:6.0f} MB/s per core  "
             f"{wall:6.0f} MB/s wall  peak RSS {r['peak_mb']:7.0f} MB{extra}")
+
+
+def _middle_steps(path: Path, k: int) -> str | None:
+    """`N..M`: k profiler steps in the middle of the trace (a survey pass, not timed)."""
+    from zoomer_ar.surgery.cut import survey
+
+    steps = sorted(survey(path).steps)
+    if not steps:
+        return None
+    mid = steps[len(steps) // 2 - min(k, len(steps)) // 2:][:k]
+    return f"{mid[0]}..{mid[-1]}"
 
 
 def _gen(path: Path, size_gb: float, source: Path | None, synthetic: bool) -> dict:
@@ -279,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hta-timeout", type=float, default=1200,
                     help="seconds for HTA at the benchmark sizes (its add_iteration is O(events x steps))")
     ap.add_argument("--json", type=Path, help="also write the figures to this JSON file")
+    ap.add_argument("--window-steps", type=int, default=5,
+                    help="also time `analyze --steps` on this many steps mid-trace (0: not)")
     args = ap.parse_args(argv)
     sizes = [float(s) for s in args.sizes.split(",") if s.strip()]
     hta = not args.no_hta
@@ -342,6 +375,12 @@ def main(argv: list[str] | None = None) -> int:
         for kind in ("zoomer", "msgspec-slices"):
             res[kind] = measure(kind, path, args.timeout)
             print(_row(kind, res[kind], nbytes), flush=True)
+        if args.window_steps > 0:
+            window = _middle_steps(path, args.window_steps)
+            if window is not None:
+                os.environ["ZOOMER_BENCH_STEPS"] = window
+                res["zoomer-steps"] = measure("zoomer-steps", path, args.timeout)
+                print(_row("zoomer --steps", res["zoomer-steps"], nbytes), flush=True)
         for kind in whole:
             projected_mb = per_byte.get(kind, float("nan")) * nbytes
             limit_mb = min(args.max_gb * 1000, 0.8 * mem_available_mb())
@@ -371,6 +410,10 @@ def main(argv: list[str] | None = None) -> int:
     for size, peak, per_core, ok_mem, ok_cpu in verdicts:
         print(f"  {size:g} GB: peak RSS {peak:.0f} MB {'PASS' if ok_mem else 'FAIL'}; "
               f"{per_core:.0f} MB/s per core {'PASS' if ok_cpu else 'FAIL'}")
+    windows = {k: v["zoomer-steps"] for k, v in info["sizes"].items() if "peak_mb" in v.get("zoomer-steps", {})}
+    if windows:
+        print("analyze --steps (a window of steps, any size): peak RSS " +
+              ", ".join(f"{v['peak_mb']:.0f} MB at {k} GB" for k, v in windows.items()))
     info["loadavg_end"] = os.getloadavg()[0]
     print(f"load average at end: {info['loadavg_end']:.2f}")
     if args.json:

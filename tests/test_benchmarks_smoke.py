@@ -275,3 +275,21 @@ def test_bench_merged_tiny_run(tmp_path, shared_traces):
     assert "features identical in all three: yes" in proc.stdout
     assert proc.stdout.count(" 2 ranks ") == 3
     assert not list(tmp_path.iterdir())  # generated traces removed
+
+
+def test_bench_huge_tiny_run(tmp_path, shared_traces):
+    # the streaming analysis, the typed-decode floor and `analyze --steps` on a window mid-trace, each in a
+    # fresh process (exit 1 only reports the throughput target, unreachable on a trace this small)
+    out = tmp_path / "huge.json"
+    proc = subprocess.run([sys.executable, str(BENCH / "bench_huge.py"), "--sizes", "0.01", "--no-hta", "--no-msgspec",
+                           "--window-steps", "3", "--dir", str(tmp_path / "traces"), "--json", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    size = json.loads(out.read_text())["sizes"]["0.01"]
+    assert size["zoomer"]["rows"] > 0 and "error" not in size["msgspec-slices"]
+    window = size["zoomer-steps"]
+    assert window["profiler_steps"] == 3 and window["findings"], window
+    lo, hi = (int(x) for x in window["steps"].split(".."))
+    assert hi - lo == 2
+    assert "analyze --steps (a window of steps, any size): peak RSS" in proc.stdout
+    assert not list((tmp_path / "traces").glob("*.json"))  # generated traces removed
