@@ -4,9 +4,48 @@ from __future__ import annotations
 
 from typing import Iterable
 
+import libcst as cst
+
 from zoomer_ar.fix import helpers as h
 from zoomer_ar.fix.base import Context, Edit, Example, Fixer
 from zoomer_ar.fix.datasets import ITERABLE, UNKNOWN, datasets_of, loader_verdict
+
+
+def _unpicklable_callable(ctx: Context, call: cst.Call) -> str | None:
+    """Why the loader's `collate_fn` / `worker_init_fn` cannot be pickled, else None: a lambda, a
+    name bound to a lambda or to a function defined inside a function (seen from the call's
+    function), or functools.partial of one. Workers get these callables pickled under spawn."""
+    for key in ("collate_fn", "worker_init_fn"):
+        arg = h.kwarg(call, key)
+        if arg is None:
+            continue
+        value = arg.value
+        while isinstance(value, cst.Call) and h.last_name(value.func) == "partial" and value.args:
+            value = value.args[0].value
+        if isinstance(value, cst.Lambda):
+            return f"its {key} is a lambda"
+        if isinstance(value, cst.Name) and _local_callable(ctx, call, value.value):
+            return f"its {key} `{value.value}` is a function defined inside a function (or a lambda)"
+    return None
+
+
+def _local_callable(ctx: Context, call: cst.Call, name: str) -> bool:
+    """`name` is bound to a lambda (anywhere: pickle finds no lambda by name) or, in a function
+    around `call`, by a nested `def name`."""
+    def function_of(node: cst.CSTNode) -> cst.CSTNode | None:
+        return next((a for a in ctx.ancestors(node) if isinstance(a, cst.FunctionDef)), None)
+
+    around = {id(a) for a in ctx.ancestors(call) if isinstance(a, cst.FunctionDef)}
+    for node in ctx.nodes(cst.FunctionDef):
+        if node.name.value == name and id(function_of(node)) in around:
+            return True
+    for node in ctx.nodes(cst.Assign):
+        if isinstance(node.value, cst.Lambda) and any(isinstance(t.target, cst.Name) and t.target.value == name
+                                                      for t in node.targets):
+            scope = function_of(node)
+            if scope is None or id(scope) in around:
+                return True
+    return False
 
 
 class DataLoaderWorkers(Fixer):
@@ -32,6 +71,12 @@ or when its name reads like a stream (`train_iter`, `StreamingCorpus`). `shuffle
 `sampler` or a `batch_sampler` prove a map-style dataset (DataLoader refuses them for an
 IterableDataset), and so do `TensorDataset`, `Subset`, `ConcatDataset`, `torchvision.datasets.*`
 and this file's `Dataset` subclasses.
+
+It reports only, too, in a test module (`test_*.py`, `*_test.py`, `conftest.py`: workers would
+change what the test exercises, and start for every small loader of the run) and when the
+loader's `collate_fn` or `worker_init_fn` is a lambda or a function defined inside a function
+(also through `functools.partial`): workers started by spawn (macOS, Windows; Linux's default from
+Python 3.14) receive them pickled, and pickle cannot find those by name.
 
 ## Why is this bad?
 With `num_workers=0` every batch is loaded, decoded and collated in the training process,
@@ -154,6 +199,30 @@ loader = DataLoader(dataset, batch_size=64, shuffle=True, num_workers=4, pin_mem
             "items = Items()\nloader = DataLoader(items, batch_size=2, num_workers=4, pin_memory=True, persistent_workers=True, prefetch_factor=2)\n",
             message_contains="no num_workers",
         ),
+        # callables that workers started by spawn cannot pickle: a lambda, a function defined in a function
+        Example(
+            "from torch.utils.data import DataLoader\n\n\ndef make(ds):\n    def pad(batch):\n        return batch\n\n"
+            "    return DataLoader(ds, batch_size=8, shuffle=True, collate_fn=pad)\n",
+            None,
+            message_contains="cannot pickle",
+        ),
+        Example(
+            "import functools\nfrom torch.utils.data import DataLoader\nloader = DataLoader(ds, shuffle=True, "
+            "worker_init_fn=functools.partial(lambda i, s: None, s=1))\n",
+            None,
+            message_contains="worker_init_fn is a lambda",
+        ),
+        # a test module: workers would change what the test exercises
+        Example("from torch.utils.data import DataLoader\nloader = DataLoader(ds, batch_size=8, shuffle=True)\n", None,
+                message_contains="a test module", path="tests/test_data_loader.py"),
+        # a module-level collate function pickles by name: fixed
+        Example(
+            "from torch.utils.data import DataLoader\n\n\ndef pad(batch):\n    return batch\n\n\n"
+            "loader = DataLoader(ds, shuffle=True, collate_fn=pad)\n",
+            "from torch.utils.data import DataLoader\n\n\ndef pad(batch):\n    return batch\n\n\n"
+            "loader = DataLoader(ds, shuffle=True, collate_fn=pad, num_workers=4, pin_memory=True, persistent_workers=True, prefetch_factor=2)\n",
+            message_contains="no num_workers",
+        ),
         # shuffle=True rules out an IterableDataset (DataLoader raises ValueError for one)
         Example(
             "from torch.utils.data import DataLoader, IterableDataset\nloader = DataLoader(ds, batch_size=8, shuffle=True)\n",
@@ -193,6 +262,16 @@ loader = DataLoader(dataset, batch_size=64, shuffle=True, num_workers=4, pin_mem
             arg = h.kwarg(call, "num_workers")
             what = "num_workers=0" if arg is not None else "no num_workers"
             message = f"DataLoader with {what} loads every batch in the training process; use worker processes (num_workers={workers}) and pinned memory"
+            if ctx.test_module():
+                yield self.report(call, message + "; not changed: a test module (worker processes would change what the "
+                                  "test exercises, and start for every small loader of the run)")
+                continue
+            local = _unpicklable_callable(ctx, call)
+            if local is not None:
+                yield self.report(call, message + f"; not changed: {local}, which worker processes started by spawn "
+                                  "(macOS, Windows; Linux's default from Python 3.14) cannot pickle: define it at "
+                                  "module level first")
+                continue
             new = call
             if arg is not None:
                 new = h.set_kwarg(new, "num_workers", str(workers))

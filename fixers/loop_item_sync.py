@@ -58,6 +58,30 @@ def _is_modulo_guard(test: cst.CSTNode) -> bool:
     return any(isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Modulo) for n in h.walk(test))
 
 
+LOW_PRECISION = {"bfloat16", "float16", "half"}
+
+
+def _low_precision(ctx: Context) -> bool:
+    """The file puts tensors in half precision (`torch.bfloat16`/`float16`/`half` named anywhere,
+    `.half()`, `.bfloat16()`): its losses may be half-precision tensors."""
+    alias = ctx.torch_alias() or "torch"
+    for attr in ctx.nodes(cst.Attribute):
+        if attr.attr.value in LOW_PRECISION and h.dotted(attr.value) in (alias, "torch"):
+            return True
+    return any(h.is_method_call(c, m) and not c.args for c in ctx.nodes(cst.Call) for m in ("half", "bfloat16"))
+
+
+def _detached(ctx: Context, item: cst.Call) -> cst.BaseExpression:
+    """``t.item()`` as ``t.detach()``; ``t.detach().float()`` where the file uses half precision: a
+    bfloat16 sum of thousands of steps would lose the digits `.item()`'s Python floats keep
+    (``.float()`` of a float32 tensor returns it as it is)."""
+    detached = item.with_changes(func=item.func.with_changes(attr=cst.Name("detach")))  # type: ignore[union-attr]
+    if not _low_precision(ctx):
+        return detached
+    return cst.Call(func=cst.Attribute(value=detached.with_changes(lpar=[], rpar=[]), attr=cst.Name("float")),
+                    lpar=item.lpar, rpar=item.rpar)
+
+
 class LoopItemSync(Fixer):
     pattern = "sync-point"
     name = "loop-item-sync"
@@ -103,7 +127,9 @@ steps, keeps the CPU ahead of the GPU.
 
 ## Caveats
 The accumulated value is summed in the loss's dtype on the device (usually float32) instead of
-in Python floats (float64). Logging every N steps logs less often; that is the point.
+in Python floats (float64); in a file that uses half precision (`torch.bfloat16`, `torch.float16`,
+`.half()`, `.bfloat16()`) the loss is converted first, `total += loss.detach().float()`, so
+that the sum is float32, not bfloat16. Logging every N steps logs less often; that is the point.
 
 ## Example
 ```python
@@ -278,6 +304,14 @@ print(float(running) / len(loader))
             None,
             message_contains=".item()",
         ),
+        # a bfloat16 model: the sum is kept in float32
+        Example(
+            "import torch\nmodel = model.to(dtype=torch.bfloat16)\nrunning = 0.0\nfor x in loader:\n"
+            "    loss = model(x).sum()\n    running += loss.item()\nprint(running)\n",
+            "import torch\nmodel = model.to(dtype=torch.bfloat16)\nrunning = 0.0\nfor x in loader:\n"
+            "    loss = model(x).sum()\n    running += loss.detach().float()\nprint(float(running))\n",
+            message_contains="accumulate on the device",
+        ),
         # accumulator read before the loop in the same block (stale across epochs): report only
         Example(
             "for epoch in range(3):\n    print(total)\n    total = 0.0\n    for x in loader:\n        total += loss.item()\n",
@@ -413,7 +447,7 @@ print(float(running) / len(loader))
                 reads.append(name)
         if not init:
             return None
-        changes: dict = {item: item.with_changes(func=item.func.with_changes(attr=cst.Name("detach")))}  # type: ignore[union-attr]
+        changes: dict = {item: _detached(ctx, item)}
         for r in reads:
             p = ctx.parent(r)
             arg_of = ctx.parent(p) if isinstance(p, cst.Arg) else None
@@ -456,7 +490,7 @@ print(float(running) / len(loader))
                 return None
         else:
             return None
-        changes: dict = {item: item.with_changes(func=item.func.with_changes(attr=cst.Name("detach")))}  # type: ignore[union-attr]
+        changes: dict = {item: _detached(ctx, item)}
         for r in reads:
             p = ctx.parent(r)
             arg_of = ctx.parent(p) if isinstance(p, cst.Arg) else None

@@ -24,13 +24,14 @@ def _cuda_evidence(ctx: Context) -> cst.CSTNode | None:
     return None
 
 
-def _training(ctx: Context) -> bool:
+def _training(ctx: Context) -> cst.Call | None:
+    """The first `.backward()` call or `torch.optim` construction, else None."""
     for call in ctx.nodes(cst.Call):
         if h.is_method_call(call, "backward"):
-            return True
+            return call
         if any(q.startswith("torch.optim.") for q in ctx.qualnames(call)):
-            return True
-    return False
+            return call
+    return None
 
 
 #: names whose mention means the script manages float32 precision itself: the legacy setter and
@@ -140,6 +141,13 @@ For a training script (it calls `.backward()` or uses `torch.optim`) that uses C
 `torch.set_float32_matmul_precision("high")` once, after the leading imports. It needs a
 top-level `import torch` (any alias) before that point; otherwise it reports only.
 
+The setting is process-wide, so it goes only into a program's entry point: a file with an
+`if __name__ == "__main__":` block, a notebook, or a script whose CUDA or training code runs at
+its top level. A library module (its CUDA and training code all in functions and classes, no
+`__main__` block: importing it would switch TF32 on for every program that imports it), a test
+module (`test_*.py`, `*_test.py`, `conftest.py`: for the whole test run) and a file whose name
+says FP32 (`benchmark_fp32.py`) are reported only.
+
 It also reports only, and inserts nothing, when the file makes an explicit full-FP32 or
 determinism choice, which TF32 would override: `torch.backends.cudnn.allow_tf32 = False` (any
 `allow_tf32` not set to a literal `True`, also through `setattr` or `cudnn.flags(allow_tf32=False)`),
@@ -202,6 +210,34 @@ model = Net().cuda()
         'import torch\nfp32_precision = "ieee"\ntorch.backends.cuda.matmul.fp32_precision = fp32_precision\nmodel = Net().cuda()\nloss.backward()\n',
     ]
     INVALID = [
+        # the entry point: a __main__ block whose code is all in functions
+        Example(
+            'import torch\n\n\ndef main():\n    model = Net().cuda()\n    model(x).sum().backward()\n\n\n'
+            'if __name__ == "__main__":\n    main()\n',
+            'import torch\ntorch.set_float32_matmul_precision("high")\n\n\ndef main():\n    model = Net().cuda()\n'
+            '    model(x).sum().backward()\n\n\nif __name__ == "__main__":\n    main()\n',
+            message_contains="TF32",
+        ),
+        # a library module (transformers' trainer.py, lightning's module.py, timm.optim...): every importer
+        # would get TF32; a test module: the whole test run would
+        Example(
+            'import torch\n\n\nclass Trainer:\n    def train(self):\n        self.model.to("cuda")\n'
+            '        self.opt = torch.optim.AdamW(self.model.parameters())\n',
+            None,
+            message_contains="library module",
+        ),
+        Example(
+            'import torch\nmodel = Net().cuda()\nloss.backward()\n',
+            None,
+            message_contains="a test module",
+            path="tests/test_layers.py",
+        ),
+        Example(
+            'import torch\nmodel = Net().cuda()\nloss.backward()\n',
+            None,
+            message_contains="says it measures or needs full FP32",
+            path="examples/benchmark_fp32.py",
+        ),
         Example(
             '"""Train."""\nimport torch\nimport torch.nn as nn  # layers\n\nmodel = Net().to("cuda")\nloss.backward()\n',
             '"""Train."""\nimport torch\nimport torch.nn as nn  # layers\ntorch.set_float32_matmul_precision("high")\n\nmodel = Net().to("cuda")\nloss.backward()\n',
@@ -249,12 +285,17 @@ model = Net().cuda()
 
     def check(self, ctx: Context) -> Iterable[Edit]:
         evidence = _cuda_evidence(ctx)
-        if evidence is None or not _training(ctx) or _configured(ctx):
+        training = _training(ctx) if evidence is not None else None
+        if evidence is None or training is None or _configured(ctx):
             return
         line = ctx.pos(evidence).start.line
         message = f"CUDA training script (CUDA at line {line}) never enables TF32: float32 matmuls run on the slow full-FP32 path"
         anchor = _import_block_end(ctx.module)
         alias = ctx.torch_alias()
+        where = _not_the_program(ctx, evidence, training)
+        if where is not None:
+            yield self.report(anchor or evidence, message + f"; not changed: {where}")
+            return
         choice = _explicit_choice(ctx)
         if choice is not None:
             # flagged where the call would go (as the other findings), the choice named in the message
@@ -271,6 +312,23 @@ model = Net().cuda()
             return
         new = h.simple_stmt(f'{alias}.set_float32_matmul_precision("high")\n')
         yield self.replace(anchor, message + f'; call {alias}.set_float32_matmul_precision("high")', h.insert_after(anchor, [new]))
+
+
+def _not_the_program(ctx: Context, cuda: cst.CSTNode, training: cst.CSTNode) -> str | None:
+    """Why the setting does not belong in this file, else None. It is process-wide: a test module
+    would switch it on for the whole test run, a library module (no `__main__` block, its CUDA and
+    training code all in functions and classes) for every program that imports it, and a file whose
+    name says FP32 (`benchmark_fp32.py`) measures or needs full FP32."""
+    name = ctx.path.replace("\\", "/").rsplit("/", 1)[-1].lower()
+    if ctx.test_module():
+        return "a test module (the setting would hold for every test run in the same process)"
+    if "fp32" in name or "float32" in name:
+        return f"the file's name ({name}) says it measures or needs full FP32"
+    if not ctx.script_like(cuda, training):
+        return ("the file reads like a library module (no `if __name__ == \"__main__\":` block; its CUDA and training "
+                "code all in functions): importing it would switch TF32 on for every program that does; "
+                "set it in the program's entry point")
+    return None
 
 
 def _imports_torch_before(ctx: Context, anchor: cst.SimpleStatementLine, alias: str) -> bool:

@@ -108,7 +108,7 @@ _AMBIGUOUS_TO = (
 class RedundantCopyChain(Fixer):
     pattern = "extra-copy"
     name = "redundant-copy-chain"
-    summary = "x.clone().clone(), x.to(torch.float64).to(torch.float32), x.transpose(1, 2).contiguous().transpose(1, 2), x.to(x.dtype)...: keep one copy or none"
+    summary = "x.clone().clone(), x.to(torch.float64).to(torch.float32), x.transpose(1, 2).contiguous().transpose(1, 2)...: keep one copy or none"
     explanation = """\
 ## What it does
 Collapses method chains whose second step is provably redundant:
@@ -122,8 +122,6 @@ Collapses method chains whose second step is provably redundant:
 * `x.clone().contiguous()` and `x.contiguous().clone()` ->
   `x.clone(memory_format=torch.contiguous_format)` (needs `import torch`);
 * `x.to(a).to(a)` with the same simple arguments -> `x.to(a)`;
-* `x.to(x.dtype)` / `x.to(x.device)` (x a plain name or attribute) -> `x`: converting a tensor to
-  its own dtype or device returns it unchanged;
 * `x.to(d).clone()` -> `x.to(d, copy=True)` (the same care for a positional `copy`);
 * dtype round trips through float64, `x.to(torch.float64).to(torch.float32)` (also to float16 or
   bfloat16, `.double().float()`, with or without a trailing `.clone()`): float64 holds every
@@ -180,6 +178,10 @@ y = x.to(device, copy=True)
         "y = f(x).to(g()).to(g())\n",
         "y = x.to(y.dtype)\n",
         "y = x.to(device=x.dtype)\n",
+        # a tensor converted to its own dtype or device is returned as it is, without a copy (nothing to save),
+        # and a tensor subclass may convert: torchao's NF4Tensor.to(its dtype) dequantizes (torchtune's
+        # state-dict gathering relies on it)
+        "if isinstance(param, NF4Tensor):\n    param = param.to(param.dtype)\nh = self.h.to(self.h.dtype) + w.to(device=w.device)\n",
         # the clone protects data that is modified afterwards
         "def f(x):\n    x = x.clone()\n    x.add_(1)\n    return x\n",
         "def f(model, x):\n    x = x.clone()\n    return model(x)\n",
@@ -218,7 +220,6 @@ y = x.to(device, copy=True)
         Example("y = x.contiguous().clone()\n", None, message_contains="import torch"),
         Example("y = x.to(dev).to(dev)\n", "y = x.to(dev)\n", message_contains=".to("),
         Example("y = x.float().float().float()\n", "y = x.float()\n", message_contains="float"),
-        Example("h = self.h.to(self.h.dtype) + (w.to(device=w.device))\n", "h = self.h + (w)\n", message_contains="no-op"),
         Example(
             "import torch\n\n\nclass Pool(torch.nn.Module):\n"
             "    def forward(self, x):\n"
@@ -293,10 +294,6 @@ y = x.to(device, copy=True)
         yield from self._round_trips(ctx, alias)
         for call in ctx.nodes(cst.Call):
             outer = h.method(call)
-            if outer is not None and outer[1] == "to" and self._self_to(call, outer[0]):
-                message = f".to({ctx.code(call.args[0].value)}) converts {ctx.code(outer[0])} to what it already is: a no-op"
-                yield self.replace(call, message, {call: outer[0].with_changes(lpar=call.lpar, rpar=call.rpar)})
-                continue
             if outer is None or not isinstance(outer[0], cst.Call):
                 continue
             inner_call = outer[0]
@@ -344,20 +341,6 @@ y = x.to(device, copy=True)
             ):
                 message = ".to(...).to(...) with the same arguments: the second .to() is redundant"
                 yield self.replace(call, message, {call: keep(inner_call)})
-
-    @staticmethod
-    def _self_to(call: cst.Call, receiver: cst.BaseExpression) -> bool:
-        """``x.to(x.dtype)`` / ``x.to(x.device)`` (also by keyword) for a plain name/attribute x."""
-        owner = h.dotted(receiver)
-        if owner is None or len(call.args) != 1 or call.args[0].star:
-            return False
-        arg = call.args[0]
-        if arg.keyword is not None and arg.keyword.value not in ("dtype", "device"):
-            return False
-        target = h.dotted(arg.value)
-        if target not in (f"{owner}.dtype", f"{owner}.device"):
-            return False
-        return arg.keyword is None or target.endswith("." + arg.keyword.value)
 
     # -- round trips: dtype (through float64) and memory layout (transpose/contiguous/transpose) --
 

@@ -41,24 +41,24 @@ def test_valid_example_is_left_alone(cls, source):
 @pytest.mark.parametrize(("cls", "example"), INVALID)
 def test_invalid_example_is_reported_and_fixed(cls, example):
     fixer = cls(**example.options)
-    matches = fixer.detect(example.before, "example.py")
+    matches = fixer.detect(example.before, example.path)
     assert matches, "not detected"
     assert all(m.pattern == cls.pattern and m.fixer == cls.name for m in matches)
     assert any(example.message_contains in m.message for m in matches), [m.message for m in matches]
     for m in matches:
         assert 1 <= m.line <= m.end_line and m.column >= 1 and m.statement_line <= m.line
 
-    fixed = fixer.fix(example.before)
+    fixed = fixer.fix(example.before, example.path)
     expected = example.before if example.after is None else example.after
     assert fixed == expected
     cst.parse_module(fixed)
     ast.parse(fixed)
-    assert fixer.fix(fixed) == fixed, "not idempotent"
+    assert fixer.fix(fixed, example.path) == fixed, "not idempotent"
     if example.after is None:
         assert not any(m.fixable for m in matches)
     else:
         assert any(m.fixable for m in matches)
-        assert not any(m.fixable for m in fixer.detect(fixed)), "still fixable after the fix"
+        assert not any(m.fixable for m in fixer.detect(fixed, example.path)), "still fixable after the fix"
         assert changed_lines_within(example.before, fixed, matches) == []
         # the reported text edits reproduce the fix when it takes one round
         rewritten = apply_text_edits(example.before, [e for m in matches if m.fixable for e in m.edits])
@@ -73,7 +73,7 @@ def test_invalid_example_is_reported_and_fixed(cls, example):
 def test_invalid_example_suppressed_inline(cls, example):
     """Adding `# zoomer: ignore[<pattern>]` to every line of the flagged statements silences it."""
     fixer = cls(**example.options)
-    matches = fixer.detect(example.before)
+    matches = fixer.detect(example.before, example.path)
     lines = example.before.splitlines(keepends=True)
     flagged = {m.line for m in matches}
     suppressed = []
@@ -88,5 +88,5 @@ def test_invalid_example_suppressed_inline(cls, example):
         cst.parse_module(source)
     except cst.ParserSyntaxError:
         pytest.skip("cannot add a comment on that line")
-    remaining = [m for m in fixer.detect(source) if m.line in flagged and "# zoomer" in suppressed[m.line - 1]]
+    remaining = [m for m in fixer.detect(source, example.path) if m.line in flagged and "# zoomer" in suppressed[m.line - 1]]
     assert remaining == []

@@ -99,12 +99,14 @@ class StaticMatch(BaseModel):
 @dataclass(frozen=True)
 class Example:
     """A rule example: ``before`` must be flagged (message containing ``message_contains``) and
-    fixed to exactly ``after``; ``after=None`` means report only (the fix leaves it unchanged)."""
+    fixed to exactly ``after``; ``after=None`` means report only (the fix leaves it unchanged).
+    ``path``: the file the source is read as (a fixer may judge a test module or a file's name)."""
 
     before: str
     after: str | None = None
     message_contains: str = ""
     options: Mapping[str, Any] = field(default_factory=dict)
+    path: str = "example.py"
 
 
 @dataclass(eq=False)
@@ -323,6 +325,17 @@ _PLAIN_TYPES: set[type] = set()  # and those it does not
 
 SCOPE_BOUNDARIES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
 LINE_STATEMENTS = (cst.SimpleStatementLine, cst.SimpleStatementSuite, cst.BaseCompoundStatement)
+def _is_main_guard(test: cst.BaseExpression) -> bool:
+    """``__name__ == "__main__"`` (either side)."""
+    if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1
+            and isinstance(test.comparisons[0].operator, cst.Equal)):
+        return False
+    sides = [test.left, test.comparisons[0].comparator]
+    names = [s for s in sides if isinstance(s, cst.Name) and s.value == "__name__"]
+    strings = [s for s in sides if isinstance(s, cst.SimpleString) and s.evaluated_value == "__main__"]
+    return len(names) == 1 and len(strings) == 1
+
+
 CELL_MARKER = "# zoomer-ar cell "  # notebooks.py: the comment line before each cell of a joined notebook
 TIMED_MARK = "timed"  # ... ending in this word for a cell that a %%time/%%timeit/%%prun magic times
 
@@ -577,6 +590,29 @@ class Context:
         rng = self._pos[node]
         line = self.lines()[rng.start.line - 1] if rng.start.line - 1 < len(self.lines()) else ""
         return line[: rng.start.column]
+
+    def notebook(self) -> bool:
+        """Whether the module is a notebook's cells joined (notebooks.py marks each cell)."""
+        return self.path.endswith(".ipynb") or any(line.startswith(CELL_MARKER) for line in self.lines()[:1])
+
+    def test_module(self) -> bool:
+        """Whether the file is a test module by its name (test_*.py, *_test.py, conftest.py): pytest
+        imports it into one process with every other test."""
+        name = self.path.replace("\\", "/").rsplit("/", 1)[-1]
+        return name == "conftest.py" or (name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py")))
+
+    def script_like(self, *nodes: cst.CSTNode) -> bool:
+        """Whether the file is run as a program rather than imported as a library: a notebook, an
+        `if __name__ == "__main__":` block, or one of `nodes` outside every function and class (code
+        that runs as the file runs). A process-wide setting belongs in such a file: put in a module
+        that others import, it would hold for every program that imports it."""
+        if self.notebook():
+            return True
+        for stmt in self.module.body:
+            if isinstance(stmt, cst.If) and _is_main_guard(stmt.test):
+                return True
+        scopes = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
+        return any(not any(isinstance(a, scopes) for a in self.ancestors(n)) for n in nodes)
 
     def timed(self, node: cst.CSTNode) -> bool:
         """Whether ``node`` lies in a notebook cell that a `%%time`/`%%timeit`/`%%prun` magic times
