@@ -112,3 +112,69 @@ def test_the_memory_budget_message_names_analyze_steps():
     with pytest.raises(InputError) as exc:
         MemoryGuard(Path("big.json"), 0.001).check(10)
     assert "zoomer-ar analyze --steps N..M" in str(exc.value)
+
+
+DLRM = SHARED_TRACES / "param" / "dlrm_8ranks"  # 8 ranks, ProfilerStep#10 each
+
+
+def test_ranks_cut_in_parallel_give_what_one_process_gives(shared_traces, capsys, monkeypatch):
+    """The ranks of a folder are cut in worker processes (ZOOMER_STREAM_WORKERS, default the CPU
+    count), as the streaming reader reads them: the analysis is the one of cuts made one by one."""
+    results = {}
+    for workers in ("1", "3"):
+        monkeypatch.setenv("ZOOMER_STREAM_WORKERS", workers)
+        code, win, err = _analyze([str(DLRM), "--steps", "10..10"], capsys)
+        assert code == 0, err
+        results[workers] = win
+    one, three = results["1"], results["3"]
+    assert len(three["job"]["ranks"]) == 8
+    assert [r["path"] for r in three["job"]["ranks"]] == sorted(str(p) for p in DLRM.iterdir())
+    for key in ("features", "findings", "bottleneck", "notes"):
+        assert one[key] == three[key], key
+    assert [r["sha256"] for r in one["job"]["ranks"]] == [r["sha256"] for r in three["job"]["ranks"]]
+
+
+def test_two_rank_files_with_one_cut_name_do_not_overwrite_each_other(shared_traces, capsys, tmp_path, monkeypatch):
+    """x.json beside x.json.gz (a trace and its decompressed copy) cut to the same plain name: each
+    cut gets its own file, and the folder's check skips the copy as it does without --steps."""
+    import gzip
+
+    job = tmp_path / "job"
+    job.mkdir()
+    src = next(NS.glob("*.json.gz"))
+    shutil.copy(src, job / "rank-0.pt.trace.json.gz")
+    (job / "rank-0.pt.trace.json").write_bytes(gzip.decompress(src.read_bytes()))
+    monkeypatch.setenv("ZOOMER_STREAM_WORKERS", "2")
+    code, win, err = _analyze([str(job), "--steps", "102..103"], capsys)
+    assert code == 0, err
+    assert len(win["job"]["ranks"]) == 1 and win["features"]["profiler_steps"] == 2
+    (skipped,) = win["job"]["skipped"]
+    names = {Path(win["job"]["ranks"][0]["path"]).name, Path(skipped["path"]).name}
+    assert names == {"rank-0.pt.trace.json.gz", "rank-0.pt.trace.json"}
+    assert skipped["reason"].startswith("the same trace as ")
+
+
+def test_the_workers_cuts_report_their_reads_to_the_bars(shared_traces, tmp_path):
+    """Each worker's reads (survey, launches, copy) report their bytes through shared memory to the
+    bar of its file in the main process."""
+    from zoomer_ar.step_window import cut_steps
+
+    job = tmp_path / "job"
+    job.mkdir()
+    src = next(NS.glob("*.json.gz"))
+    for r in range(2):
+        shutil.copy(src, job / f"rank-{r}.pt.trace.json.gz")
+    seen: dict[str, list[tuple[int, int]]] = {}
+
+    def factory(path: Path):
+        return lambda done, total: seen.setdefault(path.name, []).append((done, total))
+
+    out = tmp_path / "cuts"
+    out.mkdir()
+    cut, originals, skipped, notes = cut_steps(job, (102, 103), out, workers=2, progress_factory=factory)
+    assert cut == out and len(originals) == 2 and not skipped
+    assert set(seen) == {"rank-0.pt.trace.json.gz", "rank-1.pt.trace.json.gz"}
+    size = src.stat().st_size
+    for reports in seen.values():
+        assert any(0 < done and total == size for done, total in reports), reports  # the worker's reads, of the file as stored
+        assert reports[-1] == (size, size)  # each file's bar ends complete

@@ -334,7 +334,7 @@ def _analyze_steps(path: Path, steps: tuple[int, int], name: str, bars, stream: 
     from .step_window import cut_steps, name_originals
 
     with tempfile.TemporaryDirectory(prefix="zoomer-steps-") as tmp:
-        cut, originals, skipped, notes = cut_steps(path, steps, Path(tmp))
+        cut, originals, skipped, notes = cut_steps(path, steps, Path(tmp), progress_factory=bars)
         analysis = analyze_path(cut, name=name, progress_factory=bars, stream=stream)
     return name_originals(analysis, path, steps, originals, skipped, notes)
 

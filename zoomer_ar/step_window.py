@@ -2,7 +2,8 @@
 
 Each rank file is cut to ProfilerStep#N..#M by the streaming `trace slice` (CPU and GPU side of the
 steps, the kernels their launches queued wherever they run; a few MB of memory whatever the input's
-size) into a temporary folder, and the cut files are analysed as the job. The analysis then names the
+size) into a temporary folder, the files of a folder in parallel processes (stream/pool.py), and the
+cut files are analysed as the job. The analysis then names the
 original files (each rank's sha256, size and event count are the window's: what was analysed) and
 says which steps it covers. A rank without those steps is skipped with its reason, as an unreadable
 rank of a folder is; when no rank has them the command fails (exit 2) naming the steps present.
@@ -26,28 +27,64 @@ def _plain_name(name: str) -> str:
     return name
 
 
-def cut_steps(path: Path, steps: tuple[int, int], into: Path) -> tuple[Path, dict[str, str], list[SkippedFile], list[str]]:
-    """Cut every rank of `path` (a trace file or a rank folder) to steps N..M into the folder `into`.
+def _cut_one(src: str, dst: str, steps: tuple[int, int], slot: int | None = None) -> list[str] | InputError:
+    """One rank file cut to the steps (in a worker process: its reads report to the shared bar)."""
+    from .load.reader import reading_progress
+    from .stream.pool import shared_progress
+    from .surgery.cut import slice_trace  # the surgery commands load only when asked
+
+    bar = shared_progress(slot)
+    try:
+        with reading_progress((lambda _path: bar) if bar is not None else None):
+            return list(slice_trace(Path(src), Path(dst), steps=steps, compression="none").notes)
+    except InputError as exc:
+        return exc
+
+
+def _cut_names(files: list[Path]) -> list[str]:
+    """Each rank file's cut name: its own as plain JSON (rank numbers and names come from it); a name
+    two files would share (x.json beside x.json.gz) gets the file's position in front of it."""
+    taken: set[str] = set()
+    out = []
+    for i, f in enumerate(files):
+        n = _plain_name(f.name)
+        while n in taken:
+            n = f"{i}.{n}"
+        taken.add(n)
+        out.append(n)
+    return out
+
+
+def cut_steps(path: Path, steps: tuple[int, int], into: Path, *, workers: int | None = None,
+              progress_factory=None) -> tuple[Path, dict[str, str], list[SkippedFile], list[str]]:
+    """Cut every rank of `path` (a trace file or a rank folder) to steps N..M into the folder `into`,
+    the ranks of a folder in up to `workers` processes at once (default: ZOOMER_STREAM_WORKERS, else
+    the CPU count, as the streaming reader reads them); `progress_factory` gives the bars of the
+    workers' reads (in this process, the reads report to reading_progress's bars).
 
     Returns what to analyse (a file or `into`), {cut file: original file}, the ranks skipped (no such
     steps, unreadable) and the notes of the cuts (steps missing in a rank's range)."""
-    from .surgery.cut import slice_trace  # the surgery commands load only when asked
+    from .stream.pool import env_workers, run_pool
 
     files = rank_files(path, is_trace_file) if path.is_dir() else [path]
+    outs = [into / n for n in _cut_names(files)]
+    args = [(str(f), str(out), steps) for f, out in zip(files, outs)]
+    n_workers = max(1, min(workers if workers is not None else env_workers(), len(files)))
+    if n_workers == 1:
+        results = [_cut_one(*a) for a in args]
+    else:
+        results = run_pool(_cut_one, files, args, n_workers, progress_factory)
     originals: dict[str, str] = {}
     skipped: list[SkippedFile] = []
     notes: list[str] = []
-    for f in files:
-        out = into / _plain_name(f.name)
-        try:
-            st = slice_trace(f, out, steps=steps, compression="none")
-        except InputError as exc:
+    for f, out, res in zip(files, outs, results):
+        if isinstance(res, InputError):
             if not path.is_dir():
-                raise
-            skipped.append(SkippedFile(path=str(f), reason=exc.reason))
+                raise res
+            skipped.append(SkippedFile(path=str(f), reason=res.reason))
             continue
         originals[str(out)] = str(f)
-        for n in st.notes:  # "--steps N..M: kept steps ..., those this trace has of them (...)"
+        for n in res:  # "--steps N..M: kept steps ..., those this trace has of them (...)"
             n = n.split(": ", 1)[1] if n.startswith("--steps ") else n
             notes.append(f"{f.name}: {n}" if path.is_dir() else n)
     if not originals:

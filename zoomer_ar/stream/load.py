@@ -9,16 +9,13 @@ explains the problem.
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import gc
-import multiprocessing as mp
 import os
 from collections.abc import Callable
 
 import numpy as np
 from pathlib import Path
 
-from ..children import no_cwd_imports
 from ..errors import InputError
 from ..load import fastcols
 from ..load.columns import RankTrace
@@ -31,6 +28,7 @@ from ..models import RankInfo, SkippedFile
 from .compact import CompactBuilder
 from .heap import fix_mmap_threshold, trim_heap
 from .parts import constant_columns
+from .pool import env_workers, run_pool, shared_progress
 from .frames import add_frames
 from .guard import MemoryGuard, budget_mb
 from .prune import prune
@@ -214,79 +212,12 @@ def _unpack(trace: RankTrace) -> RankTrace:
     return trace
 
 
-_PROGRESS = None  # a worker process's share of the bytes read (see _Bars): done, total per file
-
-
-def _init_worker(shared) -> None:
-    global _PROGRESS
-    _PROGRESS = shared
-
-
-def _shared_progress(slot: int | None) -> Progress | None:
-    """The progress callback of a worker's file: its bytes read, written where the main process looks."""
-    shared = _PROGRESS
-    if slot is None or shared is None:
-        return None
-
-    def progress(done: int, total: int) -> None:
-        shared[2 * slot + 1] = total
-        shared[2 * slot] = done
-
-    return progress
-
-
 def _worker(path: str, kw: dict, slot: int | None = None) -> list[tuple[RankTrace, RankInfo]] | InputError:
     try:
-        pairs = load_rank(Path(path), progress=_shared_progress(slot), **kw)
+        pairs = load_rank(Path(path), progress=shared_progress(slot), **kw)
     except InputError as exc:
         return exc
     return [(_pack(trace), info) for trace, info in pairs]
-
-
-class _Bars:
-    """Progress of rank files read in worker processes: each worker writes the bytes it has read of
-    its file into shared memory, and the main process hands them to the file's progress callback (the
-    CLI's bars) while it waits."""
-
-    def __init__(self, ctx, files: list[Path], progress_factory: Callable[[Path], Progress | None] | None) -> None:
-        self.bars = [progress_factory(f) if progress_factory else None for f in files]
-        self.shared = ctx.Array("q", 2 * len(files), lock=False) if any(self.bars) else None
-        self.shown = [(-1, -1)] * len(files)
-
-    def slot(self, i: int) -> int | None:
-        return i if self.bars[i] is not None else None
-
-    def show(self, finished: set[int] = frozenset()) -> None:
-        """Pass on what the workers report; a finished file's bar is completed (its last report may
-        not have come, or it stopped early: a refused file)."""
-        if self.shared is None:
-            return
-        for i, bar in enumerate(self.bars):
-            if bar is None:
-                continue
-            done, total = self.shared[2 * i], self.shared[2 * i + 1]
-            if i in finished:
-                total = max(total, done, 1)
-                done = total
-            if (done, total) != self.shown[i] and total > 0:
-                self.shown[i] = (done, total)
-                bar(done, total)
-
-
-def _run_pool(ctx, n_workers: int, files: list[Path], kw: dict,
-              bars: _Bars) -> list[list[tuple[RankTrace, RankInfo]] | InputError]:
-    """_worker on each file in `n_workers` processes, in the files' order, passing their progress on."""
-    with cf.ProcessPoolExecutor(max_workers=n_workers, mp_context=ctx, initializer=_init_worker,
-                                initargs=(bars.shared,)) as pool:
-        futures = [pool.submit(_worker, str(f), kw, bars.slot(i)) for i, f in enumerate(files)]
-        index = {fut: i for i, fut in enumerate(futures)}
-        finished: set[int] = set()
-        pending = set(futures)
-        while pending:
-            done, pending = cf.wait(pending, timeout=0.2 if bars.shared is not None else None)
-            finished |= {index[fut] for fut in done}
-            bars.show(finished)
-        return [fut.result() for fut in futures]
 
 
 def _files(p: Path) -> list[Path]:
@@ -312,7 +243,7 @@ def load_job_streaming(
     if not p.exists():
         raise InputError(str(p), missing_reason(p))
     files = _files(p)
-    n_workers = workers if workers is not None else _env_int("ZOOMER_STREAM_WORKERS", os.cpu_count() or 1)
+    n_workers = workers if workers is not None else env_workers()
     n_workers = max(1, min(n_workers, len(files)))
     if "memory_limit_mb" not in kw:  # the machine's budget, shared by the ranks read at once
         kw["memory_limit_mb"] = budget_mb(n_workers) or 0.0
@@ -324,10 +255,7 @@ def load_job_streaming(
             except InputError as exc:
                 outcomes.append(exc)
     else:
-        ctx = mp.get_context("spawn")  # no fork of a process that may hold threads
-        with no_cwd_imports():  # everything that may start a helper process (the pool, shared memory) in here
-            bars = _Bars(ctx, files, progress_factory)
-            outcomes = _run_pool(ctx, n_workers, files, kw, bars)
+        outcomes = run_pool(_worker, files, [(str(f), kw) for f in files], n_workers, progress_factory)
     ranks: list[RankTrace] = []
     infos: list[RankInfo] = []
     skipped: list[SkippedFile] = []
