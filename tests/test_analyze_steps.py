@@ -178,3 +178,35 @@ def test_the_workers_cuts_report_their_reads_to_the_bars(shared_traces, tmp_path
     for reports in seen.values():
         assert any(0 < done and total == size for done, total in reports), reports  # the worker's reads, of the file as stored
         assert reports[-1] == (size, size)  # each file's bar ends complete
+
+
+def test_sigterm_while_cutting_removes_the_cuts_and_exits_143(shared_traces, tmp_path):
+    """A job scheduler's SIGTERM during --steps unwinds like Ctrl-C: the temporary folder of the cuts
+    is removed (the default action killed the process and left it in TMPDIR)."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    code = textwrap.dedent(f"""
+        import os, signal, sys, time
+        from pathlib import Path
+        import zoomer_ar.surgery.cut as cut
+        real = cut.slice_trace
+
+        def stopped(src, dst, **kw):
+            real(src, dst, **kw)  # the cut is written, then the signal comes
+            assert Path(dst).exists()
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(30)
+
+        cut.slice_trace = stopped
+        from zoomer_ar.cli import main
+        sys.exit(main(["analyze", {str(NS)!r}, "--steps", "101..102", "--no-files", "--no-progress"]))
+    """)
+    env = {**os.environ, "TMPDIR": str(tmp), "ZOOMER_STREAM_WORKERS": "1"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 143, (r.returncode, r.stderr[-2000:])
+    assert list(tmp.iterdir()) == [], "the cuts stayed behind"

@@ -332,8 +332,9 @@ def analyze(path: Path, out_dir: Path | None, fmt: str, name: str | None, source
 def _analyze_steps(path: Path, steps: tuple[int, int], name: str, bars, stream: bool | None):
     """analyze --steps: each rank cut to the steps in a temporary folder, analysed, told as `path`'s."""
     from .step_window import cut_steps, name_originals
+    from .stream.pool import sigterm_unwinds
 
-    with tempfile.TemporaryDirectory(prefix="zoomer-steps-") as tmp:
+    with sigterm_unwinds(), tempfile.TemporaryDirectory(prefix="zoomer-steps-") as tmp:  # SIGTERM: the cuts go too
         cut, originals, skipped, notes = cut_steps(path, steps, Path(tmp), progress_factory=bars)
         analysis = analyze_path(cut, name=name, progress_factory=bars, stream=stream)
     return name_originals(analysis, path, steps, originals, skipped, notes)

@@ -85,7 +85,7 @@ def _terminated(signum, frame) -> None:  # noqa: ARG001
 
 
 @contextlib.contextmanager
-def _sigterm_unwinds():
+def sigterm_unwinds():
     """While workers run, SIGTERM unwinds like Ctrl-C (exit 143): the workers are stopped and the
     callers' temporary folders removed, instead of the main process dying with its workers going on
     (as the trace commands do; signals are left alone outside the main thread)."""
@@ -115,7 +115,7 @@ def run_pool(worker: Callable[..., Any], files: list[Path], args: list[tuple], n
     """worker(*args[i], slot) for each file in `n_workers` spawned processes; the results in the
     files' order. `worker` is a module-level function; it passes shared_progress(slot) to its reads."""
     ctx = mp.get_context("spawn")  # no fork of a process that may hold threads
-    with no_cwd_imports(), _sigterm_unwinds():  # everything that may start a helper process in here
+    with no_cwd_imports(), sigterm_unwinds():  # everything that may start a helper process in here
         bars = Bars(ctx, files, progress_factory)
         with cf.ProcessPoolExecutor(max_workers=n_workers, mp_context=ctx, initializer=_init_worker,
                                     initargs=(bars.shared,)) as pool:
