@@ -87,3 +87,27 @@ def test_an_interrupt_stops_the_workers_and_the_files_queued_to_them(tmp_path, h
     assert took < 10, f"took {took:.1f} s to stop"  # the queued files (60 s each) never started
     time.sleep(0.2)
     assert _with_token(token) == [], "worker processes outlived the interrupted command"
+
+
+def test_sigterm_is_taken_over_only_where_nothing_handles_it():
+    """The service worker's SIGTERM handler (finish the job, then stop) stays in place while a job's
+    ranks are read in the pool; where SIGTERM has its default action, it unwinds (exit 143)."""
+    from zoomer_ar.stream.pool import sigterm_unwinds
+
+    def graceful(signum, frame):
+        pass
+
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        with sigterm_unwinds():
+            with pytest.raises(SystemExit) as stop:
+                signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
+            assert stop.value.code == 143
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+        signal.signal(signal.SIGTERM, graceful)
+        with sigterm_unwinds():
+            assert signal.getsignal(signal.SIGTERM) is graceful
+        assert signal.getsignal(signal.SIGTERM) is graceful
+    finally:
+        signal.signal(signal.SIGTERM, before)

@@ -88,8 +88,9 @@ def _terminated(signum, frame) -> None:  # noqa: ARG001
 def sigterm_unwinds():
     """While workers run, SIGTERM unwinds like Ctrl-C (exit 143): the workers are stopped and the
     callers' temporary folders removed, instead of the main process dying with its workers going on
-    (as the trace commands do; signals are left alone outside the main thread)."""
-    if threading.current_thread() is not threading.main_thread():
+    (as the trace commands do). A handler the program has set is left alone (the service worker's
+    SIGTERM lets the job finish, then stops), and so are signals outside the main thread."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
         yield
         return
     previous = signal.signal(signal.SIGTERM, _terminated)
