@@ -11,6 +11,7 @@ rank of a folder is; when no rank has them the command fails (exit 2) naming the
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from .errors import InputError
@@ -25,6 +26,16 @@ def _plain_name(name: str) -> str:
         if name.endswith(suffix):
             return name[: -len(suffix)]
     return name
+
+
+POOL_MIN_BYTES = 32 << 20  # rank files smaller than this together are cut in this process: starting workers costs more
+
+
+def _size(f: Path) -> int:
+    try:
+        return f.stat().st_size
+    except OSError:
+        return 0
 
 
 def _cut_one(src: str, dst: str, steps: tuple[int, int], slot: int | None = None) -> list[str] | InputError:
@@ -59,8 +70,10 @@ def cut_steps(path: Path, steps: tuple[int, int], into: Path, *, workers: int | 
               progress_factory=None) -> tuple[Path, dict[str, str], list[SkippedFile], list[str]]:
     """Cut every rank of `path` (a trace file or a rank folder) to steps N..M into the folder `into`,
     the ranks of a folder in up to `workers` processes at once (default: ZOOMER_STREAM_WORKERS, else
-    the CPU count, as the streaming reader reads them); `progress_factory` gives the bars of the
-    workers' reads (in this process, the reads report to reading_progress's bars).
+    the CPU count, as the streaming reader reads them; without the variable, files under
+    POOL_MIN_BYTES together are cut here, as starting the workers would take longer than the cuts);
+    `progress_factory` gives the bars of the workers' reads (in this process, the reads report to
+    reading_progress's bars).
 
     Returns what to analyse (a file or `into`), {cut file: original file}, the ranks skipped (no such
     steps, unreadable) and the notes of the cuts (steps missing in a rank's range)."""
@@ -69,7 +82,10 @@ def cut_steps(path: Path, steps: tuple[int, int], into: Path, *, workers: int | 
     files = rank_files(path, is_trace_file) if path.is_dir() else [path]
     outs = [into / n for n in _cut_names(files)]
     args = [(str(f), str(out), steps) for f, out in zip(files, outs)]
-    n_workers = max(1, min(workers if workers is not None else env_workers(), len(files)))
+    if workers is None:
+        small = sum(_size(f) for f in files) < POOL_MIN_BYTES
+        workers = 1 if small and "ZOOMER_STREAM_WORKERS" not in os.environ else env_workers()
+    n_workers = max(1, min(workers, len(files)))
     if n_workers == 1:
         results = [_cut_one(*a) for a in args]
     else:
