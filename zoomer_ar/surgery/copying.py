@@ -39,8 +39,8 @@ class Stats:
             what = f"{n} file{'' if n == 1 else 's'} ({human_bytes(self.bytes_out)})"
         else:
             what = f"{self.events_out:,} of {self.events_in:,} events"
-        dropped = (f"; left out {self.unplaced:,} event{'' if self.unplaced == 1 else 's'} without ts, pid/tid "
-                   "or (X) dur" if self.unplaced else "")
+        dropped = (f"; left out {self.unplaced:,} event{'' if self.unplaced == 1 else 's'} without ts, pid/tid, "
+                   "(X) dur or (M) name" if self.unplaced else "")
         return f"{what} -> {outs}" + (f"; {self.note}" if self.note else "") + dropped
 
     def add(self, other: Stats) -> None:

@@ -32,6 +32,7 @@ from ..load.schema import Number
 from ..stream.scan import ScanResult, scan
 from ..stream.source import BadJSON, StreamError, zstandard
 from ..threads import start as start_thread
+from .validate import NO_NAME
 
 
 class Lite(msgspec.Struct, gc=False):
@@ -52,6 +53,7 @@ class Placed(Lite, gc=False):
     it would make an output that `trace check` and the viewers refuse."""
 
     ph: Any = None
+    name: str = NO_NAME  # a missing name told from "" (a metadata event needs one)
     ts: Number | None = None
     dur: Number | None = None
     pid: Any = None

@@ -45,7 +45,7 @@ from ..stream.source import BadJSON, StreamError
 from .io import Launched, Placed, _decoder, _wrong_type
 from .timeline import Timeline, slow_correlations
 from .validate import _FLOWS as _FLOW_PHASES
-from .validate import _TIMED, refuse_unplaceable, refuse_wrong_types
+from .validate import _TIMED, NO_NAME, refuse_unplaceable, refuse_wrong_types
 
 NAN = float("nan")
 _RAWS = msgspec.json.Decoder(list[msgspec.Raw])
@@ -65,7 +65,7 @@ class FastLaunch(msgspec.Struct, gc=False):
     fails the decode and the slice takes the original path."""
 
     ph: str = None  # type: ignore[assignment]
-    name: str = ""
+    name: str = NO_NAME
     cat: str = ""
     ts: Number = NAN
     dur: Number = NAN
@@ -99,7 +99,7 @@ def _tagged(ph: str, name_required: bool, loader_args: bool = True) -> type:
     optional: list[tuple] = [("cat", str, ""), ("id", Any, None), args]
     if ph == "M":
         required.append(("pid", int | str))
-        (required if name_required else optional).append(("name", str) if name_required else ("name", str, ""))
+        required.append(("name", str))  # a metadata event without one is read the original way (not placeable)
         optional += [("ts", Number, NAN), ("dur", Number, NAN), ("tid", int | str, None)]
     else:
         required += [("ts", Number), ("pid", int | str), ("tid", int | str)]
@@ -136,7 +136,7 @@ _PH_CODE.update({p: _TIMEDPH for p in _TIMED})
 _PH_CODE.update({p: _FLOW for p in _FLOW_PHASES})
 _PH_CODE["X"] = _X
 _TAG_CODE.update({c: _PH_CODE[p] for c, p in _TAG_PH.items()})
-_PH, _TS, _DUR = attrgetter("ph"), attrgetter("ts"), attrgetter("dur")
+_PH, _TS, _DUR, _NAME = attrgetter("ph"), attrgetter("ts"), attrgetter("dur"), attrgetter("name")
 _PID, _TID, _ID = attrgetter("pid"), attrgetter("tid"), attrgetter("id")
 _INT64_MAX = (1 << 63) - 1
 _FAST_FAILS = (msgspec.MsgspecError, RecursionError, OverflowError, TypeError, ValueError)
@@ -179,8 +179,9 @@ def fast_timeline(events: list, *, code: np.ndarray | None = None) -> Timeline:
     flow_c = code == _FLOW
     if flow_c.any() and None in list(map(_ID, compress(events, flow_c.tolist()))):
         ok &= ~flow_c | _present(list(map(_ID, events)), n)
-    if meta_c.any():  # a metadata event needs a pid (and a name: always a string in these records)
-        ok = np.where(meta_c, _present(pids, n) if pid_missing else True, ok)
+    if meta_c.any():  # a metadata event needs a pid and a name (NO_NAME where it has none)
+        named = np.fromiter(map(is_not, map(_NAME, events), repeat(NO_NAME)), dtype=bool, count=n)
+        ok = np.where(meta_c, (_present(pids, n) if pid_missing else True) & named, ok)
     meta = ok & meta_c
     timed = ok & ~meta_c
     x = timed & is_x

@@ -66,6 +66,22 @@ def _wrong(field: str, want: str, v: Any) -> str:
     return f"`{field}` has the wrong type (Expected `{want}`, got `{_json_type(v)}`)"
 
 
+class _Missing(str):
+    """The type of NO_NAME."""
+
+
+#: The `name` of a decoded record whose event has none: equal to "" for every string operation (a
+#: --name pattern, a ProfilerStep test), told apart by identity (`e.name is NO_NAME`). A metadata
+#: event needs a name (event_problems): slice and split leave a nameless one out, filter and compress
+#: refuse it, as `trace check` does.
+NO_NAME = _Missing("")
+
+
+def name_of(e: Any) -> Any:
+    """A record's name for event_problems: None where the event has none."""
+    return None if e.name is NO_NAME else e.name
+
+
 def event_problems(ph: Any, name: Any, ts: Any, dur: Any, pid: Any, tid: Any, id_: Any) -> list[str]:
     """Why a viewer cannot place this event (empty: it can). One rule set for `trace check` and for
     the commands that must write only placeable events (slice, split drop the others). A field
@@ -105,7 +121,7 @@ def refuse_unplaceable(path: Path, events: list, before: int) -> None:
     """InputError naming the file and the first of these events (records with ph, name, ts, dur, pid, tid
     and id; `before` events precede them in the file) that event_problems refuses."""
     for k, e in enumerate(events):
-        problems = event_problems(e.ph, e.name, e.ts, e.dur, e.pid, e.tid, e.id)
+        problems = event_problems(e.ph, name_of(e), e.ts, e.dur, e.pid, e.tid, e.id)
         if problems:
             ph = f" ({e.ph})" if isinstance(e.ph, str) and e.ph else ""
             raise InputError(str(path), f"event {before + k}{ph}: {problems[0]} (`zoomer-ar trace check` "
@@ -115,8 +131,8 @@ def refuse_unplaceable(path: Path, events: list, before: int) -> None:
 def placeable(e: Any) -> bool:
     """event_problems(e) is empty, for a record with ph, name, ts, dur, pid, tid and id fields."""
     if e.ph == "M":
-        return isinstance(e.name, str) and _ident(e.pid)
-    return not event_problems(e.ph, e.name, e.ts, e.dur, e.pid, e.tid, e.id)
+        return isinstance(e.name, str) and e.name is not NO_NAME and _ident(e.pid)
+    return not event_problems(e.ph, name_of(e), e.ts, e.dur, e.pid, e.tid, e.id)
 
 
 # ---- the loader's types (load/schema.py): what `zoomer-ar analyze` refuses -------------------------
