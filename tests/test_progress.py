@@ -161,3 +161,17 @@ def test_bars_open_at_a_files_first_report_and_close_with_the_command(tmp_path, 
         first(50, 1000)  # read again from the start: the first read's bar goes, the second's comes
         assert len(bars._open) == 1
     assert not bars._open and scoped_progress(tmp_path / "t.json") is None  # closed with the scope
+
+
+def test_cli_shows_bars_for_the_cuts_of_analyze_steps(tmp_path):
+    """analyze --steps: the cut of a single file reports to the command's bars (its survey and copy
+    passes), and so do the cuts of a folder's ranks made in worker processes."""
+    out = _plain(_terminal(["analyze", str(STACKS), "--steps", "5..6", "--no-files"], {}))
+    assert f"reading {STACKS.name}" in out and "profiled steps" in out
+    job = tmp_path / "job"
+    job.mkdir()
+    for r in range(2):
+        shutil.copy(STACKS, job / f"rank-{r}.pt.trace.json.gz")
+    out = _plain(_terminal(["analyze", str(job), "--steps", "5..6", "--no-files"], {"ZOOMER_STREAM_WORKERS": "2"}))
+    assert "reading rank-0.pt.trace.json.gz" in out and "reading rank-1.pt.trace.json.gz" in out
+    assert "profiled steps" in out

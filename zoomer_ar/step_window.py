@@ -11,6 +11,7 @@ rank of a folder is; when no rank has them the command fails (exit 2) naming the
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -45,8 +46,11 @@ def _cut_one(src: str, dst: str, steps: tuple[int, int], slot: int | None = None
     from .surgery.cut import slice_trace  # the surgery commands load only when asked
 
     bar = shared_progress(slot)
+    # in a worker, the reads report to the shared bar; in this process, to the bars of the caller's
+    # reading_progress block (left as it is)
+    scope = reading_progress(lambda _path: bar) if bar is not None else contextlib.nullcontext()
     try:
-        with reading_progress((lambda _path: bar) if bar is not None else None):
+        with scope:
             return list(slice_trace(Path(src), Path(dst), steps=steps, compression="none").notes)
     except InputError as exc:
         return exc
