@@ -85,7 +85,9 @@ def test_an_interrupt_stops_the_workers_and_the_files_queued_to_them(tmp_path, h
     else:
         assert proc.returncode == 143, (proc.returncode, err)
     assert took < 10, f"took {took:.1f} s to stop"  # the queued files (60 s each) never started
-    time.sleep(0.2)
+    deadline = time.monotonic() + 5  # multiprocessing's resource tracker leaves once its pipe closes
+    while _with_token(token) and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert _with_token(token) == [], "worker processes outlived the interrupted command"
 
 
