@@ -113,3 +113,29 @@ def test_ctrl_c_exits_130(monkeypatch, capsys, shared_traces):
     monkeypatch.setattr(analyze_cli, "analyze_path", interrupted)
     assert main(["analyze", str(SHARED_TRACES / "param/dlrm_8ranks"), "--no-files"]) == 130
     assert "aborted" in capsys.readouterr().err
+
+
+def test_sigterm_exits_143_and_removes_the_output_folder_it_made(tmp_path, shared_traces):
+    """A job scheduler's SIGTERM mid-analysis unwinds like Ctrl-C: exit 143 and the output folder the
+    command made is gone (the default action killed it and left the folder)."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    out = tmp_path / "out" / "job"
+    code = textwrap.dedent(f"""
+        import os, signal, sys, time
+        import zoomer_ar.analyze_cli as analyze_cli
+
+        def stopped(*a, **k):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(30)
+
+        analyze_cli.analyze_path = stopped
+        from zoomer_ar.cli import main
+        sys.exit(main(["analyze", {str(SHARED_TRACES / "param/dlrm_8ranks")!r}, "--out", {str(out)!r}]))
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=dict(os.environ))
+    assert r.returncode == 143, (r.returncode, r.stderr[-2000:])
+    assert not out.exists() and not out.parent.exists()

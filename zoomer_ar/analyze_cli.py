@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -224,6 +225,19 @@ def remove_stale_outputs(target: Path, written: dict[str, Path]) -> list[str]:
     return removed
 
 
+def _sigterm_unwinds(command):
+    """SIGTERM (a job scheduler's stop) unwinds the command like Ctrl-C: the output folder it made,
+    temporary files and --steps cuts are removed, exit 143 (stream/pool.py)."""
+    @functools.wraps(command)
+    def run(*args, **kwargs):
+        from .stream.pool import sigterm_unwinds
+
+        with sigterm_unwinds():
+            return command(*args, **kwargs)
+
+    return run
+
+
 @click.command()
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
@@ -248,6 +262,7 @@ def remove_stale_outputs(target: Path, written: dict[str, Path]) -> list[str]:
                    "into a temporary folder: any trace size, little memory).")
 # --- end hook
 @record_options
+@_sigterm_unwinds
 def analyze(path: Path, out_dir: Path | None, fmt: str, name: str | None, source_dir: Path | None,
             fix_select: str | None, no_files: bool, progress: bool | None, stream: bool | None = None,
             annotate_out: Path | None = None, steps_text: str | None = None, **store_opts) -> None:
@@ -332,9 +347,8 @@ def analyze(path: Path, out_dir: Path | None, fmt: str, name: str | None, source
 def _analyze_steps(path: Path, steps: tuple[int, int], name: str, bars, stream: bool | None):
     """analyze --steps: each rank cut to the steps in a temporary folder, analysed, told as `path`'s."""
     from .step_window import cut_steps, name_originals
-    from .stream.pool import sigterm_unwinds
 
-    with sigterm_unwinds(), tempfile.TemporaryDirectory(prefix="zoomer-steps-") as tmp:  # SIGTERM: the cuts go too
+    with tempfile.TemporaryDirectory(prefix="zoomer-steps-") as tmp:  # SIGTERM unwinds (_sigterm_unwinds): the cuts go too
         cut, originals, skipped, notes = cut_steps(path, steps, Path(tmp), progress_factory=bars)
         analysis = analyze_path(cut, name=name, progress_factory=bars, stream=stream)
     return name_originals(analysis, path, steps, originals, skipped, notes)
