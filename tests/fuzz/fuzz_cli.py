@@ -1,10 +1,12 @@
-"""Mutation fuzz of the commands that read traces: `analyze` (in memory and streamed, with
+"""Mutation fuzz of the commands that read user input: `analyze` (in memory and streamed, with
 --annotate), `compare` and the `trace` commands, on corpus traces with damaged events (wrong types,
-missing fields, odd phases, metadata without names, truncation, byte flips, a bad rank in a folder).
+missing fields, odd phases, metadata without names, truncation, byte flips, a bad rank in a folder),
+and `fix --diff` on damaged Python sources (the fixers' examples and the scenario programs).
 
 Every run must end with exit 0 or 2, no traceback, a refusal in one line; every trace a `trace`
 command writes must pass `trace check`; an annotated trace of an input that passes `check` must
-pass it too. Failing cases are kept (input, command, stderr) under --keep.
+pass it too; a `fix` patch must apply with `git apply`, parse, and leave nothing for a second run.
+Failing cases are kept (input, command) under --keep.
 
     python tests/fuzz/fuzz_cli.py --seed 1 -n 200           # about 4 minutes on 2 cores
     python tests/fuzz/fuzz_cli.py --seed 7 -n 50 --only trace
@@ -141,6 +143,8 @@ def unchecked_outputs(folder: Path) -> str | None:
 def case(rng: random.Random, kind: str, td: Path) -> tuple[list[str], str | None]:
     out = td / "out"
     out.mkdir()
+    if kind == "fix":
+        return fix_case(rng, td)
     if kind == "jobs":
         job = SHARED / rng.choice(JOBS)
         d = td / "job"
@@ -186,7 +190,63 @@ def case(rng: random.Random, kind: str, td: Path) -> tuple[list[str], str | None
     return args, verdict(r) or (unchecked_outputs(out) if r.returncode == 0 else None)
 
 
-KINDS = ["analyze", "annotate", "compare", "trace", "jobs"]
+def damaged_source(rng: random.Random, s: str) -> bytes:
+    """A Python source with one damage: a line deleted or doubled, a stray token, CRLF endings, a BOM,
+    a latin-1 coding cookie, no final newline, everything indented into a class, lines repeated."""
+    lines = s.splitlines(keepends=True)
+    kind = rng.randrange(9)
+    if kind == 0 and lines:
+        del lines[rng.randrange(len(lines))]
+    elif kind == 1 and lines:
+        i = rng.randrange(len(lines))
+        lines.insert(i, lines[i])
+    elif kind == 2:
+        i = rng.randrange(len(s) + 1)
+        return (s[:i] + rng.choice(["(", ":", "\t", '"""', "#", "\\\n", "\x0c", " if x:", "lambda: "]) + s[i:]).encode()
+    elif kind == 3:
+        return s.replace("\n", "\r\n").encode()
+    elif kind == 4:
+        return b"\xef\xbb\xbf" + s.encode()
+    elif kind == 5:
+        return ("# -*- coding: latin-1 -*-\n# caf\xe9\n" + s).encode("latin-1", "replace")
+    elif kind == 6:
+        return s.rstrip("\n").encode()
+    elif kind == 7:
+        return ("class Wrap:\n    def run(self):\n" + "".join("        " + x if x.strip() else x for x in lines)).encode()
+    else:
+        lines += ["\n"] + rng.sample(lines, min(3, len(lines)))
+    return "".join(lines).encode()
+
+
+def fix_case(rng: random.Random, td: Path) -> tuple[list[str], str | None]:
+    """`fix --diff` on a damaged fixer example or scenario program in a git work tree: exit 0, the
+    patch applies with `git apply`, the result parses, a second run finds nothing to change."""
+    from zoomer_ar.fix.registry import load_registry
+
+    sources = [e.before for c in load_registry().fixers for e in c.INVALID]
+    sources += [p.read_text() for p in sorted((REPO / "training_data" / "scenarios").glob("*.py"))]
+    subprocess.run(["git", "init", "-q", str(td)], check=True)
+    f = td / "train.py"
+    f.write_bytes(damaged_source(rng, rng.choice(sources)))
+    args = ["fix", str(td), "--diff"]
+    r = subprocess.run([zoomer(), *args], capture_output=True, timeout=600)  # bytes: a patch is in its file's encoding
+    if r.returncode != 0 or b"Traceback" in r.stderr:
+        return args, f"exit {r.returncode}: {r.stderr.decode(errors='replace').strip()[-300:]}"
+    if not r.stdout.strip():
+        return args, None
+    (td / "patch.diff").write_bytes(r.stdout)
+    applied = subprocess.run(["git", "apply", "patch.diff"], cwd=td, capture_output=True, text=True)
+    if applied.returncode != 0:
+        return args, f"git apply: {applied.stderr.strip()[-300:]}"
+    try:
+        compile(f.read_bytes(), "train.py", "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        return args, f"the patched file does not parse: {exc}"
+    again = subprocess.run([zoomer(), *args], capture_output=True, timeout=600)
+    return args, ("a second run changes it again" if again.stdout.strip() else None)
+
+
+KINDS = ["analyze", "annotate", "compare", "trace", "jobs", "fix"]
 
 
 def main(argv: list[str] | None = None) -> int:
