@@ -293,3 +293,14 @@ def test_bench_huge_tiny_run(tmp_path, shared_traces):
     assert hi - lo == 2
     assert "analyze --steps (a window of steps, any size): peak RSS" in proc.stdout
     assert not list((tmp_path / "traces").glob("*.json"))  # generated traces removed
+
+
+def test_bench_steps_tiny_run(tmp_path, shared_traces):
+    # analyze --steps on a generated rank folder, pooled and one by one, then dlrm_8ranks both ways, in
+    # fresh processes; the script compares the settings' findings itself (no timing is asserted)
+    proc = subprocess.run([sys.executable, str(BENCH / "bench_steps.py"), "--rank-gb", "0.004", "--repeat", "1",
+                           "--dir", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("findings (pattern, impact) identical") == 2
+    assert "2 ranks x 0.004 GB, --steps" in proc.stdout and "param/dlrm_8ranks" in proc.stdout
+    assert not list(tmp_path.iterdir())  # generated traces removed
