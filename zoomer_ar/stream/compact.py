@@ -516,10 +516,11 @@ class CompactBuilder:
 
     def _gpu_correlations(self) -> np.ndarray:
         codes = np.flatnonzero(self._cat_flags & (C_GPU | C_ACCEL))
-        if not codes.size or not self.main.parts:
+        kept = self.main.blocks + self.main.parts  # every kept row: the parts are only those since the last block
+        if not codes.size or not kept:
             return np.empty(0, dtype=np.int64)
         vals = []
-        for p in self.main.parts:
+        for p in kept:
             sel = np.isin(p["cat"], codes)
             if sel.any():
                 vals.append(p["correlation"][sel].astype(np.int64))
