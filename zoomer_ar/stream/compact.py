@@ -490,11 +490,16 @@ class CompactBuilder:
             raise NeedAnotherPass(dict(self.hints(), host_mode=True), "no device events: every host op is needed")
         if self.keep_corr is None and self.deferred_corr:
             gpu_corr = self._gpu_correlations()
-            late = np.concatenate(self.deferred_corr)
-            hit = late[np.isin(late, gpu_corr, kind="sort")]
-            if hit.size:
+            hits = 0
+            if gpu_corr.size:  # piece by piece: the dropped calls' ids are never joined (memory at the rank's peak)
+                last = gpu_corr.size - 1
+                for late in self.deferred_corr:
+                    at = np.searchsorted(gpu_corr, late)
+                    np.minimum(at, last, out=at)
+                    hits += int(np.count_nonzero(gpu_corr[at] == late))
+            if hits:
                 raise NeedAnotherPass(self.hints(keep_corr=gpu_corr),
-                                      f"{hit.size} runtime calls launch GPU work under a name not recognised")
+                                      f"{hits} runtime calls launch GPU work under a name not recognised")
         if self.dropped_aten and not self.windows_known:
             seen: dict[int, list[tuple[float, float, int]]] = {}
             for code, spans in self.windows.items():
@@ -523,11 +528,13 @@ class CompactBuilder:
         for p in kept:
             sel = np.isin(p["cat"], codes)
             if sel.any():
-                vals.append(p["correlation"][sel].astype(np.int64))
+                vals.append(p["correlation"][sel])  # the parts' own (narrow) integer type
         if not vals:
             return np.empty(0, dtype=np.int64)
-        v = np.sort(np.concatenate(vals))
-        return v[v != INT_NONE]
+        v = np.concatenate(vals)
+        v.sort()
+        lo, hi = np.searchsorted(v, INT_NONE, side="left"), np.searchsorted(v, INT_NONE, side="right")
+        return np.concatenate([v[:lo], v[hi:]]) if hi > lo else v  # sorted, without INT_NONE
 
     # ---------------------------------------------------------------------------------------------
     def finish(self) -> RankTrace:
