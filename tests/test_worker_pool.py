@@ -94,7 +94,7 @@ def test_an_interrupt_stops_the_workers_and_the_files_queued_to_them(tmp_path, h
 def test_sigterm_is_taken_over_only_where_nothing_handles_it():
     """The service worker's SIGTERM handler (finish the job, then stop) stays in place while a job's
     ranks are read in the pool; where SIGTERM has its default action, it unwinds (exit 143)."""
-    from zoomer_ar.stream.pool import sigterm_unwinds
+    from zoomer_ar.sigterm import sigterm_unwinds
 
     def graceful(signum, frame):
         pass

@@ -227,10 +227,10 @@ def remove_stale_outputs(target: Path, written: dict[str, Path]) -> list[str]:
 
 def _sigterm_unwinds(command):
     """SIGTERM (a job scheduler's stop) unwinds the command like Ctrl-C: the output folder it made,
-    temporary files and --steps cuts are removed, exit 143 (stream/pool.py)."""
+    temporary files and --steps cuts are removed, exit 143 (zoomer_ar/sigterm.py)."""
     @functools.wraps(command)
     def run(*args, **kwargs):
-        from .stream.pool import sigterm_unwinds
+        from .sigterm import sigterm_unwinds
 
         with sigterm_unwinds():
             return command(*args, **kwargs)

@@ -10,17 +10,15 @@ while it waits."""
 from __future__ import annotations
 
 import concurrent.futures as cf
-import contextlib
 import multiprocessing as mp
 import os
-import signal
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ..children import no_cwd_imports
 from ..load.reader import Progress
+from ..sigterm import sigterm_unwinds
 
 _PROGRESS = None  # a worker process's share of the bytes read (see Bars): done, total per file
 
@@ -78,26 +76,6 @@ class Bars:
             if (done, total) != self.shown[i] and total > 0:
                 self.shown[i] = (done, total)
                 bar(done, total)
-
-
-def _terminated(signum, frame) -> None:  # noqa: ARG001
-    raise SystemExit(128 + signum)
-
-
-@contextlib.contextmanager
-def sigterm_unwinds():
-    """While workers run, SIGTERM unwinds like Ctrl-C (exit 143): the workers are stopped and the
-    callers' temporary folders removed, instead of the main process dying with its workers going on
-    (as the trace commands do). A handler the program has set is left alone (the service worker's
-    SIGTERM lets the job finish, then stops), and so are signals outside the main thread."""
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, _terminated)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _terminate(pool: cf.ProcessPoolExecutor) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 import sys
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import click
 from ..errors import InputError
 from ..load.reader import reading_progress
 from ..progress import bar_factory
+from ..sigterm import sigterm_unwinds
 from . import ops
 from .io import take_replaced
 from .validate import check_trace
@@ -77,12 +77,6 @@ def _done(st: ops.Stats) -> None:
     click.echo(f"wrote {st.line()}")
 
 
-def _terminated(signum, frame) -> None:  # noqa: ARG001
-    """SIGTERM: unwind like Ctrl-C does, so that temporary outputs and the folders made for them
-    are removed (the default action killed the process and left `.OUT.PID.tmp` behind)."""
-    raise SystemExit(128 + signum)
-
-
 @click.group(name="trace")
 @click.pass_context
 def trace(ctx: click.Context) -> None:
@@ -96,11 +90,7 @@ def trace(ctx: click.Context) -> None:
     """
     take_replaced()
     ctx.with_resource(reading_progress(bar_factory(sys.stderr.isatty())))  # a bar for each read of a big file
-    try:
-        previous = signal.signal(signal.SIGTERM, _terminated)
-    except ValueError:  # not the main thread: leave signals alone
-        return
-    ctx.call_on_close(lambda: signal.signal(signal.SIGTERM, previous))
+    ctx.with_resource(sigterm_unwinds())  # SIGTERM unwinds like Ctrl-C (zoomer_ar/sigterm.py)
 
 
 @trace.command(name="slice")
