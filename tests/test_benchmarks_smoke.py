@@ -304,3 +304,13 @@ def test_bench_steps_tiny_run(tmp_path, shared_traces):
     assert proc.stdout.count("findings (pattern, impact) identical") == 2
     assert "2 ranks x 0.004 GB, --steps" in proc.stdout and "param/dlrm_8ranks" in proc.stdout
     assert not list(tmp_path.iterdir())  # generated traces removed
+
+
+def test_stream_memory_tiny_run(tmp_path, shared_traces):
+    # the probe behind docs/huge-traces.md's table of the streaming load's steps (no figure asserted)
+    proc = subprocess.run([sys.executable, str(BENCH / "stream_memory.py"), "--size-gb", "0.004",
+                           "--prune-rows", "1"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for step in ("start (imports done)", "before check", "after finish", "after prune", "end"):
+        assert step in proc.stdout, proc.stdout
