@@ -320,7 +320,7 @@ def test_bad_input_is_refused_as_by_the_in_memory_path(tmp_path, payload, needle
 
 
 def test_one_value_column_parts_concatenate_as_a_broadcast():
-    from zoomer_ar.stream.parts import as_constant, concat_parts
+    from zoomer_ar.load.narrow import as_constant, concat_parts
 
     nan_parts = [as_constant(np.full(5, np.nan)), as_constant(np.full(3, np.nan)), np.full(1, np.nan)]
     assert all(p.strides == (0,) for p in nan_parts[:2])

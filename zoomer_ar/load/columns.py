@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from .narrow import as_constant, narrow, narrow_column
 from .schema import NAN, RawEvent
 
 INT_NONE = -1
@@ -301,13 +302,13 @@ def _build_columns(events: list[RawEvent], rank: int, path: str) -> RankTrace:
     trace = RankTrace(
         rank=rank, path=path, names=names, cats=cats,
         ts=_float_column([e.ts for e in events]), dur=_float_column([e.dur for e in events]),
-        ph=ph_col, cat=cat_col.astype(np.int16), name=name_col, pid=pid_col, tid=tid_col,
-        correlation=_int_column([a.correlation for a in args]),
-        stream=_int_column([a.stream for a in args]),
-        device=_device_column(args),
-        external_id=ext_col, nbytes=bytes_col,
-        total_allocated=_float_column([a.total_allocated for a in args]),
-        pid_values=pids, tid_values=tids,
+        ph=ph_col, cat=cat_col.astype(np.int16), name=name_col, pid=narrow(pid_col), tid=narrow(tid_col),
+        correlation=narrow_column(_int_column([a.correlation for a in args])),
+        stream=narrow_column(_int_column([a.stream for a in args])),
+        device=narrow_column(_device_column(args)),
+        external_id=narrow_column(ext_col), nbytes=as_constant(bytes_col),
+        total_allocated=as_constant(_float_column([a.total_allocated for a in args])),
+        pid_values=pids, tid_values=tids,  # the dtypes of trace_from_columns
     )
     raw_cache: dict[bytes, Any] = {}
     trace.input_dims = _raw_sparse([a.input_dims for a in args], 0, raw_cache)
@@ -450,12 +451,18 @@ def _sparse(values: list, offset: int) -> dict[int, Any]:
 def trace_from_columns(rank: int, path: str, index: dict[str, dict], column, device: np.ndarray,
                        external_id: np.ndarray) -> RankTrace:
     """A RankTrace from the builders' coding tables (`index`: name, cat, pid, tid) and `column(k)`,
-    which gives each remaining column once (ColumnBuilder and fastcols.FastBuilder)."""
+    which gives each remaining column once (ColumnBuilder and fastcols.FastBuilder).
+
+    Integer columns are kept in the smallest type that holds their values, and a column of one value
+    (`total_allocated` without [memory] events, ids a schema does not write) as a read-only broadcast
+    (load/narrow.py): the streaming path keeps its columns the same way."""
+    ids = narrow_column
     return RankTrace(
         rank=rank, path=path, names=list(index["name"]), cats=list(index["cat"]),
         ts=column("ts"), dur=column("dur"), ph=column("ph"), cat=column("cat").astype(np.int16), name=column("name"),
-        pid=column("pid"), tid=column("tid"), correlation=column("correlation"), stream=column("stream"),
-        device=device, external_id=external_id, nbytes=column("nbytes"), total_allocated=column("total_allocated"),
+        pid=narrow(column("pid")), tid=narrow(column("tid")), correlation=ids(column("correlation")),
+        stream=ids(column("stream")), device=ids(device), external_id=ids(external_id),
+        nbytes=as_constant(column("nbytes")), total_allocated=as_constant(column("total_allocated")),
         pid_values=list(index["pid"]), tid_values=list(index["tid"]),
     )
 

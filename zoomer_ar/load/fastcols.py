@@ -18,6 +18,7 @@ import msgspec
 import numpy as np
 
 from .columns import INT_NONE, PH_META, RankTrace, _float_or_nan, _int_or_none, decode_json_texts, trace_from_columns
+from .narrow import as_constant, concat_parts, narrow, narrow_column
 
 try:  # built by setup.py where a C compiler is available
     from . import _fastjson
@@ -30,6 +31,13 @@ DTYPES = {  # column -> dtype of the compiled reader's output
     "ts": np.float64, "dur": np.float64, "ph": np.uint8, "cat": np.int32, "name": np.int32, "pid": np.int32,
     "tid": np.int32, "correlation": np.int64, "stream": np.int64, "device": np.int64, "device_id": np.int64,
     "external_id": np.int64, "external_id_2021": np.int64, "nbytes": np.float64, "total_allocated": np.float64,
+}
+NARROW_ROWS = 1 << 13  # rows of chunk parts narrowed together: 0.6 MB of wide id columns at most
+
+_NARROW = {  # what a chunk's part of a column is kept as until finish() (trace_from_columns narrows the whole)
+    **dict.fromkeys(("pid", "tid"), narrow),
+    **dict.fromkeys(("correlation", "stream", "device", "device_id", "external_id", "external_id_2021"), narrow_column),
+    **dict.fromkeys(("nbytes", "total_allocated"), as_constant),
 }
 _SPARSE = ("input_dims", "input_type", "call_stack", "collective", "in_msg_nelems", "python_id", "meta_name")
 
@@ -121,6 +129,8 @@ class FastBuilder:
         idx = self._index
         self._parser = _fastjson.EventParser(idx["name"], idx["cat"], idx["pid"], idx["tid"], msgspec.json.decode)
         self._parts: dict[str, list[np.ndarray]] = {k: [] for k in DTYPES}
+        self._wide: dict[str, list[np.ndarray]] = {k: [] for k in DTYPES}  # the parts since the last _narrow_wide
+        self._wide_n = 0
         self._pos: dict[str, list[np.ndarray]] = {f: [] for f in _SPARSE}
         self._uid: dict[str, list[np.ndarray]] = {f: [] for f in _SPARSE}
         self._uniques: dict[str, list[bytes]] = {f: [] for f in _SPARSE}
@@ -141,13 +151,29 @@ class FastBuilder:
             return
         self.n += n
         for k, dt in DTYPES.items():
-            self._parts[k].append(np.frombuffer(cols[k], dtype=dt))
+            self._wide[k].append(np.frombuffer(cols[k], dtype=dt))
+        self._wide_n += n
+        if self._wide_n >= NARROW_ROWS:
+            self._narrow_wide()
         for f in _SPARSE:
             pos, uid, uniques = sparse[f]
             if pos:
                 self._pos[f].append(np.frombuffer(pos, dtype=np.int64))
                 self._uid[f].append(np.frombuffer(uid, dtype=np.int32))
             self._uniques[f] = uniques
+
+    def _narrow_wide(self, final: bool = False) -> None:
+        """Move the chunks' parts read since the last call to the kept parts: the ids and byte counts
+        joined and narrowed (load/narrow.py), as a block of at least NARROW_ROWS rows (numpy calls
+        per block, not per chunk); at the end (final) as they are, since trace_from_columns narrows
+        the whole column (a file read in one chunk is narrowed once)."""
+        for k, wide in self._wide.items():
+            if final or k not in _NARROW:
+                self._parts[k].extend(wide)
+            elif wide:
+                self._parts[k].append(_NARROW[k](np.concatenate(wide) if len(wide) > 1 else wide[0]))
+            wide.clear()
+        self._wide_n = 0
 
     def _sparse(self, f: str, convert) -> dict[int, Any]:
         if not self._pos[f]:
@@ -163,11 +189,12 @@ class FastBuilder:
         return dict(zip(pos, map(values.__getitem__, uid)))
 
     def finish(self) -> RankTrace:
+        self._narrow_wide(final=True)
         parts = self._parts
 
         def cat(k: str) -> np.ndarray:
             p = parts.pop(k)
-            return np.concatenate(p) if p else np.empty(0, dtype=DTYPES[k])
+            return concat_parts(p) if p else np.empty(0, dtype=DTYPES[k])
 
         ext = cat("external_id")
         ext21 = cat("external_id_2021")

@@ -54,7 +54,8 @@ from .classify import (
 from .event_slices import ColumnSlice, EventSlice, decode_slice
 from .heap import trim_heap
 from .nscount import NsCounter
-from .parts import SPARSE_COLS, ColumnParts, as_constant, codes_into, concat_parts, f32_if_exact, int_of, narrow, take_list
+from ..load.narrow import as_constant, concat_parts, narrow
+from .parts import SPARSE_COLS, ColumnParts, codes_into, f32_if_exact, int_of, take_list
 
 HOST_BUDGET = 1 << 18  # host ops kept before the first device event (then: a second pass if none comes)
 END_ULPS = 4  # latest-end candidates kept within this many float steps (ns traces round twice)

@@ -13,7 +13,8 @@ import numpy as np
 from ..load import fastcols
 from ..load.columns import INT_NONE, PH_CODES, PH_FLOW_END, PH_FLOW_START, PH_META, _int_column, _int_or_none
 from ..load.schema import EVENTS_DECODER, NO_ARGS, Number, RawArgs
-from .parts import codes_into, f32_if_exact, narrow, take_list
+from ..load.narrow import narrow
+from .parts import codes_into, f32_if_exact, take_list
 
 if TYPE_CHECKING:
     from .compact import CompactBuilder

@@ -9,18 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..load.columns import RankTrace, _int_column
-
-
-def narrow(a: np.ndarray) -> np.ndarray:
-    """An int64 column as int16/int32 when every value fits (values are only compared, never added)."""
-    if a.size == 0:
-        return a.astype(np.int16)
-    lo, hi = int(a.min()), int(a.max())
-    if -(2**15) <= lo and hi < 2**15:
-        return a.astype(np.int16)
-    if -(2**31) <= lo and hi < 2**31:
-        return a.astype(np.int32)
-    return a
+from ..load.narrow import CONSTANT_COLUMNS, as_constant, concat_parts
 
 
 def f32_if_exact(a: np.ndarray) -> np.ndarray:
@@ -33,36 +22,11 @@ def f32_if_exact(a: np.ndarray) -> np.ndarray:
 SPARSE_COLS = ("total_allocated", "ext21")  # columns that are one value on most rows of most traces
 
 
-def as_constant(a: np.ndarray) -> np.ndarray:
-    """A column (or a slice's part of one) that holds one value, e.g. NaN `total_allocated`
-    without [memory] events or INT_NONE 2021-schema ids, as a read-only broadcast of that value:
-    the same values for every read, no bytes per row; any other array as it is."""
-    if a.size < 2 or a.strides == (0,):
-        return a
-    v = a[0]
-    same = bool(np.isnan(a).all()) if a.dtype.kind == "f" and v != v else bool((a == v).all())
-    return np.broadcast_to(a[:1].copy(), a.shape) if same else a
-
-
-def concat_parts(parts: list[np.ndarray]) -> np.ndarray:
-    """np.concatenate, except that broadcast parts of one value stay a broadcast."""
-    if not any(p.size for p in parts):
-        return np.concatenate(parts)
-    parts = [p for p in parts if p.size]
-    if all(p.ndim == 1 and (p.strides == (0,) or p.size == 1) and p.dtype == parts[0].dtype for p in parts) \
-            and any(p.strides == (0,) for p in parts):
-        v = parts[0][0]
-        nan = parts[0].dtype.kind == "f" and v != v
-        if all((p[0] != p[0]) if nan else (p[0] == v) for p in parts):
-            return np.broadcast_to(parts[0][:1].copy(), (sum(p.shape[0] for p in parts),))
-    return np.concatenate(parts)
-
-
 def constant_columns(t: RankTrace) -> list[str]:
     """Replace columns that hold a single value (e.g. `total_allocated` without [memory] events)
     by a read-only broadcast of that value: same values for every read, no memory per row."""
     done = []
-    for f in ("stream", "device", "external_id", "correlation", "nbytes", "total_allocated"):
+    for f in CONSTANT_COLUMNS:
         a = getattr(t, f)
         b = as_constant(a)
         if b is not a:

@@ -37,10 +37,16 @@ NEGATIVE_PCT = 1.0
 
 
 def clone_trace(t: RankTrace) -> RankTrace:
+    """A copy to edit: its columns writable and in the loader's wide types (the loader keeps ids in
+    the narrowest type that holds them and one-value columns as read-only broadcasts; new events get
+    new correlation ids, new codes)."""
     c = copy.copy(t)
-    for name in ("ts", "dur", "ph", "cat", "name", "pid", "tid", "correlation", "stream", "device", "external_id",
-                 "nbytes", "total_allocated"):
+    for name in ("ts", "dur", "ph", "cat", "name", "nbytes", "total_allocated"):
         setattr(c, name, getattr(t, name).copy())
+    for name in ("pid", "tid"):
+        setattr(c, name, getattr(t, name).astype(np.int32))
+    for name in ("correlation", "stream", "device", "external_id"):
+        setattr(c, name, getattr(t, name).astype(np.int64))
     c.names = list(t.names)
     c.cats = list(t.cats)
     c.pid_values = list(t.pid_values)
