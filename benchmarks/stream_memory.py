@@ -6,7 +6,7 @@ around each step of `load_job_streaming` on one trace, in this process.
 
 The steps (zoomer_ar/stream/load.py): reading (the kept rows as column parts, the reader's buffers),
 check (are second passes needed), finish (the parts joined into columns), rebase_times, prune (the
-rows no feature reads), and the end. A step that raises VmHWM above the value it had at the end of
+rows no feature reads), and the end; with --features, the feature pass's parts after it. A step that raises VmHWM above the value it had at the end of
 reading sets the load's peak. docs/huge-traces.md quotes its output.
 """
 
@@ -59,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size-gb", type=float, default=1.0, help="size of the generated trace")
     ap.add_argument("--prune-rows", type=int, default=None,
                     help="prune above this many kept rows (default: the reader's, ZOOMER_STREAM_PRUNE_ROWS)")
+    ap.add_argument("--features", action="store_true",
+                    help="then run the feature pass (features.extract) and note its parts too")
     args = ap.parse_args(argv)
     import zoomer_ar.stream.compact as compact
     import zoomer_ar.stream.load as load
@@ -67,6 +69,16 @@ def main(argv: list[str] | None = None) -> int:
         _watch(load, name)
     for name in ("check", "finish"):
         _watch(compact.CompactBuilder, name)
+    if args.features:
+        import zoomer_ar.features.gpu as gpu
+        import zoomer_ar.features.rank as rank
+
+        extract = sys.modules["zoomer_ar.features.extract"]  # (the package's `extract` is the function)
+
+        for name in ("gpu_features", "host_features", "operator_features", "memory_features"):
+            _watch(rank, name)
+        _watch(gpu, "idle_gaps")
+        _watch(extract, "job_phases")
     tmp = None
     path = args.trace
     if path is None:  # generated in a child process: its memory is not this one's
@@ -81,11 +93,17 @@ def main(argv: list[str] | None = None) -> int:
         _note("start (imports done)")
         job = load.load_job_streaming(path, workers=1, prune_rows=args.prune_rows)
         _note("end")
+        if args.features:
+            from zoomer_ar.features.extract import extract as run_features
+
+            run_features(job)
+            _note("features done")
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
     rows = sum(len(r) for r in job.ranks)
-    print(f"{path.name}: {rows:,} rows kept; RSS and its peak around each step of the streaming load")
+    print(f"{path.name}: {rows:,} rows kept; RSS and its peak around each step of the streaming load"
+          + (" and the feature pass" if args.features else ""))
     print("\n".join(LINES))
     return 0
 
