@@ -309,8 +309,9 @@ def test_bench_steps_tiny_run(tmp_path, shared_traces):
 def test_stream_memory_tiny_run(tmp_path, shared_traces):
     # the probe behind docs/huge-traces.md's table of the streaming load's steps (no figure asserted)
     proc = subprocess.run([sys.executable, str(BENCH / "stream_memory.py"), "--size-gb", "0.004",
-                           "--prune-rows", "1"],
+                           "--prune-rows", "1", "--features"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    for step in ("start (imports done)", "before check", "after finish", "after prune", "end"):
+    for step in ("start (imports done)", "before check", "after finish", "after prune", "end",
+                 "after gpu_features", "after idle_gaps", "after job_phases", "features done"):
         assert step in proc.stdout, proc.stdout
