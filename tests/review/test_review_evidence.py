@@ -88,3 +88,14 @@ def test_missing_store_is_a_note_not_an_error(tmp_path):
     assert len(result.findings) == 3 and all(not f.evidence for f in result.findings)
     assert any("no store at" in n for n in result.notes)
     assert not missing.exists()  # the store is read, never created
+
+
+@pytest.mark.parametrize("url", ["://x", "postgresql://u:secret@[::1", "foo://bar"])
+def test_store_url_that_does_not_parse_is_a_note_not_an_error(tmp_path, url):
+    """A --db that SQLAlchemy cannot parse (no scheme, a port that is not a number) crashed the review
+    (internal error, exit 1); like a missing store it is a note and the review goes on."""
+    repo = must_hold_repo(tmp_path / "r")
+    result = review(repo.path, "main", "feature", db=url)
+    assert len(result.findings) == 3 and all(not f.evidence for f in result.findings)
+    assert any("not a usable store URL" in n or "could not be read" in n for n in result.notes), result.notes
+    assert not any("secret" in n for n in result.notes)

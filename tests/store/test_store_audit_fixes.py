@@ -203,3 +203,16 @@ def test_digest_json_is_unaffected_by_markdown_escaping(store_url):
     doc = json.loads(render_digest(build_digest(store_url, week="2026-W30"), "json"))
     assert doc["jobs"][0]["job"] == "a_b"
     assert "| a_b |" in render_digest(build_digest(store_url, week="2026-W30"), "md"), "intraword _ is not escaped"
+
+
+@pytest.mark.parametrize("url", ["foo://bar", "sqlite+nodriver:///x.db", "://x", "postgresql://u:secret@[::1"])
+@pytest.mark.parametrize("argv", [["digest"], ["history", "x"], ["record", "{findings}"], ["db", "upgrade"]],
+                         ids=["digest", "history", "record", "db-upgrade"])
+def test_db_url_that_does_not_parse_is_one_line_exit_2(tmp_path, capsys, url, argv):
+    """A --db URL with an unknown dialect or a bad port was an internal error (exit 1) in record and db upgrade."""
+    f = tmp_path / "findings.json"
+    f.write_text(make_analysis("j").model_dump_json())
+    assert main([a.format(findings=f) for a in argv] + ["--db", url]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a usable store URL" in err[0] and "internal error" not in err[0], err
+    assert "secret" not in err[0], "the password is not shown"

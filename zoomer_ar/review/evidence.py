@@ -67,17 +67,19 @@ def _same_file(frame_file: str, path: str) -> bool:
 def store_costs(db: str, patterns: Iterable[str], week: str | None = None) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """pattern -> {week, relative, job, job_gpu_hours, job_usd, total_gpu_hours, total_usd, jobs}."""
     from sqlalchemy import func, select
-    from sqlalchemy.engine import make_url
 
     from ..store import weeks as W
-    from ..store.db import StoreError, get_engine, redact, resolve_url
+    from ..store.db import StoreError, get_engine, parse_url, redact, resolve_url
     from ..store.orm import Analysis, Finding, Job
 
     patterns = sorted(set(patterns))
     if not patterns:
         return {}, []
     url = resolve_url(db)
-    u = make_url(url)
+    try:
+        u = parse_url(db)
+    except StoreError as exc:  # a URL that does not parse (the evidence is optional: a note, as below)
+        return {}, [f"the store could not be read ({exc}): no measured cost attached"]
     if u.get_backend_name() == "sqlite" and u.database not in (None, "", ":memory:") and not Path(u.database).is_file():
         return {}, [f"no store at {redact(url)}: no measured cost attached"]
     now_week = W.week_of(W.now())

@@ -47,19 +47,14 @@ def _readable_store(db: str | None):
     """The store a read-only command (digest, history) opens: a --db that is not a database URL,
     a SQLite file that does not exist, or a file that is not a SQLite database is bad input (exit 2,
     one line naming it; db.NotAStoreError); reading must not create an empty store at a mistyped path."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
-    from .db import open_store, resolve_url
+    from .db import open_store, parse_url
 
     try:
-        url = make_url(resolve_url(db))
+        url = parse_url(db)
         if db and url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:") \
                 and not Path(url.database).exists():
             raise InputError(db, "no store at this path (nothing has been recorded there)")
         return open_store(db)
-    except ArgumentError as exc:
-        raise InputError(db, f"not a usable store URL ({exc})") from None
     except ImportError as exc:  # a URL naming a database driver that is not installed
         raise InputError(db, f"not a usable store URL ({exc})") from None
 

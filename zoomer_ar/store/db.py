@@ -52,6 +52,34 @@ class NotAStoreError(InputError, StoreError):
     exit_code = 2
 
 
+class BadStoreURLError(InputError, StoreError):
+    """`--db` (or ZOOMER_DB) is not a URL SQLAlchemy can parse or has no dialect for: bad input, exit 2."""
+
+    exit_code = 2
+
+
+def parse_url(db: str | None = None):  # noqa: ANN201 - sqlalchemy URL
+    """resolve_url(db) parsed; BadStoreURLError (one line naming it) when it cannot be."""
+    from sqlalchemy.exc import ArgumentError
+
+    raw = resolve_url(db)
+    try:
+        url = make_url(raw)
+        url.get_dialect()  # an unknown dialect or driver name ("foo://", "sqlite+foo://")
+    except ArgumentError as exc:
+        raise BadStoreURLError(redact_raw(db or raw), f"not a usable store URL ({exc})") from None
+    except ValueError as exc:  # a port that is not a number ("postgresql://h:x/db")
+        raise BadStoreURLError(redact_raw(db or raw), f"not a usable store URL ({exc})") from None
+    return url
+
+
+def redact_raw(text: str) -> str:
+    """A URL that may not parse, with what follows "user:" up to "@" hidden (for messages)."""
+    import re
+
+    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", text)
+
+
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
@@ -139,7 +167,7 @@ def get_engine(db: str | None = None) -> Engine:
         engine = _engines.get(url)
         if engine is not None:
             return engine
-        u = make_url(url)
+        u = parse_url(db)
         if u.get_backend_name() == "sqlite":
             if u.database and u.database != ":memory:":
                 check_sqlite_file(u.database)
