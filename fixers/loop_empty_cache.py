@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+import re
+from typing import Iterable, Iterator
 
 import libcst as cst
 
 from zoomer_ar.fix import helpers as h
-from zoomer_ar.fix.base import SCOPE_BOUNDARIES, Context, Edit, Example, Fixer
+from zoomer_ar.fix.base import SCOPE_BOUNDARIES, Context, Edit, Example, Fixer, iter_children
 
 EMPTY_CACHE = {"torch.cuda.empty_cache", "torch.cuda.memory.empty_cache"}
 GC_COLLECT = {"gc.collect"}
@@ -23,20 +24,33 @@ def _in_handler(ctx: Context, node: cst.CSTNode) -> bool:
     return False
 
 
+def _neighbours(ctx: Context, small: cst.BaseSmallStatement, step: int) -> Iterator[cst.CSTNode]:
+    """The statements run right before (``step=-1``) or right after (``step=1``) ``small`` in its
+    block, nearest first: the other small statements of its line (``a; b``), then the block's
+    statements (the small statements of a line one by one, a compound statement as a whole)."""
+    line = ctx.parent(small)
+    if not isinstance(line, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+        return
+    i = next(k for k, b in enumerate(line.body) if b is small)
+    yield from (reversed(line.body[:i]) if step < 0 else line.body[i + 1:])
+    if isinstance(line, cst.SimpleStatementSuite):
+        return  # `if x: a; b`: the line is the whole block
+    where = ctx.block_of(line)
+    if where is None:
+        return
+    block, k = where
+    for stmt in (reversed(block.body[:k]) if step < 0 else block.body[k + 1:]):
+        if isinstance(stmt, cst.SimpleStatementLine):
+            yield from (reversed(stmt.body) if step < 0 else stmt.body)
+        else:
+            yield stmt
+
+
 def _previous(ctx: Context, small: cst.BaseSmallStatement) -> cst.BaseSmallStatement | None:
     """The small statement run right before ``small`` in the same block (``a; b`` or the line
     before), if it is a simple one."""
-    line = ctx.parent(small)
-    if not isinstance(line, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
-        return None
-    i = next(k for k, b in enumerate(line.body) if b is small)
-    if i > 0:
-        return line.body[i - 1]
-    where = ctx.block_of(line)
-    if where is None or where[1] == 0:
-        return None
-    prev = where[0].body[where[1] - 1]
-    return prev.body[-1] if isinstance(prev, cst.SimpleStatementLine) and prev.body else None
+    prev = next(_neighbours(ctx, small, -1), None)
+    return prev if isinstance(prev, cst.BaseSmallStatement) else None
 
 
 _CLEANUP_WORDS = ("clear", "reset", "collect", "synchronize", "free", "release")
@@ -51,20 +65,86 @@ def _cleanup_call(ctx: Context, small: cst.BaseSmallStatement | None) -> bool:
     return any(w in name for w in _CLEANUP_WORDS)
 
 
+def _releases(small: cst.CSTNode | None) -> bool:
+    """Drops references on purpose: ``del a, b`` or ``a = None`` / ``a, b = None, None`` /
+    ``a = b = None``."""
+    if isinstance(small, cst.Del):
+        return True
+    if not isinstance(small, cst.Assign):
+        return False
+    values = [e.value for e in small.value.elements] if isinstance(small.value, cst.Tuple) else [small.value]
+    return bool(values) and all(h.is_literal(v, None) for v in values)
+
+
 def _after_cleanup(ctx: Context, small: cst.BaseSmallStatement) -> bool:
-    """Memory was just released on purpose (a sweep dropping one model before building the next):
-    the statement before is a ``del ...`` or ``gc.collect()``, or a run of clean-up calls right
-    before it starts with one (``gc.collect(); torch._C._cuda_clearCublasWorkspaces();
-    torch.cuda.empty_cache()``)."""
+    """Memory was just released on purpose (a sweep dropping one model before building the next;
+    a chunked forward dropping the last chunk's tensors): the statement before is a ``del ...``,
+    an ``a, b = None, None`` or ``gc.collect()``, or a run of clean-up calls right before it starts
+    with one (``gc.collect(); torch._C._cuda_clearCublasWorkspaces(); torch.cuda.empty_cache()``)."""
     prev = _previous(ctx, small)
     for _ in range(8):
-        if isinstance(prev, cst.Del):
+        if _releases(prev):
             return True
         if isinstance(prev, cst.Expr) and isinstance(prev.value, cst.Call) and ctx.matches(prev.value, GC_COLLECT, GC_COLLECT):
             return True
         if not _cleanup_call(ctx, prev):
             return False
         prev = _previous(ctx, prev)
+    return False
+
+
+#: words of a function name that say it runs a whole phase with its own memory profile:
+#: autoregressive generation (a KV cache sized to batch x (prompt + new tokens), hundreds of
+#: forward steps per call), RL rollouts, an evaluation or validation pass
+_PHASE_WORDS = frozenset({"generate", "generation", "rollout", "rollouts", "evaluate", "evaluation", "validate", "validation"})
+#: ... unless the name says it does one step of it (`validation_step`, `generate_next_token`)
+_STEP_WORDS = frozenset({"step", "steps", "token", "tokens", "next", "batch"})
+
+
+def _phase_name(name: str | None) -> bool:
+    words = {w.lower() for w in re.findall(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])", name or "")}
+    return bool(words & _PHASE_WORDS) and not words & _STEP_WORDS
+
+
+def _runs_phase(stmt: cst.CSTNode) -> bool:
+    """``stmt`` calls a phase function (``self.generate_trajectory(...)``, ``model.generate(...)``,
+    ``evaluate(model, val_loader)``), also inside a ``with``/``for`` block, but not under an
+    ``if`` (a generation every 1000 steps does not make the call next to it a phase boundary) or
+    in a nested function."""
+    stack: list[cst.CSTNode] = [stmt]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.If, *SCOPE_BOUNDARIES)):
+            continue
+        if isinstance(node, cst.Call) and _phase_name(h.last_name(node.func)):
+            return True
+        stack.extend(iter_children(node))
+    return False
+
+
+def _quiet(ctx: Context, node: cst.CSTNode) -> bool:
+    """A statement that only frees memory or waits (``del``, ``x = None``, ``gc.collect()``, a
+    clean-up call, a barrier, another ``empty_cache()``): skipped when looking for the phase next
+    to an ``empty_cache()``."""
+    if _releases(node) or _cleanup_call(ctx, node):
+        return True
+    if not (isinstance(node, cst.Expr) and isinstance(node.value, cst.Call)):
+        return False
+    return ctx.matches(node.value, EMPTY_CACHE | GC_COLLECT, {"torch.cuda.empty_cache", "gc.collect"}) or (
+        h.last_name(node.value.func) or "") in ("barrier", "empty_cache")
+
+
+def _phase_boundary(ctx: Context, small: cst.BaseSmallStatement) -> bool:
+    """The call sits right before or right after a generation / rollout / evaluation phase (clean-up
+    statements in between skipped): it releases the blocks cached by one phase before the next, which
+    allocates differently (torchtune's GRPO recipe empties the cache around each
+    ``generate_trajectory``). It runs once per phase, not once per training step."""
+    for step in (-1, 1):
+        for i, node in enumerate(_neighbours(ctx, small, step)):
+            if i >= 8 or not _quiet(ctx, node):
+                if i < 8 and _runs_phase(node):
+                    return True
+                break
     return False
 
 
@@ -105,9 +185,22 @@ Removes `torch.cuda.empty_cache()` statements inside the body of a `for`/`while`
 statement becomes `pass`; comments are kept). Calls outside loops (e.g. once after
 evaluation) are left alone, and so are calls that release memory on purpose: in an
 `except`/`finally` block (recovering from `torch.cuda.OutOfMemoryError`, which runs only after
-an OOM), right after a `del` or `gc.collect()` or a run of clean-up calls that starts with one
-(a sweep freeing one model before building the next), and calls followed by a `break`,
-`return` or `raise` in the same block (they run once, on the way out of the loop).
+an OOM), right after a `del`, an `a, b = None, None` or `gc.collect()`, or a run of clean-up
+calls that starts with one (a sweep freeing one model before building the next, a chunked
+forward dropping the last chunk's tensors), and calls followed by a `break`, `return` or
+`raise` in the same block (they run once, on the way out of the loop).
+
+Calls at a phase boundary are left alone too: right before or right after (clean-up
+statements, barriers and other `empty_cache()` calls in between skipped) a statement that runs
+a generation, rollout, evaluation or validation phase, i.e. calls a function whose name says so
+(`model.generate(...)`, `self.generate_trajectory(...)`, `rollout(...)`, `evaluate(...)`,
+`validate(...)`), also inside a `with`/`for` block. Such a phase allocates unlike the training
+step around it (generation builds a KV cache sized to batch x (prompt + new tokens) and runs
+hundreds of forward steps per call), so emptying the cache between the phases is deliberate
+(torchtune's GRPO recipe brackets each `generate_trajectory` with it) and costs one
+re-allocation per phase, not per step. Names of one step of a phase (`validation_step`,
+`eval_step`, `generate_next_token`, `evaluate_batch`) do not count, nor does a phase under an
+`if` (a sample generated every 1000 steps does not stop the call next to it running every step).
 
 ## Why is this bad?
 `empty_cache()` hands the caching allocator's free blocks back to the driver. The next step
@@ -151,6 +244,20 @@ for batch in loader:
         "import torch\nfor d in devices:\n    if busy(d):\n        torch.cuda.empty_cache()\n        break\n",
         "import torch\ndef f(xs):\n    for x in xs:\n        if x:\n            torch.cuda.empty_cache()\n            log(x)\n            return x\n",
         "import torch\nwhile True:\n    if done(): torch.cuda.empty_cache(); break\n",
+        # a chunked forward dropping the previous chunk's tensors first (MONAI's VISTA3D)
+        "import torch\nmasks = []\nfor chunk in chunks:\n    # free the last chunk's tensors before the next forward\n"
+        "    src, out = None, None\n    torch.cuda.empty_cache()\n    src, out = run(chunk)\n    masks.append(out)\n",
+        # phase boundaries: generation (its KV cache) vs the forward/backward around it, as in
+        # torchtune's GRPO recipe, which brackets each generate_trajectory() with empty_cache()
+        "import torch\n\n\nclass Recipe:\n    def trajectories(self, ids, chunk):\n        out = []\n"
+        "        with torch.no_grad():\n            for start in range(0, len(ids), chunk):\n"
+        "                torch.cuda.empty_cache()\n                out.append(self.generate_trajectory(ids[start:start + chunk]))\n"
+        "                torch.cuda.empty_cache()\n        return out\n",
+        "import torch\nfor batch in loader:\n    with torch.no_grad():\n"
+        "        rollouts = policy.generate(batch[\"prompt\"], max_new_tokens=256)\n"
+        "    torch.distributed.barrier()\n    torch.cuda.empty_cache()\n    loss = train_step(rollouts)\n",
+        "import torch\nfor epoch in range(epochs):\n    train_one_epoch(model, loader)\n    torch.cuda.empty_cache()\n"
+        "    evaluate(model, val_loader)\n",
     ]
     INVALID = [
         Example(
@@ -185,6 +292,20 @@ for batch in loader:
             "import torch\nfor b in loader:\n    if skip(b):\n        continue\n    break\n",
             message_contains="empty_cache",
         ),
+        # one step of a phase is not a phase: validation_step runs per batch
+        Example(
+            "import torch\nfor b in val_loader:\n    out = model.validation_step(b)\n    torch.cuda.empty_cache()\n",
+            "import torch\nfor b in val_loader:\n    out = model.validation_step(b)\n",
+            message_contains="empty_cache",
+        ),
+        # a generation under an if (every 1000 steps) leaves the call running every step
+        Example(
+            "import torch\nfor step, b in enumerate(loader):\n    train_step(b)\n    if step % 1000 == 0:\n"
+            "        sample = model.generate(prompt)\n    torch.cuda.empty_cache()\n",
+            "import torch\nfor step, b in enumerate(loader):\n    train_step(b)\n    if step % 1000 == 0:\n"
+            "        sample = model.generate(prompt)\n",
+            message_contains="empty_cache",
+        ),
     ]
 
     def check(self, ctx: Context) -> Iterable[Edit]:
@@ -194,7 +315,7 @@ for batch in loader:
             expr = ctx.parent(call)
             if not isinstance(expr, cst.Expr) or not ctx.in_loop(call):
                 continue
-            if _in_handler(ctx, expr) or _after_cleanup(ctx, expr) or _leaves_the_loop(ctx, expr):
+            if _in_handler(ctx, expr) or _after_cleanup(ctx, expr) or _leaves_the_loop(ctx, expr) or _phase_boundary(ctx, expr):
                 continue
             message = "torch.cuda.empty_cache() in the loop returns cached blocks to the driver every iteration; the allocator then has to cudaMalloc them again"
             changes = h.remove_statement(ctx, expr)
