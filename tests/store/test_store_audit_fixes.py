@@ -216,3 +216,43 @@ def test_db_url_that_does_not_parse_is_one_line_exit_2(tmp_path, capsys, url, ar
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not a usable store URL" in err[0] and "internal error" not in err[0], err
     assert "secret" not in err[0], "the password is not shown"
+
+
+# --- a store another process keeps locked ---------------------------------------------------------------
+
+LOCK_HOLDER = """
+import sqlite3, sys, time
+c = sqlite3.connect(sys.argv[1], isolation_level=None)
+c.execute("BEGIN EXCLUSIVE")
+print("locked", flush=True)
+time.sleep(120)
+"""
+
+
+def test_locked_store_is_one_line_after_the_busy_timeout(tmp_path, capsys, monkeypatch):
+    """A SQLite store locked by another process kept `record` waiting the busy timeout 30 times over
+    (with_retry on "database is locked": half an hour at the default 60 s) and then died with an internal
+    error; now retries stop at the busy timeout and the command says the store is locked, exit 1."""
+    from zoomer_ar.store import db as store_db
+
+    monkeypatch.setattr(store_db, "SQLITE_BUSY_TIMEOUT_S", 1.0)
+    path = tmp_path / "store.db"
+    url = f"sqlite:///{path}"
+    record_analysis(make_analysis("first"), RecordOptions(), db=url)
+    store_db.dispose_engine(url)
+    f = tmp_path / "findings.json"
+    f.write_text(make_analysis("second").model_dump_json())
+    holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        t0 = time.monotonic()
+        rc = main(["record", str(f), "--db", str(path)])
+        elapsed = time.monotonic() - t0
+    finally:
+        holder.kill()
+        holder.wait()
+        store_db.dispose_engine(str(path))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1 and len(err) == 1 and "locked" in err[0] and "internal error" not in err[0], err
+    assert elapsed < 15, f"gave up after {elapsed:.0f} s, not after about the busy timeout"
+    assert [j for j in jobs(url)] == ["first"], "nothing recorded, nothing lost"

@@ -209,12 +209,23 @@ def is_transient(exc: BaseException) -> bool:
 
 
 def with_retry(fn: Callable[[], T], *, attempts: int = 30, base_delay: float = 0.02) -> T:
-    """Run a whole transaction function again on transient errors (exponential backoff with jitter)."""
+    """Run a whole transaction function again on transient errors (exponential backoff with jitter).
+
+    Retries stop once SQLITE_BUSY_TIMEOUT_S has passed: a SQLite attempt already waits that long for
+    a lock, and a store another process keeps locked is one StoreError line after about that long,
+    not 30 more waits of a minute each."""
+    start = time.monotonic()
     for attempt in range(attempts):
         try:
             return fn()
         except (DBAPIError, IntegrityError) as exc:
-            if attempt == attempts - 1 or not is_transient(exc):
+            if not is_transient(exc):
+                raise
+            if attempt == attempts - 1 or time.monotonic() - start >= SQLITE_BUSY_TIMEOUT_S:
+                msg = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+                if isinstance(exc, OperationalError) and msg and ("locked" in msg[0].lower() or "busy" in msg[0].lower()):
+                    raise StoreError(f"the store is locked by another process ({msg[0]}; waited "
+                                     f"{time.monotonic() - start:.0f} s): try again when it is done") from None
                 raise
             time.sleep(min(1.0, base_delay * 2**attempt) * random.uniform(0.5, 1.5))
     raise AssertionError("unreachable")
