@@ -256,3 +256,26 @@ def test_locked_store_is_one_line_after_the_busy_timeout(tmp_path, capsys, monke
     assert rc == 1 and len(err) == 1 and "locked" in err[0] and "internal error" not in err[0], err
     assert elapsed < 15, f"gave up after {elapsed:.0f} s, not after about the busy timeout"
     assert [j for j in jobs(url)] == ["first"], "nothing recorded, nothing lost"
+
+
+# --- --out that is not a regular file ------------------------------------------------------------------
+
+
+def test_digest_out_to_a_fifo_writes_into_it(tmp_path, capsys):
+    """`--out /dev/stdout` (or /dev/null, a named pipe) was replaced by a regular file: atomic_write renamed
+    its temporary file over the device or pipe (as root, /dev/null itself). Now it is written into."""
+    import stat
+
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    record_analysis(make_analysis("j", findings={"idle-gpu": 10.0}), RecordOptions(week="2026-W30"), db=url)
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    rd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # a reader, so the writer's open does not block
+    try:
+        assert main(["digest", "--db", url, "--week", "2026-W30", "--out", str(fifo)]) == 0
+        got = os.read(rd, 1 << 16).decode()
+    finally:
+        os.close(rd)
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode), "the pipe is still a pipe"
+    assert got.startswith("# Zoomer AR weekly digest: 2026-W30"), got[:200]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".pipe")] == [], "no temporary file left"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import tempfile
 from functools import lru_cache
 from pathlib import Path
@@ -95,9 +96,23 @@ def atomic_write(path: Path, data: str | bytes) -> None:
     open() would give it under the user's umask: mkstemp creates 0600, which would hide the
     reports from the group and the web server that serve them. Any failure (a full disk, a folder
     in the way, ``path`` a folder) is one OutputError and leaves nothing behind: no temporary file,
-    no folder this call created. Text is UTF-8 (surrogate escapes kept: undecodable file names)."""
+    no folder this call created. Text is UTF-8 (surrogate escapes kept: undecodable file names).
+    A ``path`` that is not a regular file (``/dev/stdout``, ``/dev/null``, a FIFO) is written into,
+    never replaced by a file."""
     if path.is_dir():
         raise OutputError(str(path), "it is a directory")
+    payload = data.encode("utf-8", "surrogateescape") if isinstance(data, str) else data
+    try:
+        special = not stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        special = False  # not there yet (or unreadable: the write below says why)
+    if special:
+        try:
+            with open(path, "wb") as fh:
+                fh.write(payload)
+        except OSError as exc:
+            raise OutputError(str(path), exc.strerror or str(exc)) from None
+        return
     created: list[Path] = []  # folders made here, removed again on failure
     tmp: str | None = None
     try:
@@ -107,7 +122,7 @@ def atomic_write(path: Path, data: str | bytes) -> None:
         fd, tmp = tempfile.mkstemp(dir=str(path.parent), prefix=f".{path.name}.", suffix=".tmp")
         os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data.encode("utf-8", "surrogateescape") if isinstance(data, str) else data)
+            fh.write(payload)
         os.replace(tmp, path)
     except BaseException as exc:
         if tmp is not None and os.path.exists(tmp):
