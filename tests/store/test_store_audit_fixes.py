@@ -279,3 +279,28 @@ def test_digest_out_to_a_fifo_writes_into_it(tmp_path, capsys):
     assert stat.S_ISFIFO(os.stat(fifo).st_mode), "the pipe is still a pipe"
     assert got.startswith("# Zoomer AR weekly digest: 2026-W30"), got[:200]
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".pipe")] == [], "no temporary file left"
+
+
+# --- option values ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv", [
+    ["record", "{findings}", "--gpu-hours", "nan"],
+    ["record", "{findings}", "--gpu-hour-cost", "inf"],
+    ["record", "{findings}", "--gpu-hours", "1e308", "--gpu-hour-cost", "1e308"],
+    ["digest", "--top", "99999999999999999999"],
+    ["history", "j", "--limit", "99999999999999999999"],
+], ids=["gpu-hours-nan", "cost-inf", "huge-cost", "digest-top", "history-limit"])
+def test_option_values_out_of_range_are_usage_errors(tmp_path, capsys, argv):
+    """nan and inf passed click's FloatRange(min=0) and made `record` an internal error (the INSERT failed),
+    while `analyze --gpu-hours nan` wrote a null cost 'given with --gpu-hours'; a --top or --limit past
+    SQLite's integers was an internal OverflowError. Now they are refused as usage errors (exit 2), as the
+    service refuses them, and the store is unchanged."""
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    record_analysis(make_analysis("j"), RecordOptions(), db=url)
+    f = tmp_path / "findings.json"
+    f.write_text(make_analysis("other").model_dump_json())
+    assert main([a.format(findings=f) for a in argv] + ["--db", url]) == 2
+    err = capsys.readouterr().err
+    assert "Invalid value" in err and "internal error" not in err and "Traceback" not in err, err
+    assert list(jobs(url)) == ["j"]

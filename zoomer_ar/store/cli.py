@@ -29,7 +29,7 @@ def _write_or_echo(text: str, out: Path | None) -> None:
 @click.option("--team", default=None, help="Only this team's jobs.")
 @click.option("--format", "fmt", type=click.Choice(["md", "html", "json"]), default="md", show_default=True)
 @click.option("--out", type=click.Path(path_type=Path, dir_okay=False), default=None, help="Write to this file.")
-@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Rows per table.")
+@click.option("--top", type=click.IntRange(min=1, max=1_000_000), default=10, show_default=True, help="Rows per table.")
 @DB_OPTION
 def digest(week: str | None, team: str | None, fmt: str, out: Path | None, top: int, db: str | None) -> None:
     """The week's top anti-patterns by wasted GPU-hours and dollars, trends, costliest jobs and owners, resolved patterns.
@@ -62,7 +62,7 @@ def _readable_store(db: str | None):
 @click.command()
 @click.argument("job")
 @click.option("--format", "fmt", type=click.Choice(["text", "md", "json"]), default="text", show_default=True)
-@click.option("--limit", type=click.IntRange(min=1), default=52, show_default=True, help="Most recent runs shown.")
+@click.option("--limit", type=click.IntRange(min=1, max=1_000_000), default=52, show_default=True, help="Most recent runs shown.")
 @DB_OPTION
 def history(job: str, fmt: str, limit: int, db: str | None) -> None:
     """One job's recorded runs and findings over time.

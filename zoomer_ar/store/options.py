@@ -5,6 +5,7 @@ Kept free of SQLAlchemy imports: `analyze` without `--record` never loads the da
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -26,6 +27,13 @@ def _week(_ctx, _param, value):  # noqa: ANN001
         raise click.BadParameter(str(exc)) from None
 
 
+def _finite(_ctx, _param, value):  # noqa: ANN001
+    # FloatRange lets nan through (every comparison with it is false) and inf past a min-only range
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter("must be a finite number")
+    return value
+
+
 def _time(_ctx, _param, value):  # noqa: ANN001
     if value is None:
         return None
@@ -44,9 +52,9 @@ def job_options(f: Callable) -> Callable:
         click.option("--gpu-type", default=None, help="GPU model (default: from the trace's device properties)."),
         click.option("--gpus", type=click.IntRange(min=0), default=None,
                      help="GPUs the job runs on (default: the job's stored count, else the trace's world size)."),
-        click.option("--gpu-hours", type=click.FloatRange(min=0), default=None,
+        click.option("--gpu-hours", type=click.FloatRange(min=0, max=1e12), default=None, callback=_finite,
                      help="The job's GPU-hours this run stands for, e.g. its week (default: profiled wall time x GPUs)."),
-        click.option("--gpu-hour-cost", type=click.FloatRange(min=0), default=None, metavar="USD",
+        click.option("--gpu-hour-cost", type=click.FloatRange(min=0, max=1e6), default=None, metavar="USD", callback=_finite,
                      help="Price of one GPU-hour in dollars (default: the job's stored price)."),
         click.option("--week", default=None, callback=_week, metavar="YYYY-Www",
                      help="ISO week to record under, e.g. 2026-W48 (default: the trace's start time, else now)."),
