@@ -7,7 +7,9 @@
 * the 422 fallback review is not posted again by the next run;
 * ``-o`` to a directory or an unwritable place: one line, exit 2, nothing left behind;
 * SARIF artifact URIs are percent-encoded;
-* the summary shows base and head commits with the same number of characters.
+* the summary shows base and head commits with the same number of characters;
+* GitHub answers that are not JSON, cut short or not HTTP, a negative Retry-After and a summary
+  comment without an id are GitHubErrors or passed over, not internal errors.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from review_testutil import FakeGitHub, GitRepo, must_hold_repo, sarif_errors
 
 from zoomer_ar.cli import main
 from zoomer_ar.review import review
-from zoomer_ar.review.github import Client, GitHubTarget, post
+from zoomer_ar.review.github import Client, GitHubError, GitHubTarget, post
 from zoomer_ar.review.render import render_markdown
 
 REPO = "acme/trainer"
@@ -322,3 +324,68 @@ def test_summary_shows_base_and_head_shas_alike(tmp_path):
     assert m and len(m.group(1)) == len(m.group(2)) == 12
     assert repo.sha("main").startswith(m.group(1)) and repo.sha("feature").startswith(m.group(2))
     assert "head `working tree`" in render_markdown(review(repo.path, "main", None))
+
+
+# --------------------------------------------------------------------------------------------
+# GitHub answers that are not what the API sends
+# --------------------------------------------------------------------------------------------
+
+RAW_ANSWERS = {
+    "html": b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 24\r\n\r\n<html>proxy error</html>",
+    "truncated": b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n[1,2",
+    "not-http": b"GARBAGE\r\n\r\n",
+}
+
+
+def _raw_server(answer: bytes):
+    """A server on 127.0.0.1 that answers every request with `answer` and closes the connection."""
+    import socket
+    import threading
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                conn.sendall(answer)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return sock, f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+@pytest.mark.parametrize("kind", sorted(RAW_ANSWERS))
+def test_github_answer_that_is_not_json_or_not_http_is_a_github_error(tmp_path, kind):
+    """A 200 with an HTML page (a proxy), an answer cut short (IncompleteRead) or one that is not HTTP
+    (BadStatusLine) made `review --post` an internal error (JSONDecodeError, IncompleteRead, BadStatusLine)."""
+    result = review(must_hold_repo(tmp_path / "r").path, "main", "feature")
+    sock, url = _raw_server(RAW_ANSWERS[kind])
+    try:
+        with pytest.raises(GitHubError) as err:
+            post(result, GitHubTarget(url, REPO, PR, "t"), client=Client(url, "t", backoff=0.0, retries=1))
+    finally:
+        sock.close()
+    assert f"/repos/{REPO}/issues/{PR}/comments" in str(err.value)
+    assert ("not JSON" in str(err.value)) == (kind == "html"), str(err.value)
+
+
+def test_negative_retry_after_and_a_comment_without_id(tmp_path):
+    """`Retry-After: -5` made the client sleep a negative time (ValueError: internal error); an earlier
+    summary comment listed without an id was a KeyError. Now the wait is none and the comment is passed over."""
+    from review_testutil import Failure
+
+    from zoomer_ar.review.render import SUMMARY_MARKER
+
+    result = review(must_hold_repo(tmp_path / "r").path, "main", "feature")
+    with FakeGitHub(REPO) as gh:
+        gh.failures.append(Failure("GET", f"/repos/{REPO}/issues/{PR}/comments", 429, {"Retry-After": "-5"},
+                                   {"message": "slow down"}))
+        gh.issue_comments[PR] = [{"body": f"{SUMMARY_MARKER} an old summary, listed without its id"}]
+        out = post(result, GitHubTarget(gh.url, REPO, PR, gh.token), client=Client(gh.url, gh.token, backoff=0.0))
+    assert out.summary == "created" and out.inline_posted == 3

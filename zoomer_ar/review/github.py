@@ -32,6 +32,7 @@ GitHub's message.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
@@ -146,7 +147,6 @@ class Client:
                 with urllib.request.urlopen(req, timeout=self.timeout) as resp:
                     raw = resp.read()
                     headers = {k.lower(): v for k, v in resp.headers.items()}
-                    return (json.loads(raw) if raw.strip() else None), headers
             except urllib.error.HTTPError as err:
                 raw = err.read() if err.fp is not None else b""
                 headers = {k.lower(): v for k, v in (err.headers or {}).items()}
@@ -155,12 +155,19 @@ class Client:
                     self.sleep(wait)
                     continue
                 raise GitHubError(self._message(shown, err.code, headers, raw), err.code) from None
-            except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as err:
+            except (urllib.error.URLError, TimeoutError, ConnectionError, OSError, http.client.HTTPException) as err:
+                # HTTPException: an answer cut short (IncompleteRead) or not HTTP at all (BadStatusLine)
                 if attempt <= self.retries:
                     self.sleep(min(self.max_wait, self.backoff * 2 ** (attempt - 1)))
                     continue
-                reason = getattr(err, "reason", err)
+                reason = getattr(err, "reason", None) or f"{type(err).__name__}: {err}"
                 raise GitHubError(f"cannot reach the GitHub API at {self.api_url} ({shown}): {reason}") from None
+            try:
+                return (json.loads(raw) if raw.strip() else None), headers
+            except ValueError:  # a proxy's HTML page, say
+                text = raw.decode("utf-8", "replace").strip().splitlines()
+                raise GitHubError(f"GitHub API {shown}: the answer is not JSON ({text[0][:120] if text else ''!r}): "
+                                  f"is GITHUB_API_URL ({self.api_url}) the API?") from None
 
     def _retry_wait(self, status: int, headers: Mapping[str, str], attempt: int) -> float | None:
         if attempt > self.retries:
@@ -168,7 +175,7 @@ class Client:
         if status in (403, 429):
             if "retry-after" in headers:
                 try:
-                    wait = float(headers["retry-after"])
+                    wait = max(0.0, float(headers["retry-after"]))  # a negative one: now
                 except ValueError:
                     return None
                 return wait if wait <= self.max_wait else None
@@ -300,7 +307,8 @@ def post(result: ReviewResult, target: GitHubTarget, *, max_comments: int = 25, 
     outcome = PostOutcome()
 
     issue_comments = client.paginate(f"/repos/{repo}/issues/{pr}/comments")
-    mine = [c for c in issue_comments if isinstance(c, dict) and SUMMARY_MARKER in str(c.get("body") or "")]
+    mine = [c for c in issue_comments if isinstance(c, dict) and isinstance(c.get("id"), int)
+            and SUMMARY_MARKER in str(c.get("body") or "")]
 
     review_comments = client.paginate(f"/repos/{repo}/pulls/{pr}/comments")
     fps, keys = _existing_inline(review_comments)
