@@ -489,3 +489,43 @@ def test_a_booster_load_redirects_no_output_while_other_threads_run(tmp_path, ca
         gate.set()
         other.join()
     assert "[Fatal]" in capfd.readouterr().err
+
+
+# --- 9. label --store / corpus --out that are not what they should be: refused, left as they were -----------
+
+@pytest.mark.parametrize("content", [b"SQLite format 3\x00" + bytes(range(256)) * 4, b'{\n  "schema_version": 3\n}\n',
+                                     b"not a verdict\n"], ids=["binary", "findings-json", "text"])
+def test_label_does_not_append_to_a_file_that_is_not_a_verdict_file(tmp_path, capsys, content):
+    """--store naming a database or a findings.json by mistake got a JSON line appended to it."""
+    store = tmp_path / "store.db"
+    store.write_bytes(content)
+    rc, _out, err = _cli(capsys, "label", EXAMPLE, "--pattern", "sync-point", "--yes", "--store", store)
+    assert rc == 2 and str(store) in _one_line_error(err)
+    assert store.read_bytes() == content
+
+
+def test_label_after_a_last_line_without_newline_keeps_both_records(tmp_path, capsys):
+    """A verdict file whose last line has no newline (edited by hand) had the new record glued to that line:
+    both were lost (the next `train` refused the file)."""
+    store = tmp_path / "labels.jsonl"
+    assert _cli(capsys, "label", EXAMPLE, "--pattern", "sync-point", "--yes", "--store", store)[0] == 0
+    store.write_bytes(store.read_bytes().rstrip(b"\n"))
+    assert _cli(capsys, "label", EXAMPLE, "--pattern", "extra-copy", "--no", "--store", store)[0] == 0
+    assert [(r["pattern"], r["verdict"]) for r in V.read(store)] == [("sync-point", "positive"), ("extra-copy", "negative")]
+
+
+@pytest.mark.parametrize("args", [
+    ["label", EXAMPLE, "--pattern", "sync-point", "--yes", "--store", "{dir}"],
+    ["corpus", "build", "--small", "--n-synth", "2", "--augment", "0", "--out", "{file}"],
+    ["corpus", "sample", "1", "--out", "{file}"],
+    ["corpus", "build", "--small", "--n-synth", "2", "--augment", "0", "--workers", "0", "--out", "{dir}/c"],
+    ["corpus", "build", "--small", "--n-synth", "-1", "--augment", "0", "--out", "{dir}/c"],
+], ids=["label-store-dir", "build-out-file", "sample-out-file", "build-workers-0", "build-n-synth-negative"])
+def test_learn_paths_and_counts_of_the_wrong_kind_are_usage_errors(tmp_path, capsys, args):
+    """--store a folder (IsADirectoryError), --out a file (FileExistsError, after the whole build) were internal
+    errors; --workers 0 and negative counts were taken silently. Now click refuses them: exit 2, nothing written."""
+    f = tmp_path / "file"
+    f.write_text("keep\n")
+    rc, _out, err = _cli(capsys, *[str(a).format(dir=tmp_path, file=f) for a in args])
+    assert rc == 2 and "Invalid value" in err and "internal error" not in err, err
+    assert f.read_text() == "keep\n" and sorted(p.name for p in tmp_path.iterdir()) == ["file"]

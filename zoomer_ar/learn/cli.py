@@ -43,11 +43,12 @@ def corpus() -> None:
 
 
 @corpus.command("build")
-@click.option("--out", type=P(), default=None, help="Folder for corpus.jsonl and MANIFEST.json (default training_data/corpus).")
-@click.option("--n-synth", type=int, default=4600, show_default=True, help="Synthetic jobs from the trace generator (with the examples and augmentations: ~5,100 cases).")
-@click.option("--augment", "augment", type=int, default=24, show_default=True, help="Augmented variants per real trace.")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Folder for corpus.jsonl and MANIFEST.json (default training_data/corpus).")
+@click.option("--n-synth", type=click.IntRange(min=0), default=4600, show_default=True, help="Synthetic jobs from the trace generator (with the examples and augmentations: ~5,100 cases).")
+@click.option("--augment", "augment", type=click.IntRange(min=0), default=24, show_default=True, help="Augmented variants per real trace.")
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--workers", type=int, default=2, show_default=True)
+@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True)
 @click.option("--small", is_flag=True, help="CI size: few example windows, five small real backgrounds.")
 @click.option("--traces", type=P(), default=None, help="Real traces with LABELS.yaml (default ../shared/traces).")
 @click.option("--examples", type=P(), default=None, help="Recorded scenario traces (default examples/traces).")
@@ -89,7 +90,8 @@ def corpus_stats(path) -> None:
 
 @corpus.command("sample")
 @click.argument("seed", type=int)
-@click.option("--out", type=P(), required=True, help="Folder for the generated rank-<r>.json traces and labels.yaml.")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True,
+              help="Folder for the generated rank-<r>.json traces and labels.yaml.")
 @click.option("--plant", multiple=True, type=click.Choice(PATTERN_IDS), help="Force planted patterns.")
 def corpus_sample(seed, out, plant) -> None:
     """Write one generated job as Kineto trace files (to look at, or to `analyze`)."""
@@ -311,7 +313,7 @@ def models_rollback(root) -> None:
 @click.option("--pattern", required=True, type=click.Choice(PATTERN_IDS), help="The anti-pattern judged.")
 @click.option("--yes/--no", "verdict", required=True, help="Present with material cost (--yes) or not (--no).")
 @click.option("--note", default="", help="Why (evidence, ticket).")
-@click.option("--store", type=P(), default=None,
+@click.option("--store", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Verdict file (default: training_data/labels.jsonl under the current folder).")
 def label_cmd(target, pattern, verdict, note, store) -> None:
     """Record a human verdict on a trace, rank folder or analysed job (findings.json / its folder).

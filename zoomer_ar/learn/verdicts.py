@@ -23,7 +23,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
+from ..errors import InputError, OutputError
 from ..features import FEATURE_SCHEMA_VERSION, extract
 from ..load import load_job
 from ..models import PATTERN_IDS
@@ -105,9 +105,20 @@ def record(target: Path, pattern: str, verdict: bool, note: str = "", store: Pat
         "feature_schema_version": version, "features": feats,
     }
     store = labels_path(store)
-    store.parent.mkdir(parents=True, exist_ok=True)
-    with store.open("a", encoding="utf-8") as fh:
-        fh.write(json.dumps(rec, sort_keys=True) + "\n")
+    if store.is_dir():
+        raise OutputError(str(store), "it is a directory (--store names the verdict file)")
+    read(store)  # appended to only when every line is a verdict: never to a findings.json or a database given by mistake
+    try:
+        store.parent.mkdir(parents=True, exist_ok=True)
+        with store.open("a+b") as fh:
+            fh.seek(0, 2)
+            sep = b""
+            if fh.tell():  # a file edited by hand may lack its last newline: the record would join that line
+                fh.seek(-1, 2)
+                sep = b"" if fh.read(1) == b"\n" else b"\n"
+            fh.write(sep + (json.dumps(rec, sort_keys=True) + "\n").encode("utf-8"))
+    except OSError as exc:
+        raise OutputError(str(store), exc.strerror or str(exc)) from None
     return rec
 
 
