@@ -6,6 +6,7 @@ from typing import Iterable
 
 import libcst as cst
 
+from zoomer_ar.fix import flow
 from zoomer_ar.fix import helpers as h
 from zoomer_ar.fix.base import Context, Edit, Example, Fixer
 from zoomer_ar.fix.datasets import ITERABLE, UNKNOWN, datasets_of, loader_verdict
@@ -48,6 +49,59 @@ def _local_callable(ctx: Context, call: cst.Call, name: str) -> bool:
     return False
 
 
+def _chosen_workers(ctx: Context, call: cst.Call) -> bool:
+    """The call sets ``num_workers`` to something other than a literal 0 where the keyword check
+    does not look: positionally (the sixth argument, ``DataLoader(ds, 64, True, None, None, 4)``)
+    or in a ``**`` dict built in this file (``**{"num_workers": 4}``, ``**dict(num_workers=4)``,
+    ``**kw`` with ``kw = dict(..., num_workers=4)`` in its scope, or ``kw["num_workers"] = 4``
+    there outside any if/loop/try).
+    A count the user chose is theirs, like ``num_workers=4`` by keyword."""
+    def chosen(value: cst.BaseExpression) -> bool:
+        return not h.is_literal(value, 0)
+
+    if not h.has_star(call):
+        pos = h.positionals(call)
+        return len(pos) > 5 and chosen(pos[5].value)
+    for arg in call.args:
+        if arg.star != "**":
+            continue
+        value = _workers_in_dict(arg.value)
+        if value is not None:
+            return chosen(value)
+        if isinstance(arg.value, cst.Name):
+            scope = ctx.enclosing_scope(call)
+            values = []
+            for n in flow.names_in(ctx, scope, arg.value.value):
+                p = ctx.parent(n)
+                if isinstance(p, cst.AssignTarget):
+                    assign = ctx.parent(p)
+                    values.append(_workers_in_dict(assign.value) if isinstance(assign, cst.Assign) else None)
+                elif (isinstance(p, cst.Subscript) and p.value is n and isinstance(ctx.parent(p), cst.AssignTarget)
+                      and len(p.slice) == 1 and isinstance(p.slice[0].slice, cst.Index)
+                      and h.string_value(p.slice[0].slice.value) == "num_workers"):
+                    assign = ctx.parent(ctx.parent(p))
+                    line = ctx.parent(assign)
+                    if isinstance(assign, cst.Assign) and ctx.parent(line) is flow.body_of(scope):
+                        return chosen(assign.value)  # set unconditionally, not under an if/loop/try
+                elif flow.is_store(ctx, n):
+                    values.append(None)  # a parameter, a loop target, unpacking: not visible
+            if values and all(v is not None for v in values):
+                return all(chosen(v) for v in values)
+    return False
+
+
+def _workers_in_dict(expr: cst.BaseExpression) -> cst.BaseExpression | None:
+    """The value at ``"num_workers"`` of a dict literal or of ``dict(num_workers=...)``."""
+    if isinstance(expr, cst.Dict):
+        for el in expr.elements:
+            if isinstance(el, cst.DictElement) and h.string_value(el.key) == "num_workers":
+                return el.value
+    if isinstance(expr, cst.Call) and h.dotted(expr.func) == "dict":
+        arg = h.kwarg(expr, "num_workers")
+        return arg.value if arg is not None else None
+    return None
+
+
 class DataLoaderWorkers(Fixer):
     pattern = "dataloader-bound"
     name = "dataloader-workers"
@@ -56,8 +110,11 @@ class DataLoaderWorkers(Fixer):
 ## What it does
 Flags `DataLoader(...)` calls that leave `num_workers` unset or set it to `0`, and adds
 `num_workers=<N>` (default 4), `pin_memory=True`, `persistent_workers=True` and
-`prefetch_factor=2`. Arguments already given are kept; an explicit non-zero `num_workers`
-(literal or variable) is left alone.
+`prefetch_factor=2`. Arguments already given are kept; an explicit `num_workers` other than a
+literal `0` (a number or a variable; by keyword, positionally as the sixth argument, or in a
+`**` dict built in the file: `**{"num_workers": 4}`, `**dict(num_workers=4)`, `**kw` with
+`kw = dict(..., num_workers=4)`, or `kw["num_workers"] = 4` not under an `if`, loop or `try`)
+is the user's choice and is left alone.
 
 Only map-style datasets get workers. A DataLoader over an iterable-style dataset (an
 `IterableDataset` subclass of this file, through its bases, a datapipe, `ChainDataset`,
@@ -117,6 +174,15 @@ loader = DataLoader(dataset, batch_size=64, shuffle=True, num_workers=4, pin_mem
         "loader = DataLoader(ds)  # zoomer: ignore[dataloader-bound]\n",
         "loader = DataLoader(ds)  # zoomer: ignore\n",
         "from mylib import DataLoader\nloader = DataLoader(ds)\n",
+        # a worker count chosen positionally or in a ** dict of the file is the user's too
+        "from torch.utils.data import DataLoader\nloader = DataLoader(ds, 64, True, None, None, 4)\n",
+        "from torch.utils.data import DataLoader\nloader = DataLoader(ds, 64, True, None, None, cfg.workers, collate)\n",
+        "from torch.utils.data import DataLoader\nloader = DataLoader(ds, **{\"batch_size\": 8, \"num_workers\": 4})\n",
+        "from torch.utils.data import DataLoader\n\n\ndef build(ds, batch_size):\n"
+        "    loader_kwargs = dict(batch_size=batch_size, num_workers=4, pin_memory=True)\n"
+        "    return DataLoader(ds, shuffle=True, **loader_kwargs)\n",
+        "from torch.utils.data import DataLoader\n\n\ndef build(ds, kw):\n    kw[\"num_workers\"] = 4\n"
+        "    return DataLoader(ds, **kw)\n",
         # an explicit num_workers is the user's, even over an IterableDataset
         "from torch.utils.data import DataLoader, IterableDataset\n\n\nclass S(IterableDataset):\n"
         "    def __iter__(self):\n        return iter(range(8))\n\n\nloader = DataLoader(S(), num_workers=2)\n",
@@ -157,6 +223,16 @@ loader = DataLoader(dataset, batch_size=64, shuffle=True, num_workers=4, pin_mem
             message_contains="positionally",
         ),
         Example("loader = DataLoader(ds, **loader_kwargs)\n", None, message_contains="**"),
+        # a ** dict of the file that sets num_workers=0: still a loader without workers
+        Example("loader = DataLoader(ds, **{\"batch_size\": 8, \"num_workers\": 0})\n", None, message_contains="**"),
+        # num_workers rescaled only when the caller passed one (ignite's auto_dataloader): may be unset
+        Example(
+            "from torch.utils.data import DataLoader\n\n\ndef auto_dataloader(ds, **kwargs):\n"
+            "    if \"num_workers\" in kwargs:\n        kwargs[\"num_workers\"] = kwargs[\"num_workers\"] // 2\n"
+            "    return DataLoader(ds, **kwargs)\n",
+            None,
+            message_contains="**",
+        ),
         # iterable-style datasets: every worker would replay the whole stream (4 workers: 4x the data)
         Example(
             "import torch\nfrom torch.utils.data import DataLoader, IterableDataset\n\n\n"
@@ -235,8 +311,8 @@ loader = DataLoader(dataset, batch_size=64, shuffle=True, num_workers=4, pin_mem
         workers = max(1, int(self.options["num_workers"]))
         prefetch = max(1, int(self.options["prefetch_factor"]))
         for call in h.dataloader_calls(ctx):
-            if not h.dataloader_is_serial(call):
-                continue
+            if not h.dataloader_is_serial(call) or _chosen_workers(ctx, call):
+                continue  # num_workers chosen: by keyword, positionally or in a ** dict of this file
             if h.has_star(call):
                 yield self.report(call, "DataLoader may load batches in the main process (num_workers unset); it takes **kwargs, so set num_workers/pin_memory there")
                 continue
