@@ -10,7 +10,8 @@ Events:
   configured with `--webhook-repo owner/name=PATH` (a local clone the worker fetches the PR's commits
   into when they are missing) -> a `review` job (202 with its id), run by a worker:
   `zoomer_ar.review.review(PATH, base=<base sha>, head=<head sha>)`, with review.json, review.md and
-  review.sarif as artifacts, posted to the pull request when `--webhook-post` is set (GITHUB_TOKEN);
+  review.sarif as artifacts, posted to the pull request when `--webhook-post` is set (GITHUB_TOKEN) and
+  the event names it (a positive integer `number`; otherwise the review is not posted);
 - anything else -> 200 `{"status": "ignored", "reason": ...}`.
 """
 
@@ -39,6 +40,11 @@ def verify(secret: str | None, body: bytes, header: str | None) -> bool:
     return hmac.compare_digest(sign(secret, body).encode("ascii"), header.strip().encode("ascii", "replace"))
 
 
+def pr_number(value: Any) -> int | None:
+    """A pull-request number: a positive int that is not a bool (JSON `true` is an int in Python); else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 class WebhookError(ValueError):
     """A signed delivery whose payload is unusable (400)."""
 
@@ -63,7 +69,9 @@ def review_job(settings: Settings, event: str | None, body: bytes) -> tuple[str,
         raise WebhookError("pull_request event without pull_request/repository objects")
     full = repo.get("full_name")
     base, head = (pr.get("base") or {}).get("sha"), (pr.get("head") or {}).get("sha")
-    number = pr.get("number", payload.get("number"))
+    number = pr_number(pr.get("number"))
+    if number is None:
+        number = pr_number(payload.get("number"))
     if not isinstance(full, str) or not all(isinstance(s, str) and _SHA.match(s) for s in (base, head)):
         raise WebhookError("pull_request event without repository.full_name, base.sha and head.sha")
     path = settings.webhook_repos.get(full.lower())
@@ -72,6 +80,6 @@ def review_job(settings: Settings, event: str | None, body: bytes) -> tuple[str,
     api = repo.get("url")
     api_url = api.split("/repos/")[0] if isinstance(api, str) and "/repos/" in api else "https://api.github.com"
     return "review", {
-        "repository": full, "repo_path": str(path), "pr": number if isinstance(number, int) else None,
+        "repository": full, "repo_path": str(path), "pr": number,
         "base_sha": base, "head_sha": head, "action": action, "api_url": api_url, "post": settings.webhook_post,
     }

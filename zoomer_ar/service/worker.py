@@ -203,10 +203,12 @@ def run_review(claim: Q.Claim, settings: Settings) -> tuple[dict, dict]:
     from ..review import review
     from ..review.render import render_markdown
     from ..review.sarif import to_sarif
+    from .webhook import pr_number
 
     p = claim.params
     repo = Path(p["repo_path"])
-    _ensure_commits(repo, [p["base_sha"], p["head_sha"]], p.get("pr"))
+    pr = pr_number(p.get("pr"))  # None: the event named no usable pull request (nothing is posted)
+    _ensure_commits(repo, [p["base_sha"], p["head_sha"]], pr)
     result = review(repo, base=p["base_sha"], head=p["head_sha"])
     artifacts = {
         "review.json": (MEDIA["review.json"], result.model_dump_json(indent=2).encode()),
@@ -214,15 +216,17 @@ def run_review(claim: Q.Claim, settings: Settings) -> tuple[dict, dict]:
         "review.sarif": (MEDIA["review.sarif"], json.dumps(to_sarif(result), indent=2).encode()),
     }
     summary: dict[str, Any] = {
-        "repository": p.get("repository"), "pr": p.get("pr"), "base_sha": p["base_sha"], "head_sha": p["head_sha"],
+        "repository": p.get("repository"), "pr": pr, "base_sha": p["base_sha"], "head_sha": p["head_sha"],
         "findings": len(result.findings), "rules": sorted({f.rule_id for f in result.findings}),
         "files_reviewed": result.files_reviewed, "posted": False,
     }
-    if p.get("post") and os.environ.get("GITHUB_TOKEN"):
+    if p.get("post") and pr is None:
+        summary["notes"] = ["not posted: the event carries no pull-request number"]
+    elif p.get("post") and os.environ.get("GITHUB_TOKEN"):
         from ..review.github import GitHubTarget, post
 
         target = GitHubTarget(api_url=p.get("api_url") or "https://api.github.com", repository=p["repository"],
-                              pr=int(p["pr"]), token=os.environ["GITHUB_TOKEN"])
+                              pr=pr, token=os.environ["GITHUB_TOKEN"])
         outcome = post(result, target)
         summary["posted"] = True
         summary["post"] = {k: v for k, v in vars(outcome).items() if isinstance(v, (int, str, bool, float, type(None)))}
