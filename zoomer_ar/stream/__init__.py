@@ -50,8 +50,9 @@ def json_size_estimate(path: Path, cap: int | None = None) -> int:
     of its last member: a 4.3 GB trace says 0.3 GB, so ISIZE is a lower bound only. Above `cap`
     it answers already; else the file is inflated, counting, until the count passes `cap` (at most
     `cap` bytes of inflation: a file that small is read fast, and a larger one stops there), and
-    the answer is then the least size that agrees with ISIZE and the count. zstd files: 10x the
-    file (they are always streamed)."""
+    the answer is then the least size that agrees with ISIZE and the count. A trailer larger than
+    deflate could inflate the file to is not one (a truncated file ends in compressed bytes): the
+    file's own size then. zstd files: 10x the file (they are always streamed)."""
     cap = threshold() if cap is None else cap
     try:
         if not path.is_file():
@@ -67,6 +68,8 @@ def json_size_estimate(path: Path, cap: int | None = None) -> int:
             isize = struct.unpack("<I", fh.read(4))[0]
     except OSError:
         return 0
+    if isize > size * _MAX_DEFLATE_RATIO:
+        return size  # no gzip trailer (a truncated or damaged file): the loaders refuse it, on either path
     if isize > cap:
         return isize  # the real size is at least ISIZE
     if not _may_have_wrapped(path, size):
