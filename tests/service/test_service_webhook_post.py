@@ -84,3 +84,55 @@ def test_a_usable_pr_number_is_posted_to(server, clone, github):
     calls = [(r.method, r.path) for r in github.requests[before:]]
     assert ("POST", f"/repos/{REPO}/issues/7/comments") in calls
     assert not any("/1/" in path for _, path in calls)
+
+
+def test_the_payloads_repository_url_does_not_receive_the_token(server, clone, github):
+    """The worker posted to the API named by the payload's repository.url, with the server's GITHUB_TOKEN:
+    anyone who could get a delivery signed chose the host that received the token."""
+    with FakeGitHub(REPO, token="attacker") as evil:
+        before = len(github.requests)
+        body = _run(server, _payload(clone, 9, evil.url))
+        assert evil.requests == []
+    assert body["result"]["posted"] is True, body
+    assert ("POST", f"/repos/{REPO}/issues/9/comments") in [(r.method, r.path) for r in github.requests[before:]]
+    assert all(r.headers["authorization"] == f"Bearer {github.token}" for r in github.requests[before:])
+
+
+def test_an_old_job_with_an_api_url_in_its_params_posts_to_the_configured_api(tmp_path, clone, github, monkeypatch):
+    """A review job queued before the fix carries the payload's api_url in its params: it is ignored."""
+    from zoomer_ar.service import queue as Q
+    from zoomer_ar.service.config import Settings
+    from zoomer_ar.service.worker import run_review
+
+    with FakeGitHub(REPO, token="attacker") as evil:
+        monkeypatch.setenv("GITHUB_TOKEN", github.token)
+        settings = Settings(data_dir=tmp_path, github_api_url=github.url)
+        claim = Q.Claim(job_id="j", lease_token="t", worker="w", attempt=1, kind="review", name=REPO, team_id=1,
+                        team="github", input_dir=None, params={
+                            "repository": REPO, "repo_path": str(clone["path"]), "pr": 11, "base_sha": clone["base"],
+                            "head_sha": clone["head"], "post": True, "api_url": evil.url})
+        summary, _ = run_review(claim, settings)
+        assert evil.requests == []
+    assert summary["posted"] is True
+    assert ("POST", f"/repos/{REPO}/issues/11/comments") in github.calls()
+
+
+@pytest.mark.parametrize("url", ["ftp://example.com", "not a url", "https://", "https://h/api?x=1"])
+def test_a_github_api_url_that_is_not_http_is_a_usage_error(url):
+    from service_testutil import zoomer
+
+    for args, env in (((f"--github-api-url={url}",), None), ((), {"GITHUB_API_URL": url})):
+        out = zoomer("worker", "--exit-when-idle", "--db", "sqlite://", *args, env=env, timeout=60)
+        assert out.returncode == 2, out
+        assert "--github-api-url (or GITHUB_API_URL)" in out.stderr and repr(url) in out.stderr
+        assert "Traceback" not in out.stderr
+
+
+def test_settings_take_the_github_api_url_from_the_environment(monkeypatch):
+    from zoomer_ar.service.config import Settings
+
+    monkeypatch.delenv("GITHUB_API_URL", raising=False)
+    assert Settings.from_env().github_api_url == "https://api.github.com"
+    monkeypatch.setenv("GITHUB_API_URL", "https://ghe.example.invalid/api/v3/")
+    assert Settings.from_env().github_api_url == "https://ghe.example.invalid/api/v3"
+    assert Settings.from_env(github_api_url="http://127.0.0.1:9").github_api_url == "http://127.0.0.1:9"

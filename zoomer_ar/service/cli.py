@@ -19,6 +19,9 @@ DB_OPTION = click.option("--db", default=None, metavar="URL",
 DATA_OPTION = click.option("--data", "data_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
                            help="Folder for uploads, shared by the server and its workers "
                                 "(default: $ZOOMER_SERVICE_DATA, else <user data folder>/zoomer-ar/service).")
+GITHUB_API_OPTION = click.option("--github-api-url", default=None, metavar="URL",
+                                 help="The GitHub API that webhook reviews are posted to, with GITHUB_TOKEN "
+                                      "(default: $GITHUB_API_URL, else https://api.github.com).")
 LEASE_OPTION = click.option("--lease", "lease_s", type=click.FloatRange(min=1.0), default=None,
                             help="Seconds a claimed job stays leased without a heartbeat (default: 30).")
 
@@ -78,7 +81,8 @@ def _write_port_file(path: Path, port: int) -> None:
 
 def _spawn_worker(settings, log_level: str) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "zoomer_ar.cli", "worker", "--data", str(settings.data_dir),
-           "--lease", str(settings.lease_s), "--parent-pid", str(os.getpid()), "--log-level", log_level]
+           "--lease", str(settings.lease_s), "--github-api-url", settings.github_api_url,
+           "--parent-pid", str(os.getpid()), "--log-level", log_level]
     if settings.db:
         cmd += ["--db", settings.db]
     return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, env=child_env())  # `-m`: not from the current directory
@@ -108,10 +112,11 @@ def _spawn_worker(settings, log_level: str) -> subprocess.Popen:
               help="A repository the webhook reviews, and its local clone (repeatable; $ZOOMER_WEBHOOK_REPOS).")
 @click.option("--webhook-team", default=None, help="Team that owns webhook review jobs (default: github).")
 @click.option("--webhook-post/--no-webhook-post", default=None, help="Post reviews to the pull request (needs GITHUB_TOKEN).")
+@GITHUB_API_OPTION
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True)
 def serve(host, port, port_file, db, data_dir, max_upload_mb, max_archive_mb, max_archive_entries, max_archive_ratio,
           lease_s, max_attempts, embedded_workers, webhook_secret, webhook_repos, webhook_team, webhook_post,
-          log_level) -> None:
+          github_api_url, log_level) -> None:
     """Run the HTTP API (FastAPI on uvicorn): uploads, job status and results, verdicts, digest, GitHub webhook."""
     _require("fastapi", "uvicorn", "python_multipart")
     import uvicorn
@@ -128,7 +133,7 @@ def serve(host, port, port_file, db, data_dir, max_upload_mb, max_archive_mb, ma
         db=db, data_dir=data_dir, max_upload_bytes=int(max_upload_mb * MB) if max_upload_mb else None,
         max_bytes=int(max_archive_mb * MB) if max_archive_mb else None, max_entries=max_archive_entries,
         max_ratio=max_archive_ratio, lease_s=lease_s, max_attempts=max_attempts, webhook_secret=webhook_secret,
-        webhook_repos=repos, webhook_team=webhook_team, webhook_post=webhook_post,
+        webhook_repos=repos, webhook_team=webhook_team, webhook_post=webhook_post, github_api_url=github_api_url,
     )
     from ..store.db import open_store
 
@@ -165,13 +170,14 @@ def serve(host, port, port_file, db, data_dir, max_upload_mb, max_archive_mb, ma
 @click.option("--max-jobs", type=click.IntRange(min=1), default=None, help="Exit after this many jobs.")
 @click.option("--exit-when-idle", is_flag=True, help="Exit when the queue is empty.")
 @click.option("--parent-pid", type=int, default=None, hidden=True, help="Exit when this process is no longer the parent.")
+@GITHUB_API_OPTION
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True)
-def worker(db, data_dir, lease_s, poll_s, max_jobs, exit_when_idle, parent_pid, log_level) -> None:
+def worker(db, data_dir, lease_s, poll_s, max_jobs, exit_when_idle, parent_pid, github_api_url, log_level) -> None:
     """Run queued service jobs (analyses, reviews) from the store; run as many as you like with PostgreSQL."""
     from .worker import Worker
 
     _logging(log_level)
-    settings = _settings(db=db, data_dir=data_dir, lease_s=lease_s, poll_s=poll_s)
+    settings = _settings(db=db, data_dir=data_dir, lease_s=lease_s, poll_s=poll_s, github_api_url=github_api_url)
     w = Worker(settings)
     n = w.run(max_jobs=max_jobs, exit_when_idle=exit_when_idle, parent_pid=parent_pid)
     click.echo(f"zoomer-ar worker {w.id}: {n} job{'s' if n != 1 else ''} run", err=True)

@@ -14,6 +14,10 @@
 | webhook repositories | `--webhook-repo owner/name=PATH` | `ZOOMER_WEBHOOK_REPOS` (comma-separated) | none |
 | webhook team | `--webhook-team` | `ZOOMER_WEBHOOK_TEAM` | `github` |
 | post reviews to GitHub | `--webhook-post` | `ZOOMER_WEBHOOK_POST=1` (+ `GITHUB_TOKEN`) | off |
+| GitHub API (where reviews are posted, with GITHUB_TOKEN) | `--github-api-url` | `GITHUB_API_URL` | `https://api.github.com` |
+
+The GitHub API is the server's setting, never the webhook payload's (`repository.url`): a delivery
+must not choose the host that receives the token.
 """
 
 from __future__ import annotations
@@ -35,6 +39,23 @@ def _env_float(name: str, default: float) -> float:
         return float(raw)
     except ValueError:
         raise ValueError(f"{name}={raw!r} is not a number") from None
+
+
+DEFAULT_GITHUB_API_URL = "https://api.github.com"
+
+
+def check_api_url(url: str) -> str:
+    """An http(s) URL with a host, without its trailing slash; ValueError otherwise."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url.strip())
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname) and not parts.query and not parts.fragment
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"--github-api-url (or GITHUB_API_URL) {url!r}: expected http(s)://host[/path]")
+    return url.strip().rstrip("/")
 
 
 def default_data_dir() -> Path:
@@ -71,6 +92,7 @@ class Settings:
     webhook_repos: dict[str, Path] = field(default_factory=dict)
     webhook_team: str = "github"
     webhook_post: bool = False
+    github_api_url: str = DEFAULT_GITHUB_API_URL
 
     @property
     def jobs_dir(self) -> Path:
@@ -99,6 +121,7 @@ class Settings:
             webhook_repos=parse_repos(e.get("ZOOMER_WEBHOOK_REPOS")),
             webhook_team=e.get("ZOOMER_WEBHOOK_TEAM") or "github",
             webhook_post=e.get("ZOOMER_WEBHOOK_POST", "") not in ("", "0", "false", "no"),
+            github_api_url=e.get("GITHUB_API_URL") or DEFAULT_GITHUB_API_URL,
         )
         given = {k: v for k, v in overrides.items() if v is not None}
         archive = {k: given.pop(k) for k in ("max_bytes", "max_entries", "max_ratio") if k in given}
@@ -111,4 +134,5 @@ class Settings:
             s.webhook_team = check_team_name(s.webhook_team)
         except ValueError as exc:
             raise ValueError(f"webhook team: {exc}") from None
+        s.github_api_url = check_api_url(s.github_api_url)
         return s

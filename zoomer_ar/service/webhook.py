@@ -11,7 +11,8 @@ Events:
   into when they are missing) -> a `review` job (202 with its id), run by a worker:
   `zoomer_ar.review.review(PATH, base=<base sha>, head=<head sha>)`, with review.json, review.md and
   review.sarif as artifacts, posted to the pull request when `--webhook-post` is set (GITHUB_TOKEN) and
-  the event names it (a positive integer `number`; otherwise the review is not posted);
+  the event names it (a positive integer `number`; otherwise the review is not posted), on the GitHub API
+  the server is configured with (`--github-api-url` / GITHUB_API_URL; never the payload's `repository.url`);
 - anything else -> 200 `{"status": "ignored", "reason": ...}`.
 """
 
@@ -77,9 +78,9 @@ def review_job(settings: Settings, event: str | None, body: bytes) -> tuple[str,
     path = settings.webhook_repos.get(full.lower())
     if path is None:
         return "ignored", {"reason": f"repository {full} is not configured on this server (--webhook-repo)"}
-    api = repo.get("url")
-    api_url = api.split("/repos/")[0] if isinstance(api, str) and "/repos/" in api else "https://api.github.com"
+    # where the review is posted (with the server's GITHUB_TOKEN) is the server's setting (--github-api-url),
+    # never the payload's repository.url: a delivery must not choose the host that receives the token
     return "review", {
         "repository": full, "repo_path": str(path), "pr": number,
-        "base_sha": base, "head_sha": head, "action": action, "api_url": api_url, "post": settings.webhook_post,
+        "base_sha": base, "head_sha": head, "action": action, "post": settings.webhook_post,
     }

@@ -225,8 +225,10 @@ def run_review(claim: Q.Claim, settings: Settings) -> tuple[dict, dict]:
     elif p.get("post") and os.environ.get("GITHUB_TOKEN"):
         from ..review.github import GitHubTarget, post
 
-        target = GitHubTarget(api_url=p.get("api_url") or "https://api.github.com", repository=p["repository"],
-                              pr=pr, token=os.environ["GITHUB_TOKEN"])
+        # the API the token goes to is this deployment's setting; a job's params (from a webhook payload, or
+        # queued by an older server that took it from the payload's repository.url) never choose it
+        target = GitHubTarget(api_url=settings.github_api_url, repository=p["repository"], pr=pr,
+                              token=os.environ["GITHUB_TOKEN"])
         outcome = post(result, target)
         summary["posted"] = True
         summary["post"] = {k: v for k, v in vars(outcome).items() if isinstance(v, (int, str, bool, float, type(None)))}
