@@ -16,6 +16,7 @@ import os
 import re
 import subprocess
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -175,14 +176,23 @@ class Request:
 
 @dataclass
 class Failure:
-    """Answer the next request matching method/path regex with this status (``times`` times)."""
+    """Answer the next request matching method/path regex with this status (``times`` times).
+
+    ``apply``: carry the request out first (as a GitHub that fails after creating the comment would);
+    ``drop``: then close the connection without any answer (``status`` unused); ``delay``: wait that
+    many seconds before answering (or dropping), so a client with a shorter timeout gives up; ``skip``:
+    let that many matching requests through first."""
 
     method: str
     path: str
-    status: int
+    status: int = 0
     headers: dict[str, str] = field(default_factory=dict)
     body: Any = None
     times: int = 1
+    apply: bool = False
+    drop: bool = False
+    delay: float = 0.0
+    skip: int = 0
 
 
 class FakeGitHub:
@@ -270,9 +280,19 @@ class FakeGitHub:
                 fake.requests.append(req)
                 for f in list(fake.failures):
                     if f.method == method and re.fullmatch(f.path, parts.path):
+                        if f.skip > 0:
+                            f.skip -= 1
+                            continue
                         f.times -= 1
                         if f.times <= 0:
                             fake.failures.remove(f)
+                        if f.apply:
+                            fake.route(req, self.headers.get("Host", ""))
+                        if f.delay:
+                            time.sleep(f.delay)
+                        if f.drop:
+                            self.close_connection = True  # no status line: the client sees the connection end
+                            return None
                         return self._send(f.status, f.body if f.body is not None else {"message": f"fake failure {f.status}"}, f.headers)
                 if req.headers.get("authorization") != f"Bearer {fake.token}":
                     return self._send(401, {"message": "Bad credentials"})

@@ -28,6 +28,13 @@ Rate limits: a 403/429 with ``Retry-After`` or an exhausted ``X-RateLimit-Remain
 when the wait is short (``max_wait``), otherwise stops with a message giving the reset time.
 5xx answers and connection errors are retried with backoff. Any other error stops the run with
 GitHub's message.
+
+A POST creates a comment or a review, so it is not repeated blindly: when its answer is lost after
+the request went out (the connection dropped or timed out while waiting, an answer cut short, a
+5xx), GitHub may have created it. Before posting again, the run lists what the POST would have
+created (the summary comment by its marker; the review's inline comments and review bodies by
+their finding markers) and, when it is there, takes it instead of posting a duplicate. Requests
+that never reached GitHub (connection refused, DNS) are retried as before.
 """
 
 from __future__ import annotations
@@ -113,6 +120,10 @@ def target_from_env(pr: int | None = None, repository: str | None = None, env: M
 # --------------------------------------------------------------------------------------------
 
 
+#: methods whose repetition changes nothing more than their first run (a PATCH sets the same body again)
+IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "PATCH", "DELETE"})
+
+
 class Client:
     def __init__(self, api_url: str, token: str, *, retries: int = 3, max_wait: float = 60.0, backoff: float = 1.0,
                  timeout: float = 30.0, sleep: Callable[[float], None] = time.sleep):
@@ -128,10 +139,19 @@ class Client:
     def _url(self, path: str) -> str:
         return path if path.startswith(("http://", "https://")) else f"{self.api_url}{path}"
 
-    def request(self, method: str, path: str, body: Any = None) -> tuple[Any, Mapping[str, str]]:
+    def request(self, method: str, path: str, body: Any = None, *,
+                confirm: Callable[[], Any] | None = None) -> tuple[Any, Mapping[str, str]]:
+        """One API call, retried as the module docstring says.
+
+        A non-idempotent request (POST) whose answer is lost after it was sent (a dropped or timed-out
+        connection, an answer cut short, a 5xx) may have been applied: it is sent again only when
+        ``confirm`` is given and finds nothing. ``confirm()`` looks for what the request would have
+        created and returns it (then returned here, with no headers) or None. Without ``confirm`` such
+        a request is not repeated: one GitHubError line says it may have been applied."""
         url = self._url(path)
         shown = f"{method} {urllib.parse.urlsplit(url).path}"
         data = json.dumps(body).encode() if body is not None else None
+        repeatable = method.upper() in IDEMPOTENT
         attempt = 0
         while True:
             attempt += 1
@@ -151,16 +171,32 @@ class Client:
                 raw = err.read() if err.fp is not None else b""
                 headers = {k.lower(): v for k, v in (err.headers or {}).items()}
                 wait = self._retry_wait(err.code, headers, attempt)
+                if err.code >= 500 and not repeatable:  # GitHub may have applied it
+                    found = self._confirm(confirm, shown, f"{err.code} server error")
+                    if found is not None:
+                        return found, {}
                 if wait is not None:
                     self.sleep(wait)
                     continue
                 raise GitHubError(self._message(shown, err.code, headers, raw), err.code) from None
-            except (urllib.error.URLError, TimeoutError, ConnectionError, OSError, http.client.HTTPException) as err:
-                # HTTPException: an answer cut short (IncompleteRead) or not HTTP at all (BadStatusLine)
+            except urllib.error.URLError as err:
+                # urllib raises URLError while connecting and sending (the request did not reach GitHub)
                 if attempt <= self.retries:
                     self.sleep(min(self.max_wait, self.backoff * 2 ** (attempt - 1)))
                     continue
                 reason = getattr(err, "reason", None) or f"{type(err).__name__}: {err}"
+                raise GitHubError(f"cannot reach the GitHub API at {self.api_url} ({shown}): {reason}") from None
+            except (TimeoutError, ConnectionError, OSError, http.client.HTTPException) as err:
+                # after the request was sent: no answer (dropped, timed out), one cut short (IncompleteRead)
+                # or one that is not HTTP at all (BadStatusLine)
+                reason = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+                if not repeatable:
+                    found = self._confirm(confirm, shown, reason)
+                    if found is not None:
+                        return found, {}
+                if attempt <= self.retries:
+                    self.sleep(min(self.max_wait, self.backoff * 2 ** (attempt - 1)))
+                    continue
                 raise GitHubError(f"cannot reach the GitHub API at {self.api_url} ({shown}): {reason}") from None
             try:
                 return (json.loads(raw) if raw.strip() else None), headers
@@ -168,6 +204,13 @@ class Client:
                 text = raw.decode("utf-8", "replace").strip().splitlines()
                 raise GitHubError(f"GitHub API {shown}: the answer is not JSON ({text[0][:120] if text else ''!r}): "
                                   f"is GITHUB_API_URL ({self.api_url}) the API?") from None
+
+    def _confirm(self, confirm: Callable[[], Any] | None, shown: str, what: str) -> Any:
+        """What a request whose answer was lost created (confirm()), else None: send it again."""
+        if confirm is None:
+            raise GitHubError(f"GitHub API {shown}: {what} after the request was sent; not repeated, "
+                              "since GitHub may have applied it (check the pull request)")
+        return confirm()
 
     def _retry_wait(self, status: int, headers: Mapping[str, str], attempt: int) -> float | None:
         if attempt > self.retries:
@@ -329,13 +372,24 @@ def post(result: ReviewResult, target: GitHubTarget, *, max_comments: int = 25, 
         reasons.append(f"{outcome.inline_over_cap} over the cap of {max_comments} inline comments per run")
     body = render_markdown(result, not_inline=no_line + outcome.inline_over_cap, not_inline_reason="; ".join(reasons))
 
+    def summary_posted() -> dict[str, Any] | None:
+        """The summary comment a POST whose answer was lost created (brought to this body), else None."""
+        found = [c for c in client.paginate(f"/repos/{repo}/issues/{pr}/comments") if isinstance(c, dict)
+                 and isinstance(c.get("id"), int) and SUMMARY_MARKER in str(c.get("body") or "")]
+        if not found:
+            return None
+        if found[-1].get("body") == body:
+            return found[-1]
+        patched, _ = client.request("PATCH", f"/repos/{repo}/issues/comments/{found[-1]['id']}", {"body": body})
+        return patched if isinstance(patched, dict) else found[-1]
+
     doc: Any = None
     if mine:
         cid = mine[-1]["id"]
         doc, _ = client.request("PATCH", f"/repos/{repo}/issues/comments/{cid}", {"body": body})
         outcome.summary = "updated"
     elif result.findings or result.errors:
-        doc, _ = client.request("POST", f"/repos/{repo}/issues/{pr}/comments", {"body": body})
+        doc, _ = client.request("POST", f"/repos/{repo}/issues/{pr}/comments", {"body": body}, confirm=summary_posted)
         outcome.summary = "created"
     else:
         outcome.summary = "not needed (nothing to report)"
@@ -350,8 +404,22 @@ def post(result: ReviewResult, target: GitHubTarget, *, max_comments: int = 25, 
         payload: dict[str, Any] = {"event": "COMMENT", "body": review_body, "comments": [inline_comment(f) for f in to_post]}
         if result.head_sha:
             payload = {"commit_id": result.head_sha, **payload}
+        wanted = {f.fingerprint for f in to_post}
+
+        def review_posted() -> dict[str, Any] | None:
+            """The review a POST whose answer was lost created (found by its findings' markers, inline or in
+            a fallback review's body), else None."""
+            for c in client.paginate(f"/repos/{repo}/pulls/{pr}/comments"):
+                mark = parse_inline_marker(str(c.get("body") or "")) if isinstance(c, dict) else None
+                if mark is not None and mark[1] in wanted:
+                    return {"id": c.get("pull_request_review_id")}
+            for r in client.paginate(f"/repos/{repo}/pulls/{pr}/reviews"):
+                if isinstance(r, dict) and wanted & {fp for _rule, fp in parse_markers(str(r.get("body") or ""))}:
+                    return r
+            return None
+
         try:
-            doc, _ = client.request("POST", f"/repos/{repo}/pulls/{pr}/reviews", payload)
+            doc, _ = client.request("POST", f"/repos/{repo}/pulls/{pr}/reviews", payload, confirm=review_posted)
             outcome.inline_posted = n
         except GitHubError as exc:
             if exc.status != 422:
@@ -359,7 +427,7 @@ def post(result: ReviewResult, target: GitHubTarget, *, max_comments: int = 25, 
             listing = "\n".join(f"- `{f.path}:{f.line}` `{f.rule_id}`: {f.message} {inline_marker(f)}" for f in to_post)
             fallback = {k: v for k, v in payload.items() if k != "comments"}
             fallback["body"] = review_body + "\n\nGitHub did not accept these as inline comments (" + str(exc) + "):\n\n" + listing
-            doc, _ = client.request("POST", f"/repos/{repo}/pulls/{pr}/reviews", fallback)
+            doc, _ = client.request("POST", f"/repos/{repo}/pulls/{pr}/reviews", fallback, confirm=review_posted)
             outcome.notes.append(f"GitHub refused the inline comments (422); posted them in the review body instead: {exc}")
         if isinstance(doc, dict):
             outcome.review_id = doc.get("id")
