@@ -61,11 +61,11 @@ def review_cmd(files, repo, base, head, fmt, output, trace, db, db_week, select,
     zoomer-ar review --base "$BASE_SHA" --head "$HEAD_SHA" --post --fail-on high
 
     Exit status: 0 reviewed; 1 a finding at or above --fail-on (or GitHub refused the post);
-    2 bad input (not a repository, unknown ref, invalid [tool.zoomer-ar]).
+    2 bad input (not a repository, unknown ref, a FILE that does not exist, invalid [tool.zoomer-ar]).
     """
     from . import engine, render
 
-    paths = [_rel(_repo_root(repo), f) for f in files] if files else []
+    paths = _paths(repo, head, files) if files else []
     target = None
     if post:
         from .github import target_from_env
@@ -112,6 +112,35 @@ def _repo_root(repo: str) -> Path:
     if r.working_tree_dir is None:
         raise InputError(repo, "a bare repository has no working tree to review")
     return Path(r.working_tree_dir).resolve()
+
+
+def _paths(repo: str, head: str | None, files: tuple[str, ...]) -> list[str]:
+    """FILES relative to the repository root; one that is neither on disk nor (with --head) in the head
+    commit is bad input (InputError, exit 2) rather than a silently empty review."""
+    root = _repo_root(repo)
+    out = []
+    for f in files:
+        rel = _rel(root, f)
+        if not (Path(f).exists() or Path(f).is_symlink() or _in_head(repo, head, rel)):
+            where = "on disk" + (f" or in {head}" if head is not None else "")
+            raise InputError(f, f"no such file or folder ({where})")
+        out.append(rel)
+    return out
+
+
+def _in_head(repo: str, head: str | None, rel: str) -> bool:
+    if head is None:
+        return False
+    from .diff import _commit, _repo
+
+    tree = _commit(_repo(repo), head, "head").tree
+    if rel in ("", "."):
+        return True
+    try:
+        tree / rel
+    except KeyError:
+        return False
+    return True
 
 
 def _rel(root: Path, f: str) -> str:

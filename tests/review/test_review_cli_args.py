@@ -1,0 +1,54 @@
+"""`zoomer-ar review` arguments of the wrong kind: one line naming the argument, exit 2, no traceback."""
+
+from __future__ import annotations
+
+import pytest
+from review_testutil import FEATURE_TRAIN, GitRepo, must_hold_repo
+
+from zoomer_ar.cli import main
+
+
+def _run(capsys, *args: str) -> tuple[int, str, str]:
+    rc = main(["review", *args])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch):
+    r = must_hold_repo(tmp_path / "r")
+    r.write("extra.py", FEATURE_TRAIN)  # a file the feature branch adds; the working tree is main's
+    r.commit("add extra.py")
+    r.checkout("main")
+    monkeypatch.chdir(r.path)
+    return r
+
+
+def test_a_file_that_does_not_exist_is_exit_2_naming_it(repo, capsys):
+    """`review nothere.py` reviewed nothing and exited 0, as if the file were clean."""
+    rc, out, err = _run(capsys, "nothere.py")
+    assert rc == 2 and out == ""
+    assert err.strip() == "zoomer-ar: error: nothere.py: no such file or folder (on disk)"
+    rc, _, err = _run(capsys, "train.py", "sub/gone.py")
+    assert rc == 2 and err.strip() == "zoomer-ar: error: sub/gone.py: no such file or folder (on disk)"
+
+
+def test_with_head_a_file_of_the_head_commit_counts_and_others_are_exit_2(repo, capsys):
+    assert not (repo.path / "extra.py").exists()
+    rc, out, err = _run(capsys, "--base", "main", "--head", "feature", "--format", "text", "extra.py")
+    assert rc == 0, err
+    assert "extra.py:" in out and "train.py" not in out  # only the named file is reviewed
+    rc, out, err = _run(capsys, "--base", "main", "--head", "feature", "gone.py")
+    assert rc == 2 and err.strip() == "zoomer-ar: error: gone.py: no such file or folder (on disk or in feature)"
+
+
+def test_existing_files_and_folders_still_review(repo, capsys, tmp_path):
+    (repo.path / "pkg").mkdir()
+    rc, _, err = _run(capsys, "--format", "text", "train.py", "pkg", ".")
+    assert rc == 0, err
+    (repo.path / "link.py").symlink_to(repo.path / "missing-target.py")  # a dangling link is still a path git knows
+    rc, _, err = _run(capsys, "--format", "text", "link.py")
+    assert rc == 0, err
+    outside = GitRepo(tmp_path / "other")
+    rc, _, err = _run(capsys, str(outside.path))
+    assert rc == 2 and "not inside the repository" in err
