@@ -83,6 +83,32 @@ def test_a_rank_without_the_steps_is_skipped_with_its_reason(shared_traces, caps
     (skipped,) = win["job"]["skipped"]
     assert skipped["path"] == str(job / "rank-1.pt.trace.json.gz")
     assert "no ProfilerStep#102..103" in skipped["reason"] and "steps present: 10" in skipped["reason"]
+    # and the notes say so, as they do without --steps
+    assert f"Skipped {job / 'rank-1.pt.trace.json.gz'}: {skipped['reason']}" in win["notes"], win["notes"]
+
+
+def test_skipped_files_are_noted_under_their_own_paths(shared_traces, capsys, tmp_path):
+    """--steps: a rank file skipped while cut (truncated) gets its `Skipped FILE: reason` note, as it does
+    without --steps, and one the analysis of the cuts skipped (a decompressed twin) is noted under its
+    own path and names its twin's, never a temporary cut's (both used to: no note, a /tmp path)."""
+    import gzip
+
+    job = tmp_path / "job"
+    job.mkdir()
+    src = next(NS.glob("*.json.gz"))
+    shutil.copy(src, job / "rank-0.pt.trace.json.gz")
+    (job / "rank-0.pt.trace.json").write_bytes(gzip.decompress(src.read_bytes()))
+    (job / "rank-1.pt.trace.json.gz").write_bytes(DLRM_RANK.read_bytes()[:20000])  # truncated
+    code, win, err = _analyze([str(job), "--steps", "102..103"], capsys)
+    assert code == 0, err
+    skipped = [n for n in win["notes"] if n.startswith("Skipped ")]
+    assert len(skipped) == 2, win["notes"]
+    assert all(n.startswith(f"Skipped {job}{'/'}") for n in skipped), skipped
+    assert any(n.startswith(f"Skipped {job / 'rank-1.pt.trace.json.gz'}: ") for n in skipped), skipped
+    (twin,) = [n for n in skipped if "the same trace as" in n]
+    pair = {f"Skipped {job / 'rank-0.pt.trace.json'}: the same trace as rank-0.pt.trace.json.gz",
+            f"Skipped {job / 'rank-0.pt.trace.json.gz'}: the same trace as rank-0.pt.trace.json"}
+    assert twin in pair, twin  # which of the twins is read is the loader's choice
 
 
 @pytest.mark.parametrize("steps, words", [

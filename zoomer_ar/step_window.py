@@ -119,8 +119,23 @@ def name_originals(analysis: Analysis, path: Path, steps: tuple[int, int], origi
     """The analysis of the cut files, told as the analysis of `path`'s steps N..M."""
     job = analysis.job
     ranks = [r.model_copy(update={"path": originals.get(r.path, r.path)}) for r in job.ranks]
-    moved = [s.model_copy(update={"path": originals.get(s.path, s.path)}) for s in job.skipped]
-    analysis = analysis.model_copy(update={"job": job.model_copy(update={
+    names = {Path(cut).name: Path(orig).name for cut, orig in originals.items()}
+    twin = "the same trace as "  # load/folder.py's reason names the other file: the cut's name
+
+    def reason(r: str) -> str:
+        return twin + names.get(r[len(twin):], r[len(twin):]) if r.startswith(twin) else r
+
+    moved = [s.model_copy(update={"path": originals.get(s.path, s.path), "reason": reason(s.reason)})
+             for s in job.skipped]
+    # the analysis of the cuts noted its skipped files under their temporary paths, and knows nothing
+    # of the ranks skipped while cut: every skipped file is noted under its own path, where analyze
+    # notes them without --steps
+    tmp_notes = {f"Skipped {s.path}: {s.reason}" for s in job.skipped}
+    at = next((i for i, n in enumerate(analysis.notes) if n in tmp_notes), len(analysis.notes))
+    kept = [n for n in analysis.notes if n not in tmp_notes]
+    at -= sum(1 for n in analysis.notes[:at] if n in tmp_notes)
+    kept[at:at] = [f"Skipped {s.path}: {s.reason}" for s in skipped + moved]
+    analysis = analysis.model_copy(update={"notes": kept, "job": job.model_copy(update={
         "path": str(path), "ranks": ranks, "skipped": skipped + moved})})
     analysis.notes.insert(0, f"Analysed ProfilerStep#{steps[0]}..#{steps[1]} only (--steps): each rank was cut to "
                              "those steps with `zoomer-ar trace slice`; the figures, sizes and hashes are the window's.")
