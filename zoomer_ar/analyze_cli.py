@@ -282,12 +282,18 @@ def analyze(path: Path, out_dir: Path | None, fmt: str, name: str | None, source
             raise InputError(str(path), missing_reason(path))
     name = name or default_job_name(path)
     if annotate_out is not None:  # never over the trace itself, nor into its rank folder
-        from .surgery.guard import refuse_inside, refuse_overwrite
+        from .annotate import annotate_targets, is_file_output
+        from .surgery.guard import refuse_dir_as_file, refuse_file_as_dir, refuse_inside, refuse_overwrite
 
+        if is_file_output(annotate_out):  # else a folder: one annotated copy per trace file in it
+            refuse_dir_as_file(annotate_out)
+        else:
+            refuse_file_as_dir(annotate_out)
         if path.is_dir():
             refuse_inside(annotate_out, path, what="annotated trace")
         else:
-            refuse_overwrite(annotate_out, [path])
+            for target in annotate_targets(annotate_out, [path]):
+                refuse_overwrite(target, [path])
     target = out_dir or default_out_dir(name, path)
     created = [] if no_files else prepare_out_dir(target)
     try:

@@ -15,8 +15,8 @@ Evidence times are milliseconds from the rank's first complete event (EvidenceEv
 copy pass measures that first event (and whether timestamps are nanoseconds) as the loader does,
 and the markers are appended after the original events. A job of several rank files is written
 as one merged trace (pids of rank r become r * 10^7 + pid, as `zoomer-ar trace merge` does) when
-OUT is a file, or as one annotated copy per file when OUT is a folder (no .json/.gz suffix): a
-merged trace among them is copied once with each of its ranks' markers. Open the result in
+OUT is a file, or as one annotated copy per file when OUT is a folder (no .json/.gz suffix; a single
+trace too: OUT/<its name>): a merged trace among them is copied once with each of its ranks' markers. Open the result in
 Perfetto (ui.perfetto.dev) or chrome://tracing.
 """
 
@@ -171,19 +171,30 @@ def _marker_events(analysis: Analysis, markers: list[Marker], t0: float, t1: flo
 FLOW_BASE = 1 << 52  # marker flow ids: far above Kineto's, below 2**53 (JavaScript viewers)
 
 
+def is_file_output(out: Path) -> bool:
+    """OUT names a file (a .json/.gz/.zst name) rather than a folder for one annotated copy per file."""
+    return out.name.lower().endswith((".json", ".gz", ".zst", ".zstd"))
+
+
+def annotate_targets(out: Path, inputs: list[Path]) -> list[Path]:
+    """The files `annotate` writes for a job read from `inputs` (its rank files): OUT, or one copy per
+    input file in the folder OUT."""
+    return [out] if is_file_output(out) else [out / p.name for p in inputs]
+
+
 def annotate(analysis: Analysis, out: str | Path) -> AnnotateReport:
     """Write the annotated trace(s) of an analysed job; see the module docstring."""
     out = Path(out)
     ranks = sorted(((r.rank, Path(r.path)) for r in analysis.job.ranks), key=lambda t: t[0])
     by_rank = _evidence_by_rank(analysis)
     report = AnnotateReport()
-    is_file = out.name.lower().endswith((".json", ".gz", ".zst", ".zstd"))
+    is_file = is_file_output(out)
     files: dict[Path, list[int]] = {}  # each file's ranks: several for a merged trace, analysed as its ranks
     for rank, path in ranks:
         files.setdefault(path, []).append(rank)
     if len(files) == 1 or not is_file:
         for path, held in files.items():
-            target = out if is_file or len(ranks) == 1 else out / path.name
+            target = out if is_file else out / path.name
             if len(held) == 1:
                 markers = by_rank.get(held[0], [])
                 groups = {held[0]: (markers, _RankPass({m.event.name[:300] for m in markers}), FLOW_BASE)}

@@ -117,3 +117,37 @@ def test_annotate_never_writes_over_its_input(tmp_path, shared_traces, capsys):
     assert main(["analyze", str(job), "--annotate", str(job / "annotated.json.gz"), "--no-files"]) == 2
     assert "inside the input job folder" in capsys.readouterr().err
     assert sorted(p.name for p in job.iterdir()) == ["rank-0.json.gz"]
+
+
+def test_annotate_into_a_folder_for_one_trace(tmp_path, shared_traces, capsys):
+    """`--annotate FOLDER` (a name without a trace suffix) is one annotated copy per trace file in the
+    folder, a single trace too: it used to write a file named like the folder (JSON without a suffix),
+    or, the folder existing, fail with an internal `cannot write DIR: Is a directory` after the whole
+    analysis. A copy in the trace's own folder (under its own name: the trace itself) and a folder name
+    that is an existing file are refused first."""
+    import shutil
+
+    out = tmp_path / "marked"
+    out.mkdir()
+    assert main(["analyze", str(NS), "--no-files", "--no-progress", "--annotate", str(out)]) == 0
+    assert f"annotated trace: {out / NS.name} " in capsys.readouterr().err
+    assert [p.name for p in out.iterdir()] == [NS.name]
+    assert not check_trace(out / NS.name)[1]
+    fresh = tmp_path / "fresh"
+    assert main(["analyze", str(NS), "--no-files", "--no-progress", "--annotate", str(fresh)]) == 0
+    capsys.readouterr()
+    assert fresh.is_dir() and [p.name for p in fresh.iterdir()] == [NS.name]
+    trace = tmp_path / "own" / "t.json.gz"
+    trace.parent.mkdir()
+    shutil.copy(NS, trace)
+    before = trace.read_bytes()
+    assert main(["analyze", str(trace), "--no-files", "--no-progress", "--annotate", str(trace.parent)]) == 2
+    err = capsys.readouterr().err
+    assert "is the input" in err and len(err.strip().splitlines()) == 1, err
+    assert trace.read_bytes() == before
+    (tmp_path / "afile").write_text("x")
+    assert main(["analyze", str(NS), "--no-files", "--no-progress", "--annotate", str(tmp_path / "afile")]) == 2
+    assert "is not a folder" in capsys.readouterr().err
+    (tmp_path / "d.json.gz").mkdir()
+    assert main(["analyze", str(NS), "--no-files", "--no-progress", "--annotate", str(tmp_path / "d.json.gz")]) == 2
+    assert "is a folder" in capsys.readouterr().err
