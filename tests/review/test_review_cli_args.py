@@ -52,3 +52,25 @@ def test_existing_files_and_folders_still_review(repo, capsys, tmp_path):
     outside = GitRepo(tmp_path / "other")
     rc, _, err = _run(capsys, str(outside.path))
     assert rc == 2 and "not inside the repository" in err
+
+
+@pytest.mark.parametrize("pr", ["-5", "0"])
+def test_pr_that_is_not_a_positive_number_is_a_usage_error(repo, capsys, pr):
+    """`--pr -5` and `--pr 0` were taken: with --post the review went to /issues/-5/comments."""
+    rc, out, err = _run(capsys, "--post", f"--pr={pr}")
+    assert rc == 2 and out == ""
+    assert "Invalid value for '--pr'" in err and f"{pr} is not in the range x>=1" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("number", ["true", "false", "0", "-3", "7.0", '"7"', "null"])
+def test_an_event_without_a_usable_pr_number_asks_for_pr(repo, capsys, monkeypatch, tmp_path, number):
+    """An event payload with "number": true was pull request #1 (bool is an int in Python)."""
+    event = tmp_path / "event.json"
+    event.write_text(f'{{"action": "opened", "number": {number}, "pull_request": {{"number": {number}}}}}')
+    for k, v in {"GITHUB_TOKEN": "t", "GITHUB_REPOSITORY": "acme/trainer", "GITHUB_EVENT_PATH": str(event),
+                 "GITHUB_API_URL": "http://127.0.0.1:9"}.items():
+        monkeypatch.setenv(k, v)
+    rc, out, err = _run(capsys, "--post")
+    assert rc == 2 and out == ""
+    assert err.strip() == ("zoomer-ar: error: --post needs the pull-request number: --pr N, or a pull_request event "
+                           "at GITHUB_EVENT_PATH")

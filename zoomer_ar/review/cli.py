@@ -44,7 +44,7 @@ def _write(text: str, output: str | None) -> None:
 @click.option("--fail-on", type=click.Choice(("none", *SEVERITIES)), default=None,
               help="Exit with status 1 when a finding has this severity or higher (default: [tool.zoomer-ar] fail-on, else none).")
 @click.option("--post", is_flag=True, help="Post to the pull request on GitHub (GITHUB_TOKEN, GITHUB_REPOSITORY, GITHUB_EVENT_PATH).")
-@click.option("--pr", type=int, default=None, help="Pull-request number for --post (default: from the event payload).")
+@click.option("--pr", type=click.IntRange(min=1), default=None, help="Pull-request number for --post (default: from the event payload).")
 @click.option("--github-repo", default=None, help="owner/name for --post (default: GITHUB_REPOSITORY).")
 @click.option("--max-comments", type=click.IntRange(min=0), default=None,
               help=f"Most new inline comments per --post run (default: [tool.zoomer-ar] max-inline-comments, else {DEFAULT_MAX_INLINE}).")

@@ -78,8 +78,13 @@ class GitHubTarget:
     token: str
 
 
+def _pr_number(value: Any) -> int | None:
+    """A pull-request number: a positive int that is not a bool (JSON `true` is an int in Python)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 def pr_from_event(path: str | None) -> int | None:
-    """The pull-request number in a GitHub Actions event payload."""
+    """The pull-request number in a GitHub Actions event payload (None: none usable there)."""
     if not path:
         return None
     try:
@@ -90,14 +95,12 @@ def pr_from_event(path: str | None) -> int | None:
     if not isinstance(event, dict):
         return None
     pr = event.get("pull_request")
-    if isinstance(pr, dict) and isinstance(pr.get("number"), int):
+    if isinstance(pr, dict) and _pr_number(pr.get("number")) is not None:
         return pr["number"]
     issue = event.get("issue")
-    if isinstance(issue, dict) and issue.get("pull_request") and isinstance(issue.get("number"), int):
+    if isinstance(issue, dict) and issue.get("pull_request") and _pr_number(issue.get("number")) is not None:
         return issue["number"]
-    if isinstance(event.get("number"), int):
-        return event["number"]
-    return None
+    return _pr_number(event.get("number"))
 
 
 def target_from_env(pr: int | None = None, repository: str | None = None, env: Mapping[str, str] | None = None) -> GitHubTarget:
