@@ -65,12 +65,30 @@ def parse_url(db: str | None = None):  # noqa: ANN201 - sqlalchemy URL
     raw = resolve_url(db)
     try:
         url = make_url(raw)
-        url.get_dialect()  # an unknown dialect or driver name ("foo://", "sqlite+foo://")
+        dialect = url.get_dialect()  # an unknown dialect or driver name ("foo://", "sqlite+foo://")
     except ArgumentError as exc:
         raise BadStoreURLError(redact_raw(db or raw), f"not a usable store URL ({exc})") from None
     except ValueError as exc:  # a port that is not a number ("postgresql://h:x/db")
         raise BadStoreURLError(redact_raw(db or raw), f"not a usable store URL ({exc})") from None
+    backend = url.get_backend_name()
+    if backend not in SUPPORTED_BACKENDS:  # the schema and the writers' upserts are SQLite's and PostgreSQL's
+        raise BadStoreURLError(redact_raw(db or raw), f"{backend} is not supported: the store runs on SQLite or "
+                                                      "PostgreSQL (postgresql://user@host/db, sqlite:///path, or a file path)")
+    if getattr(dialect, "is_async", False):
+        raise BadStoreURLError(redact_raw(db or raw), f"the {url.get_driver_name()} driver is asynchronous; use "
+                                                      "postgresql://user@host/db, which uses psycopg 3")
     return url
+
+
+SUPPORTED_BACKENDS = ("sqlite", "postgresql")
+
+
+def missing_driver_hint(url) -> str:  # noqa: ANN001 - sqlalchemy URL
+    """What to install when the DB-API module of `url`'s driver is missing."""
+    driver = url.get_driver_name()
+    if driver == "psycopg":
+        return "install psycopg[binary]"
+    return f"install the {driver} driver, or use postgresql://user@host/db, which uses psycopg 3"
 
 
 def redact_raw(text: str) -> str:
@@ -178,7 +196,7 @@ def get_engine(db: str | None = None) -> Engine:
             try:
                 engine = create_engine(url, pool_pre_ping=True)
             except ModuleNotFoundError as exc:  # driver missing
-                raise StoreError(f"cannot open {redact(url)}: {exc} (install psycopg[binary])") from None
+                raise StoreError(f"cannot open {redact(url)}: {exc} ({missing_driver_hint(u)})") from None
         _engines[url] = engine
         return engine
 
