@@ -17,9 +17,10 @@ from zoomer_ar.cli import main
 from zoomer_ar.load import load_job
 from zoomer_ar.load.merged import PID_STRIDE, merged_ranks, rank_of_pid
 
-from conftest import REPO
+from conftest import REPO, SHARED_TRACES
 
 EPOCH_US = 1_700_000_000_000_000
+NS_FILE = SHARED_TRACES / "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"  # steps 101..105
 
 
 def rank_trace(rank: int, slow: float, lag_us: float = 7.0) -> dict:
@@ -371,3 +372,29 @@ def test_surgery_does_not_take_a_merged_trace_for_one_rank(job, tmp_path, capsys
     assert "a trace merging 3 ranks (zoomer-ar trace merge), not one rank's" in capsys.readouterr().err
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.json").exists()
     assert main(["trace", "filter", str(mixed), str(tmp_path / "cats"), "--cat", "kernel"]) == 0  # per file: fine
+
+
+@pytest.mark.parametrize("command", [
+    ["merge", "{split}", "{out}.json.gz"],
+    ["merge", "{first}", "{second}", "{out}.json.gz"],
+    ["sample", "{split}", "{out}", "-k", "2"],
+    ["filter", "{split}", "{out}", "--ranks", "0"],
+])
+def test_surgery_does_not_number_pieces_of_one_rank_as_ranks(shared_traces, tmp_path, capsys, command):
+    """`trace split`'s per-step files all claim rank 0 (distributedInfo): merge numbered them by their
+    order, a merged trace of 5 "ranks" that `analyze` then read as a 5-rank job (world size 5, a straggler
+    among the steps) where it refuses the folder itself; sample and filter --ranks chose among them as
+    ranks. They are refused the same way (exit 2, one line, nothing written)."""
+    split = tmp_path / "split"
+    assert main(["trace", "split", str(NS_FILE), str(split), "--steps-per-file", "2"]) == 0
+    first, second = sorted(split.iterdir())[:2]
+    capsys.readouterr()
+    args = [a.format(split=split, first=first, second=second, out=tmp_path / "out") for a in command]
+    assert main(["trace", *args]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "are both rank 0 (distributedInfo)" in err, err
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.json.gz").exists()
+    assert main(["trace", "filter", str(split), str(tmp_path / "cats"), "--cat", "kernel"]) == 0  # per file: fine
+    capsys.readouterr()
+    assert main(["analyze", str(split), "--no-files"]) == 2  # as analyze refuses the folder
+    assert "are both rank 0 (distributedInfo)" in capsys.readouterr().err

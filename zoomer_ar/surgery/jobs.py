@@ -99,6 +99,7 @@ class JobFiles:
     files: list[tuple[int, Path]]
     skipped: list[str]
     tops: dict[Path, dict[str, Any]]
+    clash: str | None = None  # two files claim one rank (numbered by order): why they are not two ranks
 
 
 def rank_files(candidates: list[Path], where: str | None = None) -> JobFiles:
@@ -120,12 +121,30 @@ def rank_files(candidates: list[Path], where: str | None = None) -> JobFiles:
         if where is None and len(skipped) == 1:
             raise InputError(None, skipped[0])
         raise InputError(where, f"no usable trace ({reasons})")
-    ranks = [_rank_of(tops[f]) for f in usable]
+    by_dist = [_rank_of(tops[f]) for f in usable]
+    ranks = by_dist
+    clash = None
     if None in ranks or len(set(ranks)) != len(ranks):
-        ranks = [rank_from_name(f) for f in usable]
+        ranks = by_name = [rank_from_name(f) for f in usable]
         if None in ranks or len(set(ranks)) != len(ranks):
             ranks = list(range(len(usable)))
-    return JobFiles(sorted(zip(ranks, usable)), skipped, tops)  # type: ignore[arg-type]
+            clash = _same_rank(usable, by_dist, by_name)
+    return JobFiles(sorted(zip(ranks, usable)), skipped, tops, clash)  # type: ignore[arg-type]
+
+
+def _same_rank(files: list[Path], by_dist: list[int | None], by_name: list[int | None]) -> str | None:
+    """Why files that claim one rank (distributedInfo, else the file name) are not a job's ranks, as
+    `analyze` refuses such a folder (load/folder.py); None when no two claim the same rank."""
+    for source, claims in (("distributedInfo", by_dist), ("file name", by_name)):
+        first: dict[int, Path] = {}
+        for f, r in zip(files, claims):
+            if r is None:
+                continue
+            if r in first:
+                return (f"{first[r].name} and {f.name} are both rank {r} ({source}): pieces or runs of one rank "
+                        "(such as `zoomer-ar trace split`'s per-step files), not two ranks")
+            first[r] = f
+    return None
 
 
 def job_folder(src: Path) -> JobFiles:
@@ -144,6 +163,14 @@ def refuse_merged(job: JobFiles, why: str) -> None:
     for _, f in job.files:
         if held := merged_ranks(job.tops[f]):
             raise InputError(str(f), f"a trace merging {len(held)} ranks (zoomer-ar trace merge), not one rank's: {why}")
+
+
+def refuse_same_rank(job: JobFiles, where: Path | None, why: str) -> None:
+    """InputError where the job's files claim one rank (JobFiles.clash) and the command takes each file for
+    one rank: numbered by their order, `trace split`'s per-step files became a job of as many ranks (a
+    merged trace that `analyze` read as such, where it refuses the folder)."""
+    if job.clash is not None:
+        raise InputError(str(where) if where is not None else None, f"not one job: {job.clash}; {why}")
 
 
 def job_files(src: Path) -> list[tuple[int, Path]]:
@@ -197,6 +224,7 @@ def sample_job(src: Path, dst: Path, k: int | None = None, *, ranks: Iterable[in
     _check_folder_output(src, dst)
     job = job_folder(src)
     refuse_merged(job, "sample the rank files it came from")
+    refuse_same_rank(job, src, "sample the ranks of one run")
     files = job.files
     have = [r for r, _ in files]
     want = _wanted(src, have, ranks) if ranks is not None else choose_ranks(have, k or 1, seed=seed)
@@ -283,6 +311,7 @@ def filter_job(src: Path, dst: Path, *, ranks: Iterable[int] | None = None, **fi
     job = job_folder(src)
     if ranks is not None:
         refuse_merged(job, "--ranks picks rank files: filter the rank files it came from")
+        refuse_same_rank(job, src, "--ranks picks the ranks of one run: filter without --ranks")
     have = [r for r, _ in job.files]
     want = set(_wanted(src, have, ranks)) if ranks is not None else set(have)
     st = Stats(skipped=list(job.skipped))

@@ -16,7 +16,7 @@ from .io import TOO_DEEP, TraceWriter, compression_for, decode_top, encode_head,
 from . import slices
 from .validate import _valid_slice, event_problems, refuse_wrong_types
 from .copying import Stats, abort_outputs
-from .jobs import job_folder, rank_files, refuse_merged
+from .jobs import job_folder, rank_files, refuse_merged, refuse_same_rank
 
 
 _ID_ARGS = ("correlation", "External id", "external id")
@@ -92,6 +92,8 @@ def merge_job(src: Path | list[Path], dst: Path, *, compression: str | None = No
     else:
         job = job_folder(Path(src))
     refuse_merged(job, "merge the rank files it came from")
+    refuse_same_rank(job, None if isinstance(src, (list, tuple)) else Path(src),
+                     "merge the rank files of one run (the trace they were cut from is one rank)")
     files = list(job.files)
     skipped = expanded + list(job.skipped)
     while True:
