@@ -148,6 +148,41 @@ def test_compress_round_trip_gzip_and_zstd(tmp_path, shared_traces):
     assert_valid(zst)
 
 
+def _zstd_raw(data: bytes) -> bytes:
+    """A zstd frame of raw (stored) blocks: zstd bytes without the zstandard package."""
+    out = bytearray(b"\x28\xb5\x2f\xfd\x00\x50")  # magic; no checksum, no content size; window 1 MiB
+    step = 1 << 17
+    chunks = [data[i:i + step] for i in range(0, len(data), step)] or [b""]
+    for k, c in enumerate(chunks):
+        out += ((len(c) << 3) | (k == len(chunks) - 1)).to_bytes(3, "little") + c
+    return bytes(out)
+
+
+def test_a_zstd_trace_without_zstandard_says_what_is_missing(tmp_path, shared_traces, capsys, monkeypatch):
+    """Without `zstandard`, `analyze` and `trace repair` of a .json.zst fell back to the in-memory reader,
+    which gave the compressed bytes to the JSON decoder: `not valid JSON (JSON is malformed: invalid
+    character (byte 0))`, as if the trace were corrupt. They now say the package is needed, as the other
+    trace commands do; with it, the in-memory reader reads zstd too."""
+    import zoomer_ar.stream.source as source
+
+    amd = SHARED_TRACES / "hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+    zst = tmp_path / "t.json.zst"
+    zst.write_bytes(_zstd_raw(gzip.decompress(amd.read_bytes())))
+    if source.zstandard is not None:  # the real reader, then the in-memory one
+        assert main(["analyze", str(zst), "--no-files", "--format", "json"]) == 0
+        from zoomer_ar.load.reader import read_trace_bytes
+
+        assert read_trace_bytes(zst) == gzip.decompress(amd.read_bytes())
+        capsys.readouterr()
+    monkeypatch.setattr(source, "zstandard", None)
+    monkeypatch.setitem(sys.modules, "zstandard", None)  # `import zstandard` fails
+    for cmd in (["analyze", str(zst), "--no-files"], ["trace", "repair", str(zst), str(tmp_path / "r.json.gz")]):
+        assert main(cmd) == 2
+        err = capsys.readouterr().err
+        assert err.strip() == f"zoomer-ar: error: {zst}: zstd-compressed trace: install the `zstandard` package to read it", err
+    assert not (tmp_path / "r.json.gz").exists()
+
+
 def test_cli_subcommands(tmp_path, shared_traces, capsys):
     assert main(["trace", "slice", str(NS), str(tmp_path / "a.json.gz"), "--steps", "101..101"]) == 0
     assert main(["trace", "split", str(NS), str(tmp_path / "sp"), "--steps-per-file", "2"]) == 0

@@ -17,6 +17,8 @@ from .inflate import ERRORS as INFLATE_ERRORS
 from .inflate import gzip_inflater
 
 GZIP_MAGIC = b"\x1f\x8b"
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+ZSTD_MISSING = "zstd-compressed trace: install the `zstandard` package to read it"  # stream/source.py's words
 CHUNK = 8 << 20
 
 # In-memory analysis decodes the whole document at once; above this many (decompressed) bytes the
@@ -106,10 +108,12 @@ def read_trace_bytes(path: Path, *, max_bytes: int = DEFAULT_MAX_BYTES, progress
     except OSError as exc:
         raise InputError(str(path), f"cannot open: {exc.strerror or exc}") from None
     with fh:
-        head = fh.read(2)
+        head = fh.read(4)
         fh.seek(0)
-        if head == GZIP_MAGIC:
+        if head[:2] == GZIP_MAGIC:
             return _read_gzip(fh, path, size, max_bytes, progress)
+        if head == ZSTD_MAGIC:  # read as zstd by the streaming reader; here when it gave up (or for the reason)
+            return _read_zstd(fh, path, max_bytes)
         if size > max_bytes:
             raise TraceTooBig(
                 str(path),
@@ -123,6 +127,26 @@ def read_trace_bytes(path: Path, *, max_bytes: int = DEFAULT_MAX_BYTES, progress
             buf += chunk
             progress(len(buf), size)
         return bytes(buf)
+
+
+def _read_zstd(fh, path: Path, max_bytes: int) -> bytes:
+    """A zstd trace's JSON (the optional `zstandard` package), else InputError saying it is needed: the
+    bytes used to go to the JSON decoder as they are (`not valid JSON (... byte 0)`)."""
+    try:
+        import zstandard  # type: ignore[import-not-found]
+    except ImportError:
+        raise InputError(str(path), ZSTD_MISSING) from None
+    out = bytearray()
+    try:
+        reader = zstandard.ZstdDecompressor().stream_reader(fh, read_across_frames=True)
+        while chunk := reader.read(CHUNK):
+            out += chunk
+            if len(out) > max_bytes:
+                raise TraceTooBig(str(path), f"decompressed trace exceeds the in-memory limit of {_human(max_bytes)} "
+                                             "(set ZOOMER_MAX_TRACE_BYTES, or cut it with `zoomer-ar trace slice`)")
+    except zstandard.ZstdError as exc:
+        raise InputError(str(path), f"corrupt zstd data ({exc})") from None
+    return bytes(out)
 
 
 def _read_gzip(fh, path: Path, size: int, max_bytes: int, progress: Progress | None) -> bytes:
