@@ -10,7 +10,6 @@ import click
 from .analyze import analyze_path
 from .detect.combine import combined_impact
 from .detect.startup import startup_summary
-from .errors import InputError
 from .models import Analysis
 from .render.filters import fmt_ms, fmt_num
 
@@ -19,10 +18,9 @@ def _load(path: Path) -> Analysis:
     if path.is_dir() and (path / "findings.json").is_file():
         path = path / "findings.json"
     if path.name == "findings.json":
-        try:
-            return Analysis.model_validate(json.loads(path.read_text()))
-        except (OSError, ValueError) as exc:
-            raise InputError(str(path), f"not a findings.json ({str(exc).splitlines()[0]})") from None
+        from .findings_file import load_findings
+
+        return load_findings(path)
     return analyze_path(path)
 
 

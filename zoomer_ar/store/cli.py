@@ -90,16 +90,11 @@ def history(job: str, fmt: str, limit: int, db: str | None) -> None:
 @job_options
 def record(findings: tuple[Path, ...], **store_opts) -> None:
     """Store findings.json files written by `zoomer-ar analyze` (same options as `analyze --record`)."""
-    from ..models import Analysis
+    from ..findings_file import load_findings
     from .record import record_analysis
 
-    for path in findings:
-        try:
-            analysis = Analysis.model_validate_json(path.read_bytes())
-        except OSError as exc:
-            raise InputError(str(path), exc.strerror or str(exc)) from None
-        except ValueError as exc:
-            raise InputError(str(path), f"not a findings.json ({str(exc).splitlines()[0]})") from None
+    analyses = [load_findings(path) for path in findings]  # every file checked before any is recorded
+    for analysis in analyses:
         result = record_analysis(analysis, record_options_from(store_opts), db=store_opts.get("db"))
         click.echo(describe(result))
 
