@@ -117,6 +117,25 @@ def test_an_old_job_with_an_api_url_in_its_params_posts_to_the_configured_api(tm
     assert ("POST", f"/repos/{REPO}/issues/11/comments") in github.calls()
 
 
+def test_a_worker_without_github_token_says_why_it_did_not_post(tmp_path, clone, github, monkeypatch):
+    """--webhook-post with no GITHUB_TOKEN in the worker's environment: the review was done and silently not
+    posted ("posted": false and nothing saying why)."""
+    from zoomer_ar.service import queue as Q
+    from zoomer_ar.service.config import Settings
+    from zoomer_ar.service.worker import run_review
+
+    monkeypatch.delenv("GITHUB_TOKEN", raising=False)
+    before = len(github.requests)
+    claim = Q.Claim(job_id="j", lease_token="t", worker="w", attempt=1, kind="review", name=REPO, team_id=1,
+                    team="github", input_dir=None, params={
+                        "repository": REPO, "repo_path": str(clone["path"]), "pr": 12, "base_sha": clone["base"],
+                        "head_sha": clone["head"], "post": True})
+    summary, artifacts = run_review(claim, Settings(data_dir=tmp_path, github_api_url=github.url))
+    assert summary["posted"] is False and "review.md" in artifacts
+    assert summary["notes"] == ["not posted: GITHUB_TOKEN is not set in the worker's environment"]
+    assert github.requests[before:] == []
+
+
 @pytest.mark.parametrize("url", ["ftp://example.com", "not a url", "https://", "https://h/api?x=1"])
 def test_a_github_api_url_that_is_not_http_is_a_usage_error(url):
     from service_testutil import zoomer

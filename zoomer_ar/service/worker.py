@@ -232,6 +232,8 @@ def run_review(claim: Q.Claim, settings: Settings) -> tuple[dict, dict]:
         outcome = post(result, target)
         summary["posted"] = True
         summary["post"] = {k: v for k, v in vars(outcome).items() if isinstance(v, (int, str, bool, float, type(None)))}
+    elif p.get("post"):
+        summary["notes"] = ["not posted: GITHUB_TOKEN is not set in the worker's environment"]
     return summary, artifacts
 
 
