@@ -88,6 +88,22 @@ def _timing_function(ctx: Context, call: cst.Call) -> cst.FunctionDef | None:
     return None
 
 
+def _explained(ctx: Context, line: cst.CSTNode | None) -> int | None:
+    """The line of a comment on the synchronize's own line, or of the comment lines right above it
+    (no blank line between), if any: the author says why it is there."""
+    if not isinstance(line, cst.SimpleStatementLine):
+        return None
+    start = ctx.pos(line).start.line
+    if line.trailing_whitespace.comment is not None:
+        return start
+    above = 0
+    for empty in reversed(line.leading_lines):
+        if empty.comment is None:
+            break
+        above += 1
+    return start - above if above else None
+
+
 class LoopSynchronize(Fixer):
     pattern = "sync-point"
     name = "loop-synchronize"
@@ -108,6 +124,11 @@ exactly what the synchronize waits for; so is one in a notebook cell that `%%tim
 `%%prun` times as a whole, and one in a function whose name says it measures time (`benchmark`,
 `bench_*`, `*_timing`, `measure_*`, `profile_*`, `warmup`, `*latency*`, `*throughput*`, a name with
 `time` in it): its caller holds the clock (`timeit.timeit(bench)`, `triton.testing.do_bench(fn)`).
+
+It reports, and keeps, a call with a comment on its line or right above it: the author says why
+it is there (`# ensure the allreduce completed: a broken join would hang here`), which the fixer
+cannot weigh - a test may synchronize so that a hang or an asynchronous CUDA error surfaces at
+that point.
 
 It reports, and keeps, a call in a function (or module code) that uses side streams, CUDA
 events or CUDA graphs (`torch.cuda.stream(...)`, `Stream(...)`, `wait_stream`, `Event(...)`,
@@ -242,6 +263,15 @@ for x, y in loader:
             None,
             message_contains="not removed",
         ),
+        # a comment says why it is there (torch's distributed_test.py: a join test that must hang here if broken)
+        Example(
+            "import torch\nfor x in loader:\n    loss = model(x).sum()\n    loss.backward()\n"
+            "    # Ensure completion of GPU kernels (including allreduce). If the\n"
+            "    # join API is not properly implemented, this should hang.\n"
+            "    torch.cuda.synchronize(device=rank)\n",
+            None,
+            message_contains="says why it is there",
+        ),
     ]
 
     def check(self, ctx: Context) -> Iterable[Edit]:
@@ -260,6 +290,12 @@ for x, y in loader:
                 if any(_has_timing(ctx, s) for s in neighbours) or (len(line.body) > 1 and _has_timing(ctx, line)):
                     continue
             message = "torch.cuda.synchronize() in the loop blocks the CPU until the GPU drains, every iteration"
+            comment = _explained(ctx, line)
+            if comment is not None:
+                yield self.report(call, message + f"; not removed: the comment at line {comment} says why it is there "
+                                  "(a deliberate synchronize: a hang or a CUDA error surfacing there, work PyTorch does not "
+                                  "track); remove it by hand if the reason does not hold")
+                continue
             if ctx.timed(call):
                 yield self.report(call, message + "; not removed: the notebook cell is timed (%%time, %%timeit, "
                                   "%%prun), and the synchronize may be what its time waits for")
