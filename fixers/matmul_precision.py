@@ -143,8 +143,11 @@ top-level `import torch` (any alias) before that point; otherwise it reports onl
 
 The setting is process-wide, so it goes only into a program's entry point: a file with an
 `if __name__ == "__main__":` block, a notebook, or a script whose CUDA or training code runs at
-its top level. A library module (its CUDA and training code all in functions and classes, no
-`__main__` block: importing it would switch TF32 on for every program that imports it), a test
+its top level (`.cuda()`, `.to("cuda")`, `device="cuda"`, `.backward()`, an optimizer) or that
+calls one of its own functions there (`main()`, `train(args)`). A library module (its CUDA and
+training code all in functions and classes, no `__main__` block; a top-level device constant
+such as `DEVICE = "cuda" if torch.cuda.is_available() else "cpu"` runs nothing: importing it
+would switch TF32 on for every program that imports it), a test
 module (`test_*.py`, `*_test.py`, `conftest.py`: for the whole test run) and a file whose name
 says FP32 (`benchmark_fp32.py`) are reported only.
 
@@ -226,6 +229,21 @@ model = Net().cuda()
             None,
             message_contains="library module",
         ),
+        # a device constant at the top of a library module (torch.testing's common_fsdp.py) runs nothing
+        Example(
+            'import torch\n\nDEVICE = "cuda" if torch.cuda.is_available() else "cpu"\n\n\n'
+            'class Trainer:\n    def step(self, model, x):\n        model(x.to(DEVICE)).sum().backward()\n',
+            None,
+            message_contains="library module",
+        ),
+        # a script that calls its own training function at its top level
+        Example(
+            'import torch\n\ndevice = "cuda"\n\n\ndef train(model, x):\n    model(x.to(device)).sum().backward()\n\n\n'
+            'train(Net().to(device), x)\n',
+            'import torch\ntorch.set_float32_matmul_precision("high")\n\ndevice = "cuda"\n\n\n'
+            'def train(model, x):\n    model(x.to(device)).sum().backward()\n\n\ntrain(Net().to(device), x)\n',
+            message_contains="TF32",
+        ),
         Example(
             'import torch\nmodel = Net().cuda()\nloss.backward()\n',
             None,
@@ -292,7 +310,7 @@ model = Net().cuda()
         message = f"CUDA training script (CUDA at line {line}) never enables TF32: float32 matmuls run on the slow full-FP32 path"
         anchor = _import_block_end(ctx.module)
         alias = ctx.torch_alias()
-        where = _not_the_program(ctx, evidence, training)
+        where = _not_the_program(ctx, training)
         if where is not None:
             yield self.report(anchor or evidence, message + f"; not changed: {where}")
             return
@@ -314,21 +332,65 @@ model = Net().cuda()
         yield self.replace(anchor, message + f'; call {alias}.set_float32_matmul_precision("high")', h.insert_after(anchor, [new]))
 
 
-def _not_the_program(ctx: Context, cuda: cst.CSTNode, training: cst.CSTNode) -> str | None:
+def _not_the_program(ctx: Context, training: cst.CSTNode) -> str | None:
     """Why the setting does not belong in this file, else None. It is process-wide: a test module
     would switch it on for the whole test run, a library module (no `__main__` block, its CUDA and
-    training code all in functions and classes) for every program that imports it, and a file whose
+    training code all in functions and classes, at most a device constant and no call of its own
+    functions at its top level) for every program that imports it, and a file whose
     name says FP32 (`benchmark_fp32.py`) measures or needs full FP32."""
     name = ctx.path.replace("\\", "/").rsplit("/", 1)[-1].lower()
     if ctx.test_module():
         return "a test module (the setting would hold for every test run in the same process)"
     if "fp32" in name or "float32" in name:
         return f"the file's name ({name}) says it measures or needs full FP32"
-    if not ctx.script_like(cuda, training):
+    if not (ctx.script_like(training) or _runs_on_cuda_at_top(ctx) or _calls_own_function_at_top(ctx)):
         return ("the file reads like a library module (no `if __name__ == \"__main__\":` block; its CUDA and training "
                 "code all in functions): importing it would switch TF32 on for every program that does; "
                 "set it in the program's entry point")
     return None
+
+
+def _top_level(ctx: Context, node: cst.CSTNode) -> bool:
+    return not any(isinstance(a, (cst.FunctionDef, cst.ClassDef, cst.Lambda)) for a in ctx.ancestors(node))
+
+
+def _runs_on_cuda_at_top(ctx: Context) -> bool:
+    """A notebook, a ``__main__`` block, or CUDA work outside every function and class: a
+    ``.cuda()`` call, ``.to("cuda")`` or ``device="cuda"``. A ``"cuda"`` string that only names a
+    device (``DEVICE = "cuda" if ... else "cpu"``, a list of device types, ``torch.device("cuda")``,
+    test metadata such as ``DecorateInfo(..., device_type="cuda")``) runs nothing: library modules
+    define such constants."""
+    if ctx.script_like():
+        return True
+    for n in ctx.nodes(cst.Call, cst.SimpleString):
+        if isinstance(n, cst.Call):
+            if h.is_method_call(n, "cuda") and _top_level(ctx, n):
+                return True
+            continue
+        s = h.string_value(n)
+        if s is None or not (s == "cuda" or s.startswith("cuda:")) or not _top_level(ctx, n):
+            continue
+        arg = ctx.parent(n)
+        call = ctx.parent(arg) if isinstance(arg, cst.Arg) else None
+        if not isinstance(call, cst.Call) or not isinstance(arg, cst.Arg):
+            continue
+        if (arg.keyword is not None and arg.keyword.value == "device") or (arg.keyword is None and h.is_method_call(call, "to")):
+            return True
+    return False
+
+
+def _calls_own_function_at_top(ctx: Context) -> bool:
+    """A statement outside every function and class that calls a function of this file
+    (``main()``, ``train(args)``, ``losses = train()``): the file runs its program as it runs."""
+    defined = {s.name.value for s in ctx.module.body if isinstance(s, cst.FunctionDef)}
+    for stmt in ctx.module.body:
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for small in stmt.body:
+            value = small.value if isinstance(small, (cst.Expr, cst.Assign, cst.AnnAssign)) else None
+            if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in defined:
+                return True
+    return False
 
 
 def _imports_torch_before(ctx: Context, anchor: cst.SimpleStatementLine, alias: str) -> bool:
