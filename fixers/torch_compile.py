@@ -82,6 +82,41 @@ def _inside_builder(ctx: Context, node: cst.CSTNode, factories: set[str]) -> boo
     return False
 
 
+#: calls that script, trace or export a module: ``torch.jit.script`` of a compiled module fails, and
+#: the others would trace or export the compile wrapper instead of the model
+SCRIPTING = {f"torch.jit.{n}" for n in ("script", "trace", "trace_module", "freeze", "optimize_for_inference")} | {
+    "torch.export.export", "torch.onnx.export", "torch.fx.symbolic_trace", "torch.fx.Tracer.trace",
+}
+
+
+def _name_in(node: cst.CSTNode, name: str) -> bool:
+    return any(isinstance(n, cst.Name) and n.value == name for n in h.walk(node))
+
+
+def _left_to_others(ctx: Context, assign: cst.Assign, target: str, built: list[cst.Call]) -> str | None:
+    """Why ``target`` (a module just built by ``assign``) is not compiled where it is built, else
+    None: its scope (code after the assignment, outside nested functions) scripts, traces or
+    exports it (the reason is reported: compiling first breaks that call), returns it (the function
+    is the model's builder: its caller owns the model; "" is returned, nothing reported) or builds
+    another model from it (``s = nn.Sequential(n, n)``: the outer model is compiled; "")."""
+    scope = ctx.enclosing_scope(assign)
+    after = ctx.order(assign)
+    for n in h.walk(scope, into_scopes=False):
+        if ctx.order(n) <= after:
+            continue
+        if isinstance(n, cst.Call) and any(_name_in(a.value, target) for a in n.args):
+            if ctx.matches(n, SCRIPTING, SCRIPTING):
+                return f"it is passed to {ctx.code(n.func)}(), which fails on (or traces) a compiled module"
+            if any(c is n for c in built):
+                return ""
+        elif isinstance(n, cst.Return) and isinstance(scope, cst.FunctionDef) and n.value is not None:
+            value = n.value
+            elements = [e.value for e in value.elements] if isinstance(value, (cst.Tuple, cst.List)) else [value]
+            if any(isinstance(e, cst.Name) and e.value == target for e in elements):
+                return ""
+    return None
+
+
 def _constructor(value: cst.BaseExpression) -> cst.Call | None:
     """``Net(...)`` in ``Net(...)``, ``Net(...).to(dev)``, ``Net().cuda().train()``."""
     while isinstance(value, cst.Call):
@@ -102,7 +137,13 @@ class TorchCompile(Fixer):
 ## What it does
 After `model = Net(...)` (optionally `.to(device)`/`.cuda()`), where `Net` is an `nn.Module`
 subclass defined in the same file or a `torchvision.models` / `timm.create_model` factory, adds
-`model = torch.compile(model)`. Files that already call `torch.compile` are left alone.
+`model = torch.compile(model)`. Files that already call `torch.compile` are left alone, and so is
+a module that its function returns (the function builds the model: its caller owns it) or that
+becomes part of a bigger model built after it (`nn.Sequential(block, block)`: the bigger one is
+compiled). A module that is then passed to `torch.jit.script`/`trace`/`freeze`/
+`optimize_for_inference`, `torch.export.export`, `torch.onnx.export` or `torch.fx.symbolic_trace`
+is reported, not changed: scripting fails on a compiled module and the others would trace the
+compile wrapper.
 **Opt-in**: reported by default, rewritten only when selected explicitly
 (`--select torch-compile` or `--select launch-bound`).
 
@@ -142,6 +183,9 @@ model = torch.compile(model)
         "import torch\nfrom torch import nn\n\n\ndef build() -> nn.Module:\n    net = nn.Sequential(nn.Linear(4, 4))\n"
         "    net = torch.compile(net)\n    return net\n\n\nmodel = build()\n",
         "import torch\n\n\ndef build():\n    return make_layers()\n\n\nmodel = build()\n",  # nothing says build() is a module
+        # a function that builds and returns modules (in a tuple): its caller owns them
+        "import torch\nfrom torch import nn\n\n\nclass Layer(nn.Module):\n    pass\n\n\n"
+        "def create_nets():\n    layer = Layer()\n    head = nn.Sequential(nn.Linear(4, 2))\n    return layer, head\n",
     ]
     INVALID = [
         Example(
@@ -174,6 +218,20 @@ model = torch.compile(model)
             "import torch\nimport torch.nn as nn\n\n\ndef make():\n    return nn.Sequential(nn.Linear(8, 8))\n\n\n"
             "net = make()\nnet = torch.compile(net)\nhead = nn.Sequential(nn.Linear(8, 2))\nhead = torch.compile(head)\n",
         ),
+        # a module passed to torch.jit.script / trace / export: compiling it first would break that call
+        Example(
+            "import torch\n\nconv = torch.nn.Conv2d(3, 8, 3)\nmod = torch.nn.Sequential(conv, torch.nn.BatchNorm2d(8))\n"
+            "frozen = torch.jit.optimize_for_inference(torch.jit.script(mod.eval()))\n",
+            None,
+            message_contains="torch.jit.optimize_for_inference",
+        ),
+        # a module that becomes part of a bigger model: the bigger one is compiled, once
+        Example(
+            "import torch\nfrom torch import nn\n\n\nclass Block(nn.Module):\n    pass\n\n\n"
+            "def main():\n    block = Block()\n    model = nn.Sequential(block, block)\n    train(model)\n",
+            "import torch\nfrom torch import nn\n\n\nclass Block(nn.Module):\n    pass\n\n\n"
+            "def main():\n    block = Block()\n    model = nn.Sequential(block, block)\n    model = torch.compile(model)\n    train(model)\n",
+        ),
     ]
 
     def check(self, ctx: Context) -> Iterable[Edit]:
@@ -185,6 +243,7 @@ model = torch.compile(model)
         modules = _module_classes(ctx)
         factories = _module_factories(ctx, modules)
         alias = ctx.torch_alias()
+        sites: list[tuple[cst.Assign, cst.Call]] = []
         for assign in ctx.nodes(cst.Assign):
             if len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name):
                 continue
@@ -193,8 +252,17 @@ model = torch.compile(model)
                 continue
             if not _builds_module(ctx, ctor, modules, factories) or _inside_builder(ctx, assign, factories):
                 continue
-            target = assign.targets[0].target.value
+            sites.append((assign, ctor))
+        built = [ctor for _, ctor in sites]
+        for assign, _ in sites:
+            target = assign.targets[0].target.value  # type: ignore[union-attr]
             message = f"{target} runs eagerly: every operator is a separate kernel launch; torch.compile({target}) fuses them"
+            why = _left_to_others(ctx, assign, target, built)
+            if why == "":
+                continue
+            if why is not None:
+                yield self.report(assign.value, message + f"; not changed: {why}")
+                continue
             line = ctx.parent(assign)
             if alias is None:
                 yield self.report(assign.value, message + " (add `import torch` first)")
