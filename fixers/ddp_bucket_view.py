@@ -22,7 +22,8 @@ class DdpBucketView(Fixer):
 ## What it does
 Adds `gradient_as_bucket_view=True` (and `bucket_cap_mb=<N>` when the option is given, e.g.
 sized from the trace's all-reduce evidence) to `DistributedDataParallel(...)` / `DDP(...)`
-calls that do not set it. An explicit `gradient_as_bucket_view=False` is reported, not changed.
+calls that do not set it. An explicit `gradient_as_bucket_view=False` is reported, not changed;
+so is a call passing ten or more arguments by position (`gradient_as_bucket_view` may be one of them).
 **Opt-in**: reported by default, rewritten only when selected explicitly
 (`--select ddp-bucket-view` or `--select exposed-communication`).
 
@@ -73,6 +74,13 @@ model = DDP(model, device_ids=[local_rank], gradient_as_bucket_view=True)
             None,
             message_contains="gradient_as_bucket_view=False",
         ),
+        # every parameter by position, gradient_as_bucket_view among them: the keyword would name it twice
+        Example(
+            "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+            "model = DDP(model, [0], 0, 0, True, True, None, 25, False, False, True)\n",
+            None,
+            message_contains="by position",
+        ),
     ]
 
     def check(self, ctx: Context) -> Iterable[Edit]:
@@ -89,6 +97,10 @@ model = DDP(model, device_ids=[local_rank], gradient_as_bucket_view=True)
             if h.has_star(call):
                 yield self.report(call, message + " (the call takes **kwargs: set it there)")
                 continue
+            if len(h.positionals(call)) >= 10:  # its 10th argument, the 11th since DDP took init_sync
+                yield self.report(call, message + " (the call passes 10 or more arguments by position and "
+                                  "gradient_as_bucket_view may be one of them: set it by keyword)")
+                continue  # adding the keyword could name it twice: a TypeError when DDP is built
             add = [("gradient_as_bucket_view", "True")]
             if cap is not None and h.kwarg(call, "bucket_cap_mb") is None and len(h.positionals(call)) < 6:
                 add.append(("bucket_cap_mb", repr(cap)))
