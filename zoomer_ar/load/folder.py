@@ -169,6 +169,21 @@ def _latest_run(ranks: list[RankTrace], infos: list[RankInfo], skipped: list[Ski
     return [ranks[i] for i in latest], [infos[i] for i in latest]
 
 
+def same_rank_clash(files: list[Path], by_dist: list[int | None], by_name: list[int | None]) -> str | None:
+    """Why files that claim one rank (distributedInfo, else the file name) are not a job's ranks:
+    "A and B are both rank R (source): ..."; None when no two claim the same rank."""
+    for source, claims in (("distributedInfo", by_dist), ("file name", by_name)):
+        first: dict[int, Path] = {}
+        for f, r in zip(files, claims):
+            if r is None:
+                continue
+            if r in first:
+                return (f"{first[r].name} and {f.name} are both rank {r} ({source}): pieces or runs of one rank "
+                        "(such as `zoomer-ar trace split`'s per-step files), not two ranks")
+            first[r] = f
+    return None
+
+
 def _number_ranks(p: Path, ranks: list[RankTrace], infos: list[RankInfo]) -> bool:
     """Give a folder's traces distinct ranks: their own (distributedInfo, else the file name), else
     the files' distinct rank-N names, else their order. Two files that claim the same rank and no
@@ -182,17 +197,9 @@ def _number_ranks(p: Path, ranks: list[RankTrace], infos: list[RankInfo]) -> boo
             trace.rank, info.rank, info.rank_source = r, r, "file name"
         return True
     by_dist = [i.rank if i.rank_source == "distributedInfo" else None for i in infos]
-    for source, claims in (("distributedInfo", by_dist), ("file name", by_name)):
-        first: dict[int, RankInfo] = {}
-        for info, r in zip(infos, claims):
-            if r is None:
-                continue
-            if r in first:
-                raise InputError(str(p), (
-                    f"not one job: {Path(first[r].path).name} and {Path(info.path).name} are both rank {r} ({source}): "
-                    "pieces or runs of one rank (such as `zoomer-ar trace split`'s per-step files), not two ranks; "
-                    "analyse each file on its own, or the trace they were cut from"))
-            first[r] = info
+    clash = same_rank_clash([Path(i.path) for i in infos], by_dist, by_name)
+    if clash is not None:
+        raise InputError(str(p), f"not one job: {clash}; analyse each file on its own, or the trace they were cut from")
     for i, (trace, info) in enumerate(zip(ranks, infos)):
         trace.rank, info.rank, info.rank_source = i, i, "default"
     return False

@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 from ..errors import InputError
 from ..load.job import rank_files as folder_rank_files
+from ..load.folder import same_rank_clash
 from ..load.job import no_traces_reason, rank_from_name
 from ..load.merged import merged_ranks
 from ..stream.scan import ScanResult, scan
@@ -128,23 +129,8 @@ def rank_files(candidates: list[Path], where: str | None = None) -> JobFiles:
         ranks = by_name = [rank_from_name(f) for f in usable]
         if None in ranks or len(set(ranks)) != len(ranks):
             ranks = list(range(len(usable)))
-            clash = _same_rank(usable, by_dist, by_name)
+            clash = same_rank_clash(usable, by_dist, by_name)
     return JobFiles(sorted(zip(ranks, usable)), skipped, tops, clash)  # type: ignore[arg-type]
-
-
-def _same_rank(files: list[Path], by_dist: list[int | None], by_name: list[int | None]) -> str | None:
-    """Why files that claim one rank (distributedInfo, else the file name) are not a job's ranks, as
-    `analyze` refuses such a folder (load/folder.py); None when no two claim the same rank."""
-    for source, claims in (("distributedInfo", by_dist), ("file name", by_name)):
-        first: dict[int, Path] = {}
-        for f, r in zip(files, claims):
-            if r is None:
-                continue
-            if r in first:
-                return (f"{first[r].name} and {f.name} are both rank {r} ({source}): pieces or runs of one rank "
-                        "(such as `zoomer-ar trace split`'s per-step files), not two ranks")
-            first[r] = f
-    return None
 
 
 def job_folder(src: Path) -> JobFiles:
