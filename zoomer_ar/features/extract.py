@@ -64,7 +64,7 @@ def _cross_rank(rfs: list[RankFeatures], out: dict[str, Any]) -> dict[str, list[
         heavy = int(np.argmax(compute))
         evidence["imbalance"] = [
             EvidenceEvent(
-                name=f"rank {ranks[j]} compute {compute[j]:.3f} ms/step",
+                name=f"rank {ranks[j]} compute {compute[j]:,.3f} ms/step",
                 rank=ranks[j], ts_ms=0.0, dur_ms=round(float(compute[j]), 4), category="rank",
                 detail="most compute" if j == heavy else "",
             )
@@ -105,7 +105,7 @@ def _cross_rank(rfs: list[RankFeatures], out: dict[str, Any]) -> dict[str, list[
         worst.sort(key=lambda x: x[:4], reverse=True)
         evidence["straggler"] = [
             EvidenceEvent(  # at the late rank's own collective: where it arrived last
-                name=f"{ctype} #{k}: others waited up to {w / 1000.0:.3f} ms for rank {ranks[last]}",
+                name=f"{ctype} #{k}: others waited up to {w / 1000.0:,.3f} ms for rank {ranks[last]}",
                 rank=ranks[last], ts_ms=round((ts - rfs[last].t0) / 1000.0, 4), dur_ms=round(w / 1000.0, 4),
                 category="collective",
                 detail=f"rank {ranks[last]} had the shortest {ctype}: it arrived last",

@@ -103,8 +103,8 @@ def gpu_features(c: RankContext, rf: RankFeatures, step_starts: np.ndarray, step
     v["memset_ms_total"] = float(t.dur[ms].sum()) / 1000.0
     if mc.size:
         dtod = of_kind["dtod"]
-        rf.evidence["dtod"] = c.worst(dtod, detail=lambda i: f"{t.nbytes[i]:.0f} bytes" if t.nbytes[i] == t.nbytes[i] else "")
-        rf.evidence["pageable"] = c.worst(pg, detail=lambda i: f"{t.nbytes[i]:.0f} bytes" if t.nbytes[i] == t.nbytes[i] else "")
+        rf.evidence["dtod"] = c.worst(dtod, detail=lambda i: f"{t.nbytes[i]:,.0f} bytes" if t.nbytes[i] == t.nbytes[i] else "")
+        rf.evidence["pageable"] = c.worst(pg, detail=lambda i: f"{t.nbytes[i]:,.0f} bytes" if t.nbytes[i] == t.nbytes[i] else "")
 
     # --- communication
     comm_codes = t.name_codes(N.is_comm_kernel)

@@ -133,7 +133,7 @@ def idle_gaps(c: RankContext, rf: RankFeatures, us: np.ndarray, ue: np.ndarray, 
             _, _, row, n = captures[k]
             ev = span_event(c, f"graph capture ({t.name_of(row)[:60]} .. end)", float(b[k]), float(e[k] - b[k]),
                              "capture", f"{n} launch{'es' if n != 1 else ''} recorded into a graph, not run; the GPU "
-                             f"was idle for {float(idle_cap[k]) / 1000.0:.3f} ms of it", row)
+                             f"was idle for {float(idle_cap[k]) / 1000.0:,.3f} ms of it", row)
             c.keys[id(ev)] = float(idle_cap[k]) + float(e[k] - b[k]) * 1e-12
             shown.append(ev)
         rf.evidence.setdefault("startup_calls", []).extend(shown)
@@ -143,7 +143,7 @@ def idle_gaps(c: RankContext, rf: RankFeatures, us: np.ndarray, ue: np.ndarray, 
         rf.evidence.setdefault("startup_calls", []).extend(c.worst(
             rows, key=idle_c + t.dur[rows] * 1e-12,
             detail=lambda i: "torch.compile compiling; the GPU was idle for "
-                             f"{float(idle_c[np.searchsorted(rows, i)]) / 1000.0:.3f} ms of it"))
+                             f"{float(idle_c[np.searchsorted(rows, i)]) / 1000.0:,.3f} ms of it"))
 
 
 BLOCKED_SHARE = 0.5  # a host call covering at least this share of an idle gap is what the host was doing
@@ -182,7 +182,7 @@ def gap_event(c: RankContext, name: str, g0: float, glen: float, detail: str, bl
     synchronisation it followed)."""
     if blocked is not None:
         row, ov = blocked
-        detail += f"; the host was in {c.t.name_of(row)[:80]} for {ov / 1000.0:.3f} ms of it"
+        detail += f"; the host was in {c.t.name_of(row)[:80]} for {ov / 1000.0:,.3f} ms of it"
         source = row
     return span_event(c, name, g0, glen, "idle", detail, source)
 

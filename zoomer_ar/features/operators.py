@@ -44,7 +44,7 @@ def operator_features(c: RankContext, rf: RankFeatures) -> None:
         mis = np.asarray(misaligned, dtype=np.int64)
         rf.evidence["misaligned_gemm"] = c.worst(  # the ops that cost most: GPU time on a GPU, as the impact counts
             mis, key=np.asarray([times[i] for i in misaligned], dtype=np.float64),
-            detail=lambda i: f"shapes {t.input_dims.get(i)}" + (f", GPU time {times[i] / 1000.0:.4f} ms" if has_gpu else ""),
+            detail=lambda i: f"shapes {t.input_dims.get(i)}" + (f", GPU time {times[i] / 1000.0:,.4f} ms" if has_gpu else ""),
         )
         if not has_gpu:  # CPU trace: precision from op dtypes
             v["gemm_ms_total"] = gemm_time / 1000.0

@@ -125,7 +125,7 @@ def startup_detail(t: RankTrace, i: int, typical: np.ndarray, rows: np.ndarray, 
     k = int(np.searchsorted(rows, i))
     typ, idle = float(typical[k]), float(idle_in[k])
     times = f"{float(t.dur[i]) / typ:,.0f}x" if typ > 0 else "far above"
-    text = f"{times} the typical {t.name_of(i)[:60]} ({typ:.1f} us)"
+    text = f"{times} the typical {t.name_of(i)[:60]} ({typ:,.1f} us)"
     if device_op is not None:  # a first launch loads the module of this kernel
         text += f", for {t.name_of(device_op).split('(', 1)[0][:100]}"  # a kernel's name without its arguments
-    return text + (f"; the GPU was idle for {idle / 1000.0:.3f} ms of it" if idle > 0 else "; the GPU was busy meanwhile")
+    return text + (f"; the GPU was idle for {idle / 1000.0:,.3f} ms of it" if idle > 0 else "; the GPU was busy meanwhile")
