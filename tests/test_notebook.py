@@ -63,3 +63,27 @@ def test_analyze_does_not_import_nbformat(fresh_analyze):
     imported, out = fresh_analyze(("nbformat", "jsonschema"))
     assert imported == []
     nbformat.validate(nbformat.read(str(out / "optimize.ipynb"), as_version=4))
+
+
+def test_header_figures_as_report_md_writes_them(analysis):
+    """The first cell's bottleneck line and findings table write each figure as report.md does: it
+    used to print the classifier's raw sentence after the type ("**host-bound** - host-bound: ...
+    (12854.02 ms per profiled step)"), impacts as "1940.04 ms", a job name with a backtick inside a
+    broken code span, and a "| none | | | |" row when nothing was found."""
+    from zoomer_ar.render.report import render_markdown
+
+    big = analysis.model_copy(deep=True)
+    big.job.name = "run`1"
+    big.bottleneck.type = "host-bound"
+    big.bottleneck.summary = "host-bound: 96% of the accounted GPU time (13250.65 ms per profiled step)"
+    big.findings[0].impact.ms_per_step = 1940.041
+    header = build_notebook(big, has_patch=False)["cells"][0]["source"]
+    md = render_markdown(big)
+    assert header.startswith("# Optimise ``run`1`` with Zoomer AR\n")
+    assert "Bottleneck: **host-bound**: 96% of the accounted GPU time (13,250.65 ms per profiled step)\n" in header
+    assert "| **host-bound**: 96% of the accounted GPU time (13,250.65 ms per profiled step) |" in md
+    first = big.findings[0]
+    assert f"| `{first.pattern}` | {first.severity} | 1,940.04 ms |" in header
+    assert "| 1,940.04 ms |" in md
+    empty = analysis.model_copy(update={"findings": []})
+    assert build_notebook(empty, has_patch=False)["cells"][0]["source"].endswith("\n\nNo anti-pattern found.")

@@ -14,6 +14,7 @@ import json
 from typing import Any
 
 from .models import Analysis
+from .render.filters import bottleneck_summary, fmt_ms, fmt_pct, md_code, md_text
 
 NBFORMAT, NBFORMAT_MINOR = 4, 5  # cell ids need 4.5
 
@@ -26,17 +27,25 @@ def _code(source: str) -> dict[str, Any]:
     return {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": source}
 
 
+def _header(analysis: Analysis) -> str:
+    """The title, the bottleneck line and the top findings, written as report.md writes them (the same
+    filters: figures with thousands separators, the bottleneck sentence said once, names escaped)."""
+    kind = analysis.bottleneck.type
+    summary = bottleneck_summary(analysis.bottleneck.summary, analysis.features)
+    rest = summary[len(kind):] if summary.startswith(kind + ":") else ": " + summary
+    lines = [f"# Optimise {md_code(analysis.job.name, cell=False)} with Zoomer AR", "",
+             f"Bottleneck: **{md_text(kind)}**{md_text(rest)}", ""]
+    if not analysis.findings:
+        return "\n".join(lines + ["No anti-pattern found."])
+    lines += ["| pattern | severity | impact / step | % of step |", "|---|---|---|---|"]
+    lines += [f"| {md_code(f.pattern)} | {f.severity} | {fmt_ms(f.impact.ms_per_step)} | {fmt_pct(f.impact.pct_of_step)} |"
+              for f in analysis.findings[:5]]
+    return "\n".join(lines)
+
+
 def build_notebook(analysis: Analysis, *, has_patch: bool, has_spec: bool = True) -> dict[str, Any]:
-    top = analysis.findings[:5]
-    lines = "\n".join(
-        f"| `{f.pattern}` | {f.severity} | {f.impact.ms_per_step:.2f} ms | {f.impact.pct_of_step:.1f}% |" for f in top
-    )
     cells = [
-        _markdown(
-            f"# Optimise `{analysis.job.name}` with Zoomer AR\n\n"
-            f"Bottleneck: **{analysis.bottleneck.type}** - {analysis.bottleneck.summary}\n\n"
-            "| pattern | severity | impact / step | % of step |\n|---|---|---|---|\n" + (lines or "| none | | | |")
-        ),
+        _markdown(_header(analysis)),
         _code(
             "import json, pathlib, subprocess\n"
             "HERE = pathlib.Path('.').resolve()\n"
