@@ -244,7 +244,8 @@ def test_frameless_gpu_findings_patch_only_the_program_that_ran(scenario, tmp_pa
     assert all(fn and "unconfirmed" not in fn for _, fn in locations)
     doc = json.loads((tmp_path / "out" / "findings.json").read_text())
     lb = next(f for f in doc["findings"] if f["pattern"] == "launch-bound")
-    assert [(fr["resolved_path"], fr["function"]) for fr in lb["evidence"]["frames"]] == [(program, "train_step")]
+    # framed in train_step by the trace; located at the model's construction, which lies in main
+    assert [(fr["resolved_path"], fr["function"]) for fr in lb["evidence"]["frames"]] == [(program, "main")]
 
     check = subprocess.run(["git", "apply", "--check", str(tmp_path / "out" / "patch.diff")], cwd=repo,
                            capture_output=True, text=True)
@@ -311,3 +312,23 @@ def test_job_json_script_names_the_program_of_a_trace_without_stacks(tmp_path):
     job = analysis.job.model_copy(update={"ranks": []})  # the trace's own frames are not read
     mapped = map_sources(analysis.model_copy(update={"job": job}), repo)
     assert files_ran(mapped) == ["launch_bound.py"]
+
+
+@pytest.mark.parametrize("folder", [GPU / "allocator_churn", GPU / "conv_bias_before_bn", EXAMPLES / "single_tensor_optimizer"],
+                         ids=["allocator_churn", "conv_bias_before_bn", "single_tensor_optimizer"])
+def test_a_location_names_the_function_that_holds_its_line(folder):
+    """A finding framed in `train_step` whose statement lies elsewhere (launch-bound: the model's
+    construction; single-tensor-optimizer: the optimizer's; conv-bias-before-bn: the conv in
+    `conv_bn_block`) was shown as `allocator_churn.py:44 (train_step)` / "at allocator_churn.py:44 in
+    train_step", line 44 being in `main`. The location now names the function holding the line."""
+    from zoomer_ar.sourcemap import enclosing_function
+
+    analysis = map_sources(analyze_path(folder), SCEN)
+    located = [fr for f in analysis.findings for fr in f.all_frames() if fr.resolved_path]
+    assert located
+    elsewhere = 0
+    for fr in located:
+        text = (SCEN / fr.resolved_path).read_text()
+        assert fr.function == enclosing_function(text, fr.resolved_line), (fr.resolved_path, fr.resolved_line, fr.function)
+        elsewhere += fr.function != "train_step"
+    assert elsewhere  # each of these has a statement outside the traced function

@@ -139,9 +139,26 @@ def _map_frame(index: SourceIndex, frame: SourceFrame, pattern: str) -> SourceFr
     except (InputError, FixerCrash):  # the file does not parse (or is too deep to analyse): keep the frame's line
         line = frame.line
     update = {"resolved_path": rel, "resolved_line": line, "snippet": _snippet(text, line)}
-    if not frame.function:
+    if not frame.function or not _in_function(text, line, frame.function):
+        # the statement lies in another function (the model or optimizer built in `main`, a conv in a
+        # block builder): the location names the function that holds it, as a static match's does
         update["function"] = enclosing_function(text, line)
     return frame.model_copy(update=update)
+
+
+def _in_function(text: str, line: int, name: str) -> bool:
+    """Whether ``line`` lies inside a function called ``name`` (its decorators included), or, for
+    ``<module>``, outside every function. Text that does not parse: True (nothing to say otherwise)."""
+    if name == "<module>":
+        return enclosing_function(text, line) == "<module>"
+    if nesting_problem(text) is not None:
+        return True
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return True
+    return any(min([n.lineno, *(d.lineno for d in n.decorator_list)]) <= line <= (n.end_lineno or n.lineno)
+               for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name)
 
 
 def _has_detector(pattern: str) -> bool:
