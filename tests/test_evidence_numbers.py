@@ -39,3 +39,14 @@ def test_copy_sizes_have_separators():
     a = analyze_path(EXAMPLES / "gpu" / "pageable_memcpy")
     details = [e.detail for f in a.findings for e in f.evidence.events if e.detail.endswith(" bytes")]
     assert details and all(re.fullmatch(r"\d{1,3}(?:,\d{3})* bytes", d) for d in details), details
+
+
+def test_cpu_memory_is_named_host_memory_not_device_minus_one():
+    """Kineto writes CPU allocations with Device Id -1; the memory-growth evidence said
+    "allocated memory at step ends (device -1)"."""
+    a = analyze_path(EXAMPLES / "traces" / "memory_growth")
+    (f,) = [f for f in a.findings if f.pattern == "memory-growth"]
+    assert [e.name for e in f.evidence.events] == ["allocated memory at step ends (host memory)"]
+    g = analyze_path(EXAMPLES / "gpu" / "memory_growth")
+    (f,) = [f for f in g.findings if f.pattern == "memory-growth"]
+    assert [e.name for e in f.evidence.events] == ["allocated memory at step ends (device 0)"]

@@ -46,7 +46,7 @@ def memory_features(c: RankContext, rf: RankFeatures, step_starts: np.ndarray, s
         frames = c.frames.frames_for(int(allocs[np.argmax(t.nbytes[allocs])])) if allocs.size else []
         rf.evidence["memory"] = [
             EvidenceEvent(
-                name=f"allocated memory at step ends (device {dev})",
+                name=f"allocated memory at step ends ({'host memory' if dev < 0 else f'device {dev}'})",  # Kineto: Device Id -1 is the CPU
                 rank=t.rank,
                 ts_ms=round((float(step_ends[0]) - c.t0) / 1000.0, 4),
                 dur_ms=round(float(step_ends[-1] - step_ends[0]) / 1000.0, 4),
