@@ -87,3 +87,13 @@ def test_header_figures_as_report_md_writes_them(analysis):
     assert "| 1,940.04 ms |" in md
     empty = analysis.model_copy(update={"findings": []})
     assert build_notebook(empty, has_patch=False)["cells"][0]["source"].endswith("\n\nNo anti-pattern found.")
+
+
+def test_a_trace_without_gpu_events_is_not_promised_a_gpu_timeline():
+    """A CPU-only (or MTIA) trace has no GPU timeline: the Evidence cell used to announce "GPU
+    utilisation over the trace" all the same."""
+    cpu = build_notebook(analyze_path(EXAMPLE), has_patch=False)
+    gpu = build_notebook(analyze_path(REPO / "examples" / "gpu" / "dataloader_bound"), has_patch=False)
+    evidence = [c["source"] for c in cpu["cells"] if c["source"].startswith("## Evidence")]
+    assert evidence and "GPU utilisation over" not in evidence[0] and "no GPU events" in evidence[0]
+    assert any(c["source"].startswith("## Evidence") and "GPU utilisation over the trace" in c["source"] for c in gpu["cells"])

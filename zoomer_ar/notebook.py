@@ -54,7 +54,8 @@ def build_notebook(analysis: Analysis, *, has_patch: bool, has_spec: bool = True
             "    print(f\"{f['pattern']:<26} {f['severity']:<9} {f['impact']['ms_per_step']:>9.2f} ms/step \"\n"
             "          f\"{f['impact']['pct_of_step']:>6.1f}%  conf {f['confidence']:.2f}\")"
         ),
-        _markdown("## Evidence\n\nGPU utilisation over the trace, and each finding's impact."),
+        _markdown("## Evidence\n\n" + ("GPU utilisation over the trace, and each finding's impact." if analysis.timeline
+                                         else "Each finding's evidence figures (the trace has no GPU events: no GPU utilisation timeline).")),
         _code(
             "try:\n"
             "    import matplotlib.pyplot as plt\n"
