@@ -224,3 +224,20 @@ def test_accelerator_trace_is_not_called_gpu_less(gpu_analysis):
         assert "no CUDA/ROCm GPU events; accelerator trace" in out
     hw = next(line for line in render_markdown(a).splitlines() if line.startswith("| Hardware"))
     assert "MTIA" in hw
+
+
+def test_a_tiny_step_is_not_rounded_away(shared_traces):
+    """kineto/sync_event_order/before_fix_trace.json spans 0.00013 ms: `compare` said "step time
+    0.00013 ms" while report.md, report.html and the summary said "Step time 0.00 ms"."""
+    from zoomer_ar.compare import _ms
+    from zoomer_ar.render.filters import fmt_ms
+
+    a = analyze_path(shared_traces / "kineto/sync_event_order/before_fix_trace.json")
+    step = a.features["step_ms"]
+    assert 0 < step < 0.001
+    shown = fmt_ms(step)
+    assert shown == _ms(step) == "0.00013 ms"
+    assert f"| Step time | {shown} |" in render_markdown(a)
+    assert f"step {shown} |" in render_text(a)
+    assert shown in render_html(a)
+    assert fmt_ms(0.0) == "0.00 ms" and fmt_ms(0.01) == "0.01 ms" and fmt_ms(1234.567) == "1,234.57 ms"

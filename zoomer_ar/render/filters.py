@@ -106,7 +106,13 @@ def fmt_fixed(v: float | None, digits: int = 2) -> str:
 
 
 def fmt_ms(v: float | None) -> str:
-    return "-" if v is None else f"{v:,.2f} ms"
+    """Milliseconds to two decimals with separators (13,250.65 ms); a small non-zero value to three
+    significant digits (0.00013 ms), never rounded away to 0.00 ms (compare writes it so too)."""
+    if v is None:
+        return "-"
+    if v != 0 and abs(v) < 0.01:
+        return f"{_sig(v)} ms"
+    return f"{v:,.2f} ms"
 
 
 def fmt_pct(v: float | None) -> str:
