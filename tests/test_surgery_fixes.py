@@ -172,3 +172,25 @@ def test_a_merged_trace_is_analysed_as_its_ranks(tmp_path, shared_traces):
     assert [n for n in merged.notes if "merges" in n] == [
         "merged.json.gz merges 8 ranks (zoomer-ar trace merge): analysed as those ranks, as their rank files would be."]
     assert not any("merges" in n for n in folder.notes)
+
+def test_check_of_a_rank_folder_checks_its_trace_files(tmp_path, capsys):
+    """`trace check DIR` was a usage error ("is a directory") where every other trace command takes a job folder."""
+    src = SHARED_TRACES / "param" / "dlrm_8ranks"
+    if not src.is_dir():
+        pytest.skip("shared traces not available")
+    job = tmp_path / "job"
+    shutil.copytree(src, job)
+    (job / "notes.txt").write_text("not a trace\n")
+    assert main(["trace", "check", str(job)]) == 0
+    out = capsys.readouterr().out
+    assert out.count(": valid (") == 8 and "notes.txt" not in out
+    victim = sorted(job.glob("*.json.gz"))[3]
+    victim.write_bytes(victim.read_bytes()[:5000])
+    assert main(["trace", "check", str(job)]) == 2
+    io = capsys.readouterr()
+    assert out.count(": valid (") == 8 and io.out.count(": valid (") == 7
+    assert f"{victim}: not a valid Chrome trace" in io.err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["trace", "check", str(empty)]) == 2
+    assert "folder holds no trace files" in capsys.readouterr().err

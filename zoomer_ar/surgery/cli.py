@@ -213,13 +213,31 @@ def repair_cmd(src: Path, out: Path, compression, level) -> None:
     _done(ops.repair_trace(src, out, compression=compression, level=level))
 
 
+def _check_targets(paths: tuple[Path, ...]) -> list[Path]:
+    """The files `trace check` reads: each file named, and a folder's trace files (its ranks)."""
+    from ..load.job import no_traces_reason, rank_files
+    from ..stream.source import is_trace_file
+
+    files: list[Path] = []
+    for p in paths:
+        if p.is_dir():
+            held = rank_files(p, is_trace_file)
+            if not held:
+                raise InputError(str(p), no_traces_reason(p, is_trace_file))
+            files.extend(held)
+        else:
+            files.append(p)
+    return files
+
+
 @trace.command(name="check")
-@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 def check_cmd(paths: tuple[Path, ...]) -> None:
     """Check that traces are valid Chrome traces (the structure Perfetto needs, the field types
-    `zoomer-ar analyze` needs); exit 2 if not, naming the first problem."""
+    `zoomer-ar analyze` needs); exit 2 if not, naming the first problem. A folder checks its trace
+    files (a job's ranks)."""
     bad: list[tuple[Path, str]] = []  # (file, its first problem)
-    for p in paths:
+    for p in _check_targets(paths):
         n, problems = check_trace(p)
         if problems:
             bad.append((p, problems[0]))
