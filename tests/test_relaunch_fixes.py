@@ -272,3 +272,13 @@ def test_torchrun_with_a_recorded_interpreter_and_module():
                            "pkg.train", "--lr", "1"]
     old = RelaunchSpec(job="j", command=Command(launcher="torchrun", script="train.py", nproc_per_node=2))
     assert old.argv() == ["torchrun", "--nproc_per_node=2", "train.py"]  # a spec without them: as before
+
+
+def test_spec_that_is_not_utf8_is_an_input_error(tmp_path, capsys):
+    """A relaunch.yaml in another encoding (or a binary file) was an internal error (UnicodeDecodeError,
+    exit 1); it is bad input: one line naming the file, exit 2."""
+    spec = tmp_path / "relaunch.yaml"
+    spec.write_bytes(b"job: \xff\xfe\ncommand: {script: t.py}\n")
+    assert main(["relaunch", str(spec), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert str(spec) in err and "not a readable YAML relaunch spec" in err and "internal error" not in err

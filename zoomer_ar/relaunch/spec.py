@@ -441,7 +441,7 @@ def load_spec(path: Path) -> RelaunchSpec:
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError(str(path), "no such file") from None
-    except (OSError, yaml.YAMLError) as exc:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise InputError(str(path), f"not a readable YAML relaunch spec ({str(exc).splitlines()[0]})") from None
     try:
         return RelaunchSpec(**(data or {}))
