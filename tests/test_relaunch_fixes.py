@@ -282,3 +282,20 @@ def test_spec_that_is_not_utf8_is_an_input_error(tmp_path, capsys):
     assert main(["relaunch", str(spec), "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert str(spec) in err and "not a readable YAML relaunch spec" in err and "internal error" not in err
+
+
+def test_spec_with_an_unusable_environment_name_or_nul_byte_is_an_input_error(tmp_path):
+    """env: {'A=B': ...}, an empty name, or a NUL byte in a value or a command-line word passed validation
+    and broke at the launch (ValueError from subprocess: 'internal error', exit 1); now the spec is refused
+    on load, one line naming the file, exit 2, and nothing runs."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "job.py").write_text("open('ran', 'w').close()\n")
+    for body in ('env: {"A=B": "1"}', 'env: {"": "1"}', 'env: {"A": "1\\0x"}', 'command: {script: job.py, args: ["a\\0b"]}',
+                 'config_overrides: {"k\\0": 1}'):
+        spec = tmp_path / "relaunch.yaml"
+        spec.write_text(f"job: j\n{body}\n" + ("" if body.startswith("command") else "command: {script: job.py}\n"))
+        done = relaunch_cli(spec, repo)
+        assert done.returncode == 2, (body, done.stderr)
+        assert f"{spec}: invalid relaunch spec" in done.stderr and "internal error" not in done.stderr
+        assert not (repo / "ran").exists()

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..detect.combine import combined_impact
 from ..errors import InputError
@@ -77,6 +77,26 @@ class RelaunchSpec(BaseModel):
     patch: str | None = None
     expected_gain: ExpectedGain = Field(default_factory=ExpectedGain)
     notes: list[str] = Field(default_factory=list)
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, env: dict[str, str]) -> dict[str, str]:
+        """Names and values the operating system takes (no process can be given an empty name, one
+        holding '=' or a NUL byte, or a value holding NUL)."""
+        for k, v in env.items():
+            if not k or "=" in k or "\0" in k:
+                raise ValueError(f"{k!r} is not an environment variable name (empty, or holds '=' or a NUL byte)")
+            if "\0" in v:
+                raise ValueError(f"the value of {k} holds a NUL byte")
+        return env
+
+    @model_validator(mode="after")
+    def _runnable_words(self) -> RelaunchSpec:
+        """No word of the command line holds a NUL byte (no process can be given one)."""
+        bad = next((w for w in self.argv() if "\0" in w), None)
+        if bad is not None:
+            raise ValueError(f"a word of the command line holds a NUL byte: {bad!r}")
+        return self
 
     def argv(self) -> list[str]:
         """The exact command line (without the environment)."""
