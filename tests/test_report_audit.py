@@ -241,3 +241,23 @@ def test_a_tiny_step_is_not_rounded_away(shared_traces):
     assert f"step {shown} |" in render_text(a)
     assert shown in render_html(a)
     assert fmt_ms(0.0) == "0.00 ms" and fmt_ms(0.01) == "0.01 ms" and fmt_ms(1234.567) == "1,234.57 ms"
+
+
+@pytest.mark.parametrize("trace, span", [("hta/triton_example", "0.00176 ms"),
+                                         ("tracelens/h100/facebook_timesformer-base-finetuned-k400__1016002.json.gz",
+                                          "159.99 ms")])
+def test_gpu_busy_of_a_narrow_span_says_what_it_is_a_share_of(shared_traces, trace, span):
+    """GPU busy is a share of the GPU's span (first to last device op): one 1.8 us Triton kernel in a 13 s
+    trace read "GPU busy 100.0%" in every report, beside a host-bound bottleneck of 100%."""
+    a = analyze_path(shared_traces / trace)
+    wall = f"{a.features['wall_ms']:,.2f} ms"
+    assert f"GPU busy {a.features['gpu_busy_pct']:.1f}% of a {span} span (first to last GPU op; trace {wall})" \
+        in render_text(a)
+    assert f"of a {span} span (first to last GPU op; the trace covers {wall})" in render_markdown(a)
+    assert f"GPU busy (of a {span} span: first to last GPU op; trace {wall})" in html.unescape(render_html(a))
+
+
+def test_gpu_busy_of_most_of_the_trace_is_not_qualified(gpu_analysis):
+    assert gpu_analysis.features["gpu_span_ms"] >= 0.5 * gpu_analysis.features["wall_ms"]
+    assert " span " not in render_text(gpu_analysis).splitlines()[2]
+    assert "first to last GPU op" not in render_markdown(gpu_analysis)

@@ -58,10 +58,20 @@ def _fixer_names(analysis: Analysis) -> dict[str, list[tuple[str, bool]]]:
     return out
 
 
+def narrow_gpu_span(features: dict) -> float | None:
+    """The GPU's span (first to last device op, ms) where it covers less than half of the profiled
+    time: GPU busy is a share of that span (LABELS' definition), so "GPU busy 100%" of a 2 us span
+    in a 13 s trace must say what it is a share of. None where the span is most of the trace."""
+    span, wall = features.get("gpu_span_ms"), features.get("wall_ms")
+    if features.get("gpu_busy_pct") is None or span is None or not wall or span >= 0.5 * wall:
+        return None
+    return span
+
+
 def _context(analysis: Analysis) -> dict:
     return {"a": analysis, "findings": analysis.findings, "job": analysis.job, "f": analysis.features,
             "fixer_names": _fixer_names(analysis), "avoidable": combined_impact(analysis.findings),
-            "within": within_present(analysis.findings),
+            "within": within_present(analysis.findings), "gpu_span": narrow_gpu_span(analysis.features),
             "bottleneck": bottleneck_summary(analysis.bottleneck.summary, analysis.features)}
 
 
