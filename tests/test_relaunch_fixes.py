@@ -299,3 +299,28 @@ def test_spec_with_an_unusable_environment_name_or_nul_byte_is_an_input_error(tm
         assert done.returncode == 2, (body, done.stderr)
         assert f"{spec}: invalid relaunch spec" in done.stderr and "internal error" not in done.stderr
         assert not (repo / "ran").exists()
+
+
+def test_command_whose_program_is_not_on_path_is_refused_before_the_patch(tmp_path):
+    """A spec with command.python null runs `python` (torchrun: `torchrun`) from PATH; where there is none
+    (only python3, say) the patch was applied and then the launch failed as an internal error
+    (FileNotFoundError, exit 1). Now it is refused first: one line naming the spec, exit 2, the checkout
+    untouched."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "job.py").write_text("WORKERS = 0\n")
+    git_repo(repo)
+    (tmp_path / "patch.diff").write_text("--- a/job.py\n+++ b/job.py\n@@ -1 +1 @@\n-WORKERS = 0\n+WORKERS = 4\n")
+    for launcher in ("python", "torchrun"):
+        spec = RelaunchSpec(job="j", command=Command(launcher=launcher, script="job.py"), patch="patch.diff")
+        (tmp_path / "relaunch.yaml").write_text(render_spec(spec))
+        only_git = tmp_path / "bin"  # a PATH with git and nothing else
+        if not only_git.exists():
+            only_git.mkdir()
+            (only_git / "git").symlink_to(shutil.which("git"))
+        env = dict(os.environ, PATH=str(only_git))
+        done = subprocess.run([sys.executable, "-m", "zoomer_ar", "relaunch", str(tmp_path / "relaunch.yaml"),
+                               "--cwd", str(repo)], env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2, done.stderr
+        assert f"relaunch.yaml: {launcher} (what the command starts) is not on PATH" in done.stderr
+        assert (repo / "job.py").read_text() == "WORKERS = 0\n"

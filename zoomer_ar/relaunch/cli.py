@@ -32,6 +32,15 @@ def apply_patch(patch: Path, workdir: Path) -> bool:
     return True
 
 
+def _launchable(program: str, workdir: Path, env: dict[str, str]) -> bool:
+    """``program`` can be started as the command's first word: a path (taken from ``workdir``, where the
+    command starts, when relative) to an executable file, or a name on the PATH the command runs with."""
+    if os.sep in program:
+        path = Path(program) if os.path.isabs(program) else workdir / program
+        return path.is_file() and os.access(path, os.X_OK)
+    return shutil.which(program, path=env.get("PATH", os.defpath)) is not None
+
+
 def _absolute(p: Path) -> Path:
     try:
         return p.resolve()
@@ -79,14 +88,18 @@ def relaunch(spec_path: Path, dry_run: bool, cwd: Path | None) -> None:
         raise InputError(str(spec_path), f"the folder the job ran in ({spec.cwd}, the spec's cwd) is not on this "
                                          "machine: pass --cwd with the checkout to apply the patch in and run from "
                                          "(or set cwd in the spec)")
+    env = dict(os.environ, **spec.env)
+    argv = spec.argv()
     interpreter = spec.command.python
-    if interpreter and not shutil.which(interpreter):
+    if interpreter and not _launchable(interpreter, workdir, env):
         raise InputError(str(spec_path), f"the recorded interpreter {interpreter} is not on this machine: set "
                                          "command.python to the one to run the job on (or null for `python` on PATH)")
+    if not _launchable(argv[0], workdir, env):
+        raise InputError(str(spec_path), f"{argv[0]} (what the command starts) is not on PATH: set command.python to "
+                                         "the interpreter to run the job on")
     if patch and not apply_patch(patch, workdir):
         click.echo(f"{patch.name} is already applied in {workdir}; launching", err=True)
-    env = dict(os.environ, **spec.env)
-    raise SystemExit(subprocess.run(spec.argv(), cwd=workdir, env=env).returncode)
+    raise SystemExit(subprocess.run(argv, cwd=workdir, env=env).returncode)
 
 
 commands = [relaunch]
