@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -324,3 +325,15 @@ def test_command_whose_program_is_not_on_path_is_refused_before_the_patch(tmp_pa
         assert done.returncode == 2, done.stderr
         assert f"relaunch.yaml: {launcher} (what the command starts) is not on PATH" in done.stderr
         assert (repo / "job.py").read_text() == "WORKERS = 0\n"
+
+
+def test_dry_run_quotes_a_patch_path_with_spaces(tmp_path, capsys):
+    """The dry run printed 'git apply /x/my run/patch.diff' unquoted: pasted into a shell it names two
+    files; now the path is quoted as the command line's words are."""
+    folder = tmp_path / "my run"
+    folder.mkdir()
+    spec = RelaunchSpec(job="j", command=Command(script="job.py"), patch="patch.diff")
+    (folder / "relaunch.yaml").write_text(render_spec(spec))
+    assert main(["relaunch", str(folder / "relaunch.yaml"), "--dry-run", "--cwd", str(tmp_path)]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert shlex.split(first) == ["git", "apply", str((folder / "patch.diff").resolve())]

@@ -78,7 +78,7 @@ def relaunch(spec_path: Path, dry_run: bool, cwd: Path | None) -> None:
         if _absolute(workdir) != Path.cwd().resolve():
             click.echo(f"cd {shlex.quote(str(workdir))}", err=True)
         if patch:
-            click.echo(f"git apply {patch}")
+            click.echo(f"git apply {shlex.quote(str(patch))}")
         click.echo(spec.shell_command())
         return
     if spec.is_template():
