@@ -261,3 +261,26 @@ def test_gpu_busy_of_most_of_the_trace_is_not_qualified(gpu_analysis):
     assert gpu_analysis.features["gpu_span_ms"] >= 0.5 * gpu_analysis.features["wall_ms"]
     assert " span " not in render_text(gpu_analysis).splitlines()[2]
     assert "first to last GPU op" not in render_markdown(gpu_analysis)
+
+
+def test_a_cpu_only_trace_has_no_gpu_hours_to_attribute():
+    """A CPU-only trace's reports had a GPU-h column of zeros and '0 GPU-hours (profiled wall time 590.9 ms x 0
+    GPUs)' over a phase table of zero GPU-hours and '-' costs."""
+    a = analyze_path(REPO / "examples/traces/dataloader_bound")
+    assert not a.features["has_accelerator"] and a.findings
+    from zoomer_ar.store.cost import cost_attribution
+
+    a.features["cost_attribution"] = cost_attribution(a.features, a.findings)
+    md, page = render_markdown(a), html.unescape(render_html(a))
+    assert "x 0 GPUs" not in md and "x 0 GPUs" not in page
+    assert "No GPU or accelerator in this trace: no GPU-hours to attribute" in md
+    assert "No GPU or accelerator in this trace: no GPU-hours to attribute" in page
+    row = next(line for line in md.splitlines() if line.startswith("| 1 | `dataloader-bound`"))
+    assert row.split("|")[6].strip() == "-"
+    assert "GPU-hours per 1,000 steps" not in page
+    phase_row = next(line for line in md.splitlines() if line.startswith("| dataloader |"))
+    assert phase_row.count("|") == 3  # phase and share only
+    # GPU-hours given for the job are attributed as before
+    a.features["cost_attribution"] = cost_attribution(a.features, a.findings, gpu_hours=10.0)
+    md = render_markdown(a)
+    assert "10.0 GPU-hours (given with --gpu-hours)" in md and "| Phase | Share | GPU-hours | Cost |" in md
