@@ -97,3 +97,13 @@ def test_a_trace_without_gpu_events_is_not_promised_a_gpu_timeline():
     evidence = [c["source"] for c in cpu["cells"] if c["source"].startswith("## Evidence")]
     assert evidence and "GPU utilisation over" not in evidence[0] and "no GPU events" in evidence[0]
     assert any(c["source"].startswith("## Evidence") and "GPU utilisation over the trace" in c["source"] for c in gpu["cells"])
+
+
+def test_header_says_when_its_table_is_the_top_five(analysis):
+    """The first cell's table showed the first five findings without saying there were more."""
+    many = analysis.model_copy(update={"findings": [analysis.findings[0]] * 7})
+    header = build_notebook(many, has_patch=False)["cells"][0]["source"]
+    assert header.count("| `dataloader-bound` |") == 5
+    assert header.endswith("\n\nThe top 5 of 7 findings; the next cell lists all 7 (2 more in findings.json and report.md).")
+    five = analysis.model_copy(update={"findings": [analysis.findings[0]] * 5})
+    assert "The top" not in build_notebook(five, has_patch=False)["cells"][0]["source"]

@@ -27,6 +27,9 @@ def _code(source: str) -> dict[str, Any]:
     return {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": source}
 
 
+TOP = 5  # findings in the first cell's table
+
+
 def _header(analysis: Analysis) -> str:
     """The title, the bottleneck line and the top findings, written as report.md writes them (the same
     filters: figures with thousands separators, the bottleneck sentence said once, names escaped)."""
@@ -39,7 +42,11 @@ def _header(analysis: Analysis) -> str:
         return "\n".join(lines + ["No anti-pattern found."])
     lines += ["| pattern | severity | impact / step | % of step |", "|---|---|---|---|"]
     lines += [f"| {md_code(f.pattern)} | {f.severity} | {fmt_ms(f.impact.ms_per_step)} | {fmt_pct(f.impact.pct_of_step)} |"
-              for f in analysis.findings[:5]]
+              for f in analysis.findings[:TOP]]
+    if len(analysis.findings) > TOP:
+        more = len(analysis.findings) - TOP
+        lines += ["", f"The top {TOP} of {len(analysis.findings)} findings; the next cell lists all {len(analysis.findings)} "
+                  f"({more} more in findings.json and report.md)."]
     return "\n".join(lines)
 
 
