@@ -326,9 +326,15 @@ def analyze(path: Path, out_dir: Path | None, fmt: str, name: str | None, source
     if annotate_out is not None:  # hook (zoomer_ar/annotate.py)
         from .annotate import annotate
 
+        from .surgery.io import replaced_note, take_replaced
+
+        take_replaced()
         with reading_progress(bar_factory(show)):  # the copy reads each trace again: a bar each
             report = annotate(analysis, annotate_out)
         click.echo(report.line(), err=True)
+        replaced = replaced_note()
+        if replaced:  # as the trace commands say it
+            click.echo(f"note: {replaced}", err=True)
     if fmt == "json":
         click.echo(findings_json(analysis), nl=False)
     elif fmt == "md":

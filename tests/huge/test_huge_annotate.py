@@ -151,3 +151,12 @@ def test_annotate_into_a_folder_for_one_trace(tmp_path, shared_traces, capsys):
     (tmp_path / "d.json.gz").mkdir()
     assert main(["analyze", str(NS), "--no-files", "--no-progress", "--annotate", str(tmp_path / "d.json.gz")]) == 2
     assert "is a folder" in capsys.readouterr().err
+
+
+def test_annotate_says_when_it_replaced_an_existing_file(tmp_path, capsys):
+    """--annotate replaced an existing output silently, where every `trace` command notes it."""
+    out = tmp_path / "annotated.json.gz"
+    assert main(["analyze", str(NS), "--no-files", "--no-progress", "--annotate", str(out)]) == 0
+    assert "replaced" not in capsys.readouterr().err
+    assert main(["analyze", str(NS), "--no-files", "--no-progress", "--annotate", str(out)]) == 0
+    assert f"note: replaced the existing file {out}" in capsys.readouterr().err

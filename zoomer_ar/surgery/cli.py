@@ -12,7 +12,7 @@ from ..load.reader import reading_progress
 from ..progress import bar_factory
 from ..sigterm import sigterm_unwinds
 from . import ops
-from .io import take_replaced
+from .io import replaced_note, take_replaced
 from .validate import check_trace
 
 _COMPRESSION = click.Choice(["gzip", "zstd", "none"])
@@ -67,11 +67,9 @@ def _done(st: ops.Stats) -> None:
         click.echo(f"note: skipped {s}", err=True)
     for n in st.notes:
         click.echo(f"note: {n}", err=True)
-    replaced = take_replaced()
+    replaced = replaced_note()
     if replaced:
-        more = f" (+{len(replaced) - 3} more)" if len(replaced) > 3 else ""
-        click.echo(f"note: replaced the existing {'file' if len(replaced) == 1 else 'files'} "
-                   f"{', '.join(replaced[:3])}{more}", err=True)
+        click.echo(f"note: {replaced}", err=True)
     for w in st.warnings:
         click.echo(f"warning: {w}", err=True)
     click.echo(f"wrote {st.line()}")

@@ -375,6 +375,16 @@ def take_replaced() -> list[str]:
     return out
 
 
+def replaced_note() -> str | None:
+    """'replaced the existing file(s) ...' for the outputs that replaced a file since the last call
+    (take_replaced), or None."""
+    replaced = take_replaced()
+    if not replaced:
+        return None
+    more = f" (+{len(replaced) - 3} more)" if len(replaced) > 3 else ""
+    return f"replaced the existing {'file' if len(replaced) == 1 else 'files'} {', '.join(replaced[:3])}{more}"
+
+
 def _make_parents(folder: Path) -> list[Path]:
     """mkdir -p; the folders it created, deepest first."""
     made: list[Path] = []
