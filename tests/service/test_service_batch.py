@@ -78,3 +78,14 @@ def test_bench_batch_runs(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     assert "workers  seconds  traces/s  speed-up" in out.stdout
     assert "(0 failed)" in out.stdout and "      2 " in out.stdout
+
+
+def test_batch_with_a_scheduler_address_dask_does_not_take_is_a_usage_error(tmp_path):
+    """--scheduler garbage (no port, an http:// URL) was an internal error (ValueError from distributed,
+    exit 1); now it is one line naming the option and the address, exit 2."""
+    for address in ("garbage", "http://127.0.0.1:8786"):
+        out = zoomer("batch", str(EXAMPLES / "sync_point"), "--scheduler", address, "--no-record", "--no-progress",
+                     timeout=120)
+        assert out.returncode == 2, out.stderr
+        assert f"--scheduler {address}: not a Dask scheduler address" in out.stderr
+        assert "internal error" not in out.stderr

@@ -82,6 +82,19 @@ def local_cluster(workers: int = 2, threads: int = 1):
                         dashboard_address=None, silence_logs=40)
 
 
+def _connect(client_cls, scheduler: str):  # noqa: ANN001, ANN202 - distributed's Client, imported by the caller
+    """A client of the scheduler at ``scheduler``; a one-line error for an address Dask does not take (exit 2)
+    or a scheduler that does not answer (exit 1, as an unreachable store)."""
+    from ..errors import InputError, ZoomerError
+
+    try:
+        return client_cls(scheduler, timeout="30s")
+    except ValueError as exc:
+        raise InputError(None, f"--scheduler {scheduler}: not a Dask scheduler address ({exc})") from None
+    except OSError as exc:
+        raise ZoomerError(f"cannot reach the Dask scheduler {scheduler}: {exc}") from None
+
+
 @no_cwd_imports()  # Dask's workers (and their restarts) are spawned while this runs: not from the current directory
 def run_batch(
     paths: Iterable[str | Path],
@@ -104,7 +117,7 @@ def run_batch(
     t0 = time.perf_counter()
     own_cluster = None
     if scheduler:
-        client = Client(scheduler, timeout="30s")
+        client = _connect(Client, scheduler)
     else:
         if cluster is None:
             own_cluster = cluster = local_cluster(workers)
