@@ -148,6 +148,18 @@ def test_sample_and_compress_report_files_and_bytes(tmp_path, capsys, shared_tra
     assert f"{out.stat().st_size / 1e6:.1f} MB" in line
 
 
+def test_sample_names_the_ranks_it_copied_not_those_it_skipped(tmp_path, capsys, shared_traces):
+    """sample --ranks 0,4 with rank 0's file cut short wrote only rank 4 and said "ranks [0, 4] of 8"."""
+    job = tmp_path / "job"
+    shutil.copytree(DLRM, job)
+    first = sorted(job.glob("*.json.gz"))[0]
+    first.write_bytes(first.read_bytes()[: first.stat().st_size // 2])
+    assert main(["trace", "sample", str(job), str(tmp_path / "s"), "--ranks", "0,4"]) == 0
+    io = capsys.readouterr()
+    assert f"note: skipped {first}" in io.err
+    assert io.out.startswith("wrote 1 file (") and io.out.rstrip().endswith("; ranks [4] of 8 (rank 0 skipped)")
+
+
 def test_filter_of_ranks_missing_from_the_job_is_bad_input(job_with_stray_file, tmp_path, capsys):
     """Used to write nothing and say `wrote 0 of 0 events` with exit 0."""
     assert main(["trace", "filter", str(job_with_stray_file), str(tmp_path / "f"), "--ranks", "5"]) == 2

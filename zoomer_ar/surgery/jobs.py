@@ -217,13 +217,14 @@ def sample_job(src: Path, dst: Path, k: int | None = None, *, ranks: Iterable[in
     st = Stats(bytes_out=0, skipped=list(job.skipped))
     if ranks is None and k is not None and k > len(have):
         st.notes.append(f"-k {k}: the job has {len(have)} rank{'' if len(have) == 1 else 's'}; copying all of them")
-    copied = 0
+    copied: list[int] = []
     with output_folder(dst):
         for r, f in files:
-            if r in want:
-                copied += _sample_one(st, f, dst, compression)
-        _none_left(src, copied, st)
-    st.note = f"ranks {want} of {len(have)}"
+            if r in want and _sample_one(st, f, dst, compression):
+                copied.append(r)
+        _none_left(src, len(copied), st)
+    lost = [r for r in want if r not in copied]
+    st.note = f"ranks {copied} of {len(have)}" + (f" ({'rank' if len(lost) == 1 else 'ranks'} {', '.join(map(str, lost))} skipped)" if lost else "")
     return st
 
 
