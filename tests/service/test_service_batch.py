@@ -89,3 +89,22 @@ def test_batch_with_a_scheduler_address_dask_does_not_take_is_a_usage_error(tmp_
         assert out.returncode == 2, out.stderr
         assert f"--scheduler {address}: not a Dask scheduler address" in out.stderr
         assert "internal error" not in out.stderr
+
+
+def test_batch_on_a_cluster_without_workers_is_one_line(tmp_path, monkeypatch, capsys):
+    """A scheduler no worker joins ended in 'internal error: WorkerStartTimeoutError: Only 0/1 workers
+    arrived after 120'; now it is one line naming the scheduler, exit 1 (the cluster, not the input)."""
+    distributed = pytest.importorskip("distributed")
+    from zoomer_ar.cli import main
+    from zoomer_ar.service import batch
+
+    monkeypatch.setattr(batch, "WORKER_WAIT_S", 2.0)
+    cluster = distributed.LocalCluster(n_workers=0, processes=True, host="127.0.0.1", dashboard_address=None)
+    try:
+        rc = main(["batch", str(EXAMPLES / "sync_point"), "--scheduler", cluster.scheduler_address, "--no-record",
+                   "--no-progress"])
+    finally:
+        cluster.close()
+    err = capsys.readouterr().err
+    assert rc == 1 and f"the Dask scheduler {cluster.scheduler_address} has no worker: none joined in 2 s" in err
+    assert "internal error" not in err

@@ -82,6 +82,10 @@ def local_cluster(workers: int = 2, threads: int = 1):
                         dashboard_address=None, silence_logs=40)
 
 
+#: seconds to wait for a first worker of an existing cluster (--scheduler)
+WORKER_WAIT_S = 120.0
+
+
 def _connect(client_cls, scheduler: str):  # noqa: ANN001, ANN202 - distributed's Client, imported by the caller
     """A client of the scheduler at ``scheduler``; a one-line error for an address Dask does not take (exit 2)
     or a scheduler that does not answer (exit 1, as an unreachable store)."""
@@ -131,7 +135,13 @@ def run_batch(
     try:
         n_workers = len(client.nthreads())
         if scheduler:
-            client.wait_for_workers(1, timeout=120)
+            try:
+                client.wait_for_workers(1, timeout=WORKER_WAIT_S)
+            except TimeoutError:
+                from ..errors import ZoomerError
+
+                raise ZoomerError(f"the Dask scheduler {scheduler} has no worker: none joined in "
+                                  f"{WORKER_WAIT_S:g} s") from None
         run_id = uuid.uuid4().hex[:12]  # task keys are global on a shared scheduler
         futures = {client.submit(analyze_one, p, pure=False, key=f"zoomer-analyze-{run_id}-{i}"): p
                    for i, p in enumerate(items)}
