@@ -108,3 +108,25 @@ def test_batch_on_a_cluster_without_workers_is_one_line(tmp_path, monkeypatch, c
     err = capsys.readouterr().err
     assert rc == 1 and f"the Dask scheduler {cluster.scheduler_address} has no worker: none joined in 2 s" in err
     assert "internal error" not in err
+
+
+def test_batch_counts_the_workers_that_joined_while_it_waited(tmp_path, capsys):
+    """The summary counted the cluster's workers before waiting for the first one: a cluster whose worker
+    joined during the wait read 'on 0 workers'; now the count is taken after the wait."""
+    import threading
+
+    distributed = pytest.importorskip("distributed")
+    from zoomer_ar.cli import main
+
+    cluster = distributed.LocalCluster(n_workers=0, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                       dashboard_address=None)
+    timer = threading.Timer(1.0, lambda: cluster.scale(1))
+    timer.start()
+    try:
+        rc = main(["batch", str(EXAMPLES / "sync_point"), "--scheduler", cluster.scheduler_address, "--no-record",
+                   "--no-progress"])
+    finally:
+        timer.join()
+        cluster.close()
+    out = capsys.readouterr().out
+    assert rc == 0 and f"on 1 worker ({cluster.scheduler_address})" in out, out

@@ -133,7 +133,6 @@ def run_batch(
         engine = open_store(db)
     results: list[TraceResult] = []
     try:
-        n_workers = len(client.nthreads())
         if scheduler:
             try:
                 client.wait_for_workers(1, timeout=WORKER_WAIT_S)
@@ -142,6 +141,7 @@ def run_batch(
 
                 raise ZoomerError(f"the Dask scheduler {scheduler} has no worker: none joined in "
                                   f"{WORKER_WAIT_S:g} s") from None
+        n_workers = len(client.nthreads())  # after the wait: the workers that joined
         run_id = uuid.uuid4().hex[:12]  # task keys are global on a shared scheduler
         futures = {client.submit(analyze_one, p, pure=False, key=f"zoomer-analyze-{run_id}-{i}"): p
                    for i, p in enumerate(items)}
