@@ -130,3 +130,11 @@ def test_batch_counts_the_workers_that_joined_while_it_waited(tmp_path, capsys):
         cluster.close()
     out = capsys.readouterr().out
     assert rc == 0 and f"on 1 worker ({cluster.scheduler_address})" in out, out
+
+
+def test_batch_starts_no_more_workers_than_paths(tmp_path):
+    """--workers 64 for one trace started 64 worker processes (on a 2-core machine it did not finish in a
+    minute); now the LocalCluster has at most one worker per PATH."""
+    out = zoomer("batch", str(EXAMPLES / "sync_point"), "--workers", "4", "--no-record", "--no-progress", timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "on 1 worker (LocalCluster)" in out.stdout, out.stdout

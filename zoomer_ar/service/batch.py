@@ -1,6 +1,6 @@
 """`zoomer-ar batch`: analyse many traces on a Dask cluster (`distributed`) and record them in the store.
 
-- Cluster: a `distributed.LocalCluster` by default (`--workers N` processes, one thread each, on
+- Cluster: a `distributed.LocalCluster` by default (`--workers N` processes, at most one per PATH, one thread each, on
   127.0.0.1, no dashboard), or an existing cluster with `--scheduler tcp://HOST:PORT`. The traces'
   paths must be readable by the cluster's workers (shared storage) and `zoomer_ar` importable there.
 - Each PATH (a trace file or a folder of per-rank files, as `analyze` takes) is one task:
@@ -124,7 +124,7 @@ def run_batch(
         client = _connect(Client, scheduler)
     else:
         if cluster is None:
-            own_cluster = cluster = local_cluster(workers)
+            own_cluster = cluster = local_cluster(max(1, min(workers, len(items))))  # no idle processes
         client = Client(cluster)
     engine = None
     if record:

@@ -241,7 +241,7 @@ def token_revoke(token_id: int, db: str | None) -> None:
 @click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
               help="An existing Dask scheduler (default: a LocalCluster started here).")
 @click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True,
-              help="Worker processes of the LocalCluster (ignored with --scheduler).")
+              help="Worker processes of the LocalCluster, at most one per PATH (ignored with --scheduler).")
 @click.option("--team", default=None, help="Team recorded on the jobs.")
 @click.option("--no-record", is_flag=True, help="Do not record the analyses in the store.")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
