@@ -135,6 +135,19 @@ def test_encodings_and_line_endings_are_kept(project: Path):
     assert stat.S_IMODE((project / "run.py").stat().st_mode) == 0o755
 
 
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="giving a file to another user needs root")
+def test_apply_as_root_keeps_the_owner_and_group(project: Path):
+    """root fixing a user's tree (a container, sudo) used to leave root-owned files: a file of
+    mode 0640 was then unreadable to the user who owned it."""
+    target = project / "train.py"
+    os.chown(target, 65534, 65534)
+    target.chmod(0o640)
+    engine.apply(engine.run(project, fix=True))
+    st = target.stat()
+    assert "empty_cache" not in target.read_text()
+    assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (65534, 65534, 0o640)
+
+
 @needs_git
 def test_diff_passes_git_apply_and_equals_apply(project: Path, tmp_path: Path):
     _git(project, "init", "-q")

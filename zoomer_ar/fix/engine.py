@@ -600,17 +600,21 @@ def _run_parallel(tasks: list[tuple], jobs: int, selection_args: tuple,
 # --------------------------------------------------------------------------------------------
 
 
-def write_atomic(path: Path, data: bytes, mode: int | None = None) -> None:
+def write_atomic(path: Path, data: bytes, mode: int | None = None, owner: tuple[int, int] | None = None) -> None:
     """Replace ``path`` with ``data`` atomically (temp file in the same folder, fsync, rename),
-    keeping the file mode; on any error the original is untouched."""
-    if mode is None:
-        mode = stat.S_IMODE(path.stat().st_mode)
+    keeping the file mode and, where this process may set them, its owner and group (root fixing
+    a user's tree must not leave the user a root-owned file); on any error the original is untouched."""
+    if mode is None or owner is None:
+        st = path.stat()
+        mode = stat.S_IMODE(st.st_mode) if mode is None else mode
+        owner = (st.st_uid, st.st_gid) if owner is None else owner
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".zoomer-tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+            _keep_owner(fh.fileno(), owner)
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
@@ -619,6 +623,20 @@ def write_atomic(path: Path, data: bytes, mode: int | None = None) -> None:
         except OSError:
             pass
         raise
+
+
+def _keep_owner(fd: int, owner: tuple[int, int]) -> None:
+    """Give the new file the old one's owner and group: both when this process may (root), else
+    the group alone when the user belongs to it; otherwise it stays the user's (as git leaves it)."""
+    st = os.fstat(fd)
+    if (st.st_uid, st.st_gid) == owner or not hasattr(os, "fchown"):
+        return
+    for uid, gid in (owner, (-1, owner[1])):
+        try:
+            os.fchown(fd, uid, gid)
+            return
+        except OSError:
+            continue
 
 
 def apply(result: RunResult) -> list[FileResult]:
@@ -633,7 +651,7 @@ def apply(result: RunResult) -> list[FileResult]:
             if f.stat is not None and (st.st_mtime_ns, st.st_size) != (f.stat.st_mtime_ns, f.stat.st_size):
                 f.error = "changed while fixing; left unchanged"
                 continue
-            write_atomic(f.abspath, (f.after or "").encode(f.encoding), stat.S_IMODE(st.st_mode))
+            write_atomic(f.abspath, (f.after or "").encode(f.encoding), stat.S_IMODE(st.st_mode), (st.st_uid, st.st_gid))
             written.append(f)
         except OSError as exc:
             f.error = f"cannot write: {exc.strerror or exc}"
