@@ -148,6 +148,16 @@ def test_apply_as_root_keeps_the_owner_and_group(project: Path):
     assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (65534, 65534, 0o640)
 
 
+def test_apply_rewrites_a_file_whose_name_is_near_the_length_limit(tmp_path: Path, capsys):
+    """The temp file's name held the whole file name: a 250-character name made it too long to
+    create (exit 1, 'cannot write: File name too long')."""
+    for name in ("a" * 247 + ".py", "\u00e9" * 123 + ".py"):  # 250 and 249 bytes
+        (tmp_path / name).write_text("import torch\nfor x in range(3):\n    torch.cuda.empty_cache()\n")
+    assert main(["fix", str(tmp_path), "--apply"]) == 0
+    assert "cannot write" not in capsys.readouterr().err
+    assert sorted(p.read_text().splitlines()[-1] for p in tmp_path.iterdir()) == ["    pass", "    pass"]
+
+
 @needs_git
 def test_diff_passes_git_apply_and_equals_apply(project: Path, tmp_path: Path):
     _git(project, "init", "-q")

@@ -608,7 +608,8 @@ def write_atomic(path: Path, data: bytes, mode: int | None = None, owner: tuple[
         st = path.stat()
         mode = stat.S_IMODE(st.st_mode) if mode is None else mode
         owner = (st.st_uid, st.st_gid) if owner is None else owner
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".zoomer-tmp", dir=path.parent)
+    # the name shortened: a file whose own name is near the 255-byte limit must still get a temp file
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:40]}.", suffix=".zoomer-tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
