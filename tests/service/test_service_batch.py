@@ -138,3 +138,18 @@ def test_batch_starts_no_more_workers_than_paths(tmp_path):
     out = zoomer("batch", str(EXAMPLES / "sync_point"), "--workers", "4", "--no-record", "--no-progress", timeout=300)
     assert out.returncode == 0, out.stderr
     assert "on 1 worker (LocalCluster)" in out.stdout, out.stdout
+
+
+def test_batch_failure_lines_name_the_path_once_and_what_failed(tmp_path):
+    """A bad trace's line read 'FAILED empty.json: empty.json: empty file' (the input error's message
+    already names the file), and an --out that cannot be written 'recording failed: OutputError: cannot
+    write ...'; now the path is said once and the failed step is named."""
+    empty = tmp_path / "empty.json"
+    empty.write_text("")
+    (tmp_path / "a_file").write_text("not a folder")
+    out = zoomer("batch", str(empty), str(EXAMPLES / "sync_point"), "--no-record", "--out", str(tmp_path / "a_file" / "r"),
+                 "--no-progress", timeout=300)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert f"  failed: {empty}: empty file\n" in out.stdout and f"FAILED {empty}: empty file" in out.stderr
+    assert f"  failed: {EXAMPLES / 'sync_point'}: writing the reports failed: cannot write" in out.stdout, out.stdout
+    assert "recording failed" not in out.stdout and "OutputError" not in out.stdout

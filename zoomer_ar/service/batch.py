@@ -156,6 +156,7 @@ def run_batch(
             r = TraceResult(path=path, ok=bool(out.get("ok")), seconds=float(out.get("seconds") or 0.0),
                             error=out.get("error"), worker=out.get("worker"))
             if r.ok:
+                stage = "recording"
                 try:
                     analysis = Analysis.model_validate_json(out["analysis"])
                     r.findings = len(analysis.findings)
@@ -168,6 +169,7 @@ def run_batch(
                         r.recorded, r.analysis_id = rr.status, rr.analysis_id
                         analysis.features["cost_attribution"] = rr.cost
                     if out_dir is not None:
+                        stage = "writing the reports"
                         from ..analyze_cli import default_out_dir
                         from ..render import write_outputs
 
@@ -175,8 +177,11 @@ def run_batch(
                         target = default_out_dir(analysis.job.name, Path(path), root=out_dir)
                         write_outputs(analysis, target)
                         r.out = str(target)
-                except Exception as exc:  # noqa: BLE001 - recording failed for this trace
-                    r.ok, r.error = False, f"recording failed: {type(exc).__name__}: {exc}"
+                except Exception as exc:  # noqa: BLE001 - recording or writing failed for this trace
+                    from ..errors import ZoomerError
+
+                    why = str(exc) if isinstance(exc, ZoomerError) else f"{type(exc).__name__}: {exc}"
+                    r.ok, r.error = False, f"{stage} failed: {why}"
             results.append(r)
             if on_result is not None:
                 on_result(r, len(results), len(items))
@@ -190,9 +195,15 @@ def run_batch(
                        scheduler=scheduler or "LocalCluster")
 
 
+def failure(r: TraceResult) -> str:
+    """``PATH: reason`` for a failed trace, the path once (an input error's own message starts with it)."""
+    error = r.error or "failed"
+    return error if error.startswith(f"{r.path}: ") else f"{r.path}: {error}"
+
+
 def describe(r: TraceResult) -> str:
     if not r.ok:
-        return f"FAILED {r.path}: {r.error}"
+        return f"FAILED {failure(r)}"
     rec = f", {r.recorded}" if r.recorded else ""
     pats = f" ({', '.join(r.patterns)})" if r.patterns else ""
     out = f" -> {r.out}" if r.out else ""

@@ -251,7 +251,7 @@ def token_revoke(token_id: int, db: str | None) -> None:
 def batch(paths, scheduler, workers, team, no_record, out_dir, progress, db) -> None:
     """Analyse many traces on Dask (a local cluster, or --scheduler) and record them in the store."""
     _require("distributed")
-    from .batch import run_with_progress
+    from .batch import failure, run_with_progress
 
     missing = [str(p) for p in paths if not p.exists()]
     for m in missing:
@@ -266,7 +266,7 @@ def batch(paths, scheduler, workers, team, no_record, out_dir, progress, db) -> 
     click.echo(f"batch: {ok} analysed, {failed} failed, in {result.seconds:.1f} s on {result.workers} "
                f"worker{'s' if result.workers != 1 else ''} ({result.scheduler})")
     for r in result.failed:
-        click.echo(f"  failed: {r.path}: {r.error}")
+        click.echo(f"  failed: {failure(r)}")
     for m in missing:
         click.echo(f"  failed: {m}: not found")
     if failed:
