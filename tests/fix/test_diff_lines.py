@@ -120,6 +120,22 @@ def test_removed_and_added_lines_that_look_like_headers_keep_their_crlf(tmp_path
     assert (repo / "m.py").read_bytes() == after.encode()
 
 
+@needs_git
+def test_odd_file_names_are_quoted_as_git_quotes_them(tmp_path: Path):
+    """A file name holding a newline split its ---/+++ header line: git apply refused the whole
+    patch ('patch fragment without header'), every other file's fix with it. Names with a
+    newline, tab, quote or backslash are now quoted the way git writes them."""
+    src = b"import torch\nfor x in range(3):\n    torch.cuda.empty_cache()\n"
+    names = ["new\nline.py", "tab\tname.py", 'quo"te.py', "back\\slash.py", "plain.py", "\u00fc.py"]
+    repo = _repo(tmp_path / "r", {n: src for n in names})
+    proc = _cli(repo, ".", "--diff")
+    assert proc.returncode == 0, proc.stderr
+    assert b'--- "a/new\\nline.py"\n+++ "b/new\\nline.py"\n' in proc.stdout
+    assert b"--- a/plain.py\n" in proc.stdout and "--- a/\u00fc.py\n".encode() in proc.stdout
+    _git(repo, "apply", "-", input=proc.stdout)
+    assert all((repo / n).read_bytes().endswith(b"    pass\n") for n in names)
+
+
 def test_no_newline_marker_only_at_the_end():
     d = engine.unified_diff("x.py", "a\x0c= 1\nb\u2028= 2", "a\x0c= 1\nb\u2028= 3")
     assert d.count("\\ No newline at end of file") == 2 and d.endswith("+b\u2028= 3\n\\ No newline at end of file\n")

@@ -350,6 +350,26 @@ class RunResult:
         return b"".join(f.diff_bytes() for f in self.files)
 
 
+_GIT_ESCAPES = {"\a": "a", "\b": "b", "\t": "t", "\n": "n", "\v": "v", "\f": "f", "\r": "r", '"': '"', "\\": "\\"}
+
+
+def git_quote(name: str) -> str:
+    """``name`` as git writes it in a diff header: as it is, or, when it holds a quote, a backslash
+    or a control character (a newline would end the header line, a tab its name), in double
+    quotes with C escapes (``"a/new\\nline.py"``), which ``git apply`` and ``patch`` read back."""
+    if not any(c in _GIT_ESCAPES or ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+        return name
+    out = []
+    for c in name:
+        if c in _GIT_ESCAPES:
+            out.append("\\" + _GIT_ESCAPES[c])
+        elif ord(c) < 0x20 or ord(c) == 0x7F:
+            out.append(f"\\{ord(c):03o}")
+        else:
+            out.append(c)
+    return '"' + "".join(out) + '"'
+
+
 def unified_diff(relpath: str, before: str, after: str, context: int = 3) -> str:
     """A unified diff with ``a/``/``b/`` prefixes that ``git apply`` and ``patch -p1`` accept
     (original line endings kept; ``\\ No newline at end of file`` where needed).
@@ -359,7 +379,7 @@ def unified_diff(relpath: str, before: str, after: str, context: int = 3) -> str
     a = split_git_lines(before)
     b = split_git_lines(after)
     out: list[str] = []
-    for i, line in enumerate(difflib.unified_diff(a, b, f"a/{relpath}", f"b/{relpath}", n=context)):
+    for i, line in enumerate(difflib.unified_diff(a, b, git_quote(f"a/{relpath}"), git_quote(f"b/{relpath}"), n=context)):
         if i < 2:  # the ---/+++ headers (a removed "--x" line also starts with "---")
             out.append(line.rstrip("\r\n") + "\n")
         elif line.endswith("\n"):
