@@ -155,8 +155,19 @@ def test_unparsable_file_one_line_exit_0(tmp_path, capsys):
     errs = [ln for ln in err.splitlines() if ln.startswith("zoomer-ar: skipped")]
     assert errs == [
         f"zoomer-ar: skipped {root / 'bad.py'}:1:7: cannot parse: invalid syntax",
-        f"zoomer-ar: skipped {root / 'bad2.py'}: cannot decode: cannot decode as utf-8: 'utf-8' codec can't decode byte 0xff in position 29: invalid start byte",
+        f"zoomer-ar: skipped {root / 'bad2.py'}: cannot decode: 'utf-8' codec can't decode byte 0xff in position 29: invalid start byte",
     ]
+
+
+def test_skip_reasons_do_not_repeat_themselves(tmp_path, capsys, monkeypatch):
+    """'skipped big.py: skipped: larger than 5 MiB' and 'cannot decode: cannot decode as utf-8'."""
+    from zoomer_ar.fix import engine
+
+    monkeypatch.setattr(engine, "MAX_FILE_BYTES", 1 << 20)
+    (tmp_path / "big.py").write_text("x = 1\n" * 200_000)
+    rc, out, err = run(capsys, str(tmp_path))
+    assert rc == 0
+    assert f"zoomer-ar: skipped {tmp_path / 'big.py'}: larger than 1 MiB, not read" in err.splitlines()
 
 
 def test_json_format(proj, capsys):

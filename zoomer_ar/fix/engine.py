@@ -277,7 +277,7 @@ def decode(raw: bytes) -> tuple[str, str]:
     try:
         return raw.decode(encoding), encoding
     except (UnicodeDecodeError, LookupError) as exc:
-        raise ValueError(f"cannot decode as {encoding}: {exc}".splitlines()[0]) from None
+        raise ValueError(str(exc).splitlines()[0]) from None  # names the codec: "'utf-8' codec can't decode ..."
 
 
 @dataclass
@@ -458,7 +458,7 @@ def process_file(root: Path, path: Path, selection: Selection, *, fix: bool, sco
     try:
         res.stat = path.stat()
         if res.stat.st_size > limit:
-            res.error = f"skipped: larger than {limit // (1024 * 1024)} MiB"
+            res.error = f"larger than {limit // (1024 * 1024)} MiB, not read"
             return res
         raw = path.read_bytes()
     except OSError as exc:
