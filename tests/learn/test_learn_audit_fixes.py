@@ -529,3 +529,26 @@ def test_learn_paths_and_counts_of_the_wrong_kind_are_usage_errors(tmp_path, cap
     rc, _out, err = _cli(capsys, *[str(a).format(dir=tmp_path, file=f) for a in args])
     assert rc == 2 and "Invalid value" in err and "internal error" not in err, err
     assert f.read_text() == "keep\n" and sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_an_interrupted_training_leaves_no_half_written_version(tmp_path, fake_real, monkeypatch):
+    """Ctrl-C during the real-trace evaluation left models/vNNNN with boosters and a first meta.json but no
+    evaluation or model card, listed by `models list` (macro-F1 '-') and promotable; now a version is built
+    in a staging folder and renamed into place when complete, and an interrupted run leaves nothing."""
+    from zoomer_ar.learn import evaluate as E
+
+    corpus = make_corpus(tmp_path / "c", 200, known=("idle-gpu", "sync-point"))
+
+    def interrupted(*_a, **_k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(E, "evaluate_real", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        train_into(tmp_path / "models", corpus, fake_real)
+    assert list((tmp_path / "models").iterdir()) == []
+    monkeypatch.undo()
+    # a training still running elsewhere holds its (empty) version folder: the next one takes the number after
+    (tmp_path / "models" / "v0001").mkdir()
+    done = train_into(tmp_path / "models", corpus, fake_real)
+    assert done.name == "v0002" and (done / "meta.json").is_file() and (done / "model_card.md").is_file()
+    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["v0001", "v0002"]

@@ -20,9 +20,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import json
+import os
+import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -241,54 +244,76 @@ def train(cfg: TrainConfig, log=print) -> Path:
     if not boosters:
         raise InputError(str(corpus_file), (f"no anti-pattern has {MIN_CLASS} positive and {MIN_CLASS} negative training "
                                             "examples: nothing to train, no model version written (build a larger corpus)"))
-    version = next_version(Path(cfg.out))
-    out_dir = Path(cfg.out) / version
-    out_dir.mkdir(parents=True, exist_ok=False)
-    for p, b in boosters.items():
-        b.save_model(str(out_dir / labels_meta[p]["file"]))
-    sources = {}
-    for c in cases:
-        sources[c.source] = sources.get(c.source, 0) + 1
-    meta: dict[str, Any] = {
-        "version": version,
-        "created": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "feature_schema_version": FEATURE_SCHEMA_VERSION,
-        "feature_names": names,
-        "vocab": vocab,
-        "data": {"corpus": project_relative(corpus_file), "labels": project_relative(Path(cfg.labels)),
-                 "hash": data_hash([corpus_file, Path(cfg.labels)]), "cases": len(cases),
-                 "train": int(tr.sum()), "held_out": int(test.sum()), "by_source": sources,
-                 "held_out_rule": "sha1(group) % 100 < 20 (a verdict follows its trace's group; one on a trace the corpus "
-                                  "does not hold always trains)",
-                 "verdict_real_pairs": real_pairs},
-        "config": asdict(cfg),
-        "lightgbm": {"version": lgb.__version__, "params": params},
-        "cv": {"early_stopping": "inner grouped split of each fold's training rows (never the scored fold)"},
-        "labels": labels_meta,
-        "skipped_labels": skipped_labels,
-        "decision_rule": "ensemble(P) = rule(P) fires OR (p(P) >= add_threshold(P) AND guard(P)); see docs/learning.md",
-    }
-    (out_dir / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
-    # held-out evaluation with the saved model (what inference will load); held-out verdicts are not scored,
-    # so the numbers are those the gate computes on the same corpus
-    from .model import ModelBundle
+    version, final_dir = reserve_version(Path(cfg.out))
+    # written in a staging folder beside it and renamed onto the reserved (empty) one when complete: an
+    # interrupted or failed run leaves no half-written version for `models list` or `promote` to take
+    out_dir = Path(cfg.out) / f".{version}.partial-{os.getpid()}"
+    try:
+        out_dir.mkdir()
+        for p, b in boosters.items():
+            b.save_model(str(out_dir / labels_meta[p]["file"]))
+        sources = {}
+        for c in cases:
+            sources[c.source] = sources.get(c.source, 0) + 1
+        meta: dict[str, Any] = {
+            "version": version,
+            "created": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "feature_schema_version": FEATURE_SCHEMA_VERSION,
+            "feature_names": names,
+            "vocab": vocab,
+            "data": {"corpus": project_relative(corpus_file), "labels": project_relative(Path(cfg.labels)),
+                     "hash": data_hash([corpus_file, Path(cfg.labels)]), "cases": len(cases),
+                     "train": int(tr.sum()), "held_out": int(test.sum()), "by_source": sources,
+                     "held_out_rule": "sha1(group) % 100 < 20 (a verdict follows its trace's group; one on a trace the corpus "
+                                      "does not hold always trains)",
+                     "verdict_real_pairs": real_pairs},
+            "config": asdict(cfg),
+            "lightgbm": {"version": lgb.__version__, "params": params},
+            "cv": {"early_stopping": "inner grouped split of each fold's training rows (never the scored fold)"},
+            "labels": labels_meta,
+            "skipped_labels": skipped_labels,
+            "decision_rule": "ensemble(P) = rule(P) fires OR (p(P) >= add_threshold(P) AND guard(P)); see docs/learning.md",
+        }
+        (out_dir / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+        # held-out evaluation with the saved model (what inference will load); held-out verdicts are not scored,
+        # so the numbers are those the gate computes on the same corpus
+        from .model import ModelBundle
 
-    bundle = ModelBundle(out_dir)
-    held = [c for c, t in zip(cases, test) if t and c.source != "verdict"]
-    ev = evaluate_cases(bundle, held, rules)
-    meta["held_out"] = ev
-    if (traces / "LABELS.yaml").is_file():
-        from .evaluate import evaluate_real
+        bundle = ModelBundle(out_dir)
+        held = [c for c, t in zip(cases, test) if t and c.source != "verdict"]
+        ev = evaluate_cases(bundle, held, rules)
+        meta["held_out"] = ev
+        if (traces / "LABELS.yaml").is_file():
+            from .evaluate import evaluate_real
 
-        meta["real"] = evaluate_real(bundle, traces, Path(cfg.cache) if cfg.cache else DEFAULT_CACHE, rules,
-                                     exclude={(a, b) for a, b in real_pairs})
-    meta["train_seconds"] = round(time.time() - t0, 2)
-    (out_dir / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
-    from .card import write_card
+            meta["real"] = evaluate_real(bundle, traces, Path(cfg.cache) if cfg.cache else DEFAULT_CACHE, rules,
+                                         exclude={(a, b) for a, b in real_pairs})
+        meta["train_seconds"] = round(time.time() - t0, 2)
+        (out_dir / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+        from .card import write_card
 
-    write_card(out_dir)
-    log(f"train: wrote {out_dir} in {meta['train_seconds']:.1f} s")
-    return out_dir
+        write_card(out_dir)
+        out_dir.rename(final_dir)
+    except BaseException:
+        shutil.rmtree(out_dir, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            final_dir.rmdir()
+        raise
+    log(f"train: wrote {final_dir} in {meta['train_seconds']:.1f} s")
+    return final_dir
+
+
+def reserve_version(root: Path) -> tuple[str, Path]:
+    """The next version name and its folder, created empty (mkdir is atomic: two trainings at once get
+    two versions, never one folder)."""
+    root.mkdir(parents=True, exist_ok=True)
+    while True:
+        version = next_version(root)
+        try:
+            (root / version).mkdir()
+        except FileExistsError:
+            continue
+        return version, root / version
 
 
 def project_relative(path: Path) -> str:
