@@ -49,6 +49,33 @@ def test_suffix_resolution_prefers_longest_match(tmp_path):
     assert idx.resolve("elsewhere.py") is None
 
 
+def test_equally_matching_files_of_one_name_are_not_resolved_on_a_guess(tmp_path, capsys):
+    """A trace frame /home/alice/proj/sync_point.py and a folder holding a/sync_point.py and
+    b/sync_point.py: the first in sorted order was taken and patched. Now neither is taken, a
+    note names both and patch.diff changes nothing; a file whose whole path is the frame's
+    suffix still wins a tie (train.py over old/train.py)."""
+    for sub in ("a", "b"):
+        (tmp_path / "src" / sub).mkdir(parents=True)
+        for name in ("sync_point.py", "_common.py"):
+            (tmp_path / "src" / sub / name).write_bytes((SCEN / name).read_bytes())
+    idx = SourceIndex(tmp_path / "src")
+    assert idx.resolve("/home/alice/proj/sync_point.py") is None
+    assert [p.relative_to(tmp_path / "src").as_posix() for p in idx.ambiguous["/home/alice/proj/sync_point.py"]] == [
+        "a/sync_point.py", "b/sync_point.py"]
+    assert idx.resolve("/home/alice/proj/a/sync_point.py").relative_to(tmp_path / "src").as_posix() == "a/sync_point.py"
+    (tmp_path / "src" / "sync_point.py").write_text("x = 1\n")
+    assert SourceIndex(tmp_path / "src").resolve("/home/alice/proj/sync_point.py") == (tmp_path / "src" / "sync_point.py").resolve()
+    (tmp_path / "src" / "sync_point.py").unlink()
+
+    rc = main(["analyze", str(EXAMPLES / "sync_point"), "--source", str(tmp_path / "src"), "--out", str(tmp_path / "out"),
+               "--no-progress"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "match the traced sync_point.py equally (a/sync_point.py, b/sync_point.py)" in out
+    patch = tmp_path / "out" / "patch.diff"
+    assert not patch.exists() or patch.read_text() == ""
+
+
 def test_unparsable_source_keeps_frame_line(tmp_path):
     (tmp_path / "sync_point.py").write_text("def broken(:\n")
     analysis = map_sources(analyze_path(EXAMPLES / "sync_point"), tmp_path)

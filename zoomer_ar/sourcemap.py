@@ -51,20 +51,35 @@ class SourceIndex:
         for p in self.files:
             self.by_name.setdefault(p.name, []).append(p)
         self._text: dict[Path, str | None] = {}
+        #: frame files that several files match equally well (frame file -> those files): not resolved
+        self.ambiguous: dict[str, list[Path]] = {}
 
     def resolve(self, frame_file: str) -> Path | None:
+        """The file whose path shares the longest suffix with ``frame_file``; on a tie, the one
+        whose whole path is that suffix (``train.py`` over ``old/train.py`` for ``/home/u/proj/train.py``).
+        Several equally good files and none of them whole (``a/train.py`` and ``b/train.py``): None,
+        recorded in :attr:`ambiguous` (the trace cannot say which ran: never patched on a guess)."""
         parts = PurePosixPath(frame_file.replace("\\", "/")).parts
         if not parts:
             return None
-        best, best_len = None, 0
+        best: list[Path] = []
+        best_len = 0
         for cand in self.by_name.get(parts[-1], []):
             rel = cand.relative_to(self.root).parts
             n = 0
             while n < min(len(rel), len(parts)) and rel[-1 - n] == parts[-1 - n]:
                 n += 1
-            if n > best_len or (n == best_len and best is not None and len(rel) < len(best.relative_to(self.root).parts)):
-                best, best_len = cand, n
-        return best
+            if n > best_len:
+                best, best_len = [cand], n
+            elif n == best_len:
+                best.append(cand)
+        if len(best) <= 1:
+            return best[0] if best else None
+        whole = [c for c in best if len(c.relative_to(self.root).parts) == best_len]
+        if whole:
+            return whole[0]
+        self.ambiguous.setdefault(frame_file, best)
+        return None
 
     def resolve_strict(self, frame_file: str) -> Path | None:
         """:meth:`resolve`, but a package's ``__init__.py`` must match its folder's name too (a
@@ -318,6 +333,14 @@ def map_sources(analysis: Analysis, source_dir: Path) -> Analysis:
     single = len(index.files) == 1
     findings = [map_finding(index, f, ran, confirmed=single) for f in analysis.findings]
     notes = list(analysis.notes)
+    seen: set[tuple[Path, ...]] = set()
+    for frame_file, paths in index.ambiguous.items():
+        if tuple(paths) in seen:  # the same files for another spelling (job.json's script, a relative frame)
+            continue
+        seen.add(tuple(paths))
+        names = ", ".join(index.rel(p) for p in paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+        notes.append(f"source: {len(paths)} files under {source_dir} match the traced {frame_file} equally ({names}): "
+                     f"none is taken for it, nothing of it is patched; give --source the folder of the program that ran")
     if not ran and not single:
         guessed = sorted({f.pattern for f in findings for fr in f.evidence.frames if is_unconfirmed(fr)})
         what = f"; the locations shown for {', '.join(guessed)} are unconfirmed static matches" if guessed else ""
