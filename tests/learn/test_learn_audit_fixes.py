@@ -552,3 +552,22 @@ def test_an_interrupted_training_leaves_no_half_written_version(tmp_path, fake_r
     done = train_into(tmp_path / "models", corpus, fake_real)
     assert done.name == "v0002" and (done / "meta.json").is_file() and (done / "model_card.md").is_file()
     assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["v0001", "v0002"]
+
+
+def test_a_current_pointer_that_is_not_text_is_no_crash(tmp_path, trained, fake_real, capsys):
+    """models/CURRENT holding bytes that are not UTF-8 (a damaged pointer) made `analyze` (the model's note),
+    `evaluate` and `models list` an internal error (UnicodeDecodeError); now analyze runs on the rules with a
+    note, evaluate says the pointer names no version here (exit 2), list lists, and promote mends it."""
+    from zoomer_ar.detect.ensemble import model_state
+
+    root = _registry(tmp_path, trained)
+    (root / "CURRENT").write_bytes(b"\xff\xfe\n")
+    st = model_state(root)
+    assert st.model is None and "rules' alone" in st.note
+    rc, _, err = _cli(capsys, "evaluate", "--models", root, "--traces", fake_real[0], "--cache", fake_real[1])
+    assert rc == 2 and "not a model version folder" in _one_line_error(err)
+    rc, out, err = _cli(capsys, "models", "list", "--models", root)
+    assert rc == 0 and "v0001" in out and "internal error" not in err
+    rc, out, err = _cli(capsys, "models", "promote", "v0001", "--models", root, "--traces", fake_real[0],
+                        "--cache", fake_real[1], "--force")
+    assert rc == 0 and (root / "CURRENT").read_text() == "v0001\n", err

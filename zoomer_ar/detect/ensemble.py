@@ -108,7 +108,7 @@ def model_state(directory: Path | None = None) -> ModelState:
     root = Path(directory) if directory else models_dir()
     pointer = root / "CURRENT"
     try:
-        version = pointer.read_text().strip()
+        version = pointer.read_text(encoding="utf-8", errors="replace").strip()  # damaged: a note below, not a crash
     except OSError:
         return ModelState()
     if not version:

@@ -40,8 +40,10 @@ def _now() -> str:
 
 
 def current(root: Path) -> str | None:
+    """The version models/CURRENT names (as written: one that is not a version here is the caller's to
+    report; bytes that are not UTF-8 are replaced, never an error that would block `promote` mending it)."""
     try:
-        v = (root / "CURRENT").read_text().strip()
+        v = (root / "CURRENT").read_text(encoding="utf-8", errors="replace").strip()
     except OSError:
         return None
     return v or None
