@@ -571,3 +571,16 @@ def test_a_current_pointer_that_is_not_text_is_no_crash(tmp_path, trained, fake_
     rc, out, err = _cli(capsys, "models", "promote", "v0001", "--models", root, "--traces", fake_real[0],
                         "--cache", fake_real[1], "--force")
     assert rc == 0 and (root / "CURRENT").read_text() == "v0001\n", err
+
+
+def test_models_list_says_when_current_names_a_missing_version(tmp_path, trained, capsys):
+    """CURRENT naming a version that is not there (deleted, a typo) left `models list` marking nothing and
+    saying nothing, while analyze notes the broken pointer and runs on the rules; now list says so."""
+    root = _registry(tmp_path, trained)
+    (root / "CURRENT").write_text("v0042\n")
+    rc, out, err = _cli(capsys, "models", "list", "--models", root)
+    assert rc == 0 and "v0001" in out and "* " not in out
+    assert f"{root / 'CURRENT'} names v0042, which is not a model version here" in err
+    (root / "CURRENT").write_text("v0001\n")
+    rc, out, err = _cli(capsys, "models", "list", "--models", root)
+    assert rc == 0 and "* v0001" in out and err == ""

@@ -232,9 +232,14 @@ def models() -> None:
 @click.option("--models", "root", type=P(), default=None)
 def models_list(root) -> None:
     """Versions with their held-out macro-F1; * marks the current one."""
-    from .registry import versions
+    from .registry import current, versions
 
-    vs = versions(_models_root(root))
+    root = _models_root(root)
+    vs = versions(root)
+    named = current(root)
+    if named and not any(v["current"] for v in vs):  # a dangling pointer: analyze runs on the rules alone
+        click.echo(f"note: {root / 'CURRENT'} names {named}, which is not a model version here: "
+                   "findings are the rules' alone (`zoomer-ar models promote VERSION` to set one)", err=True)
     if not vs:
         click.echo("no model versions (train one with `zoomer-ar train`)")
         return
