@@ -139,3 +139,27 @@ def test_sigterm_exits_143_and_removes_the_output_folder_it_made(tmp_path, share
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=dict(os.environ))
     assert r.returncode == 143, (r.returncode, r.stderr[-2000:])
     assert not out.exists() and not out.parent.exists()
+
+
+# ---- a reader that goes away ----------------------------------------------------------------------
+
+
+def test_output_piped_into_a_reader_that_quits_exits_0(tmp_path):
+    """`zoomer-ar fix DIR | head -1`: click turned the broken pipe into a silent exit 1 (the code of
+    an internal error; a `set -o pipefail` script failed). Now exit 0, nothing on stderr."""
+    import os
+    import subprocess
+    import sys
+
+    src = "import torch\nfor x in range(3):\n    torch.cuda.empty_cache()\n"
+    for i in range(3):
+        (tmp_path / f"m{i}.py").write_text(src)
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first line is written
+    try:
+        proc = subprocess.run([sys.executable, "-m", "zoomer_ar.cli", "fix", str(tmp_path), "-j", "1"], stdout=write,
+                              stderr=subprocess.PIPE, timeout=300)
+    finally:
+        os.close(write)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert b"Traceback" not in proc.stderr and b"Exception ignored" not in proc.stderr

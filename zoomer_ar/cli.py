@@ -42,8 +42,51 @@ def _available(module: str) -> bool:
     return importlib.util.find_spec(module.rsplit(".", 1)[0]) is not None and importlib.util.find_spec(module) is not None
 
 
+def _output_gone() -> bool:
+    """Whether stdout (or stderr) is a pipe whose reader has gone (``zoomer-ar ... | head``):
+    a broken pipe of the output, not of a socket the command talks to."""
+    import select
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            fd = stream.fileno()
+            poller = select.poll()
+            poller.register(fd, select.POLLOUT)
+            if any(events & select.POLLERR for _, events in poller.poll(0)):
+                return True
+        except (AttributeError, OSError, ValueError):
+            continue
+    return False
+
+
+def _silence_output() -> None:
+    """Point stdout and stderr at /dev/null, so that the interpreter's last flush of the text the
+    reader did not take does not fail again ('Exception ignored ... BrokenPipeError')."""
+    import os
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, stream.fileno())
+            os.close(devnull)
+        except (AttributeError, OSError, ValueError):
+            continue
+
+
 class LazyGroup(click.Group):
     """Commands imported on first use, from COMMANDS."""
+
+    def invoke(self, ctx: click.Context):
+        """A reader that goes away (``| head``) ends the command with exit 0; click itself would
+        turn the broken pipe into a silent exit 1, the code of an internal error. A broken pipe
+        that is not the output's (a socket) is an internal error, with its line."""
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError as exc:
+            if _output_gone():
+                _silence_output()
+                raise click.exceptions.Exit(0) from None
+            raise RuntimeError(f"broken pipe: {exc}") from exc
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(set(super().list_commands(ctx)) | {n for n, m in COMMANDS.items() if _available(m)})
