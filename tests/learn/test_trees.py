@@ -128,3 +128,33 @@ def test_a_booster_of_another_feature_list_is_refused_at_load(tmp_path):
     (tmp_path / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(ModelLoadError, match="reads 122 features, meta.json lists 121"):
         ModelBundle(tmp_path)
+
+
+def test_a_damaged_tree_is_a_load_error_not_lightgbms(tmp_path):
+    """A booster whose tree breaks LightGBM's invariants was handed to LightGBM, which aborted the whole
+    process ('terminate called without an active exception', exit 134: every `analyze` with that model
+    current died) on arrays of the wrong length or a split on a feature the model lacks, and loaded a cycle
+    whose prediction never ended (analyze hung). Now each is a one-line ModelLoadError naming the file, so
+    analyze notes it and runs on the rules. Run in a child process: before, the load killed it."""
+    import re
+    import subprocess
+    import sys
+
+    src = SHIPPED[0].read_text()
+    cases = {"sizes": re.sub(r"leaf_value=.*", "leaf_value=nan nan nan nan nan nan nan", src, count=1),
+             "feature": re.sub(r"split_feature=(\d+)", "split_feature=99999", src, count=1),
+             "child": re.sub(r"right_child=(-?\d+)", "right_child=777", src, count=1),
+             "cycle": src.replace("left_child=1 -1", "left_child=0 -1", 1)}
+    for name, text in cases.items():
+        assert text != src, name
+        (tmp_path / f"{name}.txt").write_text(text)
+    script = ("import sys, numpy as np\nfrom pathlib import Path\nfrom zoomer_ar.learn.model import ModelLoadError, "
+              "load_predictor\nfor f in sorted(Path(sys.argv[1]).glob('*.txt')):\n    try:\n        b = load_predictor(f)\n"
+              "        b.predict(np.zeros((1, b.num_feature() if hasattr(b, 'num_feature') else b.num_features)), "
+              "raw_score=True)\n        print(f.stem, 'loaded')\n    except ModelLoadError as e:\n"
+              "        print(f.stem, 'refused', e)\n")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-500:]
+    lines = dict(ln.split(" ", 1) for ln in done.stdout.splitlines())
+    assert set(lines) == set(cases) and all(v.startswith("refused") for v in lines.values()), done.stdout
+    assert "a corrupt LightGBM text model" in lines["cycle"] and "cycle.txt" in lines["cycle"]

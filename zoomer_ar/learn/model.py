@@ -23,7 +23,7 @@ import numpy as np
 from ..errors import InputError
 from . import calibrate
 from .featurize import full_features, matrix
-from .trees import TextBooster, Unsupported
+from .trees import Corrupt, TextBooster, Unsupported
 
 
 class ModelLoadError(InputError):
@@ -87,10 +87,13 @@ def load_predictor(path: Path):
     """What inference predicts with: the text model evaluated in-process (learn/trees.py: the same raw
     scores and contributions, without importing LightGBM, pandas and scipy); a model that evaluator
     does not read completely (a truncated tree list, categorical splits...) is loaded by LightGBM,
-    whose verdict and message stand."""
+    whose verdict and message stand; a damaged tree (trees.Corrupt) is a ModelLoadError, never LightGBM's
+    to load (it aborts the process on such a file, or hangs predicting on a cycle)."""
     text = _model_text(path)
     try:
         return TextBooster.from_text(text)
+    except Corrupt as exc:  # LightGBM would abort the process on it (or hang predicting): refused here
+        raise ModelLoadError(str(path), f"a corrupt LightGBM text model ({exc})") from None
     except Unsupported:
         return load_booster(path, text)
 

@@ -10,7 +10,9 @@ and evaluates it with numpy and plain Python. Training stays with LightGBM (lear
 What it evaluates: binary or regression boosters of numerical splits (`num_class=1`, one tree per
 iteration, no categorical splits, no linear trees) - what learn/train.py writes. Anything else, and
 any file it cannot read completely, raises `Unsupported`; the caller then loads the file with
-LightGBM itself (learn/model.py), whose verdict and message stand.
+LightGBM itself (learn/model.py), whose verdict and message stand. A tree that is damaged (`Corrupt`:
+arrays of the wrong length, a split on a feature the model lacks, a child outside the tree or a cycle)
+is refused outright: LightGBM aborts the process on the first three and hangs predicting the last.
 
 Exactness (tests/learn/test_trees.py compares both on every shipped model and on random rows):
 - a split sends a value left when `value <= threshold`, where the threshold is the file's decimal
@@ -38,6 +40,12 @@ _MISSING_NONE, _MISSING_ZERO, _MISSING_NAN = 0, 1, 2
 
 class Unsupported(ValueError):
     """A model this evaluator does not read (or not completely): load it with LightGBM instead."""
+
+
+class Corrupt(Unsupported):
+    """A tree that breaks what every LightGBM model holds (its arrays as long as its num_leaves says, splits on
+    the model's features, children inside the tree and below their node): a damaged file, never handed to
+    LightGBM, which aborts the process on such a file or, on a cycle, loads it and never ends a prediction."""
 
 
 @dataclass(frozen=True)
@@ -222,15 +230,15 @@ def _tree(f: dict[str, str], num_features: int) -> Tree:
         raise Unsupported("categorical splits")
     sizes = {len(tree.split_feature), len(tree.threshold), len(tree.left), len(tree.right), len(tree.internal_count), n - 1}
     if len(sizes) != 1 or len(tree.leaf_value) != n or len(tree.leaf_count) != n:
-        raise Unsupported("a tree's arrays disagree with its num_leaves")
+        raise Corrupt("a tree's arrays disagree with its num_leaves")
     if any(v < 0 or v >= num_features for v in tree.split_feature):
-        raise Unsupported("a split on a feature the model does not have")
+        raise Corrupt("a split on a feature the model does not have")
     if any(k >= n - 1 or k < -n for k in (*tree.left, *tree.right)):
-        raise Unsupported("a child outside the tree")
+        raise Corrupt("a child outside the tree")
     # LightGBM numbers a split after its parent: a child's index above its node's is what makes every walk
     # end (a corrupt file with a cycle would otherwise walk for ever)
     if any(0 <= k <= i for i, pair in enumerate(zip(tree.left, tree.right)) for k in pair):
-        raise Unsupported("a tree whose splits do not lead down to its leaves")
+        raise Corrupt("a tree whose splits do not lead down to its leaves")
     return tree
 
 
