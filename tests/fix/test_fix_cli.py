@@ -62,6 +62,15 @@ def test_missing_argument_and_exclusive_modes(proj, capsys):
     assert rc == 2 and "missing PATH" in err
 
 
+def test_empty_path_is_bad_input_not_the_current_folder(proj, capsys, monkeypatch):
+    """`zoomer-ar fix "$SRC" --apply` with SRC unset ran on (and rewrote) the current folder."""
+    monkeypatch.chdir(proj)
+    before = {p: p.read_bytes() for p in proj.rglob("*.py")}
+    rc, out, err = run(capsys, "", "--apply")
+    assert rc == 2 and out == "" and err == "zoomer-ar: error: PATH is empty: name the folder (or file) to analyse ('.' for the current one)\n"
+    assert {p: p.read_bytes() for p in proj.rglob("*.py")} == before
+
+
 @pytest.mark.parametrize("args", [["--select", "nope"], ["--ignore", "nope"], ["-o", "bad"], ["-o", "dataloader-bound.nope=1"], ["-o", "dataloader-bound.num_workers=many"]])
 def test_bad_ids_and_options_exit_2(proj, capsys, args):
     rc, out, err = run(capsys, str(proj), *args)

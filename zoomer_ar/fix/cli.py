@@ -91,7 +91,7 @@ def _list_fixers(fmt: str) -> None:
 
 
 @click.command("fix")
-@click.argument("path", required=False, type=click.Path(path_type=Path))
+@click.argument("path_arg", metavar="[PATH]", required=False, type=click.Path())
 @click.option("--select", help="Comma-separated fixer names or pattern ids to run (default: all). Opt-in fixers rewrite only when selected here.")
 @click.option("--ignore", help="Comma-separated fixer names or pattern ids to skip.")
 @click.option("--diff", "show_diff", is_flag=True,
@@ -105,7 +105,7 @@ def _list_fixers(fmt: str) -> None:
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
               help="Worker processes reading the files (default: the CPU count; trees under 32 files are read in "
                    "this process). The output does not depend on it.")
-def fix(path: Path | None, select: str | None, ignore: str | None, show_diff: bool, do_apply: bool, fmt: str, opts: tuple[str, ...], list_fixers: bool,
+def fix(path_arg: str | None, select: str | None, ignore: str | None, show_diff: bool, do_apply: bool, fmt: str, opts: tuple[str, ...], list_fixers: bool,
         jobs: int | None) -> int:
     """Find performance anti-patterns in the Python files and notebooks (.ipynb) under PATH (a
     folder or a file) and fix them with codemods.
@@ -120,8 +120,11 @@ def fix(path: Path | None, select: str | None, ignore: str | None, show_diff: bo
     if list_fixers:
         _list_fixers(fmt)
         return 0
-    if path is None:
+    if path_arg is None:
         raise InputError(None, "missing PATH: the folder (or file) to analyse")
+    if path_arg == "":  # an unset variable ("$SRC"): not the current folder, which --apply would rewrite
+        raise InputError(None, "PATH is empty: name the folder (or file) to analyse ('.' for the current one)")
+    path = Path(path_arg)
     if show_diff and do_apply:
         raise InputError(None, "--diff and --apply are exclusive")
     options = _parse_options(opts)
