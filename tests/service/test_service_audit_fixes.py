@@ -247,6 +247,18 @@ def test_token_revoke_unknown_id_exits_2(server):
     assert again.returncode == 2 and "already revoked" in again.stderr, again
 
 
+def test_token_name_with_a_control_character_is_refused(tmp_path):
+    """`token create --name "a<TAB>b<NEWLINE>c"` was stored as given, and `token list` (one tab-separated line
+    per token) printed it as extra columns and a broken line; now such a name is a usage error, exit 2, and
+    nothing is stored."""
+    db = f"sqlite:///{tmp_path / 'store.db'}"
+    for name in ("a\tb", "a\nb", "a\x1bb"):
+        out = zoomer("token", "create", "--team", "ml", "--name", name, "--db", db)
+        assert out.returncode == 2 and "--name" in out.stderr and "control character" in out.stderr, out
+    listed = zoomer("token", "list", "--db", db)
+    assert listed.returncode == 0 and listed.stdout == "", listed
+
+
 # --- 3. a job that fails after recording leaves nothing in the store -------------------------------------
 
 

@@ -201,6 +201,9 @@ def token_create(team: str, name: str, db: str | None) -> None:
         team = check_team_name(team)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--team") from None
+    if any(ch < " " or ch == "\x7f" for ch in name):  # `token list` prints one tab-separated line per token
+        raise click.BadParameter(f"token name {name!r} holds a control character (a tab, a newline...)",
+                                 param_hint="--name")
     tok, tid = create_token(open_store(db), team, name)
     click.echo(tok)
     click.echo(f"token #{tid} for team {team}: store it now, it is not shown again", err=True)
