@@ -247,6 +247,14 @@ def test_token_revoke_unknown_id_exits_2(server):
     assert again.returncode == 2 and "already revoked" in again.stderr, again
 
 
+def test_token_revoke_of_an_id_no_store_integer_holds_exits_2(tmp_path):
+    """`token revoke 99999999999999999999999` was an internal error (OverflowError from SQLite, exit 1); it is
+    an unknown token like any other: one line, exit 2."""
+    out = zoomer("token", "revoke", "99999999999999999999999", "--db", f"sqlite:///{tmp_path / 'store.db'}")
+    assert out.returncode == 2 and "no token #99999999999999999999999" in out.stderr, out
+    assert "internal error" not in out.stderr
+
+
 def test_token_name_with_a_control_character_is_refused(tmp_path):
     """`token create --name "a<TAB>b<NEWLINE>c"` was stored as given, and `token list` (one tab-separated line
     per token) printed it as extra columns and a broken line; now such a name is a usage error, exit 2, and

@@ -231,6 +231,8 @@ def token_revoke(token_id: int, db: str | None) -> None:
     from ..store.db import open_store
     from .auth import revoke_token, token_state
 
+    if not 0 <= token_id < 2**63:  # no store integer holds it (SQLite: OverflowError)
+        raise InputError(None, f"no token #{token_id} (see `zoomer-ar token list`)")
     engine = open_store(db)
     if not revoke_token(engine, token_id):
         if token_state(engine, token_id) == "revoked":
