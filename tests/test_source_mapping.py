@@ -76,6 +76,21 @@ def test_equally_matching_files_of_one_name_are_not_resolved_on_a_guess(tmp_path
     assert not patch.exists() or patch.read_text() == ""
 
 
+def test_a_library_package_init_is_no_ambiguity(tmp_path):
+    """The traced logging/__init__.py against a folder of packages: every __init__.py matched it
+    by name alone and the note listed hundreds of 'equally matching' files; a package's
+    __init__.py needs its folder's name too, so none matches and nothing is noted."""
+    for sub in ("a", "b", "logging"):
+        (tmp_path / "src" / sub).mkdir(parents=True)
+        (tmp_path / "src" / sub / "__init__.py").write_text("x = 1\n")
+    idx = SourceIndex(tmp_path / "src")
+    assert idx.resolve_strict("/usr/lib/python3.11/logging/__init__.py") == (tmp_path / "src" / "logging" / "__init__.py").resolve()
+    (tmp_path / "src" / "logging" / "__init__.py").unlink()
+    idx = SourceIndex(tmp_path / "src")
+    assert idx.resolve_strict("/usr/lib/python3.11/logging/__init__.py") is None
+    assert idx.ambiguous == {}
+
+
 def test_unparsable_source_keeps_frame_line(tmp_path):
     (tmp_path / "sync_point.py").write_text("def broken(:\n")
     analysis = map_sources(analyze_path(EXAMPLES / "sync_point"), tmp_path)

@@ -54,11 +54,12 @@ class SourceIndex:
         #: frame files that several files match equally well (frame file -> those files): not resolved
         self.ambiguous: dict[str, list[Path]] = {}
 
-    def resolve(self, frame_file: str) -> Path | None:
+    def resolve(self, frame_file: str, min_len: int = 1) -> Path | None:
         """The file whose path shares the longest suffix with ``frame_file``; on a tie, the one
         whose whole path is that suffix (``train.py`` over ``old/train.py`` for ``/home/u/proj/train.py``).
         Several equally good files and none of them whole (``a/train.py`` and ``b/train.py``): None,
-        recorded in :attr:`ambiguous` (the trace cannot say which ran: never patched on a guess)."""
+        recorded in :attr:`ambiguous` (the trace cannot say which ran: never patched on a guess).
+        A best match of fewer than ``min_len`` path parts is no match (and no ambiguity)."""
         parts = PurePosixPath(frame_file.replace("\\", "/")).parts
         if not parts:
             return None
@@ -73,6 +74,8 @@ class SourceIndex:
                 best, best_len = [cand], n
             elif n == best_len:
                 best.append(cand)
+        if best_len < min_len:
+            return None
         if len(best) <= 1:
             return best[0] if best else None
         whole = [c for c in best if len(c.relative_to(self.root).parts) == best_len]
@@ -84,12 +87,8 @@ class SourceIndex:
     def resolve_strict(self, frame_file: str) -> Path | None:
         """:meth:`resolve`, but a package's ``__init__.py`` must match its folder's name too (a
         trace's ``logging/__init__.py`` is not the folder's ``utils/__init__.py``)."""
-        path = self.resolve(frame_file)
-        if path is None or path.name != "__init__.py":
-            return path
-        parts = PurePosixPath(frame_file.replace("\\", "/")).parts
-        rel = path.relative_to(self.root).parts
-        return path if len(parts) >= 2 and len(rel) >= 2 and parts[-2] == rel[-2] else None
+        init = PurePosixPath(frame_file.replace("\\", "/")).name == "__init__.py"
+        return self.resolve(frame_file, min_len=2 if init else 1)  # 2: the file and its folder
 
     def text(self, path: Path) -> str | None:
         if path not in self._text:
