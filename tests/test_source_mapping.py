@@ -91,6 +91,20 @@ def test_a_library_package_init_is_no_ambiguity(tmp_path):
     assert idx.ambiguous == {}
 
 
+@pytest.mark.parametrize("make", ["file", "missing"])
+def test_a_source_that_is_no_folder_is_refused_before_any_work(tmp_path, capsys, make):
+    """--source train.py (a file) was refused as 'source folder not found', after the whole trace was
+    read, and both refusals left an empty --out folder behind."""
+    source = tmp_path / "sync_point.py"
+    if make == "file":
+        source.write_bytes((SCEN / "sync_point.py").read_bytes())
+    rc = main(["analyze", str(EXAMPLES / "sync_point"), "--source", str(source), "--out", str(tmp_path / "out"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1
+    assert ("a file, not a folder" if make == "file" else "source folder not found") in err
+    assert not (tmp_path / "out").exists()
+
+
 def test_unparsable_source_keeps_frame_line(tmp_path):
     (tmp_path / "sync_point.py").write_text("def broken(:\n")
     analysis = map_sources(analyze_path(EXAMPLES / "sync_point"), tmp_path)

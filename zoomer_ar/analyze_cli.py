@@ -270,6 +270,10 @@ def analyze(path: Path, out_dir: Path | None, fmt: str, name: str | None, source
     show = sys.stderr.isatty() if progress is None else progress
     if fix_select:  # an unknown id is a one-line error before any work
         patch_fixers([], fix_select)
+    if source_dir is not None and not source_dir.is_dir():  # so is a --source that is no folder
+        reason = ("a file, not a folder: give --source the folder that holds the program" if source_dir.exists()
+                  else "source folder not found")
+        raise InputError(str(source_dir), reason)
     steps = None
     if steps_text is not None:  # a window of steps (zoomer_ar/step_window.py): refused before any work
         from .step_window import parse_steps
