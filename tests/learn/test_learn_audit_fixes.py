@@ -584,3 +584,27 @@ def test_models_list_says_when_current_names_a_missing_version(tmp_path, trained
     (root / "CURRENT").write_text("v0001\n")
     rc, out, err = _cli(capsys, "models", "list", "--models", root)
     assert rc == 0 and "* v0001" in out and err == ""
+
+
+def test_promote_rewrites_the_versions_meta_json_whole_or_not_at_all(tmp_path, trained, fake_real, capsys,
+                                                                       monkeypatch):
+    """promote records the gate in the version's meta.json after making it current; the file was rewritten
+    in place, so a write cut short (a full disk, a kill) left the now-current model with a truncated
+    meta.json that no command could load. Now it is replaced whole (a temporary file renamed over it)."""
+    root = _registry(tmp_path, trained)
+    meta_f = root / "v0001" / "meta.json"
+    before = meta_f.read_text()
+    real_write_text = Path.write_text
+
+    def disk_full(self, data, *a, **k):
+        if self.name == "meta.json":
+            real_write_text(self, data[:100], *a, **k)
+            raise OSError(28, "No space left on device")
+        return real_write_text(self, data, *a, **k)
+
+    monkeypatch.setattr(Path, "write_text", disk_full)
+    main(["models", "promote", "v0001", "--models", str(root), "--traces", str(fake_real[0]), "--cache",
+          str(fake_real[1]), "--force"])
+    monkeypatch.undo()
+    json.loads(meta_f.read_text())  # a whole JSON document, whatever the outcome
+    assert meta_f.read_text() != before  # the gate's record is in it

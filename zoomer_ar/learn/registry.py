@@ -262,7 +262,9 @@ def promote(root: Path, version: str, traces: Path, cache_dir: Path | None = DEF
     meta_f = root / version / "meta.json"
     meta = json.loads(meta_f.read_text())
     meta["promotion"] = {"at": _now(), "gate": {k: report.get(k) for k in GATE_KEYS}}
-    meta_f.write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+    from ..render.report import atomic_write
+
+    atomic_write(meta_f, json.dumps(meta, indent=1, sort_keys=True) + "\n")  # whole or not at all: it is current now
     try:
         from .card import write_card
 
