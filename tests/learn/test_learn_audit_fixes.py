@@ -413,6 +413,24 @@ def test_explicit_paths_that_do_not_exist_are_errors(tmp_path, trained, fake_rea
     assert rc == 2 and "feature schema 0.9.0" in _one_line_error(err)
 
 
+def test_evaluate_scores_cases_of_a_newer_minor_schema_as_analyze_runs_the_model(tmp_path, trained, fake_real, capsys):
+    """evaluate kept only held-out cases of exactly the model's feature schema, and advised rebuilding the corpus,
+    which gives cases of this code's schema: the shipped v0001 (1.0.0) could never be evaluated, though analyze
+    runs it on 1.5.0 features (same major version). Cases of the same major version are scored now, with a
+    warning; another major version is still refused."""
+    traces, cache = fake_real
+    root = _registry(tmp_path, trained)
+    major, minor = FEATURE_SCHEMA_VERSION.split(".")[:2]
+    newer = f"{major}.{int(minor) + 1}.0"
+    corpus = make_corpus(tmp_path / "newer", 60, schema=newer)
+    rc, out, err = _cli(capsys, "evaluate", "--models", root, "--model", "v0001", "--data", corpus, "--traces", traces,
+                        "--cache", cache, "--json")
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert doc["held_out"]["n"] > 0
+    assert any(f"feature schema {newer} scored by a model trained on {FEATURE_SCHEMA_VERSION}" in w for w in doc["warnings"])
+
+
 # --- 9. promoting the current version is a no-op ----------------------------------------------------------------
 
 def test_promoting_the_current_version_changes_nothing(tmp_path, trained, fake_real, capsys):

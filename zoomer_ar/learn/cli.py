@@ -189,18 +189,24 @@ def evaluate_cmd(version, models, data, traces, cache, as_json) -> None:
     corpus_path = Path(data) if data else resolve_project_path(bundle.meta["data"]["corpus"])
     if corpus_path.exists():
         held = [c for c in load_corpus(corpus_path) if c.source != "verdict" and held_out(c.group)]
-        cases = [c for c in held if c.feature_schema_version == bundle.feature_schema_version]
+        # the cases analyze would run the model on: the same feature-schema major version (schema_compatible)
+        cases = [c for c in held if schema_compatible(bundle.feature_schema_version, c.feature_schema_version)]
         if held and not cases:
             msg = (f"all {len(held)} held-out cases are of feature schema "
                    f"{', '.join(sorted({c.feature_schema_version for c in held}))}, the model's is "
-                   f"{bundle.feature_schema_version}: nothing to score (rebuild the corpus with `zoomer-ar corpus build`)")
+                   f"{bundle.feature_schema_version} (another major version): nothing to score (train a model on this "
+                   "corpus with `zoomer-ar train`)")
             if data:
                 raise InputError(str(corpus_path), msg)
             out["warnings"].append(f"{corpus_path}: {msg}")
         else:
             if len(cases) < len(held):
                 out["warnings"].append(f"{corpus_path}: skipped {len(held) - len(cases)} of {len(held)} held-out cases of "
-                                       f"another feature schema than the model's {bundle.feature_schema_version}")
+                                       f"another feature-schema major version than the model's {bundle.feature_schema_version}")
+            newer = sorted({c.feature_schema_version for c in cases} - {bundle.feature_schema_version})
+            if newer:
+                out["warnings"].append(f"{corpus_path}: cases of feature schema {', '.join(newer)} scored by a model trained "
+                                       f"on {bundle.feature_schema_version}, as analyze runs it (same major version)")
             out["held_out"] = evaluate_cases(bundle, cases)
     if (traces_p / "LABELS.yaml").is_file():
         pairs = {(a, b) for a, b in (bundle.meta.get("data", {}).get("verdict_real_pairs") or [])}
