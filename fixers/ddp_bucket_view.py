@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from typing import Iterable
 
 import libcst as cst
 
 from zoomer_ar.fix import helpers as h
-from zoomer_ar.fix.base import Context, Edit, Example, Fixer
+from zoomer_ar.fix.base import Context, Edit, Example, Fixer, FixerError
 
 DDP_NAMES = {"torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel"}
 DDP_BARE = {"DDP", "DistributedDataParallel", "nn.parallel.DistributedDataParallel", "torch.nn.parallel.DistributedDataParallel"}
@@ -51,6 +52,12 @@ model = DDP(model, device_ids=[local_rank], gradient_as_bucket_view=True)
 ```
 """
     OPTIONS = {"bucket_cap_mb": (None, "also set bucket_cap_mb (MB) when the call does not")}
+
+    def __init__(self, **options):
+        super().__init__(**options)
+        cap = self.options["bucket_cap_mb"]  # no default to take a type from: written into the call as given
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float)) or not math.isfinite(cap) or cap <= 0):
+            raise FixerError(f"fixer {self.name}: option bucket_cap_mb: expected a number of MB above 0, got {cap!r}")
 
     VALID = [
         "from torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(model, gradient_as_bucket_view=True)\n",

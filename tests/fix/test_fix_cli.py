@@ -78,6 +78,18 @@ def test_bad_ids_and_options_exit_2(proj, capsys, args):
     assert err.startswith("zoomer-ar: error: ") and err.count("\n") == 1
 
 
+@pytest.mark.parametrize("option", ["dataloader-bound.num_workers=-3", "align-gemm-dims.multiple=0", "loop-item-sync.log_every=0",
+                                    "align-gemm-dims.multiple=true", "align-gemm-dims.max_growth=-1", "align-gemm-dims.max_growth=NaN",
+                                    "ddp-bucket-view.bucket_cap_mb=abc", "ddp-bucket-view.bucket_cap_mb=-5"])
+def test_option_values_out_of_range_exit_2(proj, capsys, option):
+    """Values out of range were taken: a count of 0 or less clamped to 1 (multiple=0 silently
+    turned align-gemm-dims off), a negative or NaN growth, and bucket_cap_mb (no default to type
+    it) written into the DDP call as given: bucket_cap_mb='abc'."""
+    rc, out, err = run(capsys, str(proj), "--select", "all", "-o", option, "--diff")
+    assert rc == 2 and out == "", err
+    assert err.startswith("zoomer-ar: error: fixer ") and err.count("\n") == 1
+
+
 def test_select_and_ignore(proj, capsys):
     rc, out, _ = run(capsys, str(proj), "--select", "dataloader-bound,allocator-churn")
     assert rc == 0 and {ln.split()[1] for ln in out.splitlines()} == {"dataloader-bound", "allocator-churn"}

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import builtins
 import dataclasses
+import math
 import re
 import threading
 from collections import OrderedDict, defaultdict
@@ -751,13 +752,21 @@ def _coerce(fixer: str, key: str, value: Any, default: Any) -> Any:
                 raise ValueError(value)
             return bool(value)
         if isinstance(default, int):
-            if isinstance(value, float) and not value.is_integer():
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
                 raise ValueError(value)
-            return int(value)
+            number = int(value)
+            if default >= 1 and number < 1:  # a count or a size: 0 or less was clamped, the fixer silently idle
+                raise FixerError(f"fixer {fixer}: option {key}: expected 1 or more, got {value!r}")
+            return number
         if isinstance(default, float):
-            return float(value)
+            if isinstance(value, bool):
+                raise ValueError(value)
+            number = float(value)
+            if not math.isfinite(number) or (default >= 0 and number < 0):
+                raise FixerError(f"fixer {fixer}: option {key}: expected a number of 0 or more, got {value!r}")
+            return number
         return type(default)(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise FixerError(f"fixer {fixer}: option {key}: expected {type(default).__name__}, got {value!r}") from None
 
 
