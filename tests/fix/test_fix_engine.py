@@ -103,6 +103,18 @@ def _snapshot(root: Path) -> dict[str, bytes]:
     }
 
 
+def test_a_package_named_env_is_the_programs_code_not_a_virtualenv(tmp_path: Path):
+    """`env/` and `venv/` were skipped by name alone: a reinforcement-learning program's `env`
+    package (env/__init__.py, env/cartpole.py) was never read, silently. A folder of those names
+    is still skipped when it is not a package (a virtualenv has no __init__.py)."""
+    src = "import torch\nfor x in range(3):\n    torch.cuda.empty_cache()\n"
+    for rel in ("env/__init__.py", "env/cartpole.py", "venv/lib/m.py", "envs/venv/x.py", "train.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("" if rel.endswith("__init__.py") else src)
+    files = [p.relative_to(tmp_path).as_posix() for p in engine.iter_source_files(tmp_path)]
+    assert files == ["train.py", "env/__init__.py", "env/cartpole.py"]
+
+
 def test_walk_skips_hidden_venv_and_links(project: Path, tmp_path: Path):
     outside = tmp_path / "outside"
     outside.mkdir()

@@ -5,7 +5,8 @@ folder given (apply inside it), or, for a single file, relative to the current d
 here; see :func:`diff_path`).
 
 Only regular ``*.py`` and ``*.ipynb`` files under the root are read: hidden folders, virtual
-environments (``.venv``, ``site-packages``, any folder holding ``pyvenv.cfg``), ``__pycache__`` and
+environments (``.venv``, ``site-packages``, any folder holding ``pyvenv.cfg``, ``venv`` and ``env``
+unless they hold an ``__init__.py``), ``__pycache__`` and
 ``node_modules`` are skipped and symbolic links (files or folders) are never followed, so
 nothing outside the root is read or written: a linked file (given as the PATH, or met in a
 folder) is listed as skipped with a one-line reason, never read, diffed or replaced by a regular
@@ -41,7 +42,10 @@ from .base import Context, Fixer, SourceParseError, StaticMatch, apply_fixer, co
 from .lines import split_git_lines
 from .registry import Registry, load_registry
 
-SKIP_DIRS = {"site-packages", "__pycache__", "node_modules", "venv", "env"}
+SKIP_DIRS = {"site-packages", "__pycache__", "node_modules"}
+#: folder names of virtual environments, skipped unless the folder is a package of the program's own
+#: (``env/__init__.py``: a reinforcement-learning environment, not a virtualenv)
+VENV_NAMES = {"venv", "env"}
 MAX_FILE_BYTES = 5 * 1024 * 1024
 MAX_PASSES = 3
 
@@ -226,6 +230,8 @@ def _apply_fixer_in(fixer: Fixer, source: str, path: str, fixing: Iterable[str],
 
 
 def _is_venv(path: Path) -> bool:
+    if path.name in VENV_NAMES and not (path / "__init__.py").is_file():
+        return True
     return (path / "pyvenv.cfg").is_file()
 
 
