@@ -191,6 +191,20 @@ def test_skip_reasons_do_not_repeat_themselves(tmp_path, capsys, monkeypatch):
     assert f"zoomer-ar: skipped {tmp_path / 'big.py'}: larger than 1 MiB, not read" in err.splitlines()
 
 
+def test_a_file_name_with_a_newline_keeps_each_line_one_line(tmp_path, capsys):
+    """`new\\nline.py:3:5: ...` printed the finding, the skip message and the 'fixed' line across two
+    lines; the name is now quoted as git quotes it."""
+    (tmp_path / "new\nline.py").write_text("import torch\nfor x in range(3):\n    torch.cuda.empty_cache()\n")
+    (tmp_path / "bad\tname.py").write_text("def f(:\n")
+    (tmp_path / 'quo"te.py').write_text("x = 1\n")
+    rc, out, err = run(capsys, str(tmp_path))
+    assert rc == 0
+    assert out.startswith(f'"{tmp_path}/new\\nline.py":3:5: allocator-churn ') and out.count("\n") == 1
+    assert f'zoomer-ar: skipped "{tmp_path}/bad\\tname.py":1:7: cannot parse' in err
+    rc, out, err = run(capsys, str(tmp_path), "--apply")
+    assert out == f'fixed "{tmp_path}/new\\nline.py" (1 finding)\n'
+
+
 def test_json_format(proj, capsys):
     rc, out, err = run(capsys, str(proj), "--format", "json", "--diff")
     doc = json.loads(out)

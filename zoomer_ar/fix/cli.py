@@ -134,8 +134,11 @@ def fix(path_arg: str | None, select: str | None, ignore: str | None, show_diff:
     written = engine.apply(result) if do_apply else []
 
     def shown(p: str) -> str:
+        """A file's name in the text output, quoted as git quotes it when it holds a newline or
+        another control character: each finding and message stays one line."""
         base = path if path.is_dir() else path.parent
-        return str(base / p) if str(base) not in ("", ".") else p
+        name = str(base / p) if str(base) not in ("", ".") else p
+        return engine.git_quote(name) if any(ord(c) < 0x20 or ord(c) == 0x7F for c in name) else name
 
     if fmt == "json":
         doc: dict[str, Any] = {
