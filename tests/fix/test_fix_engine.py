@@ -170,6 +170,21 @@ def test_apply_rewrites_a_file_whose_name_is_near_the_length_limit(tmp_path: Pat
     assert sorted(p.read_text().splitlines()[-1] for p in tmp_path.iterdir()) == ["    pass", "    pass"]
 
 
+def test_apply_leaves_a_read_only_file_alone(project: Path, capsys):
+    """A file marked read-only (chmod a-w; a Perforce checkout before `p4 edit`) was rewritten
+    anyway: the atomic replacement goes through the folder, which stays writable. It is now left
+    unchanged and named (exit 1: a file could not be written); the others are fixed."""
+    target = project / "train.py"
+    target.chmod(0o444)
+    before = target.read_bytes()
+    rc = main(["fix", str(project), "--apply"])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert target.read_bytes() == before and stat.S_IMODE(target.stat().st_mode) == 0o444
+    assert f"zoomer-ar: skipped {project / 'train.py'}: cannot write: a read-only file; left unchanged" in err.splitlines()
+    assert "empty_cache" not in (project / "bom.py").read_text()
+
+
 @needs_git
 def test_diff_passes_git_apply_and_equals_apply(project: Path, tmp_path: Path):
     _git(project, "init", "-q")

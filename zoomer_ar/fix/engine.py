@@ -678,6 +678,10 @@ def apply(result: RunResult) -> list[FileResult]:
             if f.stat is not None and (st.st_mtime_ns, st.st_size) != (f.stat.st_mtime_ns, f.stat.st_size):
                 f.error = "changed while fixing; left unchanged"
                 continue
+            if not st.st_mode & 0o222 or not os.access(f.abspath, os.W_OK):
+                # the replacement goes through the folder: without this, a file marked read-only was rewritten
+                f.error = "cannot write: a read-only file; left unchanged"
+                continue
             write_atomic(f.abspath, (f.after or "").encode(f.encoding), stat.S_IMODE(st.st_mode), (st.st_uid, st.st_gid))
             written.append(f)
         except OSError as exc:
