@@ -24,7 +24,7 @@ def render(registry: Registry | None = None) -> str:
         "imported or executed.\n",
         "* `zoomer-ar fix DIR` lists findings: `path:line:col: pattern message [fixer, fixable|report only]`.",
         "* `--diff` prints a unified diff (`a/` and `b/` paths relative to DIR) for `git apply` or `patch -p1`;",
-        "  `--apply` rewrites the files in place (atomically, file mode kept).",
+        "  `--apply` rewrites the files in place (atomically, file mode and owner kept; read-only files left alone).",
         "* `--select` / `--ignore` take fixer names or pattern ids, comma-separated.",
         "  **Opt-in** fixers report by default and rewrite only when selected explicitly.",
         "* `--option ID.KEY=VALUE` sets a fixer option (ID: fixer name or pattern id), e.g.",
