@@ -33,6 +33,8 @@ def render(registry: Registry | None = None) -> str:
         "* Suppress inline with `# zoomer: ignore[ID]` (or `# zoomer: ignore` for all) on the flagged",
         "  line or the statement's first/last line; `# zoomer: ignore-file[ID]` anywhere for the whole file.",
         "* Files that do not parse are reported on one line and skipped.",
+        "* Generated files (`@generated` or `DO NOT EDIT` in their first 2,048 characters: protoc's `_pb2.py`,",
+        "  code generators' output) are listed as skipped: their generator rewrites them, and they can be large.",
         "* Notebooks (`*.ipynb`) are fixed too: their code cells are analysed together (IPython magics",
         "  masked and restored), findings read `nb.ipynb:cell N:LINE:COL` (N counts every cell), only the",
         "  changed cells' `source` is rewritten and `--diff` is a diff of the notebook's JSON text.",

@@ -448,6 +448,18 @@ def _link_reason(path: Path) -> str:
     return f"a symbolic link (to {target}), not followed; run on the file it points to"
 
 
+#: Header markers of generated code (protoc's "DO NOT EDIT!", Meta's and others' "@generated"): its code
+#: is rewritten by its generator, and it can be large (a 5 MB _pb2.py parses in ~1 min and ~4 GB).
+GENERATED_MARKERS = ("@generated", "DO NOT EDIT")
+GENERATED_HEAD = 2048  # characters of the file's head where a marker counts
+
+
+def generated_marker(text: str) -> str | None:
+    """The generated-code marker in the head of ``text`` (comments or docstring), or None."""
+    head = text[:GENERATED_HEAD]
+    return next((m for m in GENERATED_MARKERS if m in head), None)
+
+
 def process_file(root: Path, path: Path, selection: Selection, *, fix: bool, scope: Iterable[str] | None = None) -> FileResult:
     """Findings (and with ``fix`` the fixed text) of one file; ``scope`` confines the fixes
     (see :func:`fix_source_with`). A notebook is handled by :mod:`.notebooks`; a symbolic link
@@ -478,6 +490,10 @@ def process_file(root: Path, path: Path, selection: Selection, *, fix: bool, sco
         res.error = f"cannot decode: {exc}"
         return res
     res.before = text
+    marker = generated_marker(text)
+    if marker is not None:
+        res.error = f"a generated file (its header says {marker!r}), not read: change what generates it"
+        return res
     allowed = None if scope is None else frozenset(scope)
     try:
         res.findings = confine(detect_source(text, rel, selection), text, rel, allowed)
