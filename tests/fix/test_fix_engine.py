@@ -115,6 +115,20 @@ def test_a_package_named_env_is_the_programs_code_not_a_virtualenv(tmp_path: Pat
     assert files == ["train.py", "env/__init__.py", "env/cartpole.py"]
 
 
+def test_setuptools_build_output_is_not_the_programs_code(tmp_path: Path):
+    """`build/lib/pkg/train.py` (setuptools' copy of the program) was read and fixed beside `pkg/train.py`:
+    the patch changed both. A `build` folder holding lib/lib.*/bdist.* is skipped; a package or a
+    folder of scripts named build is read."""
+    src = "import torch\nfor x in range(3):\n    torch.cuda.empty_cache()\n"
+    for rel in ("pkg/__init__.py", "pkg/train.py", "build/lib/pkg/train.py", "build/bdist.linux-x86_64/x.py",
+                "tools/build/make_data.py", "app/build/__init__.py", "app/build/lib/k.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("" if rel.endswith("__init__.py") else src)
+    files = [p.relative_to(tmp_path).as_posix() for p in engine.iter_source_files(tmp_path)]
+    assert files == ["app/build/__init__.py", "app/build/lib/k.py", "pkg/__init__.py", "pkg/train.py",
+                     "tools/build/make_data.py"]
+
+
 def test_walk_skips_hidden_venv_and_links(project: Path, tmp_path: Path):
     outside = tmp_path / "outside"
     outside.mkdir()

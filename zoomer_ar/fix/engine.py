@@ -6,7 +6,8 @@ here; see :func:`diff_path`).
 
 Only regular ``*.py`` and ``*.ipynb`` files under the root are read: hidden folders, virtual
 environments (``.venv``, ``site-packages``, any folder holding ``pyvenv.cfg``, ``venv`` and ``env``
-unless they hold an ``__init__.py``), ``__pycache__`` and
+unless they hold an ``__init__.py``), setuptools' ``build`` output (a ``build`` folder holding
+``lib``, ``lib.*`` or ``bdist.*``: copies of the program's files), ``__pycache__`` and
 ``node_modules`` are skipped and symbolic links (files or folders) are never followed, so
 nothing outside the root is read or written: a linked file (given as the PATH, or met in a
 folder) is listed as skipped with a one-line reason, never read, diffed or replaced by a regular
@@ -232,7 +233,19 @@ def _apply_fixer_in(fixer: Fixer, source: str, path: str, fixing: Iterable[str],
 def _is_venv(path: Path) -> bool:
     if path.name in VENV_NAMES and not (path / "__init__.py").is_file():
         return True
-    return (path / "pyvenv.cfg").is_file()
+    return (path / "pyvenv.cfg").is_file() or _is_build_output(path)
+
+
+def _is_build_output(path: Path) -> bool:
+    """setuptools' build folder (``build/lib/pkg/...``, ``build/lib.linux-x86_64-cpython-311``,
+    ``build/bdist.*``): copies of the program's files, which a fix would change beside the real ones
+    (and ``--source`` could map a frame to)."""
+    if path.name != "build" or (path / "__init__.py").is_file():
+        return False
+    try:
+        return any(c.is_dir() and (c.name == "lib" or c.name.startswith(("lib.", "bdist.", "temp."))) for c in path.iterdir())
+    except OSError:
+        return False
 
 
 def iter_python_files(root: Path) -> Iterator[Path]:
