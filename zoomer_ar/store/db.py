@@ -12,6 +12,7 @@ SQLite runs in WAL mode with a busy timeout; writers take the write lock up fron
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import sys
@@ -193,6 +194,9 @@ def get_engine(db: str | None = None) -> Engine:
             engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
             _sqlite_setup(engine)
         else:
+            # psycopg logs a warning ("error ignored terminating <psycopg.Pipeline [BAD]>") when the server goes
+            # away mid-statement; the error itself reaches the user as one line (store_error)
+            logging.getLogger("psycopg").addHandler(logging.NullHandler())
             try:
                 engine = create_engine(url, pool_pre_ping=True)
             except ModuleNotFoundError as exc:  # driver missing
@@ -317,14 +321,15 @@ def ensure_schema(engine: Engine) -> None:
     _migrated.add(key)
 
 
-def store_error(engine: Engine, exc: DatabaseError) -> StoreError:
-    """One line for a database error while opening the store: a SQLite file that is not a database (or is
-    corrupt) is bad input (NotAStoreError, exit 2); anything else (unreachable server...) a StoreError."""
+def store_error(engine: Engine, exc: DatabaseError, doing: str = "open") -> StoreError:
+    """One line for a database error while opening the store (or, `doing`, using it): a SQLite file that is
+    not a database (or is corrupt) is bad input (NotAStoreError, exit 2); anything else (unreachable server,
+    a server gone mid-run...) a StoreError."""
     orig = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else str(exc).splitlines()[0]
     sqlite_bad = engine.dialect.name == "sqlite" and not isinstance(exc, OperationalError)
     if sqlite_bad or "not a database" in orig or "malformed" in orig:
         return NotAStoreError(engine.url.database or str(engine.url), f"not a usable SQLite store ({orig})")
-    return StoreError(f"cannot open the store {redact(str(engine.url))}: {orig}")
+    return StoreError(f"cannot {doing} the store {redact(str(engine.url))}: {orig}")
 
 
 def open_store(db: str | None = None) -> Engine:

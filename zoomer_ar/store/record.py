@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Engine, Integer, String, delete, exists, func, literal, select, update
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from ..detect.combine import counted_shares
@@ -30,7 +31,7 @@ from ..features.schema import FeatureVector
 from ..models import Analysis
 from . import weeks as W
 from .cost import cost_attribution, default_gpus, profiled_gpu_hours
-from .db import StoreError, open_store, with_retry, write_session
+from .db import StoreError, open_store, store_error, with_retry, write_session
 from .orm import Analysis as AnalysisRow
 from .orm import Finding as FindingRow
 from .orm import Job, Model, Trace, Verdict
@@ -352,6 +353,8 @@ def record_analysis(analysis: Analysis, opts: RecordOptions | None = None, *, db
             return with_retry(tx)
         except _LostRace:
             continue
+        except OperationalError as exc:  # the server went away (or the disk filled) mid-run: one line, exit 1
+            raise store_error(engine, exc, "record into") from None
     raise StoreError(f"could not record {chash[:12]}: concurrent recorders kept conflicting")
 
 

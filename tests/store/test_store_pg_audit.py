@@ -1,0 +1,67 @@
+"""Regression tests for the store audit as a production user runs it (PostgreSQL, compared with SQLite):
+a server that goes away mid-run, text PostgreSQL cannot store, impact figures that are not a share of the
+step, numbers past the store's columns."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from sqlalchemy import create_engine, func, select, text
+from sqlalchemy.engine import make_url
+
+from zoomer_ar.cli import main
+from zoomer_ar.store import record as record_mod
+from zoomer_ar.store.db import open_store, read_session, resolve_url
+from zoomer_ar.store.orm import Analysis
+
+from store_support import make_analysis, pg_server_url, pg_url, sqlite_url, store_url  # noqa: F401 - fixtures
+
+
+def count(url: str, table) -> int:  # noqa: ANN001
+    with read_session(open_store(url)) as s:
+        return s.execute(select(func.count()).select_from(table)).scalar_one()
+
+
+# --- the server goes away mid-run ------------------------------------------------------------------------
+
+
+def test_server_gone_mid_record_is_one_line_exit_1(pg_url, tmp_path, capsys, monkeypatch):
+    """A PostgreSQL server that went away while `record` ran (connections cut, none accepted) ended in
+    'internal error: OperationalError: ...' over several lines, after a psycopg warning ('error ignored
+    terminating <psycopg.Pipeline [BAD]>'); now it is one line naming the store (password hidden), exit 1."""
+    files = []
+    for name in ("first", "second"):
+        f = tmp_path / f"{name}.json"
+        f.write_text(make_analysis(name, findings={"idle-gpu": 50.0}).model_dump_json())
+        files.append(f)
+    assert main(["record", str(files[0]), "--db", pg_url]) == 0
+    capsys.readouterr()
+    db = make_url(resolve_url(pg_url)).database
+    admin = create_engine(resolve_url(pg_url).rsplit("/", 1)[0] + "/postgres", isolation_level="AUTOCOMMIT")
+    real = record_mod.write_session
+
+    @contextmanager
+    def server_goes_away(engine):  # noqa: ANN001, ANN202
+        with real(engine) as s:
+            s.execute(text("select 1"))
+            with admin.connect() as c:  # the database stops accepting connections and drops the open ones
+                c.exec_driver_sql(f'ALTER DATABASE "{db}" ALLOW_CONNECTIONS false')
+                c.exec_driver_sql(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                  f"WHERE datname = '{db}' AND pid <> pg_backend_pid()")
+            yield s
+
+    monkeypatch.setattr(record_mod, "write_session", server_goes_away)
+    try:
+        rc = main(["record", str(files[1]), "--db", pg_url])
+    finally:
+        monkeypatch.setattr(record_mod, "write_session", real)
+        with admin.connect() as c:
+            c.exec_driver_sql(f'ALTER DATABASE "{db}" ALLOW_CONNECTIONS true')
+        admin.dispose()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1 and len(err) == 1, err
+    assert "internal error" not in err[0] and "cannot record into the store" in err[0], err
+    from zoomer_ar.store.db import dispose_engine
+
+    dispose_engine(pg_url)
+    assert count(pg_url, Analysis) == 1, "the run in flight was rolled back"
