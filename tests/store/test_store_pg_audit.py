@@ -12,7 +12,7 @@ from sqlalchemy.engine import make_url
 from zoomer_ar.cli import main
 from zoomer_ar.store import record as record_mod
 from zoomer_ar.store.db import open_store, read_session, resolve_url
-from zoomer_ar.store.orm import Analysis
+from zoomer_ar.store.orm import Analysis, Finding, Job, Trace
 
 from store_support import make_analysis, pg_server_url, pg_url, sqlite_url, store_url  # noqa: F401 - fixtures
 
@@ -65,3 +65,33 @@ def test_server_gone_mid_record_is_one_line_exit_1(pg_url, tmp_path, capsys, mon
 
     dispose_engine(pg_url)
     assert count(pg_url, Analysis) == 1, "the run in flight was rolled back"
+
+
+# --- NUL characters -------------------------------------------------------------------------------------
+
+
+def test_nul_characters_are_stored_alike_on_both_stores(store_url, tmp_path, capsys):
+    """A findings.json whose text held a NUL character (job name, device, title, figure key, note, path:
+    JSON "\\u0000", valid JSON that a trace can carry into an analysis) was recorded as is on SQLite and was an
+    internal error on PostgreSQL, which refuses NUL in text and JSON ('DataError: PostgreSQL text fields cannot
+    contain NUL (0x00) bytes' with the SQL and its parameters); now both stores keep it as U+FFFD."""
+    a = make_analysis("nul\x00job", findings={"idle-gpu": 40.0})
+    a.job.path = "/traces/a\x00b"
+    a.job.ranks[0].devices = ["NVIDIA\x00H100"]
+    a.findings[0].title = "idle\x00title"
+    a.findings[0].evidence.figures = {"k\x00": 1.0}
+    a.notes = ["a note\x00"]
+    f = tmp_path / "findings.json"
+    f.write_text(a.model_dump_json())
+    rc = main(["record", str(f), "--db", store_url, "--gpu-hours", "10", "--owner", "o"])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    with read_session(open_store(store_url)) as s:
+        job = s.execute(select(Job)).scalar_one()
+        run = s.execute(select(Analysis)).scalar_one()
+        finding = s.execute(select(Finding)).scalar_one()
+        path = s.execute(select(Trace.path)).scalar_one()
+    assert (job.name, job.gpu_type, path) == ("nul\ufffdjob", "NVIDIA\ufffdH100", "/traces/a\ufffdb")
+    assert (finding.title, finding.figures, run.notes) == ("idle\ufffdtitle", {"k\ufffd": 1.0}, ["a note\ufffd"])
+    assert main(["history", "nul\ufffdjob", "--db", store_url]) == 0
+    assert main(["digest", "--db", store_url, "--format", "json"]) == 0

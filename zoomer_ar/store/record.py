@@ -14,6 +14,7 @@ recorder that loses the race for the same content rolls back and finds the winne
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 from collections.abc import Callable
@@ -99,10 +100,14 @@ def content_hash(analysis: Analysis) -> str:
 
 
 def _clean(v: Any) -> Any:
+    """`v` as both stores keep it: non-finite floats as None, and NUL characters (which PostgreSQL refuses in
+    text and JSON, and SQLite would keep) as U+FFFD, in strings and dict keys at any depth."""
     if isinstance(v, float):
         return v if math.isfinite(v) else None
+    if isinstance(v, str):
+        return v.replace("\x00", "\ufffd") if "\x00" in v else v
     if isinstance(v, dict):
-        return {k: _clean(x) for k, x in v.items()}
+        return {_clean(k): _clean(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
         return [_clean(x) for x in v]
     return v
@@ -170,8 +175,8 @@ def _upsert_trace(session: Session, analysis: Analysis, chash: str, started: dat
     ranks = analysis.job.ranks
     stmt = insert(Trace).values(
         content_hash=chash, size_bytes=sum(r.size_bytes for r in ranks), n_ranks=len(ranks),
-        world_size=analysis.job.world_size, rank_hashes=sorted(r.sha256 for r in ranks), path=analysis.job.path,
-        started_at=started,
+        world_size=analysis.job.world_size, rank_hashes=_clean(sorted(r.sha256 for r in ranks)),
+        path=_clean(analysis.job.path), started_at=started,
     ).on_conflict_do_nothing(index_elements=[Trace.content_hash])
     session.execute(stmt)
     return session.execute(select(Trace.id).where(Trace.content_hash == chash)).scalar_one()
@@ -211,7 +216,7 @@ def _analysis_values(analysis: Analysis, *, feats: dict[str, Any], gpus: int, gp
     }
     for p in PHASES:
         values[f"phase_{p}_pct"] = feats.get(f"phase_{p}_pct")
-    return values
+    return _clean(values)
 
 
 def _finding_rows(analysis: Analysis, analysis_id: int, job_id: int, week: str, gpu_hours: float,
@@ -228,9 +233,9 @@ def _finding_rows(analysis: Analysis, analysis_id: int, job_id: int, week: str, 
             "gpu_hours_per_1000_steps": f.impact.gpu_hours_per_1000_steps,
             "wasted_gpu_hours": wasted, "wasted_usd": wasted * (price or 0.0),
             "counted_gpu_hours": counted, "counted_usd": counted * (price or 0.0),
-            "detected_by": "+".join(f.detected_by), "figures": _clean(dict(f.evidence.figures)),
+            "detected_by": "+".join(f.detected_by), "figures": dict(f.evidence.figures),
         })
-    return rows
+    return _clean(rows)
 
 
 def _price_unpriced_runs(session: Session, job_id: int, price: float) -> None:
@@ -283,11 +288,13 @@ def record_analysis(analysis: Analysis, opts: RecordOptions | None = None, *, db
     chash = content_hash(analysis)
     week, when = resolve_when(analysis, opts.week, opts.recorded_at)
     feats = stored_features(analysis)
-    name = opts.job or analysis.job.name
+    opts = dataclasses.replace(opts, job=_clean(opts.job), team=_clean(opts.team), owner=_clean(opts.owner),
+                               gpu_type=_clean(opts.gpu_type), model_version=_clean(opts.model_version))
+    name = opts.job or _clean(analysis.job.name)
     devices = [d for r in analysis.job.ranks for d in r.devices]
-    derived_type = devices[0] if devices else None
+    derived_type = _clean(devices[0]) if devices else None
     derived_gpus = default_gpus(analysis.features)
-    model_version = opts.model_version or getattr(analysis, "model_version", None)
+    model_version = opts.model_version or _clean(getattr(analysis, "model_version", None))
     start = analysis.features.get("trace_start_unix_s")
     started = datetime.fromtimestamp(start, tz=W.UTC) if isinstance(start, (int, float)) else None
 
