@@ -8,7 +8,11 @@ Every entry is checked before anything of it is written:
   ratio (uncompressed bytes / archive bytes, for the whole archive and, in zips, per entry) are capped.
 
 Tar archives are read as a stream (`r|*`), so a gzip bomb is stopped at the header that crosses the
-cap, before its data is inflated; bytes written are counted against the cap as well. Zip archives
+cap, before its data is inflated; bytes written are counted against the cap as well. The metadata
+headers that tarfile reads whole into memory before it yields the member they describe (GNU long
+names and links, pax headers) are checked before they are read: at most 1 MiB each, 16 in a row,
+1 MiB of global pax headers in all, their sizes counted against the caps; sparse members (whose
+maps tarfile also reads whole) are refused. Zip archives
 are checked on their central directory first (declared sizes; `zipfile` never yields more than the
 declared size), then extracted with the same counters. Encrypted zip entries are refused.
 Extracted files get mode 0644 and folders 0755 whatever the archive says.
@@ -26,6 +30,11 @@ from pathlib import Path, PurePosixPath
 
 CHUNK = 1 << 20
 MAX_NAME = 1024
+MAX_TAR_META = 1 << 20  # one GNU long name / pax header (read whole into memory by tarfile)
+MAX_TAR_META_CHAIN = 16  # metadata headers before one member (tarfile reads them recursively)
+MAX_TAR_GLOBAL = 1 << 20  # all global pax headers of an archive (tarfile keeps them all)
+_TAR_META = (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE, tarfile.XGLTYPE,
+             tarfile.SOLARIS_XHDTYPE)
 _DRIVE = re.compile(r"^[A-Za-z]:")
 
 
@@ -144,11 +153,57 @@ def _mkdirs(dest: Path, rel: PurePosixPath, what: str) -> Path:
     return d
 
 
+def _checked_tarinfo(budget: _Budget) -> type[tarfile.TarInfo]:
+    """A TarInfo class that checks each header before tarfile reads what it announces.
+
+    tarfile reads a GNU long name or a pax header whole into memory (and then the next header,
+    recursively) before it yields the member: a 1 MB .tar.gz announcing a 2 GiB long name made the
+    server allocate 2 GiB, and 5,000 chained long names overflowed the stack (HTTP 500).
+    """
+    what = budget.what
+    state = {"chain": 0, "global": 0}
+
+    class CheckedTarInfo(tarfile.TarInfo):
+        def _proc_member(self, tf):  # noqa: ANN001, ANN202 - tarfile's hook
+            if self.type in _TAR_META:
+                if self.size > MAX_TAR_META:
+                    raise ArchiveError(f"{what}: a tar metadata header (long name or pax header) of {self.size:,} "
+                                       f"bytes; at most {MAX_TAR_META:,} are read")
+                state["chain"] += 1
+                if state["chain"] > MAX_TAR_META_CHAIN:
+                    raise ArchiveError(f"{what}: more than {MAX_TAR_META_CHAIN} tar metadata headers "
+                                       "(long names, pax headers) in a row")
+                if self.type == tarfile.XGLTYPE:
+                    state["global"] += self.size
+                    if state["global"] > MAX_TAR_GLOBAL:
+                        raise ArchiveError(f"{what}: more than {MAX_TAR_GLOBAL:,} bytes of global pax headers")
+                budget.declare(self.size, "(tar metadata header)")
+            elif self.type == tarfile.GNUTYPE_SPARSE:
+                raise ArchiveError(f"{what}: entry {self.name!r} is a sparse file; not allowed")
+            else:
+                state["chain"] = 0
+            return super()._proc_member(tf)
+
+        def _sparse(self, next_: tarfile.TarInfo) -> None:
+            raise ArchiveError(f"{what}: entry {next_.name!r} is a sparse file; not allowed")
+
+        def _proc_gnusparse_00(self, next_, *_args):  # noqa: ANN001, ANN202
+            self._sparse(next_)
+
+        def _proc_gnusparse_01(self, next_, *_args):  # noqa: ANN001, ANN202
+            self._sparse(next_)
+
+        def _proc_gnusparse_10(self, next_, *_args):  # noqa: ANN001, ANN202
+            self._sparse(next_)
+
+    return CheckedTarInfo
+
+
 def _extract_tar(path: Path, dest: Path, limits: ArchiveLimits, what: str) -> ExtractStats:
     stats = ExtractStats(kind="tar")
     budget = _Budget(limits, path.stat().st_size, what)
     try:
-        with tarfile.open(path, mode="r|*") as tf:
+        with tarfile.open(path, mode="r|*", tarinfo=_checked_tarinfo(budget)) as tf:
             for member in tf:
                 budget.entry()
                 rel = check_name(member.name, what)

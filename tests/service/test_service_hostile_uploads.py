@@ -1,0 +1,135 @@
+"""Hostile uploads found by an audit with a real server: tar metadata headers that tarfile reads whole
+into memory (GNU long names, pax headers) or recursively, and sparse members."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import tarfile
+import tracemalloc
+import zlib
+from pathlib import Path
+
+import pytest
+
+from zoomer_ar.service.archives import ArchiveError, ArchiveLimits, safe_extract
+
+from service_testutil import Server, tar_gz, upload
+
+LIMITS = ArchiveLimits(max_bytes=1 << 30, max_entries=20_000, max_ratio=1e9)
+
+
+def _meta_header_bomb(kind: bytes, announced: int) -> bytes:
+    """A .tar.gz whose first header is a metadata header (`kind`) announcing `announced` bytes of 'a'."""
+    hdr = tarfile.TarInfo("././@LongLink")
+    hdr.type = kind
+    hdr.size = announced
+    co = zlib.compressobj(9, zlib.DEFLATED, 31)
+    out = [co.compress(hdr.tobuf(format=tarfile.GNU_FORMAT))]
+    block = b"a" * (1 << 20)
+    for _ in range(announced >> 20):
+        out.append(co.compress(block))
+    member = tarfile.TarInfo("x.py")
+    member.size = 2
+    out += [co.compress(member.tobuf(format=tarfile.GNU_FORMAT) + b"1\n".ljust(512, b"\0") + b"\0" * 1024),
+            co.flush()]
+    return b"".join(out)
+
+
+def _long_name_chain(n: int) -> bytes:
+    buf = io.BytesIO()
+    for _ in range(n):
+        h = tarfile.TarInfo("././@LongLink")
+        h.type = tarfile.GNUTYPE_LONGNAME
+        h.size = 5
+        buf.write(h.tobuf(format=tarfile.GNU_FORMAT) + b"a.py\0".ljust(512, b"\0"))
+    t = tarfile.TarInfo("x.py")
+    t.size = 2
+    buf.write(t.tobuf(format=tarfile.GNU_FORMAT) + b"1\n".ljust(512, b"\0") + b"\0" * 1024)
+    return gzip.compress(buf.getvalue())
+
+
+def _refused(tmp_path: Path, data: bytes, needle: str) -> tuple[str, int]:
+    arc = tmp_path / "a.tgz"
+    arc.write_bytes(data)
+    dest = tmp_path / "out"
+    tracemalloc.start()
+    try:
+        with pytest.raises(ArchiveError) as info:
+            safe_extract(arc, dest, LIMITS, what="source archive")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert needle in str(info.value), str(info.value)
+    assert not dest.exists()
+    return str(info.value), peak
+
+
+@pytest.mark.parametrize("kind", [tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE,
+                                  tarfile.XGLTYPE], ids=["longname", "longlink", "pax", "global-pax"])
+def test_huge_tar_metadata_header_is_refused_before_it_is_read(tmp_path, kind):
+    # 64 MiB announced (~64 KB compressed): tarfile would read it all into memory before yielding a member
+    data = _meta_header_bomb(kind, 64 << 20)
+    assert len(data) < 1 << 20
+    _msg, peak = _refused(tmp_path, data, "tar metadata header")
+    assert peak < 8 << 20, f"{peak:,} bytes allocated for a refused header"
+
+
+def test_chained_long_names_are_refused_not_a_recursion_error(tmp_path):
+    _refused(tmp_path, _long_name_chain(5000), "tar metadata headers")
+
+
+def test_ordinary_long_names_and_pax_headers_still_extract(tmp_path):
+    long = "/".join(f"folder{i}" for i in range(40)) + "/x.py"  # 300+ characters: a long name header
+    for fmt, name in ((tarfile.GNU_FORMAT, "gnu"), (tarfile.PAX_FORMAT, "pax")):
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:gz", format=fmt) as tf:
+            info = tarfile.TarInfo(long)
+            info.size = 2
+            info.pax_headers = {"comment": "x" * 1000} if fmt == tarfile.PAX_FORMAT else {}
+            tf.addfile(info, io.BytesIO(b"1\n"))
+        arc = tmp_path / f"{name}.tgz"
+        arc.write_bytes(buf.getvalue())
+        safe_extract(arc, tmp_path / name, LIMITS)
+        assert (tmp_path / name / long).read_bytes() == b"1\n"
+
+
+def test_sparse_members_are_refused(tmp_path):
+    # an old GNU sparse header (type 'S'): tarfile reads its extension blocks into a list, without bound
+    h = tarfile.TarInfo("s.py")
+    h.type = tarfile.GNUTYPE_SPARSE
+    h.size = 0
+    raw = bytearray(h.tobuf(format=tarfile.GNU_FORMAT))
+    _refused(tmp_path, gzip.compress(bytes(raw) + b"\0" * 1024), "sparse file")
+    # pax sparse (GNU.sparse.major=1: the map is read from the data blocks)
+    p = tarfile.TarInfo("p.py")
+    p.size = 512
+    p.pax_headers = {"GNU.sparse.major": "1", "GNU.sparse.minor": "0", "GNU.sparse.name": "p.py",
+                     "GNU.sparse.realsize": "10"}
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.PAX_FORMAT) as tf:
+        tf.addfile(p, io.BytesIO(b"1\n0\n10\n".ljust(512, b"\0")))
+    _refused(tmp_path, buf.getvalue(), "sparse file")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    s = Server(tmp_path_factory.mktemp("hostile"), embedded_workers=0)
+    yield s
+    s.stop()
+
+
+def test_server_answers_400_to_tar_header_bombs(server):
+    token = server.token("vision", "alice")
+    trace = b'{"traceEvents": []}'
+    with server.client(token) as c:
+        for data, needle in ((_long_name_chain(5000), "tar metadata headers"),
+                             (_meta_header_bomb(tarfile.GNUTYPE_LONGNAME, 64 << 20), "tar metadata header"),
+                             (tar_gz({"a.py": b"1"}), None)):
+            r = upload(c, trace=trace, source=data, names={"trace": "t.json", "source": "src.tar.gz"})
+            if needle is None:
+                assert r.status_code == 202, r.text
+                continue
+            assert r.status_code == 400, r.text
+            assert r.headers["content-type"] == "application/json"
+            assert r.json()["detail"].startswith("source archive: ") and needle in r.json()["detail"]
