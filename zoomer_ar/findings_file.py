@@ -9,6 +9,7 @@ a newer zoomer-ar wrote it). A findings.json without `schema_version` is read as
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -48,13 +49,22 @@ def load_findings(path: str | Path) -> Analysis:
     from pydantic import ValidationError
 
     try:
-        return Analysis.model_validate(doc)
+        analysis = Analysis.model_validate(doc)
     except ValidationError as exc:
         errors = exc.errors()
         first = errors[0]
         loc = ".".join(str(x) for x in first.get("loc", ())) or "(top level)"
         more = f"; {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''}" if len(errors) > 1 else ""
         raise InputError(str(p), f"not a findings.json: {loc}: {first.get('msg', 'invalid')}{more}") from None
+    # analyze writes impacts of 0 or more, pct_of_step at most the step: NaN, infinity or a negative share would
+    # turn every total they enter (compare's gains, the store's digest sums) into NaN or nonsense
+    for i, f in enumerate(analysis.findings):
+        for name, top in (("pct_of_step", 100.0), ("ms_per_step", math.inf), ("gpu_hours_per_1000_steps", math.inf)):
+            v = getattr(f.impact, name)
+            if not (math.isfinite(v) and 0.0 <= v <= top):
+                want = "a share of the step from 0 to 100" if top == 100.0 else "a finite number of 0 or more"
+                raise InputError(str(p), f"not a findings.json: findings.{i}.impact.{name}: {v!r} is not {want}")
+    return analysis
 
 
 def _kind(doc: Any) -> str:

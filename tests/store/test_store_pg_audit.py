@@ -4,7 +4,10 @@ step, numbers past the store's columns."""
 
 from __future__ import annotations
 
+import json
 from contextlib import contextmanager
+
+import pytest
 
 from sqlalchemy import create_engine, func, select, text
 from sqlalchemy.engine import make_url
@@ -95,3 +98,27 @@ def test_nul_characters_are_stored_alike_on_both_stores(store_url, tmp_path, cap
     assert (finding.title, finding.figures, run.notes) == ("idle\ufffdtitle", {"k\ufffd": 1.0}, ["a note\ufffd"])
     assert main(["history", "nul\ufffdjob", "--db", store_url]) == 0
     assert main(["digest", "--db", store_url, "--format", "json"]) == 0
+
+
+# --- impact figures that are not a share of the step ---------------------------------------------------
+
+
+@pytest.mark.parametrize("field,value", [("pct_of_step", float("nan")), ("pct_of_step", float("inf")),
+                                         ("pct_of_step", 1e308), ("pct_of_step", -50.0),
+                                         ("ms_per_step", float("nan")), ("gpu_hours_per_1000_steps", -1.0)])
+def test_impact_that_is_not_a_share_of_the_step_is_bad_input(store_url, tmp_path, capsys, field, value):
+    """A findings.json whose finding impact was NaN was an internal error on SQLite (NOT NULL constraint failed,
+    with the SQL) and recorded on PostgreSQL, where every digest total then read NaN ('NaN GPU-hours ($NaN)
+    wasted'); infinity likewise, and 1e308 or a negative share were recorded on both, as 1e308 wasted
+    GPU-hours or negative waste. Now it is one line naming the file and the field, exit 2, nothing recorded."""
+    good = make_analysis("good", findings={"idle-gpu": 40.0})
+    bad = json.loads(make_analysis("bad", findings={"idle-gpu": 40.0, "fp32-matmul": 5.0}).model_dump_json())
+    bad["findings"][1]["impact"][field] = value  # json.dumps writes NaN and Infinity as Python's json.load reads them
+    files = [tmp_path / "good.json", tmp_path / "bad.json"]
+    files[0].write_text(good.model_dump_json())
+    files[1].write_text(json.dumps(bad))
+    rc = main(["record", *map(str, files), "--db", store_url, "--gpu-hours", "10"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert str(files[1]) in err[0] and f"findings.1.impact.{field}" in err[0], err
+    assert count(store_url, Analysis) == 0
