@@ -133,3 +133,14 @@ def test_server_answers_400_to_tar_header_bombs(server):
             assert r.status_code == 400, r.text
             assert r.headers["content-type"] == "application/json"
             assert r.json()["detail"].startswith("source archive: ") and needle in r.json()["detail"]
+
+
+def test_overlong_multipart_boundary_is_400_not_500(server):
+    token = server.token("vision", "alice")
+    boundary = "b" * 300  # python-multipart refuses boundaries over 256 bytes (RFC 2046: 70)
+    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"trace\"; filename=\"t.json\"\r\n\r\n"
+            f"{{\"traceEvents\": []}}\r\n--{boundary}--\r\n").encode()
+    with server.client(token) as c:
+        r = c.post("/v1/jobs", content=body, headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+    assert r.status_code == 400, r.text
+    assert "boundary" in r.json()["detail"]

@@ -15,7 +15,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from python_multipart.exceptions import MultipartParseError
+from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
 from .archives import ArchiveError, ArchiveLimits, safe_extract, single_root
@@ -70,7 +70,13 @@ class MultipartReceiver:
         self._hname = b""
         self._hvalue = b""
         self._ended = False
-        self._parser = MultipartParser(boundary, {
+        try:
+            self._parser = self._make_parser(boundary)
+        except FormParserError as exc:  # e.g. a boundary over 256 bytes (RFC 2046 allows 70)
+            raise UploadError(f"malformed multipart/form-data boundary: {exc}") from None
+
+    def _make_parser(self, boundary: bytes) -> MultipartParser:
+        return MultipartParser(boundary, {
             "on_part_begin": self._on_part_begin,
             "on_part_data": self._on_part_data,
             "on_part_end": self._on_part_end,
@@ -155,13 +161,13 @@ class MultipartReceiver:
     def feed(self, chunk: bytes) -> None:
         try:
             self._parser.write(chunk)
-        except MultipartParseError as exc:
+        except FormParserError as exc:
             raise UploadError(f"malformed multipart body: {exc}") from None
 
     def finish(self) -> tuple[dict[str, ReceivedFile], dict[str, str]]:
         try:
             self._parser.finalize()
-        except MultipartParseError as exc:
+        except FormParserError as exc:
             raise UploadError(f"malformed multipart body: {exc}") from None
         self.close()
         if not self._ended:
