@@ -122,3 +122,45 @@ def test_impact_that_is_not_a_share_of_the_step_is_bad_input(store_url, tmp_path
     assert rc == 2 and len(err) == 1, err
     assert str(files[1]) in err[0] and f"findings.1.impact.{field}" in err[0], err
     assert count(store_url, Analysis) == 0
+
+
+# --- numbers past the store's columns, figures that are not numbers --------------------------------------
+
+
+@pytest.mark.parametrize("edit,where", [
+    (lambda d: d["job"]["ranks"][0].update(size_bytes=10**20), "size_bytes"),
+    (lambda d: d["job"].update(world_size=10**12), "job.world_size"),
+    (lambda d: d["features"].update(world_size=10**12), "features.world_size"),
+    (lambda d: d["features"].update(profiler_steps=10**30), "features.profiler_steps"),
+    (lambda d: d["features"].update(profiler_steps=1e300), "features.profiler_steps"),
+    (lambda d: d["features"].update(wall_ms="abc"), "features.wall_ms"),
+    (lambda d: d["features"].update(phase_idle_pct="abc"), "features.phase_idle_pct"),
+    (lambda d: d["features"].update(trace_start_unix_s=1e300), "features.trace_start_unix_s"),
+    (lambda d: d["features"].update(trace_start_unix_s=-1e12), "features.trace_start_unix_s"),
+])
+def test_numbers_the_store_cannot_hold_are_bad_input(store_url, tmp_path, capsys, edit, where):
+    """A findings.json with a count past the store's integer columns (size_bytes 1e20, world_size 1e12,
+    profiler_steps 1e30) or a figure the store reads that is not a number (wall_ms "abc") or not a time
+    (trace_start_unix_s 1e300) was an internal error on both stores (OverflowError, DataError with the SQL,
+    ValueError), or recorded on SQLite and refused by PostgreSQL; now one line names the file and the field,
+    exit 2, and no file of the batch is recorded."""
+    good = make_analysis("good", findings={"idle-gpu": 40.0})
+    bad = json.loads(make_analysis("bad", findings={"idle-gpu": 40.0}, start_unix_s=1.8e9).model_dump_json())
+    edit(bad)
+    files = [tmp_path / "good.json", tmp_path / "bad.json"]
+    files[0].write_text(good.model_dump_json())
+    files[1].write_text(json.dumps(bad))
+    rc = main(["record", *map(str, files), "--db", store_url, "--gpu-hours", "10"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert str(files[1]) in err[0] and where in err[0] and "internal error" not in err[0], err
+    assert count(store_url, Analysis) == 0
+
+
+def test_gpus_past_the_store_integers_is_a_usage_error(store_url, tmp_path, capsys):
+    """--gpus 3000000000 was recorded on SQLite and an internal error on PostgreSQL (integer out of range)."""
+    f = tmp_path / "f.json"
+    f.write_text(make_analysis("g").model_dump_json())
+    assert main(["record", str(f), "--gpus", "3000000000", "--db", store_url]) == 2
+    assert "--gpus" in capsys.readouterr().err
+    assert count(store_url, Analysis) == 0

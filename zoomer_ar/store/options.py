@@ -50,7 +50,7 @@ def job_options(f: Callable) -> Callable:
         click.option("--team", default=None, help="Team the job belongs to."),
         click.option("--owner", default=None, help="Owner of the job (person or alias)."),
         click.option("--gpu-type", default=None, help="GPU model (default: from the trace's device properties)."),
-        click.option("--gpus", type=click.IntRange(min=0), default=None,
+        click.option("--gpus", type=click.IntRange(min=0, max=2**31 - 1), default=None,
                      help="GPUs the job runs on (default: the job's stored count, else the trace's world size)."),
         click.option("--gpu-hours", type=click.FloatRange(min=0, max=1e12), default=None, callback=_finite,
                      help="The job's GPU-hours this run stands for, e.g. its week (default: profiled wall time x GPUs)."),

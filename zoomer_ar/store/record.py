@@ -27,6 +27,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from ..detect.combine import counted_shares
+from ..errors import InputError
 from ..features.phases import PHASES
 from ..features.schema import FeatureVector
 from ..models import Analysis
@@ -111,6 +112,46 @@ def _clean(v: Any) -> Any:
     if isinstance(v, (list, tuple)):
         return [_clean(x) for x in v]
     return v
+
+
+INT32_MAX = 2**31 - 1  # INTEGER columns (counts: GPUs, ranks, world size, profiler steps)
+INT64_MAX = 2**63 - 1  # BIGINT (trace bytes)
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def unrecordable(analysis: Analysis, opts: RecordOptions | None = None) -> str | None:
+    """Why the store cannot hold `analysis` (None when it can), the same on SQLite and PostgreSQL: a count past
+    its integer columns, or a figure the store reads (features wall_ms, step_ms, profiler_steps, world_size,
+    phase shares, trace_start_unix_s) that is not a number. analyze never writes these; a findings.json may."""
+    def count(where: str, v: Any, top: int = INT32_MAX) -> str | None:
+        if v is None:
+            return None
+        if not _number(v) or not 0 <= v <= top:  # NaN and infinity fail the range too
+            return f"{where}: {v!r} is not a count from 0 to {top:,}"
+        return None
+
+    feats = analysis.features
+    problems = [
+        count("--gpus", opts.gpus if opts else None),
+        count("job.world_size", analysis.job.world_size),
+        count("job.ranks: size_bytes (their sum)", sum(r.size_bytes for r in analysis.job.ranks), INT64_MAX),
+        count("features.world_size", feats.get("world_size")),
+        count("features.profiler_steps", feats.get("profiler_steps")),
+    ]
+    for key in ("wall_ms", "step_ms", "trace_start_unix_s", *(f"phase_{p}_pct" for p in PHASES)):
+        v = feats.get(key)
+        if v is not None and not _number(v):
+            problems.append(f"features.{key}: {v!r} is not a number")
+    start = feats.get("trace_start_unix_s")
+    if _number(start):
+        try:
+            datetime.fromtimestamp(start, tz=W.UTC)
+        except (OverflowError, ValueError, OSError):
+            problems.append(f"features.trace_start_unix_s: {start!r} is not a time (seconds since 1970)")
+    return next((p for p in problems if p), None)
 
 
 def stored_features(analysis: Analysis) -> dict[str, Any]:
@@ -284,6 +325,9 @@ def record_analysis(analysis: Analysis, opts: RecordOptions | None = None, *, db
     Raises JobTeamConflict (nothing written) when the job belongs to another team.
     """
     opts = opts or RecordOptions()
+    problem = unrecordable(analysis, opts)
+    if problem:
+        raise InputError(analysis.job.path or None, f"cannot be recorded: {problem}")
     engine = db if isinstance(db, Engine) else open_store(db)
     chash = content_hash(analysis)
     week, when = resolve_when(analysis, opts.week, opts.recorded_at)
