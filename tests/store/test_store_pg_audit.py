@@ -15,6 +15,7 @@ from sqlalchemy.engine import make_url
 from zoomer_ar.cli import main
 from zoomer_ar.store import record as record_mod
 from zoomer_ar.store.db import open_store, read_session, resolve_url
+from zoomer_ar.store.record import RecordOptions, record_analysis
 from zoomer_ar.store.orm import Analysis, Finding, Job, Trace
 
 from store_support import make_analysis, pg_server_url, pg_url, sqlite_url, store_url  # noqa: F401 - fixtures
@@ -164,3 +165,21 @@ def test_gpus_past_the_store_integers_is_a_usage_error(store_url, tmp_path, caps
     assert main(["record", str(f), "--gpus", "3000000000", "--db", store_url]) == 2
     assert "--gpus" in capsys.readouterr().err
     assert count(store_url, Analysis) == 0
+
+
+# --- a batch refused whole ------------------------------------------------------------------------------
+
+
+def test_record_batch_with_a_job_of_another_team_records_none(store_url, tmp_path, capsys):
+    """`record a.json b.json --team nlp`, where b's job belongs to team vision, recorded a.json and then
+    refused b.json (exit 2: part of the batch written although the command failed on bad input); now the
+    conflict is found before any file is recorded."""
+    b0 = make_analysis("jobB")
+    record_analysis(b0, RecordOptions(team="vision"), db=store_url)
+    files = [tmp_path / "a.json", tmp_path / "b.json"]
+    files[0].write_text(make_analysis("jobA").model_dump_json())
+    files[1].write_text(make_analysis("jobB").model_dump_json())
+    rc = main(["record", *map(str, files), "--team", "nlp", "--db", store_url])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "belongs to team 'vision'" in err[0], err
+    assert count(store_url, Analysis) == 1 and count(store_url, Job) == 1, "nothing of the batch recorded"

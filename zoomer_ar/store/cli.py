@@ -91,13 +91,14 @@ def history(job: str, fmt: str, limit: int, db: str | None) -> None:
 def record(findings: tuple[Path, ...], **store_opts) -> None:
     """Store findings.json files written by `zoomer-ar analyze` (same options as `analyze --record`)."""
     from ..findings_file import load_findings
-    from .record import record_analysis, unrecordable
+    from .record import check_teams, record_analysis, unrecordable
 
     analyses = [load_findings(path) for path in findings]  # every file checked before any is recorded
     for path, analysis in zip(findings, analyses):
         problem = unrecordable(analysis, record_options_from(store_opts))
         if problem:
             raise InputError(str(path), f"cannot be recorded: {problem}")
+    check_teams(analyses, record_options_from(store_opts), db=store_opts.get("db"))  # nor a job of another team
     for analysis in analyses:
         result = record_analysis(analysis, record_options_from(store_opts), db=store_opts.get("db"))
         click.echo(describe(result))

@@ -409,6 +409,19 @@ def record_analysis(analysis: Analysis, opts: RecordOptions | None = None, *, db
     raise StoreError(f"could not record {chash[:12]}: concurrent recorders kept conflicting")
 
 
+def check_teams(analyses: list[Analysis], opts: RecordOptions, db: str | Engine | None = None) -> None:
+    """JobTeamConflict, before anything is recorded, when one of `analyses` would go to a job of another team
+    than opts.team (a batch is refused whole; record_analysis checks each run again in its transaction)."""
+    if opts.team is None:
+        return
+    names = {opts.job or _clean(a.job.name) for a in analyses}
+    engine = db if isinstance(db, Engine) else open_store(db)
+    with Session(engine) as s:
+        for name, team in s.execute(select(Job.name, Job.team).where(Job.name.in_(sorted(names)))).all():
+            if team is not None and team != opts.team:
+                raise JobTeamConflict(name, team, opts.team)
+
+
 def forget_analysis(session: Session, analysis_id: int) -> bool:
     """Delete a recorded run (its findings too) inside the caller's transaction, as if it had never been recorded.
 
