@@ -18,7 +18,7 @@ from .load.reader import reading_progress
 from .progress import bar_factory
 from .render import render_html, render_markdown, render_text, write_outputs
 from .render.report import findings_json
-from .store.options import apply_store_options, record_options  # --record and cost attribution (zoomer_ar/store)
+from .store.options import apply_store_options, record_options, refuse_record_only  # --record and cost attribution (zoomer_ar/store)
 
 #: opt-in fixers that the job's recorded facts (the capture helper's job.json) make safe to apply:
 #: name -> (section, key that must be true, whether the trace must be host-only). cpu-autocast
@@ -268,6 +268,7 @@ def analyze(path: Path, out_dir: Path | None, fmt: str, name: str | None, source
             annotate_out: Path | None = None, steps_text: str | None = None, **store_opts) -> None:
     """Analyse a Kineto trace (a .json/.json.gz file, or a folder of per-rank files as one job)."""
     show = sys.stderr.isatty() if progress is None else progress
+    refuse_record_only(store_opts)  # --team, --week... without --record: before any work
     if fix_select:  # an unknown id is a one-line error before any work
         patch_fixers([], fix_select)
     if source_dir is not None and not source_dir.is_dir():  # so is a --source that is no folder

@@ -92,12 +92,19 @@ def describe(result) -> str:  # noqa: ANN001 - RecordResult
             f"{result.gpu_hours:.6g} GPU-hours{price} (analysis #{result.analysis_id})")
 
 
-def apply_store_options(analysis: Analysis, store_opts: dict[str, Any], *, default_job: str | None = None) -> Analysis:
-    """Attach the cost attribution to `analysis.features["cost_attribution"]`; with --record, store it first."""
+def refuse_record_only(store_opts: dict[str, Any]) -> None:
+    """A store-only option (--team, --week, --db...) without --record is a usage error: checked by
+    `analyze` before any work, so a typo costs no analysis and leaves no output folder."""
     if not store_opts.get("record"):
         given = [k for k in RECORD_ONLY if store_opts.get(k) is not None]
         if given:
             raise click.UsageError(f"--{given[0].replace('_', '-')} needs --record")
+
+
+def apply_store_options(analysis: Analysis, store_opts: dict[str, Any], *, default_job: str | None = None) -> Analysis:
+    """Attach the cost attribution to `analysis.features["cost_attribution"]`; with --record, store it first."""
+    refuse_record_only(store_opts)
+    if not store_opts.get("record"):
         cost = cost_attribution(analysis.features, analysis.findings, gpus=store_opts.get("gpus"),
                                 gpu_hours=store_opts.get("gpu_hours"), gpu_hour_cost=store_opts.get("gpu_hour_cost"))
     else:

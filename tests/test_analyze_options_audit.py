@@ -1,0 +1,33 @@
+"""`analyze` options alone and combined: refused up front when they make no sense, and never leave an
+output folder or a partial set of outputs behind when the command does not finish."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import zoomer_ar.analyze_cli as analyze_cli
+from zoomer_ar.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+SYNC = REPO / "examples" / "traces" / "sync_point"
+
+
+def _no_analysis(monkeypatch):
+    def analysed(*a, **k):
+        raise AssertionError("the trace was analysed before the options were checked")
+
+    monkeypatch.setattr(analyze_cli, "analyze_path", analysed)
+
+
+@pytest.mark.parametrize("option", [["--team", "x"], ["--owner", "o"], ["--week", "2026-W10"], ["--db", "s.db"],
+                                    ["--job", "j"], ["--gpu-type", "H100"], ["--recorded-at", "2026-03-01T00:00:00"]])
+def test_a_store_option_without_record_is_refused_before_any_work(tmp_path, monkeypatch, capsys, option):
+    """--team (--week, --db...) without --record was refused only after the whole analysis (minutes on a
+    large trace), and left the empty zoomer-out/<job> folder it had made."""
+    monkeypatch.chdir(tmp_path)
+    _no_analysis(monkeypatch)
+    assert main(["analyze", str(SYNC), "--no-progress", *option]) == 2
+    assert f"{option[0]} needs --record" in capsys.readouterr().err
+    assert not (tmp_path / "zoomer-out").exists()
