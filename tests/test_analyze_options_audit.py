@@ -31,3 +31,13 @@ def test_a_store_option_without_record_is_refused_before_any_work(tmp_path, monk
     assert main(["analyze", str(SYNC), "--no-progress", *option]) == 2
     assert f"{option[0]} needs --record" in capsys.readouterr().err
     assert not (tmp_path / "zoomer-out").exists()
+
+
+def test_a_failed_record_leaves_no_empty_output_folder(tmp_path, monkeypatch, capsys):
+    """--record into a store that cannot be used failed after the analysis and left the output folder
+    the command had made, empty; it is removed as when the analysis itself fails."""
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "runs" / "sync"
+    assert main(["analyze", str(SYNC), "--no-progress", "--out", str(out), "--record", "--db", "foo://x"]) == 2
+    assert "not a usable store URL" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()

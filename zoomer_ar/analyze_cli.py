@@ -308,14 +308,14 @@ def analyze(path: Path, out_dir: Path | None, fmt: str, name: str | None, source
                 analysis = analyze_path(path, name=name, progress_factory=bars, stream=stream)
             else:
                 analysis = _analyze_steps(path, steps, name, bars, stream)
-    except BaseException:
+        if source_dir is not None:
+            from .sourcemap import map_sources
+
+            analysis = map_sources(analysis, source_dir)
+        analysis = apply_store_options(analysis, store_opts)  # cost attribution; stores it with --record
+    except BaseException:  # a store that cannot be reached, Ctrl-C: no empty output folder left behind
         _remove_empty(created)
         raise
-    if source_dir is not None:
-        from .sourcemap import map_sources
-
-        analysis = map_sources(analysis, source_dir)
-    analysis = apply_store_options(analysis, store_opts)  # cost attribution; stores it with --record
     unlocked = unlocked_by_facts(recorded_job(path), _ran_on_accelerator(analysis)) if source_dir is not None else set()
     chosen, held = patch_fixers(analysis.findings, fix_select, unlocked) if source_dir is not None else ([], [])
     if not no_files:
