@@ -41,3 +41,19 @@ def test_a_failed_record_leaves_no_empty_output_folder(tmp_path, monkeypatch, ca
     assert main(["analyze", str(SYNC), "--no-progress", "--out", str(out), "--record", "--db", "foo://x"]) == 2
     assert "not a usable store URL" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("options, words", [
+    (["--no-files", "--out", "OUT"], "--out names the folder for the report files, and --no-files writes none"),
+    (["--fix-select", "sync-point"], "--fix-select chooses the fixers of patch.diff, which needs --source"),
+    (["--fix-select", "sync-point", "--source", str(REPO / "training_data" / "scenarios"), "--no-files"],
+     "--fix-select chooses the fixers of patch.diff, and --no-files writes no patch.diff"),
+])
+def test_options_that_would_be_ignored_are_usage_errors(tmp_path, monkeypatch, capsys, options, words):
+    """--out with --no-files, --fix-select without --source or with --no-files did nothing, silently (no
+    folder, no patch.diff, exit 0): the user believed the option had taken effect."""
+    monkeypatch.chdir(tmp_path)
+    _no_analysis(monkeypatch)
+    assert main(["analyze", str(SYNC), "--no-progress", *options]) == 2
+    assert words in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

@@ -269,6 +269,12 @@ def analyze(path: Path, out_dir: Path | None, fmt: str, name: str | None, source
     """Analyse a Kineto trace (a .json/.json.gz file, or a folder of per-rank files as one job)."""
     show = sys.stderr.isatty() if progress is None else progress
     refuse_record_only(store_opts)  # --team, --week... without --record: before any work
+    if no_files and out_dir is not None:  # options that would be silently ignored
+        raise click.UsageError("--out names the folder for the report files, and --no-files writes none: give one")
+    if fix_select and source_dir is None:
+        raise click.UsageError("--fix-select chooses the fixers of patch.diff, which needs --source (the training code)")
+    if fix_select and no_files:
+        raise click.UsageError("--fix-select chooses the fixers of patch.diff, and --no-files writes no patch.diff")
     if fix_select:  # an unknown id is a one-line error before any work
         patch_fixers([], fix_select)
     if source_dir is not None and not source_dir.is_dir():  # so is a --source that is no folder
