@@ -144,3 +144,26 @@ def test_overlong_multipart_boundary_is_400_not_500(server):
         r = c.post("/v1/jobs", content=body, headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
     assert r.status_code == 400, r.text
     assert "boundary" in r.json()["detail"]
+
+
+def _zip_directory_bomb(entries: int) -> bytes:
+    """A zip whose central directory holds `entries` minimal entries while its end record declares one."""
+    import struct
+
+    one = struct.pack("<4s4B4HL2L5H2L", b"PK\x01\x02", 20, 3, 20, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0) + b"a"
+    local = struct.pack("<4s5H3L2H", b"PK\x03\x04", 20, 0, 0, 0, 0, 0, 0, 0, 1, 0) + b"a"
+    cd = one * entries
+    return local + cd + struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, 1, 1, len(cd), len(local), 0)
+
+
+def test_zip_central_directory_is_counted_before_zipfile_reads_it(tmp_path):
+    # 200,000 entries in 9.4 MB: zipfile would build them all (~75 MB) before the 20,000-entry cap is checked
+    data = _zip_directory_bomb(200_000)
+    _msg, peak = _refused(tmp_path, data, "more than 20,000 entries")
+    assert peak < 4 << 20, f"{peak:,} bytes allocated to refuse a zip of {len(data):,} bytes"
+    # an ordinary zip still extracts
+    from service_testutil import zip_bytes
+
+    arc = tmp_path / "ok.zip"
+    arc.write_bytes(zip_bytes({f"d/f{i}.py": b"x" for i in range(300)}))
+    assert safe_extract(arc, tmp_path / "ok", LIMITS).files == 300

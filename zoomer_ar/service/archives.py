@@ -13,7 +13,8 @@ headers that tarfile reads whole into memory before it yields the member they de
 names and links, pax headers) are checked before they are read: at most 1 MiB each, 16 in a row,
 1 MiB of global pax headers in all, their sizes counted against the caps; sparse members (whose
 maps tarfile also reads whole) are refused. Zip archives
-are checked on their central directory first (declared sizes; `zipfile` never yields more than the
+are checked on their central directory first (its entries counted one header at a time before
+zipfile reads it whole, at most 64 MiB of it; declared sizes; `zipfile` never yields more than the
 declared size), then extracted with the same counters. Encrypted zip entries are refused.
 Extracted files get mode 0644 and folders 0755 whatever the archive says.
 """
@@ -23,6 +24,7 @@ from __future__ import annotations
 import re
 import shutil
 import stat
+import struct
 import tarfile
 import zipfile
 from dataclasses import dataclass
@@ -33,6 +35,7 @@ MAX_NAME = 1024
 MAX_TAR_META = 1 << 20  # one GNU long name / pax header (read whole into memory by tarfile)
 MAX_TAR_META_CHAIN = 16  # metadata headers before one member (tarfile reads them recursively)
 MAX_TAR_GLOBAL = 1 << 20  # all global pax headers of an archive (tarfile keeps them all)
+MAX_ZIP_DIRECTORY = 64 << 20  # a zip's central directory (zipfile reads it whole and builds every entry)
 _TAR_META = (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE, tarfile.XGLTYPE,
              tarfile.SOLARIS_XHDTYPE)
 _DRIVE = re.compile(r"^[A-Za-z]:")
@@ -246,10 +249,44 @@ def _zip_is_special(info: zipfile.ZipInfo) -> bool:
     return kind not in (stat.S_IFREG, stat.S_IFDIR, stat.S_IFLNK)
 
 
+def _check_zip_directory(path: Path, limits: ArchiveLimits, what: str) -> None:
+    """Count the central directory's entries (reading one header at a time) before zipfile reads it.
+
+    zipfile reads the whole central directory and builds an object per entry before the entry cap
+    can be checked: 47 MB of minimal entries (the end record may declare just one) took 370 MB.
+    Archives zipfile cannot read are left to it (it says why).
+    """
+    with open(path, "rb") as fp:
+        end = zipfile._EndRecData(fp)  # noqa: SLF001 - zipfile's own reader of the end record
+        if end is None:
+            return
+        size_cd, offset_cd = end[zipfile._ECD_SIZE], end[zipfile._ECD_OFFSET]  # noqa: SLF001
+        if size_cd > MAX_ZIP_DIRECTORY:
+            raise ArchiveError(f"{what}: zip central directory of {size_cd:,} bytes (at most {MAX_ZIP_DIRECTORY:,})")
+        start = end[zipfile._ECD_LOCATION] - size_cd  # noqa: SLF001 - as zipfile locates it
+        if end[zipfile._ECD_SIGNATURE] == zipfile.stringEndArchive64:  # noqa: SLF001
+            start -= zipfile.sizeEndCentDir64 + zipfile.sizeEndCentDir64Locator
+        if start < 0 or offset_cd < 0:
+            return
+        fp.seek(start)
+        entries = pos = 0
+        while pos < size_cd:
+            head = fp.read(zipfile.sizeCentralDir)
+            if len(head) != zipfile.sizeCentralDir or head[:4] != zipfile.stringCentralDir:
+                return
+            more = sum(struct.unpack("<3H", head[28:34]))  # name, extra field, comment
+            fp.seek(more, 1)
+            pos += zipfile.sizeCentralDir + more
+            entries += 1
+            if entries > limits.max_entries:
+                raise ArchiveError(f"{what}: more than {limits.max_entries:,} entries")
+
+
 def _extract_zip(path: Path, dest: Path, limits: ArchiveLimits, what: str) -> ExtractStats:
     stats = ExtractStats(kind="zip")
     budget = _Budget(limits, path.stat().st_size, what)
     try:
+        _check_zip_directory(path, limits, what)
         with zipfile.ZipFile(path) as zf:
             infos = zf.infolist()
             checked: list[tuple[zipfile.ZipInfo, PurePosixPath | None]] = []
