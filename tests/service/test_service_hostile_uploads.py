@@ -167,3 +167,35 @@ def test_zip_central_directory_is_counted_before_zipfile_reads_it(tmp_path):
     arc = tmp_path / "ok.zip"
     arc.write_bytes(zip_bytes({f"d/f{i}.py": b"x" for i in range(300)}))
     assert safe_extract(arc, tmp_path / "ok", LIMITS).files == 300
+
+
+def _peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the server's peak memory from /proc")
+def test_json_bodies_are_capped_before_the_token_is_checked(server):
+    # FastAPI reads a JSON body whole before its dependencies (the token check) run
+    def body():
+        yield b'{"job_id": "' + b"0" * 32 + b'", "pattern": "dataloader-bound", "label": "positive", "note": "'
+        for _ in range(96):
+            yield b"a" * (1 << 20)
+        yield b'"}'
+
+    before = _peak_rss_mb(server.proc.pid)
+    with server.client() as c:  # no token
+        r = c.post("/v1/verdicts", content=body(), headers={"Content-Type": "application/json"})
+    assert r.status_code == 413, r.text
+    assert "larger than" in r.json()["detail"]
+    grown = _peak_rss_mb(server.proc.pid) - before
+    assert grown < 32, f"the server's peak memory grew by {grown:.0f} MiB for a 96 MiB JSON body"
+    with server.client() as c:  # a declared length over the cap: refused before reading
+        r = c.post("/v1/verdicts", content=b"{}" + b" " * (2 << 20), headers={"Content-Type": "application/json"})
+        assert r.status_code == 413 and r.json()["detail"].startswith("request body larger than")
+    token = server.token("vision", "alice")
+    with server.client(token) as c:  # an ordinary verdict body is read as before
+        r = c.post("/v1/verdicts", json={"job_id": "0" * 32, "pattern": "dataloader-bound", "label": "positive"})
+        assert r.status_code == 404, r.text

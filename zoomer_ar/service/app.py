@@ -33,6 +33,8 @@ from .webhook import WebhookError, review_job, verify
 
 JOB_ID = r"^[0-9a-f]{32}$"
 WEBHOOK_MAX_BYTES = 25 << 20  # GitHub caps payloads at 25 MB
+JSON_MAX_BYTES = 1 << 20  # bodies FastAPI reads whole (POST /v1/verdicts), read before the token is checked
+STREAMED = ("/v1/jobs", "/v1/github/webhook")  # routes that read their body as a stream, under their own caps
 AUTH_HEADERS = {"WWW-Authenticate": "Bearer"}
 
 
@@ -241,6 +243,44 @@ Who = Annotated[Principal, Depends(require_principal)]
 JobId = Annotated[str, PathParam(pattern=JOB_ID, description="The job id returned by POST /v1/jobs.")]
 
 
+# --- body cap -----------------------------------------------------------------------------------------
+
+
+class BodyCap:
+    """ASGI middleware: a request body over `limit` bytes answers 413, except on the STREAMED routes.
+
+    FastAPI reads a JSON body whole into memory before it resolves any dependency (the token check
+    included): without a cap, an unauthenticated POST /v1/verdicts of 400 MB took the server to
+    1.3 GB. A declared Content-Length over the cap is refused before reading; otherwise the count
+    stops reading at the cap.
+    """
+
+    def __init__(self, app, limit: int = JSON_MAX_BYTES) -> None:  # noqa: ANN001 - an ASGI app
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope, receive, send) -> None:  # noqa: ANN001 - ASGI
+        if scope["type"] != "http" or scope["path"] in STREAMED:
+            await self.app(scope, receive, send)
+            return
+        too_large = HTTPException(413, f"request body larger than {self.limit:,} bytes")
+        length = dict(scope.get("headers") or ()).get(b"content-length", b"")
+        if length.isdigit() and int(length) > self.limit:
+            await JSONResponse({"detail": too_large.detail}, status_code=413)(scope, receive, send)
+            return
+        seen = 0
+
+        async def counted():  # noqa: ANN202
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise too_large  # FastAPI re-raises it from the body read: a JSON 413
+            return message
+
+        await self.app(scope, counted, send)
+
+
 # --- app ----------------------------------------------------------------------------------------------
 
 
@@ -263,6 +303,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings = settings
+    app.add_middleware(BodyCap)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
