@@ -57,3 +57,26 @@ def test_options_that_would_be_ignored_are_usage_errors(tmp_path, monkeypatch, c
     assert main(["analyze", str(SYNC), "--no-progress", *options]) == 2
     assert words in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("earlier", [False, True])
+def test_ctrl_c_while_the_outputs_are_written_leaves_the_folder_as_it_was(tmp_path, monkeypatch, capsys, earlier):
+    """Ctrl-C after findings.json was written and before the other outputs left a findings.json with no
+    reports (in a folder the command made, kept), or the new findings.json beside an earlier run's
+    reports, patch and spec; the outputs are now rendered apart and moved into place at the end."""
+    out = tmp_path / "out"
+    if earlier:
+        assert main(["analyze", str(REPO / "examples" / "traces" / "clean"), "--out", str(out), "--no-progress"]) == 0
+        before = {p.name: p.read_bytes() for p in out.iterdir()}
+    real = analyze_cli.write_fix_outputs
+
+    def interrupted(*a, **k):
+        real(*a, **k)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(analyze_cli, "write_fix_outputs", interrupted)
+    assert main(["analyze", str(SYNC), "--out", str(out), "--no-progress"]) == 130
+    if earlier:
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    else:
+        assert not out.exists()

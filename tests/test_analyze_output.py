@@ -213,7 +213,7 @@ def test_a_full_disk_is_a_one_line_output_error(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2
     assert err[-1] == f"zoomer-ar: error: cannot write {out / 'report.md'}: No space left on device"
-    assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+    assert not out.exists()  # no temporary file left behind, nor the folder the command made (empty)
 
 
 def test_out_folder_that_cannot_be_created_is_an_output_error(tmp_path, capsys):

@@ -225,6 +225,58 @@ def remove_stale_outputs(target: Path, written: dict[str, Path]) -> list[str]:
     return removed
 
 
+def write_all_outputs(analysis, target: Path, source_dir: Path | None, trace_path: Path, fixers: list[str],
+                      notes: list[str]) -> dict[str, Path]:
+    """The reports and the fix outputs, rendered into a hidden folder in ``target`` and only then moved
+    into place, findings.json last: Ctrl-C or a failure while they are rendered (the fixers on a large
+    --source tree take seconds) leaves the folder as it was, never a new findings.json beside an
+    earlier run's reports or patch, nor a findings.json without its reports."""
+    import shutil
+
+    from .errors import OutputError
+
+    try:
+        staging = Path(tempfile.mkdtemp(dir=target, prefix=".zoomer-writing."))
+    except OSError as exc:
+        raise OutputError(str(target), f"cannot write the output folder ({exc.strerror or exc})") from None
+    try:
+        staged = write_outputs(analysis, staging)
+        staged.update(write_fix_outputs(analysis, staging, source_dir, trace_path, fixers, notes))
+        written: dict[str, Path] = {}
+        for name in sorted(staged, key=lambda n: n == "findings.json"):
+            written[name] = _move_into_place(staged[name], target / name)
+        return written
+    except OutputError as exc:  # named as the file it stands for, not its staged copy
+        staged_path = Path(exc.path)
+        if staged_path.parent == staging:
+            raise OutputError(str(target / staged_path.name), exc.reason) from None
+        raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _move_into_place(src: Path, dest: Path) -> Path:
+    """``src`` renamed over ``dest``; a ``dest`` that is not a regular file (/dev/null, a FIFO) is
+    written into, never replaced, as render.report.atomic_write does."""
+    import stat
+
+    from .errors import OutputError
+
+    try:
+        try:
+            special = not stat.S_ISREG(os.stat(dest).st_mode)
+        except FileNotFoundError:
+            special = False
+        if special:
+            with open(dest, "wb") as fh:
+                fh.write(src.read_bytes())
+        else:
+            os.replace(src, dest)
+    except OSError as exc:
+        raise OutputError(str(dest), exc.strerror or str(exc)) from None
+    return dest
+
+
 def _sigterm_unwinds(command):
     """SIGTERM (a job scheduler's stop) unwinds the command like Ctrl-C: the output folder it made,
     temporary files and --steps cuts are removed, exit 143 (zoomer_ar/sigterm.py)."""
@@ -326,9 +378,12 @@ def analyze(path: Path, out_dir: Path | None, fmt: str, name: str | None, source
     chosen, held = patch_fixers(analysis.findings, fix_select, unlocked) if source_dir is not None else ([], [])
     if not no_files:
         earlier = had_outputs(target)
-        written = write_outputs(analysis, target)
         fix_notes: list[str] = []
-        written.update(write_fix_outputs(analysis, target, source_dir, path, chosen, fix_notes))
+        try:
+            written = write_all_outputs(analysis, target, source_dir, path, chosen, fix_notes)
+        except BaseException:
+            _remove_empty(created)
+            raise
         for line in fix_notes:
             click.echo(f"note: {line}", err=True)
         removed = remove_stale_outputs(target, written) if earlier else []
