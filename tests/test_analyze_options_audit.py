@@ -80,3 +80,14 @@ def test_ctrl_c_while_the_outputs_are_written_leaves_the_folder_as_it_was(tmp_pa
         assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     else:
         assert not out.exists()
+
+
+def test_a_models_dir_that_is_not_there_is_noted(tmp_path, monkeypatch, capsys):
+    """ZOOMER_MODELS_DIR naming a folder that does not exist (a typo) gave the rules' findings alone
+    with no word of it, as if no model had been promoted."""
+    import json
+
+    monkeypatch.setenv("ZOOMER_MODELS_DIR", str(tmp_path / "nope"))
+    assert main(["analyze", str(SYNC), "--no-files", "--format", "json", "--no-progress"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert any(f"ZOOMER_MODELS_DIR names {tmp_path / 'nope'}, which is not a folder" in n for n in notes), notes

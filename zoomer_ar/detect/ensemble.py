@@ -106,6 +106,8 @@ def model_state(directory: Path | None = None) -> ModelState:
     if os.environ.get("ZOOMER_MODEL", "").lower() in ("off", "0", "none", "rules"):
         return ModelState()
     root = Path(directory) if directory else models_dir()
+    if directory is None and os.environ.get("ZOOMER_MODELS_DIR") and not root.is_dir():  # a typo, not "no model"
+        return ModelState(note=f"ZOOMER_MODELS_DIR names {root}, which is not a folder; findings are the rules' alone.")
     pointer = root / "CURRENT"
     try:
         version = pointer.read_text(encoding="utf-8", errors="replace").strip()  # damaged: a note below, not a crash
