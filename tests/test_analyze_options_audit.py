@@ -91,3 +91,21 @@ def test_a_models_dir_that_is_not_there_is_noted(tmp_path, monkeypatch, capsys):
     assert main(["analyze", str(SYNC), "--no-files", "--format", "json", "--no-progress"]) == 0
     notes = json.loads(capsys.readouterr().out)["notes"]
     assert any(f"ZOOMER_MODELS_DIR names {tmp_path / 'nope'}, which is not a folder" in n for n in notes), notes
+
+
+def test_compare_reads_analyze_format_json_saved_under_any_name(tmp_path, capsys):
+    """`analyze --format json > before.json` then `compare before.json AFTER` was refused: a findings
+    document not named findings.json was read as a trace ("not a Kineto trace: no 'traceEvents'")."""
+    import json
+
+    assert main(["analyze", str(SYNC), "--no-files", "--format", "json", "--no-progress"]) == 0
+    saved = tmp_path / "before.json"
+    saved.write_text(capsys.readouterr().out)
+    assert main(["compare", str(saved), str(SYNC), "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["speedup"] == 1.0 and out["resolved"] == [] and out["new"] == []
+    doc = json.loads(saved.read_text())
+    doc["schema_version"] = "9.0"  # and one of another major version says so, as under its own name
+    saved.write_text(json.dumps(doc))
+    assert main(["compare", str(saved), str(SYNC)]) == 2
+    assert "schema_version '9.0' is not one this zoomer-ar reads" in capsys.readouterr().err

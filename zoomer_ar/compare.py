@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import click
@@ -14,10 +15,23 @@ from .models import Analysis
 from .render.filters import fmt_ms, fmt_num
 
 
+def _is_findings(path: Path) -> bool:
+    """A findings.json, under that name or another (``analyze --format json > before.json``): the
+    document opens with its schema_version key, which no Kineto trace has."""
+    if path.name == "findings.json":
+        return True
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(256)
+    except OSError:
+        return False
+    return re.match(rb'\s*\{\s*"schema_version"\s*:', head) is not None
+
+
 def _load(path: Path) -> Analysis:
     if path.is_dir() and (path / "findings.json").is_file():
         path = path / "findings.json"
-    if path.name == "findings.json":
+    if path.name == "findings.json" or (path.is_file() and _is_findings(path)):  # a FIFO is not opened here
         from .findings_file import load_findings
 
         return load_findings(path)
