@@ -199,3 +199,38 @@ def test_json_bodies_are_capped_before_the_token_is_checked(server):
     with server.client(token) as c:  # an ordinary verdict body is read as before
         r = c.post("/v1/verdicts", json={"job_id": "0" * 32, "pattern": "dataloader-bound", "label": "positive"})
         assert r.status_code == 404, r.text
+
+
+def test_every_answer_says_nosniff_and_an_unforeseen_error_is_json(tmp_path):
+    """Downloads (report.md, a notebook: the trace's names are the user's text, `<script>` included) had no
+    `X-Content-Type-Options: nosniff`, and an unforeseen exception answered a plain-text 'Internal Server Error'
+    where every other error is JSON."""
+    import asyncio
+
+    import httpx
+
+    from zoomer_ar.service.app import create_app
+    from zoomer_ar.service.config import Settings
+
+    server = Server(tmp_path / "srv", embedded_workers=0)
+    try:
+        with server.client() as c:
+            for path in ("/v1/health", "/v1/jobs", "/openapi.json"):
+                assert c.get(path).headers.get("x-content-type-options") == "nosniff", path
+    finally:
+        server.stop()
+
+    app = create_app(Settings(data_dir=tmp_path / "inproc", db=f"sqlite:///{tmp_path / 'z.db'}"))
+
+    @app.get("/boom")
+    async def boom() -> None:
+        raise RuntimeError("secret detail")
+
+    async def call() -> httpx.Response:
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            return await client.get("/boom")
+
+    r = asyncio.run(call())
+    assert r.status_code == 500 and r.headers["content-type"].startswith("application/json")
+    assert r.json()["detail"].startswith("internal error (RuntimeError)") and "secret detail" not in r.text

@@ -281,6 +281,28 @@ class BodyCap:
         await self.app(scope, counted, send)
 
 
+class NoSniff:
+    """ASGI middleware: every response says `X-Content-Type-Options: nosniff`, so a browser renders a
+    download (report.md, a notebook, a trace) as the type it is served as, never as HTML it guessed
+    from content (trace names are the user's text: a `<script>` in them)."""
+
+    def __init__(self, app) -> None:  # noqa: ANN001 - an ASGI app
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:  # noqa: ANN001 - ASGI
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_nosniff(message) -> None:  # noqa: ANN001
+            if message["type"] == "http.response.start":
+                headers = [h for h in message.get("headers", []) if h[0].lower() != b"x-content-type-options"]
+                message = {**message, "headers": [*headers, (b"x-content-type-options", b"nosniff")]}
+            await send(message)
+
+        await self.app(scope, receive, send_nosniff)
+
+
 # --- app ----------------------------------------------------------------------------------------------
 
 
@@ -304,6 +326,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.add_middleware(BodyCap)
+    app.add_middleware(NoSniff)
+
+    @app.exception_handler(Exception)
+    async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
+        """Anything unforeseen: a JSON 500 like every other error answer (never a stack trace to the
+        client; the server's log has it)."""
+        import logging
+
+        logging.getLogger("zoomer_ar.service").error("internal error on %s %s", request.method, request.url.path,
+                                                      exc_info=exc)
+        return JSONResponse({"detail": f"internal error ({type(exc).__name__}); the server's log has the details"},
+                            status_code=500)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
