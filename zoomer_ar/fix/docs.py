@@ -22,7 +22,7 @@ def render(registry: Registry | None = None) -> str:
         "Python files under DIR and rewrites them with libcst codemods (comments and formatting",
         "kept; every output re-parsed; fixing twice changes nothing). User code is parsed, never",
         "imported or executed.\n",
-        "* `zoomer-ar fix DIR` lists findings: `path:line:col: pattern message [fixer, fixable|report only]`.",
+        "* `zoomer-ar fix DIR` lists findings: `path:line:col: pattern message [fixer, fixable|opt-in|report only]`.",
         "* `--diff` prints a unified diff (`a/` and `b/` paths relative to DIR) for `git apply` or `patch -p1`;",
         "  `--apply` rewrites the files in place (atomically, file mode and owner kept; read-only files left alone).",
         "* `--select` / `--ignore` take fixer names or pattern ids, comma-separated.",
