@@ -206,3 +206,13 @@ def test_check_of_a_rank_folder_checks_its_trace_files(tmp_path, capsys):
     empty.mkdir()
     assert main(["trace", "check", str(empty)]) == 2
     assert "folder holds no trace files" in capsys.readouterr().err
+
+
+def test_split_says_why_it_wrote_more_events_than_it_read(tmp_path, capsys, shared_traces):
+    """`trace split` said 'wrote 81,289 of 75,718 events' with nothing saying how a split writes more than it reads."""
+    src = next((SHARED_TRACES / "kineto" / "resnet50_num_workers_0").glob("*.json.gz"))
+    assert main(["trace", "split", str(src), str(tmp_path / "steps")]) == 0
+    line = capsys.readouterr().out
+    wrote, read = (int(x.replace(",", "")) for x in line.split("wrote ")[1].split(" events")[0].split(" of "))
+    assert wrote > read
+    assert "an event in several files counts once in each: the metadata goes into every file" in line
