@@ -78,8 +78,9 @@ class GitHubTarget:
     token: str
 
 
-def _pr_number(value: Any) -> int | None:
-    """A pull-request number: a positive int that is not a bool (JSON `true` is an int in Python)."""
+def pr_number(value: Any) -> int | None:
+    """A pull-request number: a positive int that is not a bool (JSON `true` is an int in Python); else None.
+    The Actions event reader and the service's webhook and worker all take the number through it."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
@@ -95,12 +96,12 @@ def pr_from_event(path: str | None) -> int | None:
     if not isinstance(event, dict):
         return None
     pr = event.get("pull_request")
-    if isinstance(pr, dict) and _pr_number(pr.get("number")) is not None:
+    if isinstance(pr, dict) and pr_number(pr.get("number")) is not None:
         return pr["number"]
     issue = event.get("issue")
-    if isinstance(issue, dict) and issue.get("pull_request") and _pr_number(issue.get("number")) is not None:
+    if isinstance(issue, dict) and issue.get("pull_request") and pr_number(issue.get("number")) is not None:
         return issue["number"]
-    return _pr_number(event.get("number"))
+    return pr_number(event.get("number"))
 
 
 def target_from_env(pr: int | None = None, repository: str | None = None, env: Mapping[str, str] | None = None) -> GitHubTarget:

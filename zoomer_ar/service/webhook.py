@@ -24,6 +24,7 @@ import json
 import re
 from typing import Any
 
+from ..review.github import pr_number
 from .config import Settings
 
 REVIEW_ACTIONS = ("opened", "synchronize", "reopened", "ready_for_review")
@@ -39,11 +40,6 @@ def verify(secret: str | None, body: bytes, header: str | None) -> bool:
     if not secret or not header or not header.startswith("sha256="):
         return False
     return hmac.compare_digest(sign(secret, body).encode("ascii"), header.strip().encode("ascii", "replace"))
-
-
-def pr_number(value: Any) -> int | None:
-    """A pull-request number: a positive int that is not a bool (JSON `true` is an int in Python); else None."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 class WebhookError(ValueError):

@@ -203,7 +203,7 @@ def run_review(claim: Q.Claim, settings: Settings) -> tuple[dict, dict]:
     from ..review import review
     from ..review.render import render_markdown
     from ..review.sarif import to_sarif
-    from .webhook import pr_number
+    from ..review.github import pr_number
 
     p = claim.params
     repo = Path(p["repo_path"])
