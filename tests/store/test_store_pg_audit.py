@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -104,6 +105,20 @@ def test_nul_characters_are_stored_alike_on_both_stores(store_url, tmp_path, cap
 # --- impact figures that are not a share of the step ---------------------------------------------------
 
 
+def _refused_batch(store_url: str, tmp_path: Path, capsys, good, bad: dict) -> str:
+    """`record good.json bad.json`: exit 2 with one line naming bad.json, and nothing of the batch recorded.
+    The line, for the caller's checks of what it names."""
+    files = [tmp_path / "good.json", tmp_path / "bad.json"]
+    files[0].write_text(good.model_dump_json())
+    files[1].write_text(json.dumps(bad))
+    rc = main(["record", *map(str, files), "--db", store_url, "--gpu-hours", "10"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert str(files[1]) in err[0], err
+    assert count(store_url, Analysis) == 0
+    return err[0]
+
+
 @pytest.mark.parametrize("field,value", [("pct_of_step", float("nan")), ("pct_of_step", float("inf")),
                                          ("pct_of_step", 1e308), ("pct_of_step", -50.0),
                                          ("ms_per_step", float("nan")), ("gpu_hours_per_1000_steps", -1.0)])
@@ -115,14 +130,8 @@ def test_impact_that_is_not_a_share_of_the_step_is_bad_input(store_url, tmp_path
     good = make_analysis("good", findings={"idle-gpu": 40.0})
     bad = json.loads(make_analysis("bad", findings={"idle-gpu": 40.0, "fp32-matmul": 5.0}).model_dump_json())
     bad["findings"][1]["impact"][field] = value  # json.dumps writes NaN and Infinity as Python's json.load reads them
-    files = [tmp_path / "good.json", tmp_path / "bad.json"]
-    files[0].write_text(good.model_dump_json())
-    files[1].write_text(json.dumps(bad))
-    rc = main(["record", *map(str, files), "--db", store_url, "--gpu-hours", "10"])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2 and len(err) == 1, err
-    assert str(files[1]) in err[0] and f"findings.1.impact.{field}" in err[0], err
-    assert count(store_url, Analysis) == 0
+    line = _refused_batch(store_url, tmp_path, capsys, good, bad)
+    assert f"findings.1.impact.{field}" in line, line
 
 
 # --- numbers past the store's columns, figures that are not numbers --------------------------------------
@@ -148,14 +157,8 @@ def test_numbers_the_store_cannot_hold_are_bad_input(store_url, tmp_path, capsys
     good = make_analysis("good", findings={"idle-gpu": 40.0})
     bad = json.loads(make_analysis("bad", findings={"idle-gpu": 40.0}, start_unix_s=1.8e9).model_dump_json())
     edit(bad)
-    files = [tmp_path / "good.json", tmp_path / "bad.json"]
-    files[0].write_text(good.model_dump_json())
-    files[1].write_text(json.dumps(bad))
-    rc = main(["record", *map(str, files), "--db", store_url, "--gpu-hours", "10"])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2 and len(err) == 1, err
-    assert str(files[1]) in err[0] and where in err[0] and "internal error" not in err[0], err
-    assert count(store_url, Analysis) == 0
+    line = _refused_batch(store_url, tmp_path, capsys, good, bad)
+    assert where in line and "internal error" not in line, line
 
 
 def test_gpus_past_the_store_integers_is_a_usage_error(store_url, tmp_path, capsys):
