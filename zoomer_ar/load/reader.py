@@ -18,7 +18,7 @@ from .inflate import gzip_inflater
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-ZSTD_MISSING = "zstd-compressed trace: install the `zstandard` package to read it"  # stream/source.py's words
+ZSTD_MISSING = "zstd-compressed trace: install the `zstandard` package to read it"  # both readers say it
 CHUNK = 8 << 20
 
 # In-memory analysis decodes the whole document at once; above this many (decompressed) bytes the

@@ -11,6 +11,7 @@ import os
 import struct
 from pathlib import Path
 
+from ..load.reader import GZIP_MAGIC, ZSTD_MAGIC
 from .guard import check_setting
 
 
@@ -60,9 +61,9 @@ def json_size_estimate(path: Path, cap: int | None = None) -> int:
         size = path.stat().st_size
         with path.open("rb") as fh:
             head = fh.read(4)
-            if head == b"\x28\xb5\x2f\xfd":
+            if head == ZSTD_MAGIC:
                 return size * 10
-            if head[:2] != b"\x1f\x8b" or size < 18:
+            if head[:2] != GZIP_MAGIC or size < 18:
                 return size
             fh.seek(-4, os.SEEK_END)
             isize = struct.unpack("<I", fh.read(4))[0]
@@ -151,7 +152,7 @@ def _any_zstd(path: str | Path) -> bool:
             continue
         try:
             with f.open("rb") as fh:
-                if fh.read(4) == b"\x28\xb5\x2f\xfd":
+                if fh.read(4) == ZSTD_MAGIC:
                     return True
         except OSError:
             continue

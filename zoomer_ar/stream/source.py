@@ -17,12 +17,10 @@ from pathlib import Path
 
 from ..load.inflate import ERRORS as INFLATE_ERRORS
 from ..load.inflate import gzip_inflater
-from ..load.reader import HashingFile
+from ..load.reader import GZIP_MAGIC, ZSTD_MAGIC, ZSTD_MISSING, HashingFile
 from ..load.repair import StreamRepair
 from ..threads import start as start_thread
 
-GZIP_MAGIC = b"\x1f\x8b"
-ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 CHUNK = 1 << 20  # decompressed bytes per chunk (small: the decoded slice stays in cache)
 
 try:  # optional: zstd input and output
@@ -98,7 +96,7 @@ def iter_chunks(path: Path, chunk: int = CHUNK, file_hash=None) -> Iterator[tupl
             return
         if kind == "zstd":
             if zstandard is None:
-                raise StreamError("zstd-compressed trace: install the `zstandard` package to read it")
+                raise StreamError(ZSTD_MISSING)
             try:
                 reader = zstandard.ZstdDecompressor().stream_reader(fh, read_size=chunk // 4, read_across_frames=True)
                 while data := reader.read(chunk):
