@@ -258,16 +258,11 @@ def write_all_outputs(analysis, target: Path, source_dir: Path | None, trace_pat
 def _move_into_place(src: Path, dest: Path) -> Path:
     """``src`` renamed over ``dest``; a ``dest`` that is not a regular file (/dev/null, a FIFO) is
     written into, never replaced, as render.report.atomic_write does."""
-    import stat
-
     from .errors import OutputError
+    from .render.report import is_special_file
 
     try:
-        try:
-            special = not stat.S_ISREG(os.stat(dest).st_mode)
-        except FileNotFoundError:
-            special = False
-        if special:
+        if is_special_file(dest):
             with open(dest, "wb") as fh:
                 fh.write(src.read_bytes())
         else:

@@ -101,6 +101,16 @@ def _umask() -> int:
     return mask
 
 
+def is_special_file(path: Path) -> bool:
+    """``path`` exists and is not a regular file (``/dev/stdout``, ``/dev/null``, a FIFO): an output
+    there is written into, never replaced by a file. False where it is not there yet (or unreadable:
+    the write says why)."""
+    try:
+        return not stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
 def atomic_write(path: Path, data: str | bytes) -> None:
     """Write ``path`` whole or not at all (a temporary file renamed over it), with the mode a plain
     open() would give it under the user's umask: mkstemp creates 0600, which would hide the
@@ -112,11 +122,7 @@ def atomic_write(path: Path, data: str | bytes) -> None:
     if path.is_dir():
         raise OutputError(str(path), "it is a directory")
     payload = data.encode("utf-8", "surrogateescape") if isinstance(data, str) else data
-    try:
-        special = not stat.S_ISREG(os.stat(path).st_mode)
-    except OSError:
-        special = False  # not there yet (or unreadable: the write below says why)
-    if special:
+    if is_special_file(path):
         try:
             with open(path, "wb") as fh:
                 fh.write(payload)
