@@ -17,11 +17,24 @@ from .slices import read_slices
 from .copying import Stats, human_bytes
 
 
-def check_events(src: Path) -> None:
+def check_events(src: Path) -> int:
     """A pass that holds every event of src to `trace check`'s rules (types included): InputError
     naming the file and the first event refused. For the commands that copy a file's bytes as they
-    are (compress, sample): what they write is then a valid trace."""
-    read_slices(src, lambda b: None, check="all")
+    are (compress, sample): what they write is then a valid trace. Returns the number of events."""
+    count = [0]
+
+    def tally(batch) -> None:
+        count[0] += batch.n
+
+    read_slices(src, tally, check="all")
+    return count[0]
+
+
+def refuse_no_events(src: Path, events: int) -> None:
+    """InputError where a trace holds no event (`"traceEvents": []`): `analyze` refuses it, and so do
+    filter, slice, split and merge; a copy of it would pass for a usable trace."""
+    if not events:
+        raise InputError(str(src), "trace has no events ('traceEvents' is empty); nothing written")
 
 
 def compress_trace(src: Path, dst: Path, *, compression: str | None = None, level: int | None = None) -> Stats:
@@ -37,7 +50,7 @@ def compress_trace(src: Path, dst: Path, *, compression: str | None = None, leve
     guard.check_level(comp, level)
     copy = _BackgroundCopy(src, dst, comp, level)  # compresses while the events are checked
     try:
-        check_events(src)
+        refuse_no_events(src, check_events(src))
         sink = copy.result()
     except BaseException:  # the check failed, or Ctrl-C, SIGTERM: no output left behind
         copy.cancel()
