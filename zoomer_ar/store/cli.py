@@ -38,8 +38,11 @@ def digest(week: str | None, team: str | None, fmt: str, out: Path | None, top: 
     from ..render.digest import render_digest
     from .digest import build_digest
 
-    _readable_store(db)
-    d = build_digest(db, week=week, team=team, top=top)
+    from .db import reading
+
+    engine = _readable_store(db)
+    with reading(engine):  # the server going away mid-query: one line, exit 1
+        d = build_digest(engine, week=week, team=team, top=top)
     _write_or_echo(render_digest(d, fmt, top=top), out)
 
 
@@ -72,17 +75,20 @@ def history(job: str, fmt: str, limit: int, db: str | None) -> None:
     from sqlalchemy import select
 
     from ..render.digest import render_history
+    from .db import reading
     from .history import job_history
     from .orm import Job
 
     engine = _readable_store(db)
-    with engine.connect() as c:  # an unknown name is bad input (exit 2), not a store failure (StoreError, exit 1)
-        if c.execute(select(Job.id).where(Job.name == job)).first() is None:
-            names = [n for (n,) in c.execute(select(Job.name).order_by(Job.name).limit(6))]
-            more = ", ..." if len(names) > 5 else ""
-            have = f"recorded jobs: {', '.join(names[:5])}{more}" if names else "no job recorded yet"
-            raise InputError(None, f"no recorded job named {job!r} ({have})")
-    click.echo(render_history(job_history(job, engine, limit=limit), fmt), nl=False)
+    with reading(engine):  # the server going away mid-query: one line, exit 1
+        with engine.connect() as c:  # an unknown name is bad input (exit 2), not a store failure (StoreError, exit 1)
+            if c.execute(select(Job.id).where(Job.name == job)).first() is None:
+                names = [n for (n,) in c.execute(select(Job.name).order_by(Job.name).limit(6))]
+                more = ", ..." if len(names) > 5 else ""
+                have = f"recorded jobs: {', '.join(names[:5])}{more}" if names else "no job recorded yet"
+                raise InputError(None, f"no recorded job named {job!r} ({have})")
+        runs = job_history(job, engine, limit=limit)
+    click.echo(render_history(runs, fmt), nl=False)
 
 
 @click.command()

@@ -332,6 +332,16 @@ def store_error(engine: Engine, exc: DatabaseError, doing: str = "open") -> Stor
     return StoreError(f"cannot {doing} the store {redact(str(engine.url))}: {orig}")
 
 
+@contextmanager
+def reading(engine: Engine) -> Iterator[None]:
+    """Database errors while a command reads the store (digest, history) as one line (store_error): a server
+    that went away mid-query is a StoreError (exit 1), a SQLite file found damaged while read NotAStoreError."""
+    try:
+        yield
+    except DatabaseError as exc:
+        raise store_error(engine, exc, "read from") from None
+
+
 def open_store(db: str | None = None) -> Engine:
     """The engine for `db` (see resolve_url), migrated to the latest schema."""
     engine = get_engine(db)
