@@ -4,6 +4,8 @@ than asked where one rank is unreadable. Each test drives the real CLI and faile
 
 from __future__ import annotations
 
+import gzip
+import json
 from pathlib import Path
 
 import pytest
@@ -40,3 +42,67 @@ def test_compress_refuses_a_trace_without_events(doc, out_name, tmp_path, capsys
     assert main(["trace", "compress", str(src), str(tmp_path / out_name)]) == 2
     _one_error_line(capsys, str(src), "no events")
     assert _files(tmp_path) == ["empty.json"]
+
+
+# ---- a trace beside its decompressed twin --------------------------------------------------------
+
+
+@pytest.fixture
+def job_with_twin(tmp_path: Path, shared_traces) -> Path:
+    """Ranks 0 and 1 of a real job, rank 0 also decompressed beside its .gz (x.json and x.json.gz)."""
+    job = tmp_path / "job"
+    job.mkdir()
+    for pattern in ("worker0_*", "worker1_*"):
+        for f in DLRM.glob(pattern):
+            (job / f.name).write_bytes(f.read_bytes())
+    rank0 = next(job.glob("worker0_*.json.gz"))
+    (job / rank0.name[: -len(".gz")]).write_bytes(gzip.decompress(rank0.read_bytes()))
+    return job
+
+
+def test_merge_reads_a_trace_and_its_twin_once_as_analyze_does(job_with_twin, tmp_path, capsys):
+    """merge refused the folder: 'x.json and x.json.gz are both rank 0 (distributedInfo)'."""
+    out = tmp_path / "m.json.gz"
+    assert main(["trace", "merge", str(job_with_twin), str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "note: skipped" in err and "the same trace as worker0_" in err
+    doc = json.loads(gzip.decompress(out.read_bytes()))
+    assert doc["distributedInfo"]["merged_ranks"] == [0, 1]
+    singles = sum(len(json.loads(gzip.decompress(f.read_bytes()))["traceEvents"]) for f in job_with_twin.glob("*.gz"))
+    assert len(doc["traceEvents"]) == singles  # rank 0 once
+    assert main(["trace", "check", str(out)]) == 0
+
+
+def test_sample_reads_a_trace_and_its_twin_once(job_with_twin, tmp_path, capsys):
+    out = tmp_path / "s"
+    assert main(["trace", "sample", str(job_with_twin), str(out), "-k", "2"]) == 0
+    assert "the same trace as worker0_" in capsys.readouterr().err
+    copied = sorted(f.name.split("_")[0] for f in out.iterdir())
+    assert copied == ["worker0", "worker1"]
+
+
+def test_pieces_of_one_rank_are_still_refused(tmp_path, capsys, shared_traces):
+    """Two files that claim one rank and hold different events are no twins: still not one job."""
+    src = next(DLRM.glob("worker0_*"))
+    pieces = tmp_path / "pieces"
+    doc = json.loads(gzip.decompress(src.read_bytes()))
+    events = doc["traceEvents"]
+    pieces.mkdir()
+    for k, part in enumerate((events[: len(events) // 2], events[len(events) // 2:])):
+        (pieces / f"piece{k}.json").write_text(json.dumps({**doc, "traceEvents": part}))
+    assert main(["trace", "merge", str(pieces), str(tmp_path / "m.json")]) == 2
+    _one_error_line(capsys, "not one job", "both rank 0")
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_a_copy_that_differs_at_its_end_is_no_twin(tmp_path):
+    from zoomer_ar.surgery.twins import same_trace
+
+    data = gzip.decompress(next(DLRM.glob("worker0_*")).read_bytes())
+    a, b, c = tmp_path / "a.json", tmp_path / "b.json.gz", tmp_path / "c.json"
+    a.write_bytes(data)
+    b.write_bytes(gzip.compress(data))
+    c.write_bytes(data[:-1] + b" }")
+    assert same_trace(a, b) and same_trace(b, a)
+    assert not same_trace(a, c) and not same_trace(c, b)
+    assert not same_trace(a, tmp_path / "missing.json")

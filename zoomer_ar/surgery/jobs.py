@@ -20,6 +20,7 @@ from .io import TOO_DEEP, copy_file, decode_top
 from .copying import Stats, output_folder
 from .filtering import compile_pattern, filter_trace
 from .recode import check_events, compress_trace
+from .twins import without_twins
 
 
 def peek_top(path: Path) -> dict[str, Any]:
@@ -105,8 +106,9 @@ class JobFiles:
 
 def rank_files(candidates: list[Path], where: str | None = None) -> JobFiles:
     """Rank the candidates that are traces: distributedInfo.rank, else the file name, else the order
-    (as the loader assigns them). Files that are not traces are skipped; if none is left, InputError
-    naming them (`where`: the folder)."""
+    (as the loader assigns them). Files that are not traces are skipped, and so is a file that holds
+    the same trace as another (twins.without_twins); if none is left, InputError naming them (`where`:
+    the folder)."""
     usable: list[Path] = []
     tops: dict[Path, dict[str, Any]] = {}
     skipped: list[str] = []
@@ -123,6 +125,10 @@ def rank_files(candidates: list[Path], where: str | None = None) -> JobFiles:
             raise InputError(None, skipped[0])
         raise InputError(where, f"no usable trace ({reasons})")
     by_dist = [_rank_of(tops[f]) for f in usable]
+    if None in by_dist or len(set(by_dist)) != len(by_dist):  # a trace beside its copy: read once, as analyze does
+        usable, twins = without_twins(usable, tops, by_dist)
+        skipped += twins
+        by_dist = [_rank_of(tops[f]) for f in usable]
     ranks = by_dist
     clash = None
     if None in ranks or len(set(ranks)) != len(ranks):
