@@ -299,3 +299,40 @@ def test_markdown_and_summary_give_the_combined_avoidable_time(gpu_analysis):
     assert f"avoidable per step, combined: {ms} ({pct} of step; an upper bound)" in render_text(gpu_analysis)
     one = gpu_analysis.model_copy(update={"findings": gpu_analysis.findings[:1]})
     assert "combined" not in render_markdown(one) and "combined" not in render_text(one)
+
+
+MTIA = "hta/mtia_trace_single_rank/mtia_rank_0.json.gz"
+
+
+def test_an_accelerator_trace_counts_accelerator_hours_not_gpu_hours(shared_traces, tmp_path):
+    """On the MTIA trace every cost line said 'GPU-hours (profiled wall time 13,340.0 ms x 1 GPU)' and
+    '/GPU-hour', of a job that ran on no GPU; findings.json keeps its gpu_hours keys and says the unit."""
+    import json
+
+    out = tmp_path / "mtia"
+    assert main(["analyze", str(shared_traces / MTIA), "--out", str(out), "--gpu-hour-cost", "2", "--no-progress"]) == 0
+    md, page = (out / "report.md").read_text(), html.unescape((out / "report.html").read_text())
+    cost = json.loads((out / "findings.json").read_text())["features"]["cost_attribution"]
+    assert cost["gpus"] == 1 and cost["gpu_hours"] > 0  # the keys are kept
+    assert cost["hours_unit"] == "accelerator-hours" and cost["gpu_hours_basis"].endswith("x 1 accelerator")
+    for text in (md, page):
+        assert "GPU-h" not in text and "x 1 GPU" not in text and "/GPU-hour" not in text
+        assert "accelerator-hours (profiled wall time" in text and "x 1 accelerator)" in text
+        assert "/accelerator-hour" in text and "Accelerator-hours" in text
+    # a finding's own figure (per 1,000 steps) in the findings table and the HTML card
+    a = analyze_path(shared_traces / MTIA)
+    a.findings = [f.model_copy(deep=True) for f in analyze_path(GPU_SYNC).findings[:1]]
+    md, page = render_markdown(a), html.unescape(render_html(a))
+    assert "| Accelerator-h / 1k steps |" in md and "GPU-h" not in md
+    assert "accelerator-hours per 1,000 steps" in page and "GPU-hours" not in page
+
+
+def test_a_gpu_trace_still_counts_gpu_hours(gpu_analysis):
+    from zoomer_ar.store.cost import cost_attribution
+
+    a = gpu_analysis.model_copy(deep=True)
+    a.features["cost_attribution"] = cost = cost_attribution(a.features, a.findings, gpu_hour_cost=2.0)
+    assert cost["hours_unit"] == "GPU-hours" and cost["gpu_hours_basis"].endswith("x 1 GPU")
+    md = render_markdown(a)
+    assert "| GPU-h / 1k steps |" in md and "GPU-hours (profiled wall time" in md and "/GPU-hour" in md
+    assert "accelerator" not in md.lower().replace("accelerator trace", "")

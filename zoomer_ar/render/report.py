@@ -16,6 +16,7 @@ from ..detect.combine import combined_impact, within_present
 from ..errors import OutputError
 from ..models import Analysis
 from ..paths import REPORTS_DIR
+from ..store.cost import device_noun
 from .filters import bottleneck_summary, install
 
 
@@ -69,10 +70,14 @@ def narrow_gpu_span(features: dict) -> float | None:
 
 
 def _context(analysis: Analysis) -> dict:
+    # "GPU", or "accelerator" where the trace's device is not a GPU (MTIA): cost lines then say
+    # accelerator-hours (store/cost.py; findings.json keeps its gpu_hours keys)
+    dev = device_noun(analysis.features)
     return {"a": analysis, "findings": analysis.findings, "job": analysis.job, "f": analysis.features,
             "fixer_names": _fixer_names(analysis), "avoidable": combined_impact(analysis.findings),
             "within": within_present(analysis.findings), "gpu_span": narrow_gpu_span(analysis.features),
-            "bottleneck": bottleneck_summary(analysis.bottleneck.summary, analysis.features)}
+            "bottleneck": bottleneck_summary(analysis.bottleneck.summary, analysis.features),
+            "dev": dev, "Dev": dev[:1].upper() + dev[1:]}
 
 
 def render_markdown(analysis: Analysis) -> str:

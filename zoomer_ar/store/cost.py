@@ -32,6 +32,19 @@ def default_gpus(features: dict[str, Any]) -> int:
     return max(1, int(features.get("world_size") or 1))
 
 
+def device_noun(features: dict[str, Any]) -> str:
+    """What the job's devices are called in cost lines: "GPU", or "accelerator" where the trace's device is
+    not a GPU (MTIA: no CUDA/ROCm events). The figures keep their `gpu_hours` keys either way."""
+    return "accelerator" if features.get("has_accelerator") and not features.get("has_gpu") else "GPU"
+
+
+def gpu_hours_basis(features: dict[str, Any], gpus: int, *, wall: bool = True) -> str:
+    """How profiled device-hours were counted: "profiled wall time 13,340.0 ms x 1 accelerator"."""
+    noun = device_noun(features)
+    ms = f" {float(features.get('wall_ms') or 0.0):,.1f} ms" if wall else ""
+    return f"profiled wall time{ms} x {gpus} {noun}{'s' if gpus != 1 else ''}"
+
+
 def profiled_gpu_hours(features: dict[str, Any], gpus: int) -> float:
     return float(features.get("wall_ms") or 0.0) / MS_PER_HOUR * gpus
 
@@ -70,8 +83,11 @@ def cost_attribution(
         "gpu_hours_source": source,
         "gpu_hours_basis": (
             "given with --gpu-hours" if source == "option"
-            else f"profiled wall time {float(features.get('wall_ms') or 0.0):,.1f} ms x {n} GPU{'s' if n != 1 else ''}"
+            else gpu_hours_basis(features, n)
         ),
+        # the unit of every `gpu_hours` figure here, for readers of the JSON: "GPU-hours", or
+        # "accelerator-hours" where the device is not a GPU (the keys keep their names)
+        "hours_unit": f"{device_noun(features)}-hours",
         "gpu_hour_cost": gpu_hour_cost,
         "usd": _usd(hours, gpu_hour_cost),
         "phase_basis": features.get("phase_basis"),

@@ -87,9 +87,10 @@ def record_options_from(store_opts: dict[str, Any]):
 
 def describe(result) -> str:  # noqa: ANN001 - RecordResult
     verb = {"recorded": "recorded", "exists": "already recorded", "refreshed": "re-recorded (newer version)"}[result.status]
-    price = f", ${result.gpu_hour_cost:,.2f}/GPU-h" if result.gpu_hour_cost is not None else ""
-    return (f"{verb}: job {result.job}, week {result.week}, {result.gpus} GPU{'s' if result.gpus != 1 else ''}, "
-            f"{result.gpu_hours:.6g} GPU-hours{price} (analysis #{result.analysis_id})")
+    dev = str((result.cost or {}).get("hours_unit") or "GPU-hours").removesuffix("-hours")  # accelerator on MTIA
+    price = f", ${result.gpu_hour_cost:,.2f}/{dev}-h" if result.gpu_hour_cost is not None else ""
+    return (f"{verb}: job {result.job}, week {result.week}, {result.gpus} {dev}{'s' if result.gpus != 1 else ''}, "
+            f"{result.gpu_hours:.6g} {dev}-hours{price} (analysis #{result.analysis_id})")
 
 
 def refuse_record_only(store_opts: dict[str, Any]) -> None:

@@ -32,7 +32,7 @@ from ..features.phases import PHASES
 from ..features.schema import FeatureVector
 from ..models import Analysis
 from . import weeks as W
-from .cost import cost_attribution, default_gpus, profiled_gpu_hours
+from .cost import cost_attribution, default_gpus, gpu_hours_basis, profiled_gpu_hours
 from .db import StoreError, open_store, store_error, with_retry, write_session
 from .orm import Analysis as AnalysisRow
 from .orm import Finding as FindingRow
@@ -307,7 +307,7 @@ def _result(row: AnalysisRow, job_name: str, status: str, analysis: Analysis) ->
                             gpu_hour_cost=row.gpu_hour_cost)
     cost["gpu_hours_source"] = row.gpu_hours_source
     if row.gpu_hours_source != "option":
-        cost["gpu_hours_basis"] = f"profiled wall time x {row.gpu_count} GPU{'s' if row.gpu_count != 1 else ''}"
+        cost["gpu_hours_basis"] = gpu_hours_basis(analysis.features, row.gpu_count, wall=False)
     return RecordResult(
         analysis_id=row.id, job_id=row.job_id, trace_id=row.trace_id, job=job_name, week=row.week,
         recorded_at=W.utc(row.recorded_at), status=status, gpus=row.gpu_count, gpu_hours=row.gpu_hours,
