@@ -1,14 +1,17 @@
 """Regression tests for the store's commands as a user meets them: `digest` and `history` on a PostgreSQL
-server that goes away."""
+server that goes away, control characters in the job, team and owner options."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
-from sqlalchemy import create_engine, event
+from sqlalchemy import create_engine, event, func, select
 from sqlalchemy.engine import make_url
 
 from zoomer_ar.cli import main
-from zoomer_ar.store.db import dispose_engine, open_store, resolve_url
+from zoomer_ar.store.db import dispose_engine, open_store, read_session, resolve_url
+from zoomer_ar.store.orm import Analysis
 from zoomer_ar.store.record import RecordOptions, record_analysis
 
 from store_support import make_analysis, pg_server_url, pg_url, sqlite_url, store_url  # noqa: F401 - fixtures
@@ -75,3 +78,68 @@ def test_server_gone_while_reading_is_one_line_exit_1(pg_url, capsys, argv, when
     assert out.out == ""
     dispose_engine(pg_url)
     assert main([*argv, "--db", pg_url]) == 0, "the server back: the same command works"
+
+
+# --- control characters in the names a user gives ------------------------------------------------------
+
+
+def _recorded(url: str) -> int:
+    with read_session(open_store(url)) as s:
+        return s.execute(select(func.count()).select_from(Analysis)).scalar_one()
+
+
+@pytest.mark.parametrize("option,value,says", [
+    ("--job", "resnet\nweek 2026-W01: all clear", "control character ('\\n')"),
+    ("--job", "a\x00b", "control character ('\\x00')"),
+    ("--team", "vision\x1b[2J", "control character ('\\x1b')"),
+    ("--owner", "ana\rmallory", "control character ('\\r')"),
+    ("--owner", "ana\u2028bob", "control character ('\\u2028')"),
+    ("--gpu-type", "H100\x07", "control character ('\\x07')"),
+    ("--team", "", "may not be empty"),
+    ("--job", "  ", "may not be empty"),
+    ("--team", "vision ", "may not start or end with spaces"),
+])
+def test_names_with_control_characters_are_refused(store_url, tmp_path, capsys, option, value, says):
+    """`record --job 'a<newline>b'` (and --team, --owner with a newline, ESC or another control character)
+    was recorded as given, and every report then carried it: history's text lines split, the digest's
+    tables broke, a terminal ran the escape sequence; an empty --team was stored as team '' (which the job
+    then kept for ever) and `digest --team ''` showed every team. Now each is a usage error naming the option,
+    exit 2, before anything is recorded; the service refuses the same characters."""
+    f = tmp_path / "findings.json"
+    f.write_text(make_analysis("resnet", findings={"idle-gpu": 30.0}).model_dump_json())
+    rc = main(["record", str(f), option, value, "--db", store_url])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"Invalid value for '{option}'" in err and says in err, err
+    assert "internal error" not in err
+    assert _recorded(store_url) == 0
+
+
+def test_good_names_are_still_recorded(store_url, tmp_path, capsys):
+    """Letters of any script, spaces inside, punctuation: recorded as given."""
+    f = tmp_path / "findings.json"
+    f.write_text(make_analysis("resnet", findings={"idle-gpu": 30.0}).model_dump_json())
+    assert main(["record", str(f), "--job", "résumé 50/ℤ", "--team", "ML Infra", "--owner", "Zoë (on call)",
+                 "--db", store_url]) == 0
+    capsys.readouterr()
+    assert main(["digest", "--team", "ML Infra", "--format", "json", "--db", store_url]) == 0
+    job = json.loads(capsys.readouterr().out)["jobs"][0]
+    assert (job["job"], job["team"], job["owner"]) == ("résumé 50/ℤ", "ML Infra", "Zoë (on call)")
+
+
+@pytest.mark.parametrize("argv", [
+    ["digest", "--team", ""],
+    ["digest", "--team", "a\nb"],
+    ["batch", "{trace}", "--team", "vision\n", "--no-progress"],
+    ["analyze", "{trace}", "--record", "--owner", "\x1b]0;pwned\x07", "--out", "{out}"],
+])
+def test_other_commands_refuse_them_before_any_work(sqlite_url, tmp_path, capsys, argv):
+    """`digest --team ''` silently meant every team; `batch --team` and `analyze --record --owner` recorded
+    control characters like `record` did. Now a usage error, exit 2: no store created, no output folder."""
+    from store_support import REPO
+
+    trace, out = REPO / "examples" / "traces" / "clean", tmp_path / "out"
+    args = [a.format(trace=trace, out=out) for a in argv]
+    rc = main([*args, "--db", sqlite_url])
+    err = capsys.readouterr().err
+    assert rc == 2 and "Invalid value for '--" in err and "internal error" not in err, err
+    assert not (tmp_path / "store.db").exists() and not out.exists()

@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from ..children import child_env
+from ..store.options import team_name
 
 DB_OPTION = click.option("--db", default=None, metavar="URL",
                          help="Store: SQLAlchemy URL or SQLite file (default: $ZOOMER_DB, else the user data folder).")
@@ -247,7 +248,7 @@ def token_revoke(token_id: int, db: str | None) -> None:
               help="An existing Dask scheduler (default: a LocalCluster started here).")
 @click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True,
               help="Worker processes of the LocalCluster, at most one per PATH (ignored with --scheduler).")
-@click.option("--team", default=None, help="Team recorded on the jobs.")
+@click.option("--team", default=None, callback=team_name, help="Team recorded on the jobs.")
 @click.option("--no-record", is_flag=True, help="Do not record the analyses in the store.")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Also write each trace's findings.json/report.md/report.html under OUT/<job>/.")

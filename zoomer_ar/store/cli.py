@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from ..errors import InputError
-from .options import _week, describe, job_options, record_options_from
+from .options import _week, describe, job_options, record_options_from, team_name
 
 DB_OPTION = click.option("--db", default=None, metavar="URL",
                          help="Store: SQLAlchemy URL or SQLite file (default: $ZOOMER_DB, else the user data folder).")
@@ -26,7 +26,7 @@ def _write_or_echo(text: str, out: Path | None) -> None:
 @click.command()
 @click.option("--week", default=None, callback=_week, metavar="YYYY-Www",
               help="ISO week, e.g. 2026-W48 (default: the latest week with recorded runs).")
-@click.option("--team", default=None, help="Only this team's jobs.")
+@click.option("--team", default=None, callback=team_name, help="Only this team's jobs.")
 @click.option("--format", "fmt", type=click.Choice(["md", "html", "json"]), default="md", show_default=True)
 @click.option("--out", type=click.Path(path_type=Path, dir_okay=False), default=None, help="Write to this file.")
 @click.option("--top", type=click.IntRange(min=1, max=1_000_000), default=10, show_default=True, help="Rows per table.")

@@ -34,6 +34,39 @@ def _finite(_ctx, _param, value):  # noqa: ANN001
     return value
 
 
+def check_name(value: str, what: str) -> str:
+    """`value` as a stored job, team or owner name; ValueError (one line) when it is empty, starts or ends with
+    spaces, or holds a control or format character (a newline, NUL, ESC...: it would break every report, the
+    digest's tables and history's lines). The service refuses the same characters (service.names.bad_chars)."""
+    from ..service.names import bad_chars
+
+    if not value.strip():
+        raise ValueError(f"{what} may not be empty")
+    bad = bad_chars(value)
+    if bad:
+        raise ValueError(f"{what} {value!r} holds a control character ({', '.join(repr(c) for c in bad)})")
+    if value != value.strip():
+        raise ValueError(f"{what} {value!r} may not start or end with spaces")
+    return value
+
+
+def _name(what: str) -> Callable:
+    def callback(_ctx, _param, value):  # noqa: ANN001, ANN202
+        if value is None:
+            return None
+        try:
+            return check_name(value, what)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from None
+
+    return callback
+
+
+job_name = _name("job name")
+team_name = _name("team name")
+owner_name = _name("owner name")
+
+
 def _time(_ctx, _param, value):  # noqa: ANN001
     if value is None:
         return None
@@ -46,10 +79,12 @@ def _time(_ctx, _param, value):  # noqa: ANN001
 def job_options(f: Callable) -> Callable:
     """Job, GPU, price and week options shared by `analyze --record` and `record`."""
     opts = [
-        click.option("--job", default=None, help="Job name in the store (default: the analysis's job name: analyze's --name, else the trace's name)."),
-        click.option("--team", default=None, help="Team the job belongs to."),
-        click.option("--owner", default=None, help="Owner of the job (person or alias)."),
-        click.option("--gpu-type", default=None, help="GPU model (default: from the trace's device properties)."),
+        click.option("--job", default=None, callback=job_name,
+                     help="Job name in the store (default: the analysis's job name: analyze's --name, else the trace's name)."),
+        click.option("--team", default=None, callback=team_name, help="Team the job belongs to."),
+        click.option("--owner", default=None, callback=owner_name, help="Owner of the job (person or alias)."),
+        click.option("--gpu-type", default=None, callback=_name("GPU type"),
+                     help="GPU model (default: from the trace's device properties)."),
         click.option("--gpus", type=click.IntRange(min=0, max=2**31 - 1), default=None,
                      help="GPUs the job runs on (default: the job's stored count, else the trace's world size)."),
         click.option("--gpu-hours", type=click.FloatRange(min=0, max=1e12), default=None, callback=_finite,
