@@ -106,3 +106,49 @@ def test_a_copy_that_differs_at_its_end_is_no_twin(tmp_path):
     assert same_trace(a, b) and same_trace(b, a)
     assert not same_trace(a, c) and not same_trace(c, b)
     assert not same_trace(a, tmp_path / "missing.json")
+
+
+# ---- sample -k with an unreadable rank among those picked ------------------------------------------
+
+
+def _job_with_unreadable(tmp_path: Path, bad: tuple[int, ...], ranks: int = 8) -> Path:
+    """The first `ranks` ranks of a real job; those in `bad` cut short past their first events (the
+    probe of the first 64 kB passes them, the read through fails)."""
+    job = tmp_path / "job"
+    job.mkdir()
+    for r in range(ranks):
+        f = next(DLRM.glob(f"worker{r}_*"))
+        data = f.read_bytes()
+        (job / f.name).write_bytes(data[:30_000] if r in bad else data)
+    return job
+
+
+def _sampled(out: Path) -> list[int]:
+    return sorted(int(f.name[len("worker")]) for f in out.iterdir())
+
+
+def test_sample_k_replaces_an_unreadable_pick_with_a_readable_rank(tmp_path, capsys):
+    """-k 4 of 8 picks 0, 2, 5, 7: with rank 7 unreadable, 3 files were copied (exit 0)."""
+    job = _job_with_unreadable(tmp_path, bad=(7,))
+    out = tmp_path / "s"
+    assert main(["trace", "sample", str(job), str(out), "-k", "4"]) == 0
+    err = capsys.readouterr().err
+    assert "worker7_" in err and "rank 7 is unreadable: rank 6 sampled in its place" in err
+    assert _sampled(out) == [0, 2, 5, 6]
+    assert main(["trace", "check", str(out)]) == 0
+
+
+def test_sample_k_with_a_seed_replaces_an_unreadable_pick_too(tmp_path, capsys):
+    job = _job_with_unreadable(tmp_path, bad=(0, 1, 2, 3, 4, 5))
+    out = tmp_path / "s"
+    assert main(["trace", "sample", str(job), str(out), "-k", "2", "--seed", "1"]) == 0
+    assert _sampled(out) == [6, 7]
+
+
+def test_sample_k_says_when_too_few_ranks_are_readable(tmp_path, capsys):
+    job = _job_with_unreadable(tmp_path, bad=(1, 2), ranks=3)
+    out = tmp_path / "s"
+    assert main(["trace", "sample", str(job), str(out), "-k", "2"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: -k 2: 1 of the 2 ranks asked for copied" in err
+    assert _sampled(out) == [0]

@@ -223,15 +223,51 @@ def sample_job(src: Path, dst: Path, k: int | None = None, *, ranks: Iterable[in
     st = Stats(bytes_out=0, skipped=list(job.skipped))
     if ranks is None and k is not None and k > len(have):
         st.notes.append(f"-k {k}: the job has {len(have)} rank{'' if len(have) == 1 else 's'}; copying all of them")
+    by_rank = dict(files)
+    spare = None if ranks is not None else _Spares(have, want, seed)  # -k: an unreadable pick is replaced
     copied: list[int] = []
+    lost: list[int] = []
     with output_folder(dst):
-        for r, f in files:
-            if r in want and _sample_one(st, f, dst, compression):
+        todo = list(want)
+        while todo:
+            r = todo.pop(0)
+            if _sample_one(st, by_rank[r], dst, compression):
                 copied.append(r)
+                continue
+            lost.append(r)
+            alt = spare.instead_of(r) if spare is not None else None
+            if alt is not None:
+                st.notes.append(f"rank {r} is unreadable: rank {alt} sampled in its place")
+                todo.append(alt)
         _none_left(src, len(copied), st)
-    lost = [r for r in want if r not in copied]
+    if spare is not None and len(copied) < len(want):
+        st.warnings.append(f"-k {k}: {len(copied)} of the {len(want)} ranks asked for copied: the job's other "
+                           f"ranks are unreadable (skipped above)")
+    copied.sort()
+    lost.sort()
     st.note = f"ranks {copied} of {len(have)}" + (f" ({'rank' if len(lost) == 1 else 'ranks'} {', '.join(map(str, lost))} skipped)" if lost else "")
     return st
+
+
+class _Spares:
+    """The ranks `sample -k` may take in place of a chosen rank that turns out unreadable: the nearest
+    rank not yet tried (evenly spaced picks stay spread), or, with --seed, one drawn at random."""
+
+    def __init__(self, have: list[int], chosen: list[int], seed: int | None) -> None:
+        self.have = have
+        self.left = [r for r in have if r not in set(chosen)]
+        self.rng = random.Random(seed) if seed is not None else None
+
+    def instead_of(self, rank: int) -> int | None:
+        if not self.left:
+            return None
+        if self.rng is not None:
+            alt = self.rng.choice(self.left)
+        else:
+            at = self.have.index(rank)
+            alt = min(self.left, key=lambda r: (abs(self.have.index(r) - at), r))
+        self.left.remove(alt)
+        return alt
 
 
 def _sample_one(st: Stats, f: Path, dst: Path, compression: str | None) -> bool:
