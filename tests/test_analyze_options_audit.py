@@ -109,3 +109,29 @@ def test_compare_reads_analyze_format_json_saved_under_any_name(tmp_path, capsys
     saved.write_text(json.dumps(doc))
     assert main(["compare", str(saved), str(SYNC)]) == 2
     assert "schema_version '9.0' is not one this zoomer-ar reads" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("inside", ["", "reports", "a/b"])
+def test_an_out_folder_in_the_input_job_folder_is_refused(tmp_path, monkeypatch, capsys, inside):
+    """--out RANKDIR wrote findings.json and the reports among the rank files (exit 0), and every later
+    analysis of the folder skipped findings.json with a note; --out RANKDIR/sub put them below it."""
+    job = tmp_path / "job"
+    job.mkdir()
+    for f in SYNC.iterdir():
+        (job / f.name).write_bytes(f.read_bytes())
+    before = sorted(p.name for p in job.iterdir())
+    _no_analysis(monkeypatch)
+    out = job / inside if inside else job
+    assert main(["analyze", str(job), "--no-progress", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--out is" in err and "input job folder" in err, err
+    assert sorted(p.name for p in job.iterdir()) == before
+
+
+def test_an_out_folder_beside_the_job_folder_is_written(tmp_path, monkeypatch, capsys):
+    job = tmp_path / "job"
+    job.mkdir()
+    for f in SYNC.iterdir():
+        (job / f.name).write_bytes(f.read_bytes())
+    assert main(["analyze", str(job), "--no-progress", "--out", str(tmp_path / "job-out")]) == 0
+    assert (tmp_path / "job-out" / "findings.json").is_file()

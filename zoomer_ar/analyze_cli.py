@@ -169,6 +169,18 @@ def _holds_other_input(folder: Path, path: Path) -> bool:
     return Path(str(recorded)).resolve() != path.resolve()
 
 
+def refuse_out_in_job(out_dir: Path, job: Path) -> None:
+    """--out that is the input job folder or inside it: refused before any work (exit 2). The reports
+    would land among the rank files, and a later analysis of the folder reads them with the ranks
+    (findings.json skipped with a note on every run)."""
+    from .surgery.guard import is_within
+
+    if is_within(out_dir, job):
+        where = "is the input job folder" if is_within(job, out_dir) else "is inside the input job folder"
+        raise InputError(str(out_dir), f"--out {where} {job}; give a folder outside it (or leave --out out: "
+                                       "zoomer-out/<job>)")
+
+
 def default_out_dir(job_name: str, path: Path, root: Path = Path("zoomer-out")) -> Path:
     """``root/<job>``, or ``<job>-2``, ``-3``... when that folder holds another input's results:
     two traces with the same name (worker0 of two runs) never overwrite each other, and analysing
@@ -339,6 +351,8 @@ def analyze(path: Path, out_dir: Path | None, fmt: str, name: str | None, source
         if not path.exists():
             raise InputError(str(path), missing_reason(path))
     name = name or default_job_name(path)
+    if out_dir is not None and path.is_dir():  # the reports would sit among the ranks (findings.json read as one)
+        refuse_out_in_job(out_dir, path)
     if annotate_out is not None:  # never over the trace itself, nor into its rank folder
         from .annotate import annotate_targets, is_file_output
         from .surgery.guard import refuse_dir_as_file, refuse_file_as_dir, refuse_inside, refuse_overwrite
