@@ -336,3 +336,48 @@ def test_a_gpu_trace_still_counts_gpu_hours(gpu_analysis):
     md = render_markdown(a)
     assert "| GPU-h / 1k steps |" in md and "GPU-hours (profiled wall time" in md and "/GPU-hour" in md
     assert "accelerator" not in md.lower().replace("accelerator trace", "")
+
+
+# --- 5. a CPU-only trace's findings in its own hardware's words ------------------------------------------
+GPU_WORDS = re.compile(r"GPU|tensor[- ]core|CUDA|cuda|DtoD|pin_memory=True")
+CPU_TRACES = sorted(p for p in (REPO / "examples" / "traces").iterdir() if (p / "job.json").is_file())
+
+
+@pytest.fixture(scope="module")
+def cpu_findings():
+    out = []
+    for trace in CPU_TRACES:
+        a = analyze_path(trace)
+        assert not a.features["has_accelerator"] and not a.features["device_not_recorded"]
+        out += [(trace.name, a, f) for f in a.findings]
+    return out
+
+
+def test_a_cpu_only_trace_is_not_told_about_the_gpu(cpu_findings):
+    """On the CPU example traces sync-point's title read 'Host synchronisations drain the GPU queue every
+    step' and misaligned-gemm's 'not tensor-core aligned'; fp32-matmul advised torch.autocast("cuda"),
+    dataloader-bound pin_memory=True and moving augmentation to the GPU, extra-copy 'the DtoD memcpys',
+    memory-growth torch.cuda.memory._record_memory_history()."""
+    patterns = {f.pattern for _, _, f in cpu_findings}
+    assert {"sync-point", "misaligned-gemm", "fp32-matmul", "dataloader-bound", "extra-copy",
+            "memory-growth"} <= patterns
+    for name, _, f in cpu_findings:
+        assert not GPU_WORDS.search(f.title), (name, f.pattern, f.title)
+        # the advice: what to do on this machine (a closing "On a GPU ..." aside may name the GPU's way)
+        advice = f.recommendation.split("(On a GPU")[0]
+        assert not re.search(r"torch\.cuda|autocast\(\"cuda\"|pin_memory=True|DtoD|to the GPU", advice), \
+            (name, f.pattern, advice)
+    sync = next((a, f) for _, a, f in cpu_findings if f.pattern == "sync-point")
+    for out in (render_text(sync[0]), render_markdown(sync[0]), render_html(sync[0])):
+        assert "drain the GPU queue" not in out and "Tensor values are read on the host every step" in out
+
+
+def test_a_gpu_trace_keeps_the_gpu_wording(gpu_analysis, shared_traces):
+    """The CPU wording is for CPU-only traces: a GPU trace, and a GPU job profiled without its device
+    activity (device_not_recorded: the trace lists an A100), keep the GPU titles."""
+    sync = next(f for f in gpu_analysis.findings if f.pattern == "sync-point")
+    assert sync.title == "Host synchronisations drain the GPU queue every step"
+    a = analyze_path(shared_traces / "hta/distributed_info_unavailable/distributed_info_not_found.json.gz")
+    assert a.features["device_not_recorded"]
+    sync = next(f for f in a.findings if f.pattern == "sync-point")
+    assert "GPU" in sync.title and "torch.cuda.synchronize()" in sync.recommendation

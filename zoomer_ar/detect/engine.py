@@ -47,18 +47,19 @@ def finding_from_rule(rule: Rule, result: dict[str, Any], jf: JobFeatures, featu
         events.extend(jf.evidence.get(key, []))
     events = events[:8]
     fixable = rule.fix_applies(features)  # fix.when: the automatic fix's premise holds on this job
-    recommendation = rule.recommendation.strip()
+    title, explanation, recommendation = rule.text_for(features)  # a CPU-only trace's own wording
+    recommendation = recommendation.strip()
     if not fixable and rule.fix.unless:
         recommendation += "\n\n" + rule.fix.unless.strip()
     return Finding(
         pattern=rule.id,
-        title=rule.title,
+        title=title,
         severity=rule.severity_for(result["impact_pct"]),
         confidence=round(result["confidence"], 3),
         impact=impact_for(result, features),
         evidence=Evidence(figures=_figures(rule, features), events=events, frames=_frames(events)),
         recommendation=recommendation,
-        explanation=rule.explanation.strip(),
+        explanation=explanation.strip(),
         references=rule.references,
         fixers=rule.fix.fixers if fixable else [],
         relaunch=rule.fix.relaunch if fixable else {},

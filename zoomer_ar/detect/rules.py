@@ -62,6 +62,23 @@ class Fix(BaseModel):
     unless: str = ""
 
 
+class CpuText(BaseModel):
+    """A rule's wording for a CPU-only trace (no device, none listed): the GPU wording would describe
+    hardware the job did not run on ("drain the GPU queue", "tensor cores"). A field left out keeps
+    the rule's own text."""
+
+    model_config = ConfigDict(extra="forbid")
+    title: str | None = None
+    explanation: str | None = None
+    recommendation: str | None = None
+
+
+def cpu_only(features: dict[str, Any]) -> bool:
+    """The trace shows no device and lists none: a CPU job (a GPU job profiled without its device
+    activity, `device_not_recorded`, still ran on a GPU)."""
+    return not (features.get("has_accelerator") or features.get("device_not_recorded"))
+
+
 class Rule(BaseModel):
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
@@ -83,6 +100,7 @@ class Rule(BaseModel):
     example: str = ""
     recommendation: str
     fix: Fix = Field(default_factory=Fix)
+    on_cpu: CpuText = Field(default_factory=CpuText)
     references: list[str] = Field(default_factory=list)
     # the pattern whose impact already contains this one's (its time is a part of that time):
     # combined totals (zoomer_ar.detect.combine) count the two once
@@ -167,6 +185,13 @@ class Rule(BaseModel):
         conf = self._confidence(env)
         conf = 0.5 if conf is None else max(0.0, min(1.0, float(conf)))
         return {"impact_ms": impact_ms, "impact_pct": impact_pct, "confidence": conf}
+
+    def text_for(self, features: dict[str, Any]) -> tuple[str, str, str]:
+        """(title, explanation, recommendation) in the words of the trace's hardware: `on_cpu`'s
+        where the trace is CPU-only, the rule's own elsewhere."""
+        cpu = self.on_cpu if cpu_only(features) else CpuText()
+        return (cpu.title or self.title, cpu.explanation or self.explanation,
+                cpu.recommendation or self.recommendation)
 
     def fix_applies(self, features: dict[str, Any]) -> bool:
         """Do this rule's fixers and relaunch settings help on this job (`fix.when`)?"""
