@@ -10,6 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from zoomer_ar.cli import main
 from zoomer_ar.stream import json_size_estimate, should_stream
 
 
@@ -55,3 +58,40 @@ def test_a_folder_with_a_truncated_rank_is_analysed_in_memory_and_the_rank_named
     assert run.returncode == 0, said
     assert f"Skipped {victim}: " in said
     assert "streaming pass" not in said
+
+
+# ---- ZOOMER_STREAM and ZOOMER_STREAM_THRESHOLD values that are neither choice nor size ----------
+
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "traces" / "sync_point" / "rank-0.pt.trace.json.gz"
+
+
+@pytest.mark.parametrize("var, value, accepted", [
+    ("ZOOMER_STREAM", "maybe", "accepted: 1, true, yes, on to stream, 0, false, no, off not to"),
+    ("ZOOMER_STREAM", "2", "accepted: 1, true"),
+    ("ZOOMER_STREAM_THRESHOLD", "abc", "a whole number, 0 or more"),
+    ("ZOOMER_STREAM_THRESHOLD", "-5", "a whole number, 0 or more"),
+    ("ZOOMER_STREAM_THRESHOLD", "1e9", "a whole number, 0 or more"),
+])
+@pytest.mark.parametrize("options", [[], ["--stream"], ["--steps", "1..2"]])
+def test_a_bad_stream_setting_is_refused_in_one_line(tmp_path, monkeypatch, capsys, var, value, accepted, options):
+    """Such a value was ignored without a word: the default applied (a negative threshold streamed
+    every trace). Refused before any work, whatever path --stream or --steps takes."""
+    monkeypatch.delenv("ZOOMER_STREAM", raising=False)
+    monkeypatch.delenv("ZOOMER_STREAM_THRESHOLD", raising=False)
+    monkeypatch.setenv(var, value)
+    monkeypatch.chdir(tmp_path)
+    assert main(["analyze", str(EXAMPLE), "--no-progress", *options]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "internal error" not in err, err
+    assert f"{var}={value!r}" in err and accepted in err, err
+    assert not (tmp_path / "zoomer-out").exists()
+
+
+@pytest.mark.parametrize("var, value", [("ZOOMER_STREAM", "Yes"), ("ZOOMER_STREAM", "off"), ("ZOOMER_STREAM", " "),
+                                        ("ZOOMER_STREAM_THRESHOLD", "0"), ("ZOOMER_STREAM_THRESHOLD", " 1048576 ")])
+def test_accepted_stream_settings_still_work(tmp_path, monkeypatch, var, value):
+    monkeypatch.delenv("ZOOMER_STREAM", raising=False)
+    monkeypatch.delenv("ZOOMER_STREAM_THRESHOLD", raising=False)
+    monkeypatch.setenv(var, value)
+    assert main(["analyze", str(EXAMPLE), "--no-progress", "--out", str(tmp_path / "o")]) == 0

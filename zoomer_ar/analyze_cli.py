@@ -340,6 +340,9 @@ def analyze(path: Path, out_dir: Path | None, fmt: str, name: str | None, source
         reason = ("a file, not a folder: give --source the folder that holds the program" if source_dir.exists()
                   else "source folder not found")
         raise InputError(str(source_dir), reason)
+    from .stream import check_stream_settings
+
+    check_stream_settings()  # a bad ZOOMER_STREAM or ZOOMER_STREAM_THRESHOLD: exit 2 before --steps cuts anything
     steps = None
     if steps_text is not None:  # a window of steps (zoomer_ar/step_window.py): refused before any work
         from .step_window import parse_steps

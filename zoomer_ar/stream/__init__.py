@@ -11,6 +11,7 @@ import os
 import struct
 from pathlib import Path
 
+from ..errors import InputError
 from ..load.reader import GZIP_MAGIC, ZSTD_MAGIC
 from .guard import check_setting
 
@@ -33,14 +34,51 @@ def __getattr__(name: str):
 
 
 DEFAULT_THRESHOLD = 512 << 20  # decompressed JSON bytes of a job
+THRESHOLD_ENV = "ZOOMER_STREAM_THRESHOLD"
+CHOICE_ENV = "ZOOMER_STREAM"
+_STREAM_ON = ("1", "true", "yes", "on")
+_STREAM_OFF = ("0", "false", "no", "off")
 
 
 def threshold() -> int:
-    """ZOOMER_STREAM_THRESHOLD (bytes; 0 streams everything), default 512 MiB."""
-    try:
-        return int(os.environ.get("ZOOMER_STREAM_THRESHOLD", DEFAULT_THRESHOLD))
-    except ValueError:
+    """ZOOMER_STREAM_THRESHOLD (bytes; 0 streams everything), default 512 MiB. InputError (exit 2, one
+    line) for any other value (a word, a negative number, 1e9): such a value used to be ignored without
+    a word, the default applying (or, negative, every trace streamed), as guard.check_setting refuses a
+    ZOOMER_MEMORY_LIMIT_MB that is not a number of MB."""
+    raw = os.environ.get(THRESHOLD_ENV, "").strip()
+    if not raw:
         return DEFAULT_THRESHOLD
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise InputError(None, f"{THRESHOLD_ENV}={raw!r}: not a number of bytes (a whole number, 0 or more; "
+                               f"0 streams every trace; default {DEFAULT_THRESHOLD}, 512 MiB)")
+    return value
+
+
+def forced_choice() -> bool | None:
+    """ZOOMER_STREAM: True (1, true, yes, on) or False (0, false, no, off) forces the choice of path,
+    None (unset or empty) leaves it to the size; InputError (exit 2, one line) for any other value,
+    which used to be ignored without a word."""
+    raw = os.environ.get(CHOICE_ENV, "").strip()
+    value = raw.lower()
+    if not value:
+        return None
+    if value in _STREAM_ON:
+        return True
+    if value in _STREAM_OFF:
+        return False
+    raise InputError(None, f"{CHOICE_ENV}={raw!r}: not a choice (accepted: {', '.join(_STREAM_ON)} to stream, "
+                           f"{', '.join(_STREAM_OFF)} not to; unset: by size)")
+
+
+def check_stream_settings() -> None:
+    """ZOOMER_STREAM and ZOOMER_STREAM_THRESHOLD checked (InputError on a value they do not accept), for
+    `analyze` to call before any work whatever path it takes."""
+    forced_choice()
+    threshold()
 
 
 def json_size_estimate(path: Path, cap: int | None = None) -> int:
@@ -130,11 +168,9 @@ def job_size_estimate(path: str | Path, cap: int | None = None) -> int:
 def should_stream(path: str | Path, limit: int | None = None) -> bool:
     """Whether `analyze` takes the streaming path: ZOOMER_STREAM=1/0 forces it, else the job's
     (estimated) decompressed size is compared with the threshold."""
-    forced = os.environ.get("ZOOMER_STREAM", "").strip().lower()
-    if forced in ("1", "true", "yes", "on"):
-        return True
-    if forced in ("0", "false", "no", "off"):
-        return False
+    forced = forced_choice()
+    if forced is not None:
+        return forced
     limit = threshold() if limit is None else limit
     if _any_zstd(path):
         return True  # the in-memory loader reads plain and gzip JSON only
@@ -159,5 +195,5 @@ def _any_zstd(path: str | Path) -> bool:
     return False
 
 
-__all__ = ["DEFAULT_THRESHOLD", "job_size_estimate", "json_size_estimate", "load_job_streaming", "load_rank", "should_stream",
+__all__ = ["DEFAULT_THRESHOLD", "check_stream_settings", "forced_choice", "job_size_estimate", "json_size_estimate", "load_job_streaming", "load_rank", "should_stream",
            "stream_rank", "stream_ranks", "threshold"]
