@@ -381,3 +381,15 @@ def test_a_gpu_trace_keeps_the_gpu_wording(gpu_analysis, shared_traces):
     assert a.features["device_not_recorded"]
     sync = next(f for f in a.findings if f.pattern == "sync-point")
     assert "GPU" in sync.title and "torch.cuda.synchronize()" in sync.recommendation
+
+
+def test_a_gpu_job_profiled_without_its_device_is_not_called_gpu_less(shared_traces, tmp_path):
+    """distributed_info_not_found.json.gz lists an A100 (Hardware row, the note: 'Host op times of a GPU job
+    are dispatch times') but no kernels: its cost section said 'No GPU or accelerator in this trace'."""
+    out = tmp_path / "dnr"
+    trace = shared_traces / "hta/distributed_info_unavailable/distributed_info_not_found.json.gz"
+    assert main(["analyze", str(trace), "--out", str(out), "--no-progress"]) == 0
+    md, page = (out / "report.md").read_text(), html.unescape((out / "report.html").read_text())
+    for text in (md, page):
+        assert "No GPU or accelerator in this trace" not in text
+        assert "The trace lists NVIDIA A100-PG509-200 but records none of its activity: no GPU-hours counted" in text
