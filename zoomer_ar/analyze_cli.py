@@ -173,10 +173,10 @@ def refuse_out_in_job(out_dir: Path, job: Path) -> None:
     """--out that is the input job folder or inside it: refused before any work (exit 2). The reports
     would land among the rank files, and a later analysis of the folder reads them with the ranks
     (findings.json skipped with a note on every run)."""
-    from .surgery.guard import is_within
-
-    if is_within(out_dir, job):
-        where = "is the input job folder" if is_within(job, out_dir) else "is inside the input job folder"
+    out_real, job_real = Path(os.path.realpath(out_dir)), Path(os.path.realpath(job))
+    same = out_real == job_real or (out_dir.exists() and os.path.samefile(out_dir, job))  # a bind mount too
+    if same or job_real in out_real.parents:
+        where = "is the input job folder" if same else "is inside the input job folder"
         raise InputError(str(out_dir), f"--out {where} {job}; give a folder outside it (or leave --out out: "
                                        "zoomer-out/<job>)")
 
