@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import click
+import msgspec
 
 from .analyze import analyze_path
 from .detect.combine import combined_impact
@@ -15,17 +16,35 @@ from .models import Analysis
 from .render.filters import fmt_ms, fmt_num
 
 
+#: a findings document is a few hundred kB at most: a larger file is taken for a trace without being read
+FINDINGS_MAX_BYTES = 64 << 20
+_TOP_KEYS = msgspec.json.Decoder(dict[str, msgspec.Raw])  # the top-level keys, their values left unparsed
+_FINDINGS_KEYS = ("schema_version", "job", "features", "bottleneck", "findings")
+
+
 def _is_findings(path: Path) -> bool:
-    """A findings.json, under that name or another (``analyze --format json > before.json``): the
-    document opens with its schema_version key, which no Kineto trace has."""
+    """A findings.json, under that name or another (``analyze --format json > before.json``, a copy
+    pretty-printed or with its keys sorted): a JSON object with findings.json's keys and no
+    `traceEvents`, or (when the rest is not valid JSON, for load_findings to say why) one that opens
+    with its schema_version key, which no Kineto trace has (their key is `schemaVersion`). Files above
+    FINDINGS_MAX_BYTES and compressed files are traces; only a plain file up to that size is read."""
     if path.name == "findings.json":
         return True
     try:
-        with path.open("rb") as fh:
-            head = fh.read(256)
+        if path.stat().st_size > FINDINGS_MAX_BYTES:
+            return False
+        data = path.read_bytes()
     except OSError:
         return False
-    return re.match(rb'\s*\{\s*"schema_version"\s*:', head) is not None
+    if re.match(rb'\s*\{\s*"schema_version"\s*:', data[:256]):
+        return True
+    if not data.lstrip()[:1] == b"{":  # a bare array of events, a gzip or zstd file
+        return False
+    try:
+        keys = _TOP_KEYS.decode(data)
+    except (msgspec.DecodeError, RecursionError):  # not JSON (a trace the loader repairs, say) or not an object
+        return False
+    return "traceEvents" not in keys and any(k in keys for k in _FINDINGS_KEYS)
 
 
 def _load(path: Path) -> Analysis:
