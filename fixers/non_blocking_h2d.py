@@ -46,6 +46,42 @@ def _derived_names(loop: cst.For) -> set[str]:
     return names
 
 
+def _cpu_device_value(ctx: Context, value: cst.BaseExpression) -> bool:
+    """``"cpu"``, ``"cpu:0"``, ``torch.device("cpu")``, ``torch.device("cpu", 0)``."""
+    if isinstance(value, cst.Call):
+        if not value.args or (h.dotted(value.func) or "").split(".")[-1] != "device" or not ctx.matches(value, {"torch.device"}, {"torch.device"}):
+            return False
+        value = value.args[0].value
+    s = h.string_value(value)
+    return s is not None and s.strip().lower().split(":")[0] == "cpu"
+
+
+def _cpu_device_name(ctx: Context, target: cst.BaseExpression) -> bool:
+    """A plain name whose every binding, in the nearest scope that binds it, is a CPU device spelled
+    out (``device = torch.device("cpu")``): ``x.to(device)`` then copies to the CPU, which
+    h.is_device_expr, seeing only the name, takes for an accelerator. A parameter, a loop target
+    or any other binding leaves the name an accelerator."""
+    if not isinstance(target, cst.Name):
+        return False
+    inner = ctx.enclosing_scope(target)
+    scopes = [inner, *(a for a in ctx.ancestors(inner) if isinstance(a, cst.FunctionDef))]
+    if inner is not ctx.module:
+        scopes.append(ctx.module)
+    for scope in scopes:
+        if flow.declared_nonlocal(scope, target.value) or (isinstance(scope, cst.FunctionDef) and flow.is_param(scope, target.value)):
+            return False
+        stores = [n for n in flow.names_in(ctx, scope, target.value) if flow.is_store(ctx, n)]
+        if not stores:
+            continue
+        for n in stores:
+            assign_target = ctx.parent(n)
+            assign = ctx.parent(assign_target) if isinstance(assign_target, cst.AssignTarget) else None
+            if not isinstance(assign, cst.Assign) or assign_target.target is not n or not _cpu_device_value(ctx, assign.value):
+                return False
+        return True
+    return False
+
+
 def _data_receiver(expr: cst.BaseExpression, names: set[str]) -> bool:
     """``x``, ``batch["img"]``, ``batch[0]``, ``x.float()`` for x in names."""
     while True:
@@ -264,7 +300,8 @@ copies of the batch: `x.to(device)`, `x.to("cuda")`, `batch["img"].to(device)`, 
 also inside comprehensions over the batch. It adds `non_blocking=True` when the loader pins
 memory: the loader in the same file has `pin_memory=True`, or will get it in the same run
 (`dataloader-workers` selected). Otherwise it reports only. `.to(dtype)` and copies to the
-CPU are never touched. It reports only, too, when the loop body later writes the copied host
+CPU (also `.to(device)` where every binding of `device` in its scope is `torch.device("cpu")`
+or `"cpu"`) are never touched. It reports only, too, when the loop body later writes the copied host
 tensor (or its container) in place before rebinding it: `batch["img"].zero_()`, `.copy_(...)`,
 any `x.op_()`, `x[...] = ...`, `x += ...`, `out=x`, `del x`; an asynchronous copy could read
 the modified buffer.
@@ -381,8 +418,8 @@ for x, y in loader:
                 if m[1] == "to":
                     dev = h.kwarg(call, "device")
                     target = dev.value if dev is not None else (pos[0].value if pos else None)
-                    if target is None or len(pos) > 2 or not h.is_device_expr(ctx, target):
-                        continue
+                    if target is None or len(pos) > 2 or not h.is_device_expr(ctx, target) or _cpu_device_name(ctx, target):
+                        continue  # not a device, or a name bound to the CPU: a copy to the CPU
                 elif len(pos) > 1:
                     continue
                 message = "host-to-device copy of a batch without non_blocking=True blocks the CPU until the transfer ends"
