@@ -142,12 +142,17 @@ def test_batch_starts_no_more_workers_than_paths(tmp_path):
 
 def test_batch_failure_lines_name_the_path_once_and_what_failed(tmp_path):
     """A bad trace's line read 'FAILED empty.json: empty.json: empty file' (the input error's message
-    already names the file), and an --out that cannot be written 'recording failed: OutputError: cannot
+    already names the file), and reports that could not be written 'recording failed: OutputError: cannot
     write ...'; now the path is said once and the failed step is named."""
+    import json
+
     empty = tmp_path / "empty.json"
     empty.write_text("")
-    (tmp_path / "a_file").write_text("not a folder")
-    out = zoomer("batch", str(empty), str(EXAMPLES / "sync_point"), "--no-record", "--out", str(tmp_path / "a_file" / "r"),
+    earlier = tmp_path / "r" / "sync_point"  # this input's earlier reports, where report.md cannot be replaced
+    (earlier / "report.md").mkdir(parents=True)
+    (earlier / "report.md" / "keep").write_text("in the way")
+    (earlier / "findings.json").write_text(json.dumps({"job": {"path": str(EXAMPLES / "sync_point")}}))
+    out = zoomer("batch", str(empty), str(EXAMPLES / "sync_point"), "--no-record", "--out", str(tmp_path / "r"),
                  "--no-progress", timeout=300)
     assert out.returncode == 2, out.stdout + out.stderr
     assert f"  failed: {empty}: empty file\n" in out.stdout and f"FAILED {empty}: empty file" in out.stderr

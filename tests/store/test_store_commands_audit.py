@@ -143,3 +143,54 @@ def test_other_commands_refuse_them_before_any_work(sqlite_url, tmp_path, capsys
     err = capsys.readouterr().err
     assert rc == 2 and "Invalid value for '--" in err and "internal error" not in err, err
     assert not (tmp_path / "store.db").exists() and not out.exists()
+
+
+# --- batch --out that cannot be written -----------------------------------------------------------------
+
+
+def _jobs_recorded(url: str) -> list[str]:
+    from zoomer_ar.store.orm import Job
+
+    with read_session(open_store(url)) as s:
+        return sorted(s.execute(select(Job.name).join(Analysis, Analysis.job_id == Job.id)).scalars())
+
+
+def test_batch_out_that_cannot_be_written_records_nothing(sqlite_url, tmp_path, capsys):
+    """`batch TRACES --out DIR` where DIR cannot be made (a file in the way) analysed every trace, recorded
+    each in the store, then failed each on its reports (exit 2, 'writing the reports failed'), leaving the
+    store holding runs whose reports were never written. Now the folder is checked before any work: one line
+    naming it, exit 2, no cluster started, no store created."""
+    from store_support import REPO
+
+    blocker = tmp_path / "taken"
+    blocker.write_text("a file, not a folder\n")
+    out = blocker / "reports"
+    rc = main(["batch", str(REPO / "examples" / "traces" / "clean"), str(REPO / "examples" / "traces" / "sync_point"),
+               "--out", str(out), "--db", sqlite_url, "--no-progress"])
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and str(out) in err[0] and "internal error" not in err[0], err
+    assert captured.out == "" and not (tmp_path / "store.db").exists()
+    assert blocker.read_text() == "a file, not a folder\n"
+
+
+def test_batch_trace_whose_reports_cannot_be_written_is_not_recorded(store_url, tmp_path, capsys):
+    """A trace whose reports could not be written while the batch ran (here a folder where its report.md
+    goes; a full disk likewise) was recorded and then reported failed; now its reports are written inside
+    the recording's transaction, so it is not recorded, and the other traces are recorded with their reports."""
+    from store_support import REPO
+
+    reports = tmp_path / "reports"
+    traces = [REPO / "examples" / "traces" / "clean", REPO / "examples" / "traces" / "sync_point"]
+    earlier = reports / "clean"  # this input's earlier reports, where report.md cannot be replaced
+    (earlier / "report.md").mkdir(parents=True)
+    (earlier / "report.md" / "keep").write_text("in the way\n")
+    (earlier / "findings.json").write_text(json.dumps({"job": {"path": str(traces[0])}}))
+    rc = main(["batch", *map(str, traces), "--out", str(reports), "--db", store_url, "--workers", "1",
+               "--no-progress"])
+    text = capsys.readouterr()
+    assert rc == 1, text
+    assert "batch: 1 analysed, 1 failed" in text.out and "writing the reports failed" in text.out, text
+    assert _jobs_recorded(store_url) == ["sync_point"]
+    assert (reports / "sync_point" / "report.html").is_file()
+    assert (earlier / "report.md" / "keep").read_text() == "in the way\n"

@@ -6,7 +6,8 @@
 - Each PATH (a trace file or a folder of per-rank files, as `analyze` takes) is one task:
   `analyze_path` on a worker, which returns the analysis as JSON. The client records the analyses
   in the store as they complete (one writer; the workers need no database access) and, with
-  `--out`, writes each report folder.
+  `--out`, writes each report folder: inside the recording's transaction, so a trace whose reports
+  cannot be written is not recorded. An `--out` that cannot be written at all is refused before any work.
 - Progress: a bar on stderr (when it is a terminal), and one line per trace as it finishes.
 - Failures: a trace that cannot be analysed (bad input, internal error, or a worker lost while
   running it, after Dask's own retries) is reported with its reason; the others are done.
@@ -115,10 +116,13 @@ def run_batch(
     """Analyse `paths` on Dask (see the module docstring); `on_result(result, done, total)` after each."""
     from distributed import Client, as_completed
 
-    from ..models import Analysis
-
     items = [str(Path(p)) for p in paths]
     t0 = time.perf_counter()
+    created: list[Path] = []
+    if out_dir is not None:  # before any work: an --out that cannot be written is one line (exit 2), nothing recorded
+        from ..analyze_cli import prepare_out_dir
+
+        created = prepare_out_dir(Path(out_dir))
     own_cluster = None
     if scheduler:
         client = _connect(Client, scheduler)
@@ -156,32 +160,7 @@ def run_batch(
             r = TraceResult(path=path, ok=bool(out.get("ok")), seconds=float(out.get("seconds") or 0.0),
                             error=out.get("error"), worker=out.get("worker"))
             if r.ok:
-                stage = "recording"
-                try:
-                    analysis = Analysis.model_validate_json(out["analysis"])
-                    r.findings = len(analysis.findings)
-                    r.patterns = [f.pattern for f in analysis.findings]
-                    r.bottleneck = analysis.bottleneck.type
-                    if engine is not None:
-                        from ..store.record import RecordOptions, record_analysis
-
-                        rr = record_analysis(analysis, RecordOptions(team=team), db=engine)
-                        r.recorded, r.analysis_id = rr.status, rr.analysis_id
-                        analysis.features["cost_attribution"] = rr.cost
-                    if out_dir is not None:
-                        stage = "writing the reports"
-                        from ..analyze_cli import default_out_dir
-                        from ..render import write_outputs
-
-                        # <job>, or <job>-2... when that folder holds another input's results (as analyze does)
-                        target = default_out_dir(analysis.job.name, Path(path), root=out_dir)
-                        write_outputs(analysis, target)
-                        r.out = str(target)
-                except Exception as exc:  # noqa: BLE001 - recording or writing failed for this trace
-                    from ..errors import ZoomerError
-
-                    why = str(exc) if isinstance(exc, ZoomerError) else f"{type(exc).__name__}: {exc}"
-                    r.ok, r.error = False, f"{stage} failed: {why}"
+                _record_and_write(r, out["analysis"], engine=engine, team=team, out_dir=out_dir)
             results.append(r)
             if on_result is not None:
                 on_result(r, len(results), len(items))
@@ -189,10 +168,56 @@ def run_batch(
         client.close()
         if own_cluster is not None:
             own_cluster.close()
+        if created:  # the --out folders this batch made, when no report went into them
+            from ..analyze_cli import _remove_empty
+
+            _remove_empty(created)
     order = {p: i for i, p in enumerate(items)}
     results.sort(key=lambda r: order.get(r.path, 0))
     return BatchResult(results=results, seconds=time.perf_counter() - t0, workers=n_workers,
                        scheduler=scheduler or "LocalCluster")
+
+
+def _record_and_write(r: TraceResult, analysis_json: str, *, engine, team: str | None, out_dir: Path | None) -> None:  # noqa: ANN001
+    """Record one analysed trace and write its reports under `out_dir`: the reports are written inside the
+    recording's transaction, so a trace whose reports cannot be written (a full disk) is not recorded either.
+    A failure marks `r` failed with its reason."""
+    from ..models import Analysis
+
+    stage = ["recording"]
+
+    def write_reports(cost: dict[str, Any] | None) -> None:
+        from ..analyze_cli import default_out_dir
+        from ..render import write_outputs
+
+        stage[0] = "writing the reports"
+        if cost is not None:
+            analysis.features["cost_attribution"] = cost
+        # <job>, or <job>-2... when that folder holds another input's results (as analyze does)
+        target = default_out_dir(analysis.job.name, Path(r.path), root=out_dir)
+        write_outputs(analysis, target)
+        r.out = str(target)
+        stage[0] = "recording"
+
+    try:
+        analysis = Analysis.model_validate_json(analysis_json)
+        r.findings = len(analysis.findings)
+        r.patterns = [f.pattern for f in analysis.findings]
+        r.bottleneck = analysis.bottleneck.type
+        if engine is not None:
+            from ..store.record import RecordOptions, record_analysis
+
+            on_recorded = (lambda _session, rr: write_reports(rr.cost)) if out_dir is not None else None
+            rr = record_analysis(analysis, RecordOptions(team=team), db=engine, on_recorded=on_recorded)
+            r.recorded, r.analysis_id = rr.status, rr.analysis_id
+            analysis.features["cost_attribution"] = rr.cost
+        if out_dir is not None and r.out is None:  # not recorded now (--no-record, or recorded before)
+            write_reports(None)
+    except Exception as exc:  # noqa: BLE001 - recording or writing failed for this trace
+        from ..errors import ZoomerError
+
+        why = str(exc) if isinstance(exc, ZoomerError) else f"{type(exc).__name__}: {exc}"
+        r.ok, r.error, r.recorded, r.analysis_id = False, f"{stage[0]} failed: {why}", None, None
 
 
 def failure(r: TraceResult) -> str:
