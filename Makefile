@@ -14,6 +14,8 @@ $(STAMP): pyproject.toml setup.py zoomer_ar/load/_fastjson.c
 	# torch: the local CPU wheel, pinned so no resolver ever pulls a CUDA build.
 	$(BIN)/python -m pip install -q "torch==2.13.0"
 	$(BIN)/python -m pip install -q -e ".[dev,hta]" "torch==2.13.0"
+	# TorchFix (pyproject extra "peers"), without its dependencies: they would downgrade libcst.
+	$(BIN)/python -m pip install -q --no-deps "torchfix==0.7.0"
 	touch $(STAMP)
 
 demo: setup
