@@ -182,7 +182,12 @@ class LoopEmptyCache(Fixer):
     explanation = """\
 ## What it does
 Removes `torch.cuda.empty_cache()` statements inside the body of a `for`/`while` loop (an only
-statement becomes `pass`; comments are kept). Calls outside loops (e.g. once after
+statement becomes `pass`; comments are kept). An `if` left holding nothing (`if step % 100 == 0:`
+around the call, no `elif`/`else`) goes too when its test has no side effects (names, attribute
+reads, literals, comparisons and arithmetic of those); one that calls something keeps its
+test, as `if f(): pass`. An import that the removal leaves unused (`from torch.cuda import
+empty_cache`, when nothing else in the file, `__all__` or any string included, names it) is
+removed with the calls. Calls outside loops (e.g. once after
 evaluation) are left alone, and so are calls that release memory on purpose: in an
 `except`/`finally` block (recovering from `torch.cuda.OutOfMemoryError`, which runs only after
 an OOM), right after a `del`, an `a, b = None, None` or `gc.collect()`, or a run of clean-up
@@ -270,14 +275,52 @@ for batch in loader:
             "import torch\nwhile True:\n    # free memory\n    # every step\n    step()\n",
             message_contains="empty_cache",
         ),
+        # an `if` left empty goes when its test has no side effects; one that calls something stays
         Example(
-            "import torch\nfor i, b in enumerate(loader):\n    if i % 100 == 0:\n        torch.cuda.empty_cache()\n",
-            "import torch\nfor i, b in enumerate(loader):\n    if i % 100 == 0:\n        pass\n",
+            "import torch\nfor i, b in enumerate(loader):\n    step(b)\n    if i % 100 == 0:\n        torch.cuda.empty_cache()\n",
+            "import torch\nfor i, b in enumerate(loader):\n    step(b)\n",
             message_contains="allocator",
         ),
         Example(
+            "import torch\nfor i, b in enumerate(loader):\n    if i % 100 == 0:  # every 100 steps\n"
+            "        if self.low_memory: torch.cuda.empty_cache()\n    step(b)\n",
+            "import torch\nfor i, b in enumerate(loader):\n    # every 100 steps\n    step(b)\n",
+            message_contains="allocator",
+        ),
+        Example(
+            "import torch\nfor b in loader:\n    step(b)\n    if memory_low(b):\n        torch.cuda.empty_cache()\n"
+            "    if not (b := next(it)):\n        torch.cuda.empty_cache()\n",
+            "import torch\nfor b in loader:\n    step(b)\n    if memory_low(b):\n        pass\n"
+            "    if not (b := next(it)):\n        pass\n",
+            message_contains="allocator",
+        ),
+        # the import the removal leaves unused goes too; one still used elsewhere stays
+        Example(
             "from torch.cuda import empty_cache\nfor b in loader: step(b); empty_cache()\n",
-            "from torch.cuda import empty_cache\nfor b in loader: step(b)\n",
+            "for b in loader: step(b)\n",
+            message_contains="from torch.cuda import empty_cache",
+        ),
+        Example(
+            "import torch\nfrom torch.cuda import empty_cache, synchronize as sync\n\nfor b in loader:\n    step(b)\n"
+            "    empty_cache()\n    sync()\n    empty_cache()\n",
+            "import torch\nfrom torch.cuda import synchronize as sync\n\nfor b in loader:\n    step(b)\n    sync()\n",
+            message_contains="empty_cache",
+        ),
+        Example(
+            "from torch.cuda import empty_cache\nfor b in loader:\n    step(b)\n    empty_cache()\nempty_cache()\n",
+            "from torch.cuda import empty_cache\nfor b in loader:\n    step(b)\nempty_cache()\n",
+            message_contains="empty_cache",
+        ),
+        Example(
+            "from torch.cuda import empty_cache\n__all__ = [\"empty_cache\"]\nfor b in loader:\n    step(b)\n    empty_cache()\n",
+            "from torch.cuda import empty_cache\n__all__ = [\"empty_cache\"]\nfor b in loader:\n    step(b)\n",
+            message_contains="empty_cache",
+        ),
+        Example(
+            "from torch.cuda import empty_cache\nfor b in loader:\n    step(b)\n    empty_cache()  # zoomer: ignore[allocator-churn]\n"
+            "for b in loader:\n    empty_cache()\n",
+            "from torch.cuda import empty_cache\nfor b in loader:\n    step(b)\n    empty_cache()  # zoomer: ignore[allocator-churn]\n"
+            "for b in loader:\n    pass\n",
             message_contains="empty_cache",
         ),
         # a clean-up call that is not preceded by del/gc.collect() is not a sweep; a break behind a
@@ -309,6 +352,8 @@ for batch in loader:
     ]
 
     def check(self, ctx: Context) -> Iterable[Edit]:
+        message = "torch.cuda.empty_cache() in the loop returns cached blocks to the driver every iteration; the allocator then has to cudaMalloc them again"
+        found: list[tuple[cst.Call, dict]] = []
         for call in ctx.nodes(cst.Call):
             if not ctx.matches(call, EMPTY_CACHE, {"torch.cuda.empty_cache"}):
                 continue
@@ -317,6 +362,12 @@ for batch in loader:
                 continue
             if _in_handler(ctx, expr) or _after_cleanup(ctx, expr) or _leaves_the_loop(ctx, expr) or _phase_boundary(ctx, expr):
                 continue
-            message = "torch.cuda.empty_cache() in the loop returns cached blocks to the driver every iteration; the allocator then has to cudaMalloc them again"
-            changes = h.remove_statement(ctx, expr)
-            yield self.replace(call, message, changes) if changes else self.report(call, message)
+            found.append((call, h.remove_statement(ctx, expr, drop_empty_if=True)))
+        removed = [(call, changes) for call, changes in found if changes and not ctx.is_suppressed(call, self.pattern, self.name)]
+        with_import = h.drop_imports_left_unused(ctx, removed)
+        for call, changes in found:
+            if call in with_import:
+                changes, imported = with_import[call]
+                yield self.replace(call, message + f"; `{imported}` is left unused: removed too", changes)
+            else:
+                yield self.replace(call, message, changes) if changes else self.report(call, message)

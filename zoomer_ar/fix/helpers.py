@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import ast
-from typing import Any, Iterable, Iterator, Sequence
+import re
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import libcst as cst
 
@@ -289,10 +290,15 @@ def simple_stmt(code: str) -> cst.SimpleStatementLine:
     return stmt
 
 
-def remove_statement(ctx: Context, small: cst.BaseSmallStatement) -> dict[cst.CSTNode, Replacement]:
+def remove_statement(ctx: Context, small: cst.BaseSmallStatement, *, drop_empty_if: bool = False) -> dict[cst.CSTNode, Replacement]:
     """Changes that delete one small statement, keeping comments: in ``a; b`` only the statement
     goes; a whole line goes and hands its comments (leading lines, trailing comment) to the next
-    statement; the only statement of a block becomes ``pass`` (with its comments)."""
+    statement; the only statement of a block becomes ``pass`` (with its comments).
+
+    ``drop_empty_if``: when the statement is the only one of an ``if`` (no ``elif``/``else``)
+    whose test has no side effects (:func:`side_effect_free`), the whole ``if`` goes instead of
+    becoming ``if test: pass``, also through nested such ``if`` statements; its comments go to
+    the next statement."""
     line = ctx.parent(small)
     if not isinstance(line, (cst.SimpleStatementSuite, cst.SimpleStatementLine)):
         return {}
@@ -301,6 +307,9 @@ def remove_statement(ctx: Context, small: cst.BaseSmallStatement) -> dict[cst.CS
             prev = line.body[-2]
             return {small: cst.RemovalSentinel.REMOVE, prev: prev.with_changes(semicolon=cst.MaybeSentinel.DEFAULT)}
         return {small: cst.RemovalSentinel.REMOVE}
+    emptied = _emptied_if(ctx, line) if drop_empty_if else None
+    if emptied is not None:
+        return _drop_from_block(ctx, emptied, _comments_in(ctx, emptied))
     if isinstance(line, cst.SimpleStatementSuite):
         return {small: cst.Pass()}
     where = ctx.block_of(line)
@@ -322,6 +331,165 @@ def remove_statement(ctx: Context, small: cst.BaseSmallStatement) -> dict[cst.CS
     if any(e.comment is not None for e in carried):
         return {line: line.with_changes(body=[cst.Pass()], trailing_whitespace=line.trailing_whitespace)}
     return {line: cst.RemovalSentinel.REMOVE}
+
+
+def side_effect_free(expr: cst.CSTNode) -> bool:
+    """Evaluating ``expr`` does nothing but give a value: a name or attribute read, a literal, or
+    comparisons, arithmetic, ``not``/``and``/``or`` of those (``i % 100 == 0``, ``self.training``).
+    Calls, subscripts, ``:=``, f-strings, lambdas and comprehensions are not."""
+    if isinstance(expr, cst.Name):
+        return True
+    if isinstance(expr, cst.Attribute):
+        return side_effect_free(expr.value)
+    if literal(expr) is not MISSING:
+        return True
+    if isinstance(expr, cst.Comparison):
+        return side_effect_free(expr.left) and all(side_effect_free(c.comparator) for c in expr.comparisons)
+    if isinstance(expr, (cst.BooleanOperation, cst.BinaryOperation)):
+        return side_effect_free(expr.left) and side_effect_free(expr.right)
+    if isinstance(expr, cst.UnaryOperation):
+        return side_effect_free(expr.expression)
+    return False
+
+
+def _emptied_if(ctx: Context, stmt: cst.CSTNode) -> cst.If | None:
+    """The outermost ``if`` that holds nothing but ``stmt`` (through nested such ``if``
+    statements), has no ``elif``/``else``, is no ``elif`` itself and tests something without side
+    effects (no comment inside the test either); None when there is none."""
+    found = None
+    node = stmt
+    while True:
+        holder = ctx.parent(node)
+        if isinstance(holder, cst.IndentedBlock):
+            if len(holder.body) != 1:
+                break
+            holder = ctx.parent(holder)
+        if not (isinstance(holder, cst.If) and holder.orelse is None and not isinstance(ctx.parent(holder), cst.If)):
+            break
+        if not side_effect_free(holder.test) or any(isinstance(n, cst.Comment) for n in walk(holder.test)):
+            break
+        found = node = holder
+    return found
+
+
+def _comments_in(ctx: Context, stmt: cst.CSTNode) -> list[cst.EmptyLine]:
+    """``stmt``'s leading lines, then every other comment inside it (in source order) as a line
+    of its own."""
+    inner = sorted((n for n in walk(stmt) if isinstance(n, cst.Comment)), key=lambda c: (ctx.pos(c).start.line, ctx.pos(c).start.column))
+    own = {id(e.comment) for e in getattr(stmt, "leading_lines", ()) if e.comment is not None}
+    lines = list(getattr(stmt, "leading_lines", ()))
+    lines += [cst.EmptyLine(indent=True, whitespace=cst.SimpleWhitespace(""), comment=c) for c in inner if id(c) not in own]
+    return lines
+
+
+def _drop_from_block(ctx: Context, stmt: cst.CSTNode, carried: list[cst.EmptyLine]) -> dict[cst.CSTNode, Replacement]:
+    """Changes that delete the statement ``stmt`` of a block, handing ``carried`` (its comment
+    lines) to the next statement; the only statement of a block becomes ``pass`` (with them)."""
+    where = ctx.block_of(stmt)
+    if where is None:
+        return {}
+    block, index = where
+    body = list(block.body)
+    has_comments = any(e.comment is not None for e in carried)
+    if len(body) == 1 or (index + 1 == len(body) and has_comments):
+        return {stmt: cst.SimpleStatementLine(body=[cst.Pass()], leading_lines=carried)}
+    if index + 1 < len(body):
+        nxt = body[index + 1]
+        if not carried:
+            return {stmt: cst.RemovalSentinel.REMOVE}
+        return {stmt: cst.RemovalSentinel.REMOVE, nxt: nxt.with_changes(leading_lines=[*carried, *nxt.leading_lines])}
+    return {stmt: cst.RemovalSentinel.REMOVE}
+
+
+def _root_name_node(expr: cst.CSTNode) -> cst.Name | None:
+    while isinstance(expr, cst.Attribute):
+        expr = expr.value
+    return expr if isinstance(expr, cst.Name) else None
+
+
+def _import_binding(ctx: Context, name: str) -> tuple[cst.ImportFrom, cst.ImportAlias] | None:
+    """The ``from M import X [as name]`` that binds ``name``, when it is the file's only import
+    of that name (not ``as name`` with the same name: an explicit re-export)."""
+    found: list[tuple[cst.ImportFrom, cst.ImportAlias]] = []
+    for node in ctx.nodes(cst.Import, cst.ImportFrom):
+        if isinstance(node, cst.ImportFrom) and isinstance(node.names, cst.ImportStar):
+            continue
+        for alias in node.names:  # type: ignore[union-attr]
+            bound = alias.asname.name if alias.asname is not None else alias.name
+            full = dotted(bound) or ""
+            if (full if alias.asname is not None or isinstance(node, cst.ImportFrom) else full.split(".")[0]) == name:
+                found.append((node, alias))  # type: ignore[arg-type]
+    if len(found) != 1 or not isinstance(found[0][0], cst.ImportFrom):
+        return None
+    imp, alias = found[0]
+    if alias.asname is not None and dotted(alias.asname.name) == dotted(alias.name):
+        return None
+    return imp, alias
+
+
+def _without_alias(ctx: Context, imp: cst.ImportFrom, alias: cst.ImportAlias) -> dict[cst.CSTNode, Replacement]:
+    """Changes that take ``alias`` out of ``imp`` (the whole statement when it is the only name)."""
+    names = list(imp.names)  # type: ignore[arg-type]
+    if len(names) == 1:
+        return remove_statement(ctx, imp)
+    i = next(k for k, a in enumerate(names) if a is alias)
+    rest = names[:i] + names[i + 1:]
+    if i == len(names) - 1:  # the last name: the one before it takes its comma (none without parentheses)
+        comma = alias.comma if imp.rpar is not None else cst.MaybeSentinel.DEFAULT
+        rest[-1] = rest[-1].with_changes(comma=comma)
+    return {imp: imp.with_changes(names=rest)}
+
+
+def _separate(ctx: Context, changes: Sequence[Mapping[cst.CSTNode, Replacement]]) -> bool:
+    """No two change sets touch the same node or nodes inside one another."""
+    nodes = [n for c in changes for n in c]
+    return all(not ctx.contains(a, b) and not ctx.contains(b, a) for i, a in enumerate(nodes) for b in nodes[i + 1:])
+
+
+def drop_imports_left_unused(ctx: Context, removed: Sequence[tuple[cst.Call, Mapping[cst.CSTNode, Replacement]]]
+                             ) -> dict[cst.Call, tuple[dict[cst.CSTNode, Replacement], str]]:
+    """Imports that deleting the statements of ``removed`` (calls, each with the changes that
+    delete it) would leave unused: ``from torch.cuda import empty_cache`` (or ``from torch import
+    cuda``) when every other use of the name is one of those calls. Not when anything else in the
+    file names it (code, ``__all__``, a string annotation, any string), when it is bound more
+    than once, imported ``as`` itself (an explicit re-export), in a package's ``__init__.py``
+    (other modules import from it) or carries a comment. Returns, for the last such call of
+    each name, the changes that delete all its calls and the import together, and the import's
+    text: one edit, so that the import never goes while a call using it stays."""
+    if ctx.path.replace("\\", "/").rsplit("/", 1)[-1] == "__init__.py":
+        return {}
+    by_name: dict[str, list[tuple[cst.Call, Mapping[cst.CSTNode, Replacement]]]] = {}
+    for call, changes in removed:
+        root = _root_name_node(call.func)
+        if root is not None and changes:
+            by_name.setdefault(root.value, []).append((call, changes))
+    out: dict[cst.Call, tuple[dict[cst.CSTNode, Replacement], str]] = {}
+    for name, calls in by_name.items():
+        binding = _import_binding(ctx, name)
+        if binding is None:
+            continue
+        imp, alias = binding
+        if any(isinstance(n, cst.Comment) for n in walk(alias)):
+            continue
+        roots = {id(_root_name_node(call.func)) for call, _ in calls}
+        own = {id(n) for n in walk(alias)}
+        uses = [n for n in ctx.nodes(cst.Name) if n.value == name and id(n) not in own
+                and not (isinstance(ctx.parent(n), cst.Attribute) and ctx.parent(n).attr is n)]  # type: ignore[union-attr]
+        if any(id(n) not in roots for n in uses):
+            continue
+        word = re.compile(rf"(?<![\w]){re.escape(name)}(?![\w])")
+        if any(word.search(s.value) for s in [*ctx.nodes(cst.SimpleString), *ctx.nodes(cst.FormattedStringText)]):
+            continue
+        import_changes = _without_alias(ctx, imp, alias)
+        sets = [c for _, c in calls] + [import_changes]
+        if not import_changes or not _separate(ctx, sets):
+            continue
+        combined: dict[cst.CSTNode, Replacement] = {}
+        for c in sets:
+            combined.update(c)
+        last = max((call for call, _ in calls), key=ctx.order)
+        out[last] = (combined, ctx.code(imp).strip())
+    return out
 
 
 def insert_after(stmt: cst.CSTNode, new: Sequence[cst.CSTNode]) -> dict[cst.CSTNode, Replacement]:
