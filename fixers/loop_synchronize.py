@@ -115,7 +115,10 @@ statement next to it (before or after, in the same block) reads a clock (`time.t
 `time.perf_counter()`, `time.monotonic()`, `time.process_time()`, their `_ns` variants,
 `timeit.default_timer()`, `datetime.now()`/`utcnow()`/`today()`, CUDA event
 `record()`/`elapsed_time()`): there it brackets timing code and is needed. An only statement
-becomes `pass`; comments are kept.
+becomes `pass`; comments are kept. An `if` left holding nothing (no `elif`/`else`) goes too
+when its test has no side effects (names, attribute reads, literals, comparisons and
+arithmetic of those), and so does an import the removal leaves unused (`from torch.cuda import
+synchronize`, when nothing else in the file, `__all__` or any string included, names it).
 
 It reports, and keeps, a call in a loop that reads a clock elsewhere - in its header or further
 away in its body, in any loop around it: a warm-up or benchmark loop that runs for a time budget
@@ -199,6 +202,13 @@ for x, y in loader:
             "import torch\nwhile step < n:\n    pass\n",
             message_contains="blocks",
         ),
+        # an `if` left empty goes when its test has no side effects, and so does an import left unused
+        Example(
+            "from torch.cuda import synchronize\nfor i, x in enumerate(loader):\n    step(x)\n    if i % log_every == 0:\n"
+            "        synchronize()\n    if ready(i):\n        synchronize()\n",
+            "for i, x in enumerate(loader):\n    step(x)\n    if ready(i):\n        pass\n",
+            message_contains="from torch.cuda import synchronize",
+        ),
         Example(
             "import torch\n\n\ndef train(loader):\n    for x in loader:\n        torch.cuda.synchronize(device)\n\n        out = model(x)\n",
             "import torch\n\n\ndef train(loader):\n    for x in loader:\n\n        out = model(x)\n",
@@ -276,6 +286,16 @@ for x, y in loader:
 
     def check(self, ctx: Context) -> Iterable[Edit]:
         streams_in: dict[int, cst.Call | None] = {}
+        edits = list(self._edits(ctx, streams_in))
+        removed = [(e.node, e.changes) for e in edits if e.changes and not ctx.is_suppressed(e.node, self.pattern, self.name)]
+        with_import = h.drop_imports_left_unused(ctx, removed)  # type: ignore[arg-type]
+        for edit in edits:
+            if edit.node in with_import:
+                changes, imported = with_import[edit.node]  # type: ignore[index]
+                edit = self.replace(edit.node, edit.message + f"; `{imported}` is left unused: removed too", changes)
+            yield edit
+
+    def _edits(self, ctx: Context, streams_in: dict[int, cst.Call | None]) -> Iterable[Edit]:
         for call in ctx.nodes(cst.Call):
             if not ctx.matches(call, SYNCHRONIZE, {"torch.cuda.synchronize"}):
                 continue
@@ -318,5 +338,5 @@ for x, y in loader:
             if streams is not None:
                 yield self.report(call, message + f"; not removed: line {ctx.pos(streams).start.line} uses a CUDA stream, event or graph, which the synchronize may be ordering")
                 continue
-            changes = h.remove_statement(ctx, expr)
+            changes = h.remove_statement(ctx, expr, drop_empty_if=True)
             yield self.replace(call, message, changes) if changes else self.report(call, message)
