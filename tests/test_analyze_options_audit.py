@@ -135,3 +135,17 @@ def test_an_out_folder_beside_the_job_folder_is_written(tmp_path, monkeypatch, c
         (job / f.name).write_bytes(f.read_bytes())
     assert main(["analyze", str(job), "--no-progress", "--out", str(tmp_path / "job-out")]) == 0
     assert (tmp_path / "job-out" / "findings.json").is_file()
+
+
+@pytest.mark.parametrize("name, folder", [("../escaped", ".._escaped"), ("team/run 5", "team_run 5"), ("..", "_..")])
+def test_a_job_name_with_path_separators_stays_one_folder_in_zoomer_out(tmp_path, monkeypatch, capsys, name, folder):
+    """--name ../escaped wrote the reports to ./escaped, outside zoomer-out/ (../../x: two levels up),
+    and --name team/run into a folder below zoomer-out/team/."""
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    assert main(["analyze", str(SYNC), "--no-progress", "--name", name]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["work"]
+    assert sorted(p.name for p in work.iterdir()) == ["zoomer-out"]
+    assert [p.name for p in (work / "zoomer-out").iterdir()] == [folder]
+    assert (work / "zoomer-out" / folder / "findings.json").is_file()

@@ -184,12 +184,21 @@ def refuse_out_in_job(out_dir: Path, job: Path) -> None:
 def default_out_dir(job_name: str, path: Path, root: Path = Path("zoomer-out")) -> Path:
     """``root/<job>``, or ``<job>-2``, ``-3``... when that folder holds another input's results:
     two traces with the same name (worker0 of two runs) never overwrite each other, and analysing
-    the same input again reuses its folder."""
+    the same input again reuses its folder. The job's name is made one folder name (folder_name): a
+    --name of `../x` or `team/run` wrote outside root or below it."""
+    job_name = folder_name(job_name)
     candidate, n = root / job_name, 1
     while _holds_other_input(candidate, path):
         n += 1
         candidate = root / f"{job_name}-{n}"
     return candidate
+
+
+def folder_name(job_name: str) -> str:
+    """The job's name as one folder name inside zoomer-out/: path separators become `_`, and a name
+    that would name no folder of its own (empty, `.`, `..`) gets a `_` in front."""
+    name = job_name.replace("/", "_").replace("\\", "_").replace("\0", "_")
+    return name if name.strip(".").strip() else f"_{name}"
 
 
 def prepare_out_dir(out_dir: Path) -> list[Path]:
