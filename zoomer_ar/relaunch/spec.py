@@ -4,7 +4,8 @@ published in docs/relaunch.schema.json.
 
 Schema history: 1.1 recorded interpreter and module; 1.2 adds ``cwd``, the folder the recorded job
 ran in (job.json's ``cwd``), where ``zoomer-ar relaunch`` applies the patch and starts the command
-(a 1.1 spec loads with ``cwd`` null: the current folder, as before).
+(a 1.1 spec loads with ``cwd`` null: the current folder, as before). A spec of another major version
+(a newer zoomer-ar's), or whose torchrun layout is below one process or one node, is refused.
 
 A setting is put on the command line only in a form the program takes (argparse: one of its
 options, replacing a recorded occurrence; Hydra: a key of its config read statically, renamed to
@@ -17,6 +18,7 @@ the relaunch carries: a patch hunk for the pattern, or its main setting actually
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +37,9 @@ from .loaders import is_worker_key, refused_loaders
 from .program import HYDRA_ARG, ProgramCli, find_script, scan_program, style_from_args
 
 RELAUNCH_SCHEMA_VERSION = "1.2"
+_MAJOR = RELAUNCH_SCHEMA_VERSION.split(".")[0]
+#: the versions a spec may say it is: this major version, any minor one
+SCHEMA_VERSION_PATTERN = rf"^{_MAJOR}\.[0-9]+$"
 
 
 class Command(BaseModel):
@@ -46,8 +51,11 @@ class Command(BaseModel):
                                "so); `script` is then the module's file, for reference.")
     script: str = "train.py"
     args: list[str] = Field(default_factory=list)
-    nproc_per_node: int | None = None
-    nnodes: int | None = None
+    # strict: a count, never `true` (which pydantic would read as 1) or a string
+    nproc_per_node: int | None = Field(default=None, ge=1, strict=True, description="torchrun's processes per node "
+                                       "(at least 1); None: torchrun's default.")
+    nnodes: int | None = Field(default=None, ge=1, strict=True, description="torchrun's node count (at least 1); "
+                               "None: one node.")
 
 
 class ExpectedGain(BaseModel):
@@ -63,7 +71,8 @@ class RelaunchSpec(BaseModel):
     added `cwd` (the folder the recorded job ran in); a 1.1 spec, without it, still loads."""
 
     model_config = ConfigDict(extra="forbid")
-    schema_version: str = RELAUNCH_SCHEMA_VERSION
+    schema_version: str = Field(default=RELAUNCH_SCHEMA_VERSION, json_schema_extra={"pattern": SCHEMA_VERSION_PATTERN},
+                                description=f"MAJOR.MINOR; this zoomer-ar reads major version {_MAJOR} (1.1, 1.2...).")
     job: str
     trace_sha256: list[str] = Field(default_factory=list)
     command: Command = Field(default_factory=Command)
@@ -77,6 +86,18 @@ class RelaunchSpec(BaseModel):
     patch: str | None = None
     expected_gain: ExpectedGain = Field(default_factory=ExpectedGain)
     notes: list[str] = Field(default_factory=list)
+
+    @field_validator("schema_version")
+    @classmethod
+    def _readable_version(cls, v: str) -> str:
+        """A spec of another major version (a newer zoomer-ar wrote it) may mean fields this one reads otherwise:
+        refused rather than run as if it were this version's."""
+        if not re.fullmatch(r"[0-9]+\.[0-9]+", v):
+            raise ValueError(f"{v!r} is not a version (MAJOR.MINOR, e.g. {RELAUNCH_SCHEMA_VERSION})")
+        if not re.fullmatch(SCHEMA_VERSION_PATTERN, v):
+            raise ValueError(f"{v!r} is not one this zoomer-ar reads ({_MAJOR}.x; major version {v.split('.')[0]} is "
+                             "another zoomer-ar's): write the spec again with this version (zoomer-ar analyze)")
+        return v
 
     @field_validator("env")
     @classmethod

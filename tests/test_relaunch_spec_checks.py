@@ -1,0 +1,65 @@
+"""`zoomer-ar relaunch` refuses a spec it cannot read as written: another major schema_version, a
+version that is not one, or a torchrun layout below one process or one node."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from zoomer_ar.cli import main
+from zoomer_ar.relaunch import RelaunchSpec, load_spec, render_spec
+from zoomer_ar.relaunch.spec import RELAUNCH_SCHEMA_VERSION, Command
+
+
+def _spec_file(tmp_path, **edits) -> str:  # noqa: ANN001, ANN003
+    """A torchrun spec as analyze writes it, with `edits` (top-level keys, or command.KEY) applied to its YAML."""
+    spec = RelaunchSpec(job="j", command=Command(launcher="torchrun", script="train.py", nproc_per_node=8, nnodes=2))
+    doc = yaml.safe_load(render_spec(spec))
+    for key, value in edits.items():
+        where, _, leaf = key.rpartition("__")
+        (doc[where] if where else doc)[leaf] = value
+    path = tmp_path / "relaunch.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return str(path)
+
+
+@pytest.mark.parametrize("version,says", [
+    ("2.0", "'2.0' is not one this zoomer-ar reads (1.x; major version 2"),
+    ("10.1", "major version 10"),
+    ("banana", "'banana' is not a version"),
+    ("1.2.3", "'1.2.3' is not a version"),
+    ("", "'' is not a version"),
+])
+def test_a_spec_of_another_major_version_is_refused(tmp_path, capsys, version, says):
+    """A spec saying schema_version 2.0 (or 'banana') was run as if it were this version's: its fields may mean
+    something else to the zoomer-ar that wrote it. Now one line naming the file and the version, exit 2."""
+    path = _spec_file(tmp_path, schema_version=version)
+    assert main(["relaunch", path, "--dry-run"]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and path in err[0] and "schema_version" in err[0] and says in err[0], err
+    assert captured.out == ""
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1", RELAUNCH_SCHEMA_VERSION, "1.9"])
+def test_specs_of_this_major_version_still_load(tmp_path, version):
+    assert load_spec(_spec_file(tmp_path, schema_version=version)).schema_version == version
+
+
+@pytest.mark.parametrize("key,value", [("nproc_per_node", 0), ("nproc_per_node", -4), ("nnodes", 0),
+                                       ("nnodes", -1), ("nproc_per_node", True), ("nnodes", "2")])
+def test_a_layout_below_one_is_refused(tmp_path, capsys, key, value):
+    """command.nproc_per_node -4 became `torchrun --nproc_per_node=-4` and 0 silently dropped the option (torchrun's
+    default then), `true` was read as 1; now one line naming the field, exit 2, nothing printed or run."""
+    path = _spec_file(tmp_path, **{f"command__{key}": value})
+    assert main(["relaunch", path, "--dry-run"]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and f"command.{key}" in err[0] and "internal error" not in err[0], err
+    assert captured.out == ""
+
+
+def test_a_valid_layout_is_on_the_command_line(tmp_path, capsys):
+    path = _spec_file(tmp_path, command__nproc_per_node=4, command__nnodes=1)
+    assert main(["relaunch", path, "--dry-run"]) == 0
+    assert "torchrun --nnodes=1 --nproc_per_node=4 train.py" in capsys.readouterr().out
