@@ -6,6 +6,11 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -152,3 +157,34 @@ def test_sample_k_says_when_too_few_ranks_are_readable(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "warning: -k 2: 1 of the 2 ranks asked for copied" in err
     assert _sampled(out) == [0]
+
+
+# ---- a rank file that cannot be read ------------------------------------------------------------
+
+
+def _unprivileged(args: list[str]) -> subprocess.CompletedProcess:
+    """The CLI run as a user whom a file's permissions stop (root reads a chmod 000 file: its
+    capabilities to do so are dropped)."""
+    cmd = [sys.executable, "-m", "zoomer_ar", *args]
+    if os.geteuid() == 0:
+        if shutil.which("capsh") is None:
+            pytest.skip("root without capsh: permissions do not stop it")
+        cmd = ["capsh", "--drop=cap_dac_override,cap_dac_read_search", "--", "-c", shlex.join(cmd)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+def test_an_unreadable_rank_is_said_to_be_unreadable(tmp_path):
+    """It was skipped as 'not a trace (cannot read: [Errno 13] Permission denied: '<path>')'."""
+    job = _job_with_unreadable(tmp_path, bad=(), ranks=3)
+    locked = next(job.glob("worker1_*"))
+    locked.chmod(0)
+    try:
+        run = _unprivileged(["trace", "merge", str(job), str(tmp_path / "m.json.gz")])
+        assert run.returncode == 0, run.stderr
+        assert f"note: skipped {locked}: cannot read (Permission denied)" in run.stderr, run.stderr
+        run = _unprivileged(["trace", "check", str(job)])
+        assert run.returncode == 2
+        assert run.stderr.strip().endswith(f"{locked}: not a valid Chrome trace: cannot read (Permission denied)")
+        assert "Errno" not in run.stdout + run.stderr
+    finally:
+        locked.chmod(0o644)

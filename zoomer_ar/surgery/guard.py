@@ -100,6 +100,18 @@ def require_file(src: Path) -> None:
         raise InputError(str(src), "not a regular file")
 
 
+def unreadable(src: Path) -> str | None:
+    """Why a regular file cannot be read ("cannot read (Permission denied)"), else None. A file that is
+    no regular file is left to the readers ("not a regular file"): opening a named pipe would block."""
+    try:
+        if not src.is_file():
+            return None
+        with src.open("rb"):
+            return None
+    except OSError as exc:
+        return f"cannot read ({exc.strerror or exc})"
+
+
 def _claimed(out: Path) -> str | None:
     """The compression the output's name claims: .gz gzip, .zst/.zstd zstd, .json none (else none)."""
     name = out.name.lower()

@@ -39,6 +39,9 @@ def probe_trace(path: Path) -> tuple[dict[str, Any] | None, str]:
     commands use it to skip stray JSON files the way `analyze` does instead of failing late (`[1,2`
     used to pass for a rank: any `[` did)."""
     out: dict[str, Any] = {}
+    why = guard.unreadable(path)  # said as such, not "not a trace (cannot read: [Errno 13] ... 'path')"
+    if why is not None:
+        return None, why
 
     class _Stop(Exception):
         pass

@@ -23,6 +23,7 @@ from ..load.schema import EVENTS_DECODER, RawEvent
 from ..load.job import TOO_DEEP
 from ..stream.scan import scan
 from ..stream.source import BadJSON, StreamError
+from .guard import unreadable
 
 _TIMED = set("XBEiICstfbneSTpFONDPR")
 _FLOWS = set("stf")
@@ -206,6 +207,9 @@ _valid_slice = _ValidSlice()
 
 def check_trace(path: Path, limit: int = 20) -> tuple[int, list[str]]:
     """(number of events, problems)."""
+    why = unreadable(path)
+    if why is not None:
+        return 0, [why]
     problems: list[str] = []
     count = [0]
 
