@@ -188,3 +188,28 @@ def test_an_unreadable_rank_is_said_to_be_unreadable(tmp_path):
         assert "Errno" not in run.stdout + run.stderr
     finally:
         locked.chmod(0o644)
+
+
+# ---- an empty file -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cmd", [["filter", "{E}", "{T}/o.json"], ["slice", "{E}", "{T}/o.json", "--steps", "1..2"],
+                                 ["split", "{E}", "{T}/o"], ["compress", "{E}", "{T}/o.json.gz"],
+                                 ["repair", "{E}", "{T}/o.json"], ["check", "{E}"]])
+@pytest.mark.parametrize("name", ["e.json", "e.json.gz"])
+def test_an_empty_file_is_said_to_be_empty(cmd, name, tmp_path, capsys):
+    """Said 'cannot stream this trace: no events array' (check: 'not a readable trace: ...'), where
+    analyze and repair say 'empty file'."""
+    empty = tmp_path / name
+    empty.touch()
+    assert main(["trace", *(a.format(E=empty, T=tmp_path) for a in cmd)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.splitlines()[-1].endswith(f"{empty}: empty file") or err.endswith("not a valid Chrome trace: empty file"), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]
+
+
+def test_an_empty_rank_file_is_skipped_as_empty(tmp_path, capsys):
+    job = _job_with_unreadable(tmp_path, bad=(), ranks=2)
+    (job / "rank9.json").touch()
+    assert main(["trace", "merge", str(job), str(tmp_path / "m.json.gz")]) == 0
+    assert f"note: skipped {job / 'rank9.json'}: not a trace (empty file)" in capsys.readouterr().err

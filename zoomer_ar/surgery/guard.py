@@ -95,9 +95,12 @@ def at_least_one(value: int | None, option: str) -> None:
 
 def require_file(src: Path) -> None:
     """An input trace must be a regular file: a named pipe (or a device) made every command wait
-    for ever, with a temporary output file left behind when it was killed."""
+    for ever, with a temporary output file left behind when it was killed. An empty file is said to be
+    one, as `analyze` says it (the readers said "cannot stream this trace: no events array")."""
     if src.exists() and not src.is_file() and not src.is_dir():
         raise InputError(str(src), "not a regular file")
+    if src.is_file() and src.stat().st_size == 0:
+        raise InputError(str(src), "empty file")
 
 
 def unreadable(src: Path) -> str | None:

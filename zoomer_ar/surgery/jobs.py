@@ -42,6 +42,8 @@ def probe_trace(path: Path) -> tuple[dict[str, Any] | None, str]:
     why = guard.unreadable(path)  # said as such, not "not a trace (cannot read: [Errno 13] ... 'path')"
     if why is not None:
         return None, why
+    if path.is_file() and path.stat().st_size == 0:
+        return None, "not a trace (empty file)"
 
     class _Stop(Exception):
         pass

@@ -207,7 +207,7 @@ _valid_slice = _ValidSlice()
 
 def check_trace(path: Path, limit: int = 20) -> tuple[int, list[str]]:
     """(number of events, problems)."""
-    why = unreadable(path)
+    why = unreadable(path) or ("empty file" if path.is_file() and path.stat().st_size == 0 else None)
     if why is not None:
         return 0, [why]
     problems: list[str] = []
