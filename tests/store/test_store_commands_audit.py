@@ -194,3 +194,45 @@ def test_batch_trace_whose_reports_cannot_be_written_is_not_recorded(store_url, 
     assert _jobs_recorded(store_url) == ["sync_point"]
     assert (reports / "sync_point" / "report.html").is_file()
     assert (earlier / "report.md" / "keep").read_text() == "in the way\n"
+
+
+# --- a SQLite store damaged past its schema --------------------------------------------------------------
+
+
+def _damage_table(db_file, table: str) -> None:  # noqa: ANN001 - a Path
+    """Overwrite the root page of `table` with garbage (the header and the schema stay readable), as a disk
+    error or a copy cut short does: SQLite opens the file and fails only when that table is read."""
+    import sqlite3
+
+    con = sqlite3.connect(db_file)
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    con.execute("PRAGMA journal_mode=DELETE")
+    page = con.execute("PRAGMA page_size").fetchone()[0]
+    root = con.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (table,)).fetchone()[0]
+    con.close()
+    data = bytearray(db_file.read_bytes())
+    start = (root - 1) * page
+    data[start + 8:start + page] = b"\xab" * (page - 8)
+    db_file.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("argv", [["record", "{new}"], ["record", "{same}"], ["record", "{new}", "--team", "vision"],
+                                  ["digest"], ["history", "resnet"]])
+def test_a_store_damaged_past_its_schema_is_one_line_exit_2(sqlite_url, tmp_path, capsys, argv):
+    """A SQLite store whose analyses table is damaged (its schema intact, so the store opens) made `record` an
+    internal error: 'DatabaseError: (sqlite3.DatabaseError) database disk image is malformed' with the SQL, over
+    several lines. Now, as for a file that is not a store at all, one line naming the file, exit 2."""
+    same = tmp_path / "same.json"
+    new = tmp_path / "new.json"
+    first = make_analysis("resnet", findings={"idle-gpu": 30.0})
+    record_analysis(first, RecordOptions(team="vision", gpu_hours=10.0), db=sqlite_url)
+    same.write_text(first.model_dump_json())
+    new.write_text(make_analysis("resnet", findings={"idle-gpu": 20.0}).model_dump_json())
+    dispose_engine(sqlite_url)
+    db_file = tmp_path / "store.db"
+    _damage_table(db_file, "analyses")
+    capsys.readouterr()
+    rc = main([a.format(new=new, same=same) for a in argv] + ["--db", sqlite_url])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert str(db_file) in err[0] and "malformed" in err[0] and "internal error" not in err[0], err

@@ -38,10 +38,10 @@ def digest(week: str | None, team: str | None, fmt: str, out: Path | None, top: 
     from ..render.digest import render_digest
     from .digest import build_digest
 
-    from .db import reading
+    from .db import store_errors
 
     engine = _readable_store(db)
-    with reading(engine):  # the server going away mid-query: one line, exit 1
+    with store_errors(engine):  # the server going away mid-query: one line, exit 1
         d = build_digest(engine, week=week, team=team, top=top)
     _write_or_echo(render_digest(d, fmt, top=top), out)
 
@@ -75,12 +75,12 @@ def history(job: str, fmt: str, limit: int, db: str | None) -> None:
     from sqlalchemy import select
 
     from ..render.digest import render_history
-    from .db import reading
+    from .db import store_errors
     from .history import job_history
     from .orm import Job
 
     engine = _readable_store(db)
-    with reading(engine):  # the server going away mid-query: one line, exit 1
+    with store_errors(engine):  # the server going away mid-query: one line, exit 1
         with engine.connect() as c:  # an unknown name is bad input (exit 2), not a store failure (StoreError, exit 1)
             if c.execute(select(Job.id).where(Job.name == job)).first() is None:
                 names = [n for (n,) in c.execute(select(Job.name).order_by(Job.name).limit(6))]

@@ -333,13 +333,17 @@ def store_error(engine: Engine, exc: DatabaseError, doing: str = "open") -> Stor
 
 
 @contextmanager
-def reading(engine: Engine) -> Iterator[None]:
-    """Database errors while a command reads the store (digest, history) as one line (store_error): a server
-    that went away mid-query is a StoreError (exit 1), a SQLite file found damaged while read NotAStoreError."""
+def store_errors(engine: Engine, doing: str = "read from") -> Iterator[None]:
+    """Database errors while a command uses the store (digest, history, record) as one line (store_error): a
+    server that went away mid-query is a StoreError (exit 1), a SQLite file found damaged while used (a page
+    of a table, past the schema) NotAStoreError (exit 2). A unique violation the retries did not resolve is
+    left as it is (not the store's fault)."""
     try:
         yield
+    except IntegrityError:
+        raise
     except DatabaseError as exc:
-        raise store_error(engine, exc, "read from") from None
+        raise store_error(engine, exc, doing) from None
 
 
 def open_store(db: str | None = None) -> Engine:

@@ -23,7 +23,6 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Engine, Integer, String, delete, exists, func, literal, select, update
-from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from ..detect.combine import counted_shares
@@ -33,7 +32,7 @@ from ..features.schema import FeatureVector
 from ..models import Analysis
 from . import weeks as W
 from .cost import cost_attribution, default_gpus, gpu_hours_basis, profiled_gpu_hours
-from .db import StoreError, open_store, store_error, with_retry, write_session
+from .db import StoreError, open_store, store_errors, with_retry, write_session
 from .orm import Analysis as AnalysisRow
 from .orm import Finding as FindingRow
 from .orm import Job, Model, Trace, Verdict
@@ -343,7 +342,7 @@ def record_analysis(analysis: Analysis, opts: RecordOptions | None = None, *, db
     started = datetime.fromtimestamp(start, tz=W.UTC) if isinstance(start, (int, float)) else None
 
     # fast path: this content is already recorded with the same versions (no write, no lock)
-    with Session(engine) as s:
+    with store_errors(engine, "record into"), Session(engine) as s:  # a damaged SQLite page: one line, exit 2
         hit = _existing(s, chash)
         if hit is not None and _same_versions(hit[0], analysis, model_version):
             return _result(hit[0], hit[1], "exists", analysis)
@@ -401,11 +400,10 @@ def record_analysis(analysis: Analysis, opts: RecordOptions | None = None, *, db
 
     for _ in range(20):
         try:
-            return with_retry(tx)
+            with store_errors(engine, "record into"):  # the server went away (or the disk filled) mid-run: one line
+                return with_retry(tx)
         except _LostRace:
             continue
-        except OperationalError as exc:  # the server went away (or the disk filled) mid-run: one line, exit 1
-            raise store_error(engine, exc, "record into") from None
     raise StoreError(f"could not record {chash[:12]}: concurrent recorders kept conflicting")
 
 
@@ -416,7 +414,7 @@ def check_teams(analyses: list[Analysis], opts: RecordOptions, db: str | Engine 
         return
     names = {opts.job or _clean(a.job.name) for a in analyses}
     engine = db if isinstance(db, Engine) else open_store(db)
-    with Session(engine) as s:
+    with store_errors(engine, "read from"), Session(engine) as s:
         for name, team in s.execute(select(Job.name, Job.team).where(Job.name.in_(sorted(names)))).all():
             if team is not None and team != opts.team:
                 raise JobTeamConflict(name, team, opts.team)
