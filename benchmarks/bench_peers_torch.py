@@ -579,6 +579,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.child:
             return child_main(args.child, args.child_out, args.child_matcher, args.program_args)
         manifest = load_manifest()
+        if args.scenarios is not None and not args.scenarios.strip(", "):
+            raise BadInput("--scenarios: no scenario named")
         wanted = args.scenarios or (",".join(DEFAULT_TINY_SCENARIOS) if args.tiny else None)
         names = select_scenarios(manifest, wanted)
         for mod in ("torch", "torchfix"):
@@ -586,8 +588,10 @@ def main(argv: list[str] | None = None) -> int:
                 __import__(mod)
             except ImportError as exc:
                 raise BadInput(f"{mod} is not importable ({exc}); install it (torchfix: pip install --no-deps torchfix==0.7.0)")
-        if args.json and Path(args.json).is_dir():
-            raise BadInput(f"--json {args.json}: is a folder")
+        if args.json and (Path(args.json).is_dir() or not Path(args.json).resolve().parent.is_dir()):
+            raise BadInput(f"--json {args.json}: is a folder, or its folder does not exist")
+        if args.work and Path(args.work).exists() and not Path(args.work).is_dir():
+            raise BadInput(f"--work {args.work}: not a folder")
     except BadInput as exc:
         print(f"bench_peers_torch: {exc}", file=sys.stderr)
         return 2
