@@ -16,7 +16,7 @@ from ..detect.combine import combined_impact, within_present
 from ..errors import OutputError
 from ..models import Analysis
 from ..paths import REPORTS_DIR
-from ..store.cost import device_noun
+from ..features.names import device_noun
 from .filters import bottleneck_summary, install
 
 
@@ -71,7 +71,7 @@ def narrow_gpu_span(features: dict) -> float | None:
 
 def _context(analysis: Analysis) -> dict:
     # "GPU", or "accelerator" where the trace's device is not a GPU (MTIA): cost lines then say
-    # accelerator-hours (store/cost.py; findings.json keeps its gpu_hours keys)
+    # accelerator-hours (features.names.device_noun; findings.json keeps its gpu_hours keys)
     dev = device_noun(analysis.features)
     return {"a": analysis, "findings": analysis.findings, "job": analysis.job, "f": analysis.features,
             "fixer_names": _fixer_names(analysis), "avoidable": combined_impact(analysis.findings),

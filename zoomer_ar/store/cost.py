@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..detect.combine import combined_impact
+from ..features.names import device_noun
 from ..features.phases import PHASES
 from ..models import Finding
 
@@ -30,12 +31,6 @@ def default_gpus(features: dict[str, Any]) -> int:
     if not features.get("has_accelerator"):
         return 0
     return max(1, int(features.get("world_size") or 1))
-
-
-def device_noun(features: dict[str, Any]) -> str:
-    """What the job's devices are called in cost lines: "GPU", or "accelerator" where the trace's device is
-    not a GPU (MTIA: no CUDA/ROCm events). The figures keep their `gpu_hours` keys either way."""
-    return "accelerator" if features.get("has_accelerator") and not features.get("has_gpu") else "GPU"
 
 
 def gpu_hours_basis(features: dict[str, Any], gpus: int, *, wall: bool = True) -> str:
