@@ -93,13 +93,15 @@ def _child(kind: str, path: str, out: str) -> None:
 
     result: dict = {"kind": kind}
     t0 = time.perf_counter()
-    if kind == "zoomer":
+    if kind in ("zoomer", "zoomer-rows"):
         from zoomer_ar.analyze import analyze_job
         from zoomer_ar.stream import load_job_streaming
 
         rss0 = _status_kb("VmRSS")
         c1, t1 = _cpu(resource), time.perf_counter()
-        job = load_job_streaming(path)
+        # "zoomer": as analyze_path reads a streamed job (each rank's features computed where it was read);
+        # "zoomer-rows": every rank's compact rows sent to this process and the features computed here
+        job = load_job_streaming(path, summarise=kind == "zoomer")
         t2 = time.perf_counter()
         load_peak_kb = _status_kb("VmHWM")
         split = _reset_peak()  # so that the features' own peak can be read too
@@ -179,7 +181,7 @@ def _child(kind: str, path: str, out: str) -> None:
         result.update(events=int(sum(len(df) for df in analysis.t.traces.values())))
     else:
         raise SystemExit(f"unknown kind {kind}")
-    cpu = _cpu(resource, kind in ("hta", "zoomer")) - c1  # with the processes they waited for (HTA's pool, a rank folder's workers)
+    cpu = _cpu(resource, kind in ("hta", "zoomer", "zoomer-rows")) - c1  # with the processes they waited for (HTA's pool, a rank folder's workers)
     children_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     result.update(import_s=t1 - t0, work_s=t3 - t1, cpu_s=cpu, rss_base_mb=rss0 / 1024,
                   peak_self_mb=_status_kb("VmHWM") / 1024, peak_children_mb=children_kb / 1024)
@@ -193,24 +195,45 @@ def _child(kind: str, path: str, out: str) -> None:
 # ------------------------------------------------------------------------------------------------
 
 
-def measure(kind: str, path: Path, timeout: float) -> dict:
+def measure(kind: str, path: Path, timeout: float, tree: bool = False) -> dict:
+    """One child measurement. With `tree`, the child's process tree (it and the worker processes it
+    starts) is sampled from here every 5 ms: the largest sum of their PSS (a page shared by k processes
+    counts 1/k in each) and of their RSS, and the largest number of processes alive at once."""
+    from bench_load import _pss_rss_kb, _tree
+
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as tmp:
         out = tmp.name
-    try:
-        t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", kind, str(path), out],
-                              capture_output=True, text=True, timeout=timeout)
-        wall = time.perf_counter() - t0
-        if proc.returncode != 0 or not Path(out).stat().st_size:
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-            return {"error": f"exit {proc.returncode}: {tail[0][:200]}"}
-        r = json.loads(Path(out).read_text())
-        r["process_s"] = wall
-        return r
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:.0f} s"}
-    finally:
-        Path(out).unlink(missing_ok=True)
+    with tempfile.TemporaryFile() as err:
+        try:
+            t0 = time.perf_counter()
+            proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--child", kind, str(path), out],
+                                    stdout=err, stderr=err)
+            peak_pss = peak_rss = procs = 0
+            deadline = t0 + timeout
+            while proc.poll() is None:
+                if time.perf_counter() > deadline:
+                    proc.kill()
+                    proc.wait()
+                    return {"error": f"timed out after {timeout:.0f} s"}
+                if tree:
+                    pids = _tree(proc.pid)
+                    vals = [_pss_rss_kb(q) for q in pids]
+                    peak_pss = max(peak_pss, sum(v[0] for v in vals))
+                    peak_rss = max(peak_rss, sum(v[1] for v in vals))
+                    procs = max(procs, len(pids))
+                time.sleep(0.005 if tree else 0.02)
+            wall = time.perf_counter() - t0
+            if proc.returncode != 0 or not Path(out).stat().st_size:
+                err.seek(0)
+                tail = err.read().decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
+                return {"error": f"exit {proc.returncode}: {tail[0][:200]}"}
+            r = json.loads(Path(out).read_text())
+            r["process_s"] = wall
+            if tree:
+                r.update(tree_pss_mb=peak_pss / 1024, tree_rss_mb=peak_rss / 1024, tree_processes=procs)
+            return r
+        finally:
+            Path(out).unlink(missing_ok=True)
 
 
 def mem_available_mb() -> float:

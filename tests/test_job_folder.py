@@ -249,7 +249,9 @@ def test_windows_are_read_in_chunks(tmp_path, monkeypatch):
     assert "before.json ends 90 s before after.json starts" in refused(d, stream=False).reason
     (tmp_path / "x").mkdir()
     job = load_job(folder(tmp_path / "x", {"a.json": trace(), "b.json": trace(shift_us=300.0)}))
-    assert [J._window(r) for r in job.ranks] == [(0.0, 2900.0), (300.0, 3200.0)]  # in the job's base
+    assert [J._window(r) for r in job.ranks] == [(0.0, 2900.0), (0.0, 2900.0)]  # each in its rank's base
+    (a0, a1), (b0, b1) = (J._Windows()(r) for r in job.ranks)  # absolute: the 300 us between them
+    assert (b0 - a0, b1 - a1, a1 - a0) == (300.0, 300.0, 2900.0)
 
 
 def test_earlier_runs_are_one_note(tmp_path, capsys):

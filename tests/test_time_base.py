@@ -1,4 +1,4 @@
-"""Timestamps are analysed relative to the job's first whole microsecond (load.job.rebase_times).
+"""Timestamps are analysed relative to each rank's first whole microsecond (load.job.rebase_times).
 
 Kineto writes epoch microseconds (~1.7e15), where float64 steps by 0.25 us: without the rebase
 `ts + dur` of a sub-quarter-microsecond op equals its start and containment tests (ops inside an
@@ -58,17 +58,24 @@ def test_features_do_not_depend_on_the_epoch(tmp_path):
     assert far == near
 
 
-def test_ranks_share_one_base_and_keep_their_offsets(tmp_path):
+def test_each_rank_has_its_own_base_and_absolute_times_keep_their_offsets(tmp_path):
+    """A rank's times are relative to its own first whole microsecond (so a rank's features are those of
+    its trace alone, however it is read: the streaming path computes them in the rank's process);
+    ts + ts_base is the absolute time, which keeps the ranks' offsets."""
     folder = tmp_path / "job"
     folder.mkdir()
     _trace(folder / "rank0.json", EPOCH_US, rank=0)
     _trace(folder / "rank1.json", EPOCH_US + 3_500_000, rank=1)  # started 3.5 s later
+    alone = extract(load_job(folder / "rank1.json")).vector.model_dump()
     for job in (load_job(folder), load_job_streaming(folder, workers=2)):
         r0, r1 = job.ranks
-        assert r0.ts_base == r1.ts_base == float(EPOCH_US + 5)
-        assert float(r1.ts.min() - r0.ts.min()) == 3_500_000.0
+        assert (r0.ts_base, r1.ts_base) == (float(EPOCH_US + 5), float(EPOCH_US + 3_500_005))
+        assert float((r1.ts.min() + r1.ts_base) - (r0.ts.min() + r0.ts_base)) == 3_500_000.0
         assert float(np.min(r0.ts) + r0.ts_base) == float(EPOCH_US + 5)  # absolute time = ts + ts_base
         assert extract(job).vector.trace_start_unix_s == pytest.approx((EPOCH_US + 5) / 1e6)
+        assert r1.ts.min() == r0.ts.min() == 0.0
+    assert load_job(folder).ranks[1].ts.tolist() == load_job(folder / "rank1.json").ranks[0].ts.tolist()
+    assert alone["trace_start_unix_s"] == pytest.approx((EPOCH_US + 3_500_005) / 1e6)
 
 
 def test_on_a_real_trace_the_base_finds_the_short_optimizer_ops(shared_traces):

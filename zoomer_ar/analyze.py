@@ -131,7 +131,7 @@ def analyze_path(
 
     chosen = stream is None
     if should_stream(path) if chosen else stream:
-        job = load_job_streaming(path, name=name, progress_factory=progress_factory)
+        job = load_job_streaming(path, name=name, progress_factory=progress_factory, summarise=True)
         analysis = analyze_job(job, rules)
         analysis.notes.append("Large trace: analysed in a streaming pass (docs/huge-traces.md)." if chosen else
                               "Analysed in a streaming pass, as asked (docs/huge-traces.md).")

@@ -54,7 +54,7 @@ def assert_same(ref, got, where: str) -> None:
 def both(path: Path, **kw):
     """(in-memory analysis or InputError, streaming analysis or InputError)."""
     out = []
-    for loader in (lambda: load_job(path), lambda: load_job_streaming(path, workers=kw.pop("workers", 1), **kw)):
+    for loader in (lambda: load_job(path), lambda: load_job_streaming(path, workers=kw.pop("workers", 1), summarise=kw.pop("summarise", True), **kw)):
         try:
             out.append(_analysis(loader()))
         except InputError as exc:

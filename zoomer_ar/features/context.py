@@ -19,6 +19,7 @@ from .frames import FrameIndex
 
 TOL_US = 50.0  # tolerance when relating host calls to GPU idle edges
 EVIDENCE_PER_KIND = 5
+TIMELINE_BINS = 120  # slices of the GPU's span in a report's timeline
 
 
 @dataclass
@@ -32,10 +33,13 @@ class RankFeatures:
     collectives: list[tuple[str, float, float]] = field(default_factory=list)  # (type, ts, dur) in order
     t0: float = 0.0  # the rank's first complete event: evidence times (ts_ms) are relative to it
     _timeline_of: tuple[np.ndarray, np.ndarray, float] | None = None  # (union starts, ends, t0)
+    _timeline: list[TimelineBin] | None = None  # the default timeline, once the union is dropped (pickled)
 
-    def timeline(self, bins: int = 120) -> list[TimelineBin]:
+    def timeline(self, bins: int = TIMELINE_BINS) -> list[TimelineBin]:
         """GPU busy % in `bins` equal slices of the GPU's span, for the report; computed when asked
         (a job's report shows one rank's)."""
+        if self._timeline is not None and bins == TIMELINE_BINS:
+            return self._timeline
         if self._timeline_of is None:
             return []
         us, ue, t0 = self._timeline_of
@@ -45,6 +49,22 @@ class RankFeatures:
             TimelineBin.model_construct(t_ms=round((a - t0) / 1000.0, 3), busy_pct=round(b, 2))
             for a, b in zip(edges[:-1].tolist(), cov.tolist())
         ]
+
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (a rank's features computed in the process that read it: stream/load.py) without the
+        busy union, which grows with the trace (its default timeline goes instead), and with the
+        evidence keys by position: an event's id() is another object's after unpickling."""
+        state = self.__dict__.copy()
+        where = {id(e): (kind, i) for kind, evs in self.evidence.items() for i, e in enumerate(evs)}
+        state["evidence_keys"] = [(where[k], key) for k, key in self.evidence_keys.items() if k in where]
+        state["_timeline"], state["_timeline_of"] = self.timeline(), None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        keys = state.pop("evidence_keys")
+        self.__dict__.update(state)
+        self.evidence_keys = {id(self.evidence[kind][i]): key for (kind, i), key in keys}
 
 
 def pct(values: np.ndarray, q: float) -> float | None:

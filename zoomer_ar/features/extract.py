@@ -8,10 +8,12 @@ from typing import Any
 import numpy as np
 
 from ..load import Job
-from ..models import EvidenceEvent, TimelineBin
+from ..load.columns import RankTrace
+from ..load.stub import RankStub
+from ..models import EvidenceEvent, JobInfo, TimelineBin
 from . import names as N
 from .names import supports_tf32
-from .phases import job_phases  # phases group (cost attribution)
+from .phases import phases_of, rank_phases, trace_start_unix_s  # phases group (cost attribution)
 from .rank import RankFeatures, rank_features
 from .schema import FEATURE_SCHEMA_VERSION, FeatureVector
 
@@ -25,6 +27,41 @@ class JobFeatures:
     per_rank: list[dict[str, Any]] = field(default_factory=list)
     timeline: list[TimelineBin] = field(default_factory=list)
     schema_version: str = FEATURE_SCHEMA_VERSION
+
+
+@dataclass
+class RankSummary:
+    """What the job's features need of one rank: the rank's own features and the few facts of its trace
+    that the job's features read. Small and picklable: the streaming path computes it in the process
+    that read the rank and sends it instead of the rank's rows (stream/load.py), so a job's memory does
+    not grow with its number of ranks. A rank's summary is a function of its trace alone (each rank's
+    times have their own base: load.job.rebase_times), so it is the same however the ranks are read."""
+
+    features: RankFeatures
+    phases: dict[str, Any]  # phases.rank_phases
+    start_unix_s: float | None  # phases.trace_start_unix_s
+    runtime_calls: bool  # a GPU-runtime category among the trace's categories (_device_not_recorded)
+
+    def renumbered(self, rank: int) -> "RankSummary":
+        """The summary of this rank under the rank number the job gave it (a folder's ranks are numbered
+        once all are read: load/folder.py)."""
+        rf = self.features
+        if rf.rank != rank:
+            for evs in rf.evidence.values():
+                for e in evs:
+                    if e.rank == rf.rank:
+                        e.rank = rank
+            rf.rank = rank
+        return self
+
+
+def summarise_rank(trace: RankTrace) -> RankSummary:
+    return RankSummary(
+        features=rank_features(trace),
+        phases=rank_phases(trace),
+        start_unix_s=trace_start_unix_s(trace),
+        runtime_calls=bool(set(N.RUNTIME_CATS) & set(trace.cats)),
+    )
 
 
 def _mean(values: list[float | None]) -> float | None:
@@ -126,27 +163,37 @@ def _finite(values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _device_not_recorded(job: Job, rfs: list[RankFeatures], devices: list[str]) -> bool:
+def _device_not_recorded(summaries: list[RankSummary], devices: list[str]) -> bool:
     """A device the job used (listed in deviceProperties, or called through the GPU runtime) with no
     device event in any rank: the host side alone was recorded."""
-    if any(rf.v.get("has_accelerator") for rf in rfs):
+    if any(s.features.v.get("has_accelerator") for s in summaries):
         return False
-    runtime = set(N.RUNTIME_CATS)
-    return bool(devices) or any(runtime & set(tr.cats) for tr in job.ranks)
+    return bool(devices) or any(s.runtime_calls for s in summaries)
+
+
+def _summary(trace: RankTrace | RankStub) -> RankSummary:
+    if isinstance(trace, RankStub):  # summarised where it was read (stream/load.py)
+        return trace.summary.renumbered(trace.rank)
+    return summarise_rank(trace)
 
 
 def extract(job: Job, devices: list[str] | None = None) -> JobFeatures:
-    rfs = [rank_features(tr) for tr in job.ranks]
+    return combine(job.info, [_summary(tr) for tr in job.ranks], devices)
+
+
+def combine(info: JobInfo, summaries: list[RankSummary], devices: list[str] | None = None) -> JobFeatures:
+    """The job's features from its ranks' summaries (in the job's rank order)."""
+    rfs = [s.features for s in summaries]
     first = rfs[0]
-    devs = sorted({d for r in job.info.ranks for d in r.devices} | set(devices or []))
-    accel = next((r.accelerator for r in job.info.ranks if r.accelerator not in ("none", "unknown")), "none")
+    devs = sorted({d for r in info.ranks for d in r.devices} | set(devices or []))
+    accel = next((r.accelerator for r in info.ranks if r.accelerator not in ("none", "unknown")), "none")
     out: dict[str, Any] = {
-        "world_size": job.info.world_size,
+        "world_size": info.world_size,
         "n_ranks": len(rfs),
         "has_gpu": any(rf.v.get("has_gpu") for rf in rfs),
         "has_accelerator": any(rf.v.get("has_accelerator") for rf in rfs),
         "accelerator": accel,
-        "device_not_recorded": _device_not_recorded(job, rfs, devs),
+        "device_not_recorded": _device_not_recorded(summaries, devs),
         "tf32_capable": bool(devs) and all(supports_tf32(d) for d in devs),
         "has_python_stacks": any(rf.v.get("has_python_stacks") for rf in rfs),
         "profiler_steps": max(rf.v["profiler_steps"] for rf in rfs),
@@ -228,7 +275,7 @@ def extract(job: Job, devices: list[str] | None = None) -> JobFeatures:
     out["allocator_calls_per_step"] = float(np.mean([rf.v.get("allocator_calls_per_step", 0.0) for rf in rfs]))
     out["allocator_ms_per_step"] = float(np.mean([rf.v.get("allocator_ms_per_step", 0.0) for rf in rfs]))
     out["dataloader_pct"] = 100.0 * out["dataloader_ms_per_step"] / out["step_ms"] if out["step_ms"] > 0 else 0.0
-    out.update(job_phases(job.ranks))  # phases group (cost attribution)
+    out.update(phases_of([s.phases for s in summaries], [s.start_unix_s for s in summaries]))  # phases group
     evidence = _cross_rank(rfs, out)
     chosen_by: dict[int, float] = {}  # each event's ranking key across ranks: its duration unless chosen by another
     for rf in rfs:

@@ -235,8 +235,12 @@ def rank_phases(trace: RankTrace) -> dict[str, Any]:
 
 def job_phases(ranks: list[RankTrace]) -> dict[str, Any]:
     """The `phases` group of the FeatureVector: per-phase shares (mean over ranks) and the trace start time."""
-    per = [rank_phases(tr) for tr in ranks]
-    starts = [s for s in (trace_start_unix_s(tr) for tr in ranks) if s is not None]
+    return phases_of([rank_phases(tr) for tr in ranks], [trace_start_unix_s(tr) for tr in ranks])
+
+
+def phases_of(per: list[dict[str, Any]], rank_starts: list[float | None]) -> dict[str, Any]:
+    """job_phases from each rank's rank_phases and trace_start_unix_s (computed where the rank was read)."""
+    starts = [s for s in rank_starts if s is not None]
     out: dict[str, Any] = {"trace_start_unix_s": min(starts) if starts else None}
     measured = [r for r in per if r["basis"] and r["wall_us"] > 0]
     bases = {r["basis"] for r in measured}

@@ -27,6 +27,7 @@ from ..errors import InputError
 from ..models import RankInfo, SkippedFile
 from .columns import PH_COMPLETE, PH_INSTANT, RankTrace
 from .merged import merged_ranks, split_merged
+from .stub import RankStub, events_digest
 
 _RANK_PATTERNS = (
     re.compile(r"rank[-_]?(\d+)", re.I),
@@ -64,8 +65,10 @@ class _Windows:
         return self._of[id(trace)]
 
 
-def _window(trace: RankTrace) -> tuple[float, float] | None:
+def _window(trace: RankTrace | RankStub) -> tuple[float, float] | None:
     """(first start, last end) of a rank's events, in its time base (us); None without any timed event."""
+    if isinstance(trace, RankStub):
+        return trace.window
     for ph in (PH_COMPLETE, PH_INSTANT):
         first, last = np.inf, -np.inf
         for a in range(0, len(trace), WINDOW_ROWS):
@@ -80,7 +83,9 @@ def _window(trace: RankTrace) -> tuple[float, float] | None:
     return None
 
 
-def _same_events(a: RankTrace, b: RankTrace) -> bool:
+def _same_events(a: RankTrace | RankStub, b: RankTrace | RankStub) -> bool:
+    if isinstance(a, RankStub) or isinstance(b, RankStub):  # ranks read in other processes: their digests
+        return events_digest(a) == events_digest(b)
     return (len(a) == len(b) and a.ts_base == b.ts_base and a.names == b.names and a.cats == b.cats
             and np.array_equal(a.name, b.name) and np.array_equal(a.cat, b.cat) and np.array_equal(a.ph, b.ph)
             and np.array_equal(a.ts, b.ts, equal_nan=True) and np.array_equal(a.dur, b.dur, equal_nan=True))
@@ -117,7 +122,7 @@ def _without_copies(ranks: list[RankTrace], infos: list[RankInfo], skipped: list
 def _merged_split(ranks: list[RankTrace], infos: list[RankInfo]) -> tuple[list[RankTrace], list[RankInfo]]:
     """A `zoomer-ar trace merge` output becomes the ranks it merges (load/merged.py). The streaming
     pass splits such a file while it reads it (stream/split.py): its ranks arrive here split."""
-    if not any(merged_ranks(t.metadata) for t in ranks):
+    if not any(merged_ranks(t.metadata) for t in ranks if not isinstance(t, RankStub)):  # stubs come split
         return ranks, infos
     out_r: list[RankTrace] = []
     out_i: list[RankInfo] = []

@@ -28,6 +28,7 @@ from .reader import DEFAULT_MAX_BYTES, STREAM_CHUNK, Progress, file_sha256, iter
 from .repair import Repaired
 from .repair import repair as repair_kineto_names
 from .schema import EVENTS_DECODER, TOP_DECODER, TRACE_DECODER, RawTrace
+from .stub import RankStub
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".gz")
 _GPU_CATS_2021 = {"Kernel", "Runtime", "Memcpy", "Memset", "Operator"}
@@ -35,10 +36,11 @@ _GPU_CATS_2021 = {"Kernel", "Runtime", "Memcpy", "Memset", "Operator"}
 
 @dataclass
 class Job:
-    """All ranks of one job, ready for feature extraction."""
+    """All ranks of one job, ready for feature extraction. A rank read and summarised in another process
+    (the streaming path's analysis) is a RankStub: its feature summary without its rows."""
 
     info: JobInfo
-    ranks: list[RankTrace] = field(default_factory=list)
+    ranks: list[RankTrace | RankStub] = field(default_factory=list)
 
 
 def recorded_job(trace_path: Path) -> dict:
@@ -614,38 +616,38 @@ REBASE_MIN_US = float(1 << 20)  # timestamps below ~1 s are kept as they are
 
 
 def rebase_times(ranks: list[RankTrace]) -> None:
-    """Make every rank's timestamps relative to the job's first whole microsecond (the same base
-    for all ranks, so that they stay comparable), and remember it in `RankTrace.ts_base`.
+    """Make each rank's timestamps relative to its own first whole microsecond, and remember that
+    base in `RankTrace.ts_base` (absolute time = ts + ts_base).
 
     Kineto writes epoch microseconds (~1.7e15), where a float64 steps by 0.25 us: `ts + dur` of a
     0.1 us op equals its `ts`, and containment tests (an op inside an optimizer window) fail for
     short ops (tests/test_time_base.py). Subtracting a whole-microsecond base is exact (both are
     multiples of the coarser step), and the sums made afterwards are exact to about 1e-9 us.
 
-    The base is the floor of the earliest complete event's start (else the earliest instant's),
-    which the streaming path keeps too. A rank already rebased on its own (the streaming path
-    rebases each rank before pruning it) is shifted by the whole difference of the two bases:
-    the same values as one subtraction from the absolute times."""
-    firsts = []
+    The base is the floor of the rank's earliest complete event's start (else its earliest
+    instant's), which the streaming path keeps too. Each rank has its own: a rank's features are a
+    function of that rank's trace alone, whichever ranks it is read with, so the streaming path can
+    compute them in the process that read the rank (stream/load.py) and get the values a whole job
+    read at once gets. Nothing compares raw `ts` across ranks (times across ranks are compared as
+    ts + ts_base). A rank already rebased (the streaming path rebases each rank before pruning it)
+    keeps its base."""
     for r in ranks:
+        if r.ts_base != 0.0 or isinstance(r, RankStub):  # a stub was rebased where it was read
+            continue
+        first = None
         for ph in (PH_COMPLETE, PH_INSTANT):
             m = r.ph == ph
             m &= np.isfinite(r.ts)
             if m.any():
-                firsts.append(float(r.ts.min(where=m, initial=np.inf)) + r.ts_base)
+                first = float(r.ts.min(where=m, initial=np.inf))
                 break
-    if not firsts:
-        return
-    base = float(np.floor(min(firsts)))
-    if abs(base) < REBASE_MIN_US and all(r.ts_base == 0.0 for r in ranks):
-        return
-    for r in ranks:
-        shift = base - r.ts_base
-        if shift:
-            if r.ts.dtype == np.float64 and r.ts.flags.writeable:
-                np.subtract(r.ts, shift, out=r.ts)
-            else:
-                r.ts = np.asarray(r.ts, dtype=np.float64) - shift
+        if first is None or abs(first) < REBASE_MIN_US:
+            continue
+        base = float(np.floor(first))
+        if r.ts.dtype == np.float64 and r.ts.flags.writeable:
+            np.subtract(r.ts, base, out=r.ts)
+        else:
+            r.ts = np.asarray(r.ts, dtype=np.float64) - base
         r.ts_base = base
 
 

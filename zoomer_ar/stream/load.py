@@ -19,11 +19,12 @@ from pathlib import Path
 from ..errors import InputError
 from ..load import fastcols
 from ..load.columns import RankTrace
-from ..load.merged import merged_ranks, rank_distributed_info
+from ..load.merged import merged_ranks, rank_distributed_info, split_merged
 from ..load.job import (TOO_DEEP, Job, _accelerator, _schema, assemble_job, load_trace, missing_reason, no_traces_reason,
                         rank_files, rank_of_file, rebase_times)
 from ..load.reader import Progress, TraceTooBig
 from ..load.repair import StreamRepair
+from ..load.stub import RankStub
 from ..models import RankInfo, SkippedFile
 from .compact import CompactBuilder
 from .heap import fix_mmap_threshold, trim_heap
@@ -212,12 +213,33 @@ def _unpack(trace: RankTrace) -> RankTrace:
     return trace
 
 
-def _worker(path: str, kw: dict, slot: int | None = None) -> list[tuple[RankTrace, RankInfo]] | InputError:
+def summarised(pairs: list[tuple[RankTrace, RankInfo]]) -> list[tuple[RankStub, RankInfo]]:
+    """The ranks read from one file as RankStubs: each rank's feature summary instead of its rows, computed
+    on the times the job will have (each rank's own base). A merged trace the in-memory loader read whole
+    (where streaming could not decide) is split into its ranks first, as the job assembly would split it."""
+    from ..features.extract import summarise_rank
+
+    out = []
+    for trace, info in pairs:
+        for t, i in (split_merged(trace, info) if merged_ranks(trace.metadata) else None) or [(trace, info)]:
+            rebase_times([t])
+            out.append((RankStub.of(t, summarise_rank(t)), i))
+    return out
+
+
+def _read(path: Path, kw: dict, progress: Progress | None) -> list[tuple[RankTrace | RankStub, RankInfo]]:
+    kw = dict(kw)
+    summarise = kw.pop("summarise", False)
+    pairs = load_rank(path, progress=progress, **kw)
+    return summarised(pairs) if summarise else pairs
+
+
+def _worker(path: str, kw: dict, slot: int | None = None) -> list[tuple[RankTrace | RankStub, RankInfo]] | InputError:
     try:
-        pairs = load_rank(Path(path), progress=shared_progress(slot), **kw)
+        pairs = _read(Path(path), kw, shared_progress(slot))
     except InputError as exc:
         return exc
-    return [(_pack(trace), info) for trace, info in pairs]
+    return [(trace if isinstance(trace, RankStub) else _pack(trace), info) for trace, info in pairs]
 
 
 def _files(p: Path) -> list[Path]:
@@ -235,10 +257,13 @@ def load_job_streaming(
     name: str | None = None,
     progress_factory: Callable[[Path], Progress | None] | None = None,
     workers: int | None = None,
+    summarise: bool = False,
     **kw,
 ) -> Job:
     """load_job, through the streaming reader; ranks of a folder in up to `workers` processes
-    (default: ZOOMER_STREAM_WORKERS, else the CPU count)."""
+    (default: ZOOMER_STREAM_WORKERS, else the CPU count). With `summarise`, each rank's features are
+    computed where it was read and the job's ranks are RankStubs (load/stub.py): no rank's rows outlive
+    its reading, and the features (features.extract) are those of the ranks themselves."""
     p = Path(path)
     if not p.exists():
         raise InputError(str(p), missing_reason(p))
@@ -247,11 +272,12 @@ def load_job_streaming(
     n_workers = max(1, min(n_workers, len(files)))
     if "memory_limit_mb" not in kw:  # the machine's budget, shared by the ranks read at once
         kw["memory_limit_mb"] = budget_mb(n_workers) or 0.0
-    outcomes: list[list[tuple[RankTrace, RankInfo]] | InputError] = []
+    kw["summarise"] = summarise
+    outcomes: list[list[tuple[RankTrace | RankStub, RankInfo]] | InputError] = []
     if n_workers == 1:
         for f in files:
             try:
-                outcomes.append(load_rank(f, progress=progress_factory(f) if progress_factory else None, **kw))
+                outcomes.append(_read(f, kw, progress_factory(f) if progress_factory else None))
             except InputError as exc:
                 outcomes.append(exc)
     else:
@@ -266,6 +292,6 @@ def load_job_streaming(
             skipped.append(SkippedFile(path=str(f), reason=out.reason))
             continue
         for trace, info in out:
-            ranks.append(_unpack(trace))
+            ranks.append(trace if isinstance(trace, RankStub) else _unpack(trace))
             infos.append(info)
     return assemble_job(p, name, ranks, infos, skipped)
