@@ -16,7 +16,8 @@ features, rules and model; imports excluded from the times), two ways, in the sa
 
 The process tree (the command and its worker processes, ZOOMER_STREAM_WORKERS, default the CPU
 count) is sampled every 5 ms: the largest sum of their PSS is what the machine needs. Printed: the
-main process's own peak RSS, the largest worker's, the tree's peak, wall and CPU time, and whether
+main process's own peak RSS (VmHWM over the load and over the rest), the largest worker's
+(ru_maxrss of the waited-for children), the tree's peak, wall and CPU time, and whether
 the two ways give the same features (the script exits 1 if not).
 """
 
@@ -82,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
                 same = False
                 continue
             shas.add(res["features_sha"])
-            print(f"{n:>5} {way:<10} {res['work_s']:7.2f} {res['cpu_s']:7.2f} {res['peak_self_mb']:8.0f} "
+            main_mb = max(res["peak_self_mb"], res.get("load_peak_mb") or 0.0)  # the load's peak and the rest's
+            print(f"{n:>5} {way:<10} {res['work_s']:7.2f} {res['cpu_s']:7.2f} {main_mb:8.0f} "
                   f"{res['peak_children_mb']:10.0f} {res['tree_pss_mb']:12.0f} {res['tree_processes']:5d}  "
                   f"{', '.join(res['findings']) or 'none'}", flush=True)
         same &= len(shas) == 1
