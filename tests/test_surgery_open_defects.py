@@ -213,3 +213,17 @@ def test_an_empty_rank_file_is_skipped_as_empty(tmp_path, capsys):
     (job / "rank9.json").touch()
     assert main(["trace", "merge", str(job), str(tmp_path / "m.json.gz")]) == 0
     assert f"note: skipped {job / 'rank9.json'}: not a trace (empty file)" in capsys.readouterr().err
+
+
+# ---- trace repair of a valid trace written on one line ----------------------------------------------
+
+
+def test_repair_copies_a_valid_one_line_trace_as_it_is(tmp_path, capsys, shared_traces):
+    """hta/large_integer_trace holds two events on one line: the line-by-line repair took
+    `"ncclKernel_AllReduce", "pid": 0, ... "name": "record_param_comms"` for one unescaped name and
+    wrote a trace of one event (exit 0, '1 event name re-escaped')."""
+    src = next((SHARED_TRACES / "hta/large_integer_trace").glob("*.json.gz"))
+    out = tmp_path / "r.json.gz"
+    assert main(["trace", "repair", str(src), str(out)]) == 0
+    assert "is valid JSON: nothing to repair, copied as it is" in capsys.readouterr().err
+    assert gzip.decompress(out.read_bytes()) == gzip.decompress(src.read_bytes())

@@ -12,7 +12,7 @@ from ..load.repair import StreamRepair, repair
 from ..stream.source import ChunkReader, StreamError
 from ..threads import start as start_thread
 from . import guard
-from .io import _Sink, compression_for
+from .io import _Sink, compression_for, copying_into
 from .slices import read_slices
 from .copying import Stats, human_bytes
 
@@ -81,6 +81,12 @@ def repair_trace(src: Path, dst: Path, *, compression: str | None = None, level:
     guard.check_file_output(dst, [src])
     guard.check_suffix(dst, comp)
     guard.check_level(comp, level)
+    if _valid_trace(src):  # StreamRepair reads names line by line: on valid JSON it has nothing to do, and on
+        sink = _Sink(dst, comp, level)  # a one-line file it took two events for one name ("a", "pid": ... "b")
+        with copying_into(sink, src):
+            for data, _ in ChunkReader(src, hash=False):
+                sink.write(data)
+        return _repaired(src, dst, comp, 0)
     fix = StreamRepair()
     try:
         _write_checked(dst, comp, level, (data for data, _ in ChunkReader(src, hash=False, repair=fix)))
@@ -90,6 +96,15 @@ def repair_trace(src: Path, dst: Path, *, compression: str | None = None, level:
         reason = exc.reason if isinstance(exc, InputError) else str(exc)
         raise InputError(str(src), f"not valid JSON, and not the profiler's unescaped names ({reason})") from None
     return _repaired(src, dst, comp, fix.fixed)
+
+
+def _valid_trace(src: Path) -> bool:
+    """Whether src passes check_events (valid JSON, a valid trace): repair copies it as it is."""
+    try:
+        check_events(src)
+    except InputError:
+        return False
+    return True
 
 
 def _repair_whole(src: Path, dst: Path, comp: str, level: int | None) -> Stats:
