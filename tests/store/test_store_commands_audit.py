@@ -236,3 +236,38 @@ def test_a_store_damaged_past_its_schema_is_one_line_exit_2(sqlite_url, tmp_path
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1, err
     assert str(db_file) in err[0] and "malformed" in err[0] and "internal error" not in err[0], err
+
+
+# --- a store a newer zoomer-ar migrated --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv", [["digest"], ["history", "resnet"], ["record", "{new}"], ["db", "upgrade"],
+                                  ["analyze", "{trace}", "--record", "--no-files"]])
+def test_a_store_of_a_newer_schema_is_one_line_exit_2(store_url, tmp_path, capsys, argv):
+    """A store whose schema a newer zoomer-ar migrated (alembic_version at a revision this version has no
+    migration for) made every store command an internal error: 'CommandError: Can't locate revision identified
+    by ...'. Now one line naming the store and the revision, exit 2, and the store is left as it was."""
+    from sqlalchemy import text
+
+    from store_support import REPO
+
+    record_analysis(make_analysis("resnet", findings={"idle-gpu": 30.0}), RecordOptions(gpu_hours=10.0), db=store_url)
+    with open_store(store_url).begin() as c:
+        c.execute(text("UPDATE alembic_version SET version_num = '0099_from_the_future'"))
+    dispose_engine(store_url)
+    new = tmp_path / "new.json"
+    new.write_text(make_analysis("resnet", findings={"idle-gpu": 20.0}).model_dump_json())
+    capsys.readouterr()
+    args = [a.format(new=new, trace=REPO / "examples" / "traces" / "clean") for a in argv]
+    rc = main([*args, "--db", store_url])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert "'0099_from_the_future'" in err[0] and "newer zoomer-ar" in err[0] and "internal error" not in err[0], err
+    dispose_engine(store_url)
+    engine = create_engine(resolve_url(store_url))
+    try:
+        with engine.connect() as c:
+            assert c.execute(text("SELECT version_num FROM alembic_version")).scalar_one() == "0099_from_the_future"
+            assert c.execute(text("SELECT count(*) FROM analyses")).scalar_one() == 1
+    finally:
+        engine.dispose()

@@ -53,6 +53,13 @@ class NotAStoreError(InputError, StoreError):
     exit_code = 2
 
 
+class NewerStoreError(InputError, StoreError):
+    """The store's schema is at a revision this version's migrations do not know (a newer zoomer-ar migrated
+    it): it cannot be read or written as this version's schema, nor migrated back. Exit 2, one line."""
+
+    exit_code = 2
+
+
 class BadStoreURLError(InputError, StoreError):
     """`--db` (or ZOOMER_DB) is not a URL SQLAlchemy can parse or has no dialect for: bad input, exit 2."""
 
@@ -276,13 +283,35 @@ def alembic_config(engine: Engine):
     return cfg
 
 
-def head_revision() -> str:
+def _scripts():  # noqa: ANN202 - alembic ScriptDirectory
     from alembic.config import Config
     from alembic.script import ScriptDirectory
 
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
-    return ScriptDirectory.from_config(cfg).get_current_head()
+    return ScriptDirectory.from_config(cfg)
+
+
+def head_revision() -> str:
+    return _scripts().get_current_head()
+
+
+def check_known_revision(engine: Engine, revision: str | None) -> None:
+    """NewerStoreError when the store's `revision` is not one of this version's migrations (Alembic's own
+    error, 'Can't locate revision identified by ...', was an internal error on every store command)."""
+    from alembic.util import CommandError
+
+    if revision is None:
+        return
+    try:
+        _scripts().get_revision(revision)
+    except CommandError:
+        from .. import __version__
+
+        where = engine.url.database if engine.dialect.name == "sqlite" else redact(str(engine.url))
+        raise NewerStoreError(where, f"the store's schema is at revision {revision!r}, which zoomer-ar {__version__} "
+                                     f"does not know (its latest is {head_revision()!r}): a newer zoomer-ar "
+                                     "migrated it; use that version with this store") from None
 
 
 def current_revision(engine: Engine) -> str | None:
@@ -296,6 +325,7 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
     """Run the Alembic migrations; concurrent callers are serialised (SQLite write lock, PostgreSQL advisory lock)."""
     from alembic import command
 
+    check_known_revision(engine, current_revision(engine))
     cfg = alembic_config(engine)
 
     def _run() -> None:
