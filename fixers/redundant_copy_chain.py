@@ -92,6 +92,44 @@ def _with_copy(ctx: Context, call: cst.Call) -> cst.Call | None:
     return call.with_changes(args=[a.with_changes(value=cst.Name("True")) if a is target else a for a in call.args])
 
 
+DEFAULT_FLOAT = "default float"  # what a floating factory without dtype= makes: float32 or float64, both exact
+#: dtypes whose every value float64 holds exactly: converting through float64 rounds once, as a
+#: direct conversion does (int64/uint64 are not: a value beyond 2**53 rounds twice)
+EXACT_IN_FLOAT64 = frozenset({"float64", "float32", "float16", "bfloat16", "int32", "int16", "int8", "uint8", "uint16",
+                              "uint32", "bool", DEFAULT_FLOAT})
+#: the dtype each no-argument conversion method gives, and the spellings of dtypes
+METHOD_DTYPES = {"double": "float64", "float": "float32", "half": "float16", "bfloat16": "bfloat16", "int": "int32",
+                 "short": "int16", "char": "int8", "byte": "uint8", "bool": "bool", "long": "int64"}
+DTYPE_SPELLINGS = {"double": "float64", "float": "float32", "half": "float16", "int": "int32", "short": "int16", "long": "int64"}
+#: torch factories that make a floating tensor (the default dtype) unless given dtype=
+FLOAT_FACTORIES = frozenset({"randn", "rand", "zeros", "ones", "empty", "linspace", "logspace", "eye", "randn_like", "rand_like"})
+
+
+def _dtype_made(ctx: Context, expr: cst.CSTNode) -> str | None:
+    """The dtype a tensor expression visibly has: ``t.float()`` float32, ``t.int()`` int32,
+    ``t.to(torch.float16)`` float16, a floating torch factory (``torch.randn(...)``,
+    ``torch.zeros(...)``) its dtype= or DEFAULT_FLOAT; else None."""
+    if not isinstance(expr, cst.Call):
+        return None
+    m = h.method(expr)
+    if m is not None and m[1] in METHOD_DTYPES and not expr.args:
+        return METHOD_DTYPES[m[1]]
+    if m is not None and m[1] == "to":
+        dtype = h.arg_at(expr, "dtype", 0)
+        return _dtype_name(ctx, dtype.value) if len(expr.args) == 1 and dtype is not None else None
+    name = h.last_name(expr.func)
+    if name in FLOAT_FACTORIES and ctx.matches(expr, {f"torch.{name}"}, {f"torch.{name}"}) and not h.has_star(expr):
+        dtype = h.kwarg(expr, "dtype")
+        return DEFAULT_FLOAT if dtype is None else _dtype_name(ctx, dtype.value)
+    return None
+
+
+def _dtype_name(ctx: Context, expr: cst.CSTNode) -> str | None:
+    """``float16`` for ``torch.float16`` / ``torch.half`` (any alias of torch), else None."""
+    name = h.last_name(expr) if _is_dtype(ctx, expr) else None
+    return DTYPE_SPELLINGS.get(name, name) if name is not None else None
+
+
 def _pure(expr: cst.CSTNode) -> bool:
     """Names, attributes and literals: evaluating them twice is the same as once."""
     if isinstance(expr, (cst.Name, cst.Attribute)):
@@ -123,12 +161,18 @@ Collapses method chains whose second step is provably redundant:
   `x.clone(memory_format=torch.contiguous_format)` (needs `import torch`);
 * `x.to(a).to(a)` with the same simple arguments -> `x.to(a)`;
 * `x.to(d).clone()` -> `x.to(d, copy=True)` (the same care for a positional `copy`);
-* dtype round trips through float64, `x.to(torch.float64).to(torch.float32)` (also to float16 or
-  bfloat16, `.double().float()`, with or without a trailing `.clone()`): float64 holds every
-  value of those types exactly, so the round trip equals one conversion. It becomes
-  `x.to(torch.float32, copy=True)` (one copy, still a new tensor), or `x.to(torch.float32)` (no
-  copy when `x` already is float32) when the statement is `x = x...` at the top of a function
-  body and `x` is only *read* afterwards (see below);
+* dtype round trips through float64, `t.to(torch.float64).to(torch.float32)` (also to float16
+  or bfloat16, `.double().float()`, with or without a trailing `.clone()`), when `t` visibly
+  has a dtype that float64 holds exactly: `x.half()`, `x.int()`, `x.to(torch.bfloat16)`, a
+  floating factory (`torch.randn(...)`, `torch.zeros(...)` without an integer dtype). The round
+  trip then rounds once, as one conversion does, and becomes `t.to(torch.float32, copy=True)`
+  (one copy, still a new tensor); when `t` already has the final dtype (`x.float()` for
+  float32) and the statement is `x = x.float()...` at the top of a function body with `x` only
+  *read* afterwards (see below), it becomes `x = x.float()` (no copy at all). Where the dtype is not visible (a parameter, a name) it is
+  reported, not rewritten: an int64 value beyond 2**53 rounds twice on the way
+  (`2**60 + 2**36 + 1` becomes `2**60` through float64 but `2**60 + 2**37` directly), so one
+  conversion could give another float32; only a trailing `.clone()` is dropped there (the
+  narrowing `.to()` of a float64 tensor already made a fresh copy);
 * layout round trips, `x.transpose(1, 2).contiguous().transpose(1, 2)` (also `.t()` and
   `.permute(p)` with the inverse permutation): the same values in another memory layout. The
   statement `x = x.<round trip>` is removed when `x` is only read afterwards, or when the
@@ -154,9 +198,7 @@ fresh copy again or is a no-op that still costs a dispatcher round trip.
 
 ## Caveats
 Removing a layout round trip changes the memory layout (strides) of the result, not its values;
-reductions over it may round differently in the last bit. Converting an int64 tensor with
-values above 2**53 through float64 rounds twice, so the round trip and the single conversion can
-differ by one float32 ulp for such values.
+reductions over it may round differently in the last bit.
 
 ## Example
 ```python
@@ -229,7 +271,7 @@ y = x.to(device, copy=True)
             "        return self.net(torch.cat([x.mean(dim=1), pad], dim=1))\n",
             "import torch\n\n\nclass Pool(torch.nn.Module):\n"
             "    def forward(self, x):\n"
-            "        x = x.to(torch.float32)\n"
+            "        x = x.to(torch.float64).to(torch.float32)\n"
             "        # layout\n"
             "        pad = torch.zeros(x.shape[0], 8, device=x.device)\n"
             "        return self.net(torch.cat([x.mean(dim=1), pad], dim=1))\n",
@@ -241,12 +283,26 @@ y = x.to(device, copy=True)
             "    x = x.transpose(1, 2).contiguous().transpose(1, 2)\n"
             "    return model(x)\n",
             "import torch\n\ndef step(model, x):\n"
-            "    x = x.to(torch.float32, copy=True)\n"
+            "    x = x.to(torch.float64).to(torch.float32)\n"
             "    return model(x)\n",
-            message_contains="makes one",
+            message_contains="was just copied",
         ),
-        Example("def total(x):\n    x = x.double().float()\n    return x.sum()\n", "def total(x):\n    x = x.float()\n    return x.sum()\n", message_contains="float64"),
-        Example("import torch\ny = x.double().half()\n", "import torch\ny = x.to(torch.float16, copy=True)\n", message_contains="float16"),
+        # the dtype is not visible: an int64 value beyond 2**53 rounds twice through float64, so
+        # one conversion could differ; only a clone of the fresh result goes
+        Example("def total(x):\n    x = x.double().float()\n    return x.sum()\n", None, message_contains="int64"),
+        Example("import torch\ny = x.to(torch.float64).to(torch.float32).clone()\n",
+                "import torch\ny = x.to(torch.float64).to(torch.float32)\n", message_contains="int64"),
+        # a dtype float64 holds exactly: the round trip rounds once, as one conversion does
+        Example("import torch\nnoise = torch.randn(8, 8).double().half()\n", "import torch\nnoise = torch.randn(8, 8).to(torch.float16, copy=True)\n",
+                message_contains="float16"),
+        Example(
+            "import torch\n\n\ndef pool(x):\n    x = x.float().to(torch.float64).to(torch.float32).clone()\n    return x.mean(dim=1)\n",
+            "import torch\n\n\ndef pool(x):\n    x = x.float()\n    return x.mean(dim=1)\n",
+            message_contains="already is float32",
+        ),
+        Example("import torch as T\ny = x.int().to(T.float64).to(T.float32).clone()\nz = w.half().double().float()\n",
+                "import torch as T\ny = x.int().to(T.float32, copy=True)\nz = w.half().to(T.float32, copy=True)\n",
+                message_contains="exact"),
         Example("y = x.to(device).clone()\n", "y = x.to(device, copy=True)\n", message_contains="copies once"),
         Example(
             "def mse(x, y):\n    x = x.clone()\n    return (x - y).pow(2).mean()\n",
@@ -422,19 +478,28 @@ y = x.to(device, copy=True)
         assert found is not None
         receiver, final = found
         torch = alias or "torch"
+        keep = lambda new: new.with_changes(lpar=top.lpar, rpar=top.rpar)  # noqa: E731
+        made = _dtype_made(ctx, receiver)
+        if made not in EXACT_IN_FLOAT64:
+            message = (f"converting to float64 and back to {final} makes two copies where `.to({torch}.{final}, copy=True)` "
+                       f"makes one, with the same result unless the tensor is int64 (a value beyond 2**53 rounds twice on "
+                       f"the way); not rewritten: its dtype is not visible here")
+            if with_clone:
+                yield self.replace(top, message + f"; the `.clone()` after it copies the fresh {final} tensor again: dropped",
+                                   {top: keep(trip)})
+            else:
+                yield self.report(top, message)
+            return
         copies = "three copies" if with_clone else "two copies"
         message = f"converting to float64 and back to {final} is exact and makes {copies}"
-        name = receiver.value if isinstance(receiver, cst.Name) else None
-        stmt = self._self_rebinding(ctx, top, name) if name else None
-        keep = lambda new: new.with_changes(lpar=top.lpar, rpar=top.rpar)  # noqa: E731
         outer = h.method(trip)
         assert outer is not None
+        source = h.method(receiver)
+        name = source[0].value if made == final and source is not None and isinstance(source[0], cst.Name) else None
+        stmt = self._self_rebinding(ctx, top, name) if name else None
         if stmt is not None and flow.local_only_read(ctx, stmt, name):  # type: ignore[arg-type]
-            if outer[1] == "to":
-                new = trip.with_changes(func=trip.func.with_changes(value=receiver))  # type: ignore[union-attr]
-            else:
-                new = cst.Call(func=cst.Attribute(value=receiver, attr=cst.Name(outer[1])))
-            yield self.replace(top, message + f"; `{name}` is only read afterwards, so `.to({torch}.{final})` (no copy when it already is {final}) is enough", {top: keep(new)})
+            yield self.replace(top, message + f"; `{ctx.code(receiver)}` already is {final} and `{name}` is only read "
+                               "afterwards, so the round trip and its copies are not needed", {top: keep(receiver)})
             return
         if alias is None and outer[1] != "to":
             yield self.report(top, message + "; use .to(torch.%s, copy=True) (needs `import torch`)" % final)

@@ -156,6 +156,49 @@ def test_positional_copy_rewrite_runs_and_matches():
     assert not any(same or shared for same, shared, _, _ in run(after))
 
 
+DTYPE_TRIPS = textwrap.dedent(
+    """\
+    import torch
+
+    def trip(x):
+        return x.to(torch.float64).to(torch.float32).clone()
+
+    def ints(x):
+        return x.int().double().float(), x.int().to(torch.float64).to(torch.float16)
+
+    def floats(x):
+        return x.half().double().float(), x.float().to(torch.float64).to(torch.bfloat16)
+    """
+)
+
+
+def test_int64_through_float64_rounds_twice_so_an_unseen_dtype_keeps_its_round_trip():
+    """2**60 + 2**36 + 1 as int64: float64 drops the +1 (its ulp there is 256), leaving a tie
+    that float32 rounds to even, 2**60; converted directly it rounds up to 2**60 + 2**37. So
+    `x.to(float64).to(float32)` is not `x.to(float32)` when x may be int64: only the clone of the
+    fresh float32 result goes; where the dtype is visibly exact (int32, float16, float32) the
+    round trip becomes one conversion, with the same values."""
+    torch = _torch()
+    after = _fix("redundant-copy-chain", DTYPE_TRIPS)
+    assert "return x.to(torch.float64).to(torch.float32)\n" in after
+    assert "x.int().to(torch.float32, copy=True), x.int().to(torch.float16, copy=True)" in after
+    assert "x.half().to(torch.float32, copy=True), x.float().to(torch.bfloat16, copy=True)" in after
+
+    def run(code, x):
+        ns: dict = {}
+        exec(code, ns)
+        return ns["trip"](x), ns["ints"](x), ns["floats"](x)
+
+    big = torch.tensor([2**60 + 2**36 + 1, 2**53 + 3, -(2**62) - 2**38 - 1, 16777217], dtype=torch.int64)
+    assert not torch.equal(big.to(torch.float64).to(torch.float32), big.to(torch.float32))  # why it is kept
+    for x in (big, torch.randn(1000, dtype=torch.float64) * 1e6, torch.randint(-2**31, 2**31 - 1, (1000,))):
+        for b, a in zip(run(DTYPE_TRIPS, x), run(after, x)):
+            pairs = zip(b, a) if isinstance(b, tuple) else [(b, a)]
+            for before_value, after_value in pairs:
+                assert before_value.dtype == after_value.dtype
+                assert torch.equal(before_value, after_value)
+
+
 def test_ambiguous_positional_to_is_reported_not_rewritten():
     source = "def f(x, a, b):\n    return x.clone().to(a, b, False), x.to(a, b, False).clone()\n"
     matches = FIXERS["redundant-copy-chain"]().detect(source)

@@ -1,9 +1,9 @@
 """extra_copy: redundant tensor copies every step.
 
 Three planted copies in the model's forward, each a real memory copy in the trace even on a CPU:
-* a dtype round trip plus a clone of the input, which forward only reads:
-  `x.to(torch.float64).to(torch.float32).clone()` -> `aten::to` -> `aten::_to_copy` -> `aten::copy_`
-  (twice) and `aten::clone` -> `aten::copy_`;
+* a dtype round trip plus a clone of the input, which forward only reads (`.float()` copies nothing):
+  `x.float().to(torch.float64).to(torch.float32).clone()` -> `aten::to` -> `aten::_to_copy` ->
+  `aten::copy_` (twice) and `aten::clone` -> `aten::copy_`;
 * `.transpose(1, 2).contiguous().transpose(1, 2)`: a contiguous copy nothing needed
   (`aten::contiguous` -> `aten::clone` -> `aten::copy_`);
 * a buffer built on the host and then moved, `torch.zeros(...).to(x.device)`: on a GPU this is an
@@ -30,7 +30,7 @@ class PooledMLP(nn.Module):
         self.net = nn.Sequential(nn.Linear(FEATURES + 64, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, CLASSES))
 
     def forward(self, x):
-        x = x.to(torch.float64).to(torch.float32).clone()
+        x = x.float().to(torch.float64).to(torch.float32).clone()
         x = x.transpose(1, 2).contiguous().transpose(1, 2)
         pad = torch.zeros(x.shape[0], 64).to(x.device)
         pooled = x.mean(dim=1)
