@@ -294,6 +294,31 @@ def _middle_steps(path: Path, k: int) -> str | None:
     return f"{mid[0]}..{mid[-1]}"
 
 
+def warm_page_cache(path: Path) -> None:
+    """Read a trace file (or a folder's .json files) once, so that every tool measured after finds it
+    in the page cache alike."""
+    for p in [path] if path.is_file() else sorted(path.glob("*.json")):
+        with p.open("rb") as fh:
+            while fh.read(64 << 20):
+                pass
+
+
+def finish(root: Path, keep: bool, ok: bool) -> int:
+    """The end of a generated-trace benchmark: the load average, the generated traces removed unless
+    kept, the exit status (1 when the ways measured disagreed)."""
+    print(f"load average at end: {os.getloadavg()[0]:.2f}")
+    if not keep:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0 if ok else 1
+
+
+def run_timed(main) -> None:
+    t0 = time.perf_counter()
+    rc = main()
+    print(f"benchmark ran {time.perf_counter() - t0:.0f} s")
+    raise SystemExit(rc)
+
+
 def _gen(path: Path, size_gb: float, source: Path | None, synthetic: bool) -> dict:
     import gen_trace
 
@@ -391,9 +416,7 @@ def main(argv: list[str] | None = None) -> int:
         nbytes = meta["bytes"]
         print(f"\n{path.name}: {nbytes / 1e9:.2f} GB, {meta['events']:,} events, tiled from "
               f"{Path(meta['source']).name} (generated in {time.perf_counter() - t0:.0f} s)")
-        with path.open("rb") as fh:  # the page cache, warmed the same way for everyone
-            while fh.read(64 << 20):
-                pass
+        warm_page_cache(path)  # the same way for everyone
         res: dict = {"bytes": nbytes, "events": meta["events"], "source": meta["source"]}
         for kind in ("zoomer", "msgspec-slices"):
             res[kind] = measure(kind, path, args.timeout)

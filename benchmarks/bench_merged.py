@@ -25,7 +25,6 @@ import datetime as dt
 import os
 import shutil
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -73,10 +72,7 @@ def main(argv: list[str] | None = None) -> int:
             ("merged, in memory", "zoomer-memory", merged)]
     results = {}
     for label, kind, path in runs:
-        for p in ([path] if path.is_file() else sorted(path.glob("*.json"))):  # the page cache, warmed alike
-            with p.open("rb") as fh:
-                while fh.read(64 << 20):
-                    pass
+        bench_huge.warm_page_cache(path)  # alike for the three
         r = bench_huge.measure(kind, path, args.timeout)
         results[label] = r
         if "error" in r:
@@ -94,14 +90,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"{r['cpu_s'] / ref['cpu_s']:.2f}x, peak {r['peak_mb'] / ref['peak_mb']:.2f}x")
     same = len(ok) == len(runs) and len({r["features_sha"] for r in ok}) == 1
     print(f"features identical in all three: {'yes' if same else 'NO'}")
-    print(f"load average at end: {os.getloadavg()[0]:.2f}")
-    if not args.keep:
-        shutil.rmtree(root, ignore_errors=True)
-    return 0 if same else 1
+    return bench_huge.finish(root, args.keep, same)
 
 
 if __name__ == "__main__":
-    t0 = time.perf_counter()
-    rc = main()
-    print(f"benchmark ran {time.perf_counter() - t0:.0f} s")
-    raise SystemExit(rc)
+    bench_huge.run_timed(main)

@@ -28,7 +28,6 @@ import datetime as dt
 import os
 import shutil
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -71,10 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         job.mkdir()
         for r in range(n):
             os.link(src / f"rank-{r}.json", job / f"rank-{r}.json")
-        for p in sorted(job.glob("*.json")):  # the page cache, warmed alike for both ways
-            with p.open("rb") as fh:
-                while fh.read(64 << 20):
-                    pass
+        bench_huge.warm_page_cache(job)  # alike for both ways
         shas = set()
         for way, kind in (("summaries", "zoomer"), ("rows", "zoomer-rows")):
             res = bench_huge.measure(kind, job, args.timeout, tree=True)
@@ -90,14 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         same &= len(shas) == 1
         shutil.rmtree(job)
     print(f"features identical both ways at every size: {'yes' if same else 'NO'}")
-    print(f"load average at end: {os.getloadavg()[0]:.2f}")
-    if not args.keep:
-        shutil.rmtree(root, ignore_errors=True)
-    return 0 if same else 1
+    return bench_huge.finish(root, args.keep, same)
 
 
 if __name__ == "__main__":
-    t0 = time.perf_counter()
-    rc = main()
-    print(f"benchmark ran {time.perf_counter() - t0:.0f} s")
-    raise SystemExit(rc)
+    bench_huge.run_timed(main)

@@ -277,6 +277,20 @@ def test_bench_merged_tiny_run(tmp_path, shared_traces):
     assert not list(tmp_path.iterdir())  # generated traces removed
 
 
+def test_bench_rank_folder_tiny_run(tmp_path, shared_traces):
+    # rank folders of 1 and 3 ranks analysed with summaries and with every rank's rows, in fresh processes
+    # whose process trees are sampled; the script compares the two ways' features itself (no memory or time
+    # figure is asserted: on a trace this small the imports dominate)
+    proc = subprocess.run([sys.executable, str(BENCH / "bench_rank_folder.py"), "--rank-gb", "0.004", "--ranks", "3,1",
+                           "--dir", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "features identical both ways at every size: yes" in proc.stdout
+    rows = [line.split() for line in proc.stdout.splitlines() if line.split()[:2] in (["1", "summaries"], ["1", "rows"],
+                                                                                     ["3", "summaries"], ["3", "rows"])]
+    assert len(rows) == 4 and all(float(r[6]) > 0 for r in rows)  # a tree PSS sample in every run
+    assert not list(tmp_path.iterdir())  # generated traces removed
+
+
 def test_bench_huge_tiny_run(tmp_path, shared_traces):
     # the streaming analysis, the typed-decode floor and `analyze --steps` on a window mid-trace, each in a
     # fresh process (exit 1 only reports the throughput target, unreachable on a trace this small)
