@@ -221,11 +221,16 @@ def _dtype_like(ctx: Context, expr: cst.CSTNode) -> bool:
                                                "int8", "int16", "int32", "int64", "long", "uint8", "bool"}
 
 
+_AUTOCAST = {"torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast"}
+_CPU_AUTOCAST = {"torch.cpu.amp.autocast", "torch.cpu.amp.autocast_mode.autocast"}
+
+
 def _module_pins_cpu(ctx: Context) -> bool:
     """The file places everything on the CPU: it names no accelerator, nor a library that places
     models on one (in names, attributes or strings), every device it names is the CPU
-    (``torch.device("cpu")``, ``device="cpu"``, ``.to("cpu")``, a name assigned only those), and
-    it names the CPU so at least once."""
+    (``torch.device("cpu")``, ``device="cpu"``, ``.to("cpu")``, ``torch.autocast("cpu")``,
+    ``torch.cpu.amp.autocast()``, a name assigned only those), and it names the CPU so at least
+    once."""
     for node in ctx.nodes(cst.Name):
         if _words(node.value) & _ACCEL_WORDS:
             return False
@@ -237,6 +242,13 @@ def _module_pins_cpu(ctx: Context) -> bool:
     pinned = False
     for call in ctx.nodes(cst.Call):
         places: list[cst.CSTNode] = []
+        if ctx.matches(call, _AUTOCAST, _AUTOCAST):  # torch.autocast(device_type="cpu", ...) runs the step on the CPU
+            device_type = h.arg_at(call, "device_type", 0)
+            if device_type is None or device_type.star:
+                return False
+            places.append(device_type.value)
+        elif ctx.matches(call, _CPU_AUTOCAST, _CPU_AUTOCAST):
+            pinned = True
         if h.last_name(call.func) == "device" and ctx.matches(call, {"torch.device"}, {"torch.device"}):
             places.append(call)
         device = h.kwarg(call, "device")
@@ -293,11 +305,14 @@ foreach ops fall back to a loop over the tensors, so the change buys nothing:
   `with torch.device(...)`);
 * it is created under a CPU-only decorator (`@require_cpu`, as in accelerate's tests); or
 * the file pins the CPU: every device it names is the CPU (`torch.device("cpu")`,
-  `device="cpu"`, `.to("cpu")`, a name assigned only those), it names the CPU so at least
+  `device="cpu"`, `.to("cpu")`, CPU autocast: `torch.autocast(device_type="cpu")`,
+  `torch.cpu.amp.autocast()`; a name assigned only those), it names the CPU so at least
   once, and it names no accelerator (`cuda`, `gpu`, `mps`, `xla`, `xpu`, ...) nor a library
   that places models on one (`accelerate`, `lightning`, `deepspeed`, `transformers`, ...)
   anywhere in its names or strings.
 
+On the CPU the change is not even neutral: NAdam's and RAdam's foreach steps round differently
+from their single-tensor ones (parameters differ in the last bit after a few steps).
 A file that never names a device is not taken for CPU-only: the model may be moved elsewhere
 (a Lightning `Trainer`, `accelerator.prepare`, a helper of another module).
 
@@ -340,11 +355,26 @@ opt = torch.optim.AdamW(model.parameters(), lr=3e-4, foreach=True)
         # a test that runs on the CPU only (accelerate's tests/test_optimizer.py)
         "import torch\nfrom accelerate.test_utils import require_cpu\n\n\n@require_cpu\ndef test_pickle_optimizer():\n"
         "    model = create_model()\n    optimizer = torch.optim.SGD(model.parameters(), 0.1)\n",
+        # CPU training under CPU autocast (torch.autocast's own docstring example)
+        "import torch\nfrom torch import optim\n\nmodel = Net()\noptimizer = optim.SGD(model.parameters(), lr=0.1)\n"
+        "for input, target in data:\n    optimizer.zero_grad()\n"
+        "    with torch.autocast(device_type=\"cpu\", dtype=torch.bfloat16):\n        loss = loss_fn(model(input), target)\n"
+        "    loss.backward()\n    optimizer.step()\n",
+        "import torch\n\n\n@torch.cpu.amp.autocast()\ndef step(model, x):\n    return model(x).sum()\n\n\n"
+        "opt = torch.optim.NAdam(model.parameters())\n",
         # a file that pins the CPU and names no accelerator
         "import torch\nfrom torch import nn\n\ndevice = torch.device(\"cpu\")\nmodel = nn.Linear(8, 2).to(device)\n"
         "opt = torch.optim.Adam(model.parameters(), lr=1e-3)\n",
     ]
     INVALID = [
+        # autocast on the GPU, or a CPU autocast in a file that also names the GPU, is no CPU evidence
+        Example(
+            "import torch\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nwith torch.autocast(\"cuda\"):\n    step()\n"
+            "with torch.autocast(device_type=\"cpu\"):\n    model.cuda()\n",
+            "import torch\nopt = torch.optim.SGD(model.parameters(), lr=0.1, foreach=True)\nwith torch.autocast(\"cuda\"):\n    step()\n"
+            "with torch.autocast(device_type=\"cpu\"):\n    model.cuda()\n",
+            message_contains="SGD",
+        ),
         Example(
             "import torch\nopt = torch.optim.AdamW(model.parameters(), lr=3e-4, foreach=False)\n",
             "import torch\nopt = torch.optim.AdamW(model.parameters(), lr=3e-4, foreach=True)\n",

@@ -307,3 +307,41 @@ def test_synchronize_between_clock_reads_is_kept(imports, clock):
 def test_unrelated_now_is_not_a_clock():
     source = "import torch\nfrom mylib import calendar\n\nfor x in loader:\n    step(x)\n    torch.cuda.synchronize()\n    day = calendar.now()\n"
     assert _fix("loop-synchronize", source) == source.replace("    torch.cuda.synchronize()\n", "")
+
+
+# --------------------------------------------------------------------------------------------
+# optimizer-foreach: on the CPU foreach=True is a change, not a speed-up
+# --------------------------------------------------------------------------------------------
+
+CPU_AUTOCAST_TRAINING = textwrap.dedent(
+    """\
+    import torch
+    from torch import nn, optim
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 16), nn.Linear(16, 4))
+    optimizer = optim.NAdam(model.parameters(), lr=1e-2)
+    for _ in range(20):
+        optimizer.zero_grad()
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+            loss = model(torch.randn(8, 16)).float().pow(2).sum()
+        loss.backward()
+        optimizer.step()
+    """
+)
+
+
+def test_cpu_autocast_training_keeps_its_optimizer_whose_foreach_step_rounds_differently():
+    """torch.autocast's docstring example trains on the CPU: there foreach=True only loops over
+    the tensors, and NAdam's foreach step rounds differently from the single-tensor one that the
+    CPU default runs, so adding it would change the trained parameters."""
+    torch = _torch()
+    assert _fix("optimizer-foreach", CPU_AUTOCAST_TRAINING) == CPU_AUTOCAST_TRAINING
+
+    def train(code):
+        ns: dict = {}
+        exec(code, ns)
+        return torch.cat([p.detach().flatten() for p in ns["model"].parameters()])
+
+    forced = CPU_AUTOCAST_TRAINING.replace("lr=1e-2)", "lr=1e-2, foreach=True)")
+    assert not torch.equal(train(CPU_AUTOCAST_TRAINING), train(forced))
