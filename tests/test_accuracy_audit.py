@@ -7,6 +7,7 @@ on top of the GPU idle they lie in."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +17,10 @@ from zoomer_ar.analyze import analyze_path
 from zoomer_ar.detect.combine import combined_impact
 from zoomer_ar.detect.ensemble import guard
 from zoomer_ar.detect.rules import load_rules
+from zoomer_ar.features import extract
 from zoomer_ar.features import intervals as iv
 from zoomer_ar.features import names as N
+from zoomer_ar.load import load_job
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -171,3 +174,26 @@ def test_step_time_counts_the_device_catching_up(shared_traces):
     assert a.features["kernel_ms_per_step"] <= a.features["step_ms"]
     b, _ = _run(shared_traces / "hta" / "trace_diff" / "test")
     assert b.features["step_ms"] == pytest.approx(124.2, abs=0.5)
+
+
+def _optimizer_trace(path: Path, optimizer: str, n_ops: int = 100) -> Path:
+    """One Optimizer.step window of `optimizer` holding n_ops aten::add_ (a step counter per parameter)."""
+    t0 = 1_700_000_000_000_000
+    events = [{"ph": "X", "cat": "user_annotation", "name": f"Optimizer.step#{optimizer}.step", "ts": t0, "dur": 2000,
+               "pid": 1, "tid": 1}]
+    events += [{"ph": "X", "cat": "cpu_op", "name": "aten::add_", "ts": t0 + 10 + 15 * i, "dur": 5, "pid": 1, "tid": 1}
+               for i in range(n_ops)]
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
+def test_a_fused_optimizer_is_not_the_single_tensor_loop(tmp_path, shared_traces):
+    """hta/distributed_info_not_found: Optimizer.step#FusedAdam.step holds 257 aten::add_ (apex-style step
+    counters, one a parameter) and no _foreach_ op; single-tensor-optimizer told the job to pass
+    foreach=True or fused=True to an optimizer already fused."""
+    a, found = _run(shared_traces / "hta/distributed_info_unavailable/distributed_info_not_found.json.gz")
+    assert "single-tensor-optimizer" not in found
+    assert a.features["optimizer_steps"] == 1 and a.features["optimizer_per_param_ops"] == 0
+    fused = extract(load_job(_optimizer_trace(tmp_path / "fused.json", "FusedAdam"))).vector
+    loop = extract(load_job(_optimizer_trace(tmp_path / "loop.json", "Adam"))).vector
+    assert (fused.optimizer_per_param_ops, loop.optimizer_per_param_ops) == (0, 100)

@@ -37,15 +37,17 @@ def host_features(c: RankContext, rf: RankFeatures, step_starts: np.ndarray, ste
     opt = opt[~t.mask_cat("gpu_user_annotation")[opt]]
     v["optimizer_steps"] = int(opt.size)
     v["optimizer_ms_total"] = float(t.dur[opt].sum()) / 1000.0
-    in_step = inside(c, opt, cpu_ops)
-    codes, counts = np.unique(t.name[in_step], return_counts=True)  # per distinct name, not per op
+    fused = opt[t.has_name_code(t.name[opt], t.name_codes(N.is_fused_optimizer_step))]
     foreach = per_param = 0
-    for code, count in zip(codes.tolist(), counts.tolist()):
-        n = t.names[code]
-        if n.startswith(("aten::_foreach_", "aten::_fused_")):
-            foreach += count
-        elif n.startswith("aten::"):
-            per_param += count
+    for windows, loop in ((opt[~np.isin(opt, fused)], True), (fused, False)):
+        in_step = inside(c, windows, cpu_ops)
+        codes, counts = np.unique(t.name[in_step], return_counts=True)  # per distinct name, not per op
+        for code, count in zip(codes.tolist(), counts.tolist()):
+            n = t.names[code]
+            if n.startswith(("aten::_foreach_", "aten::_fused_")):
+                foreach += count
+            elif n.startswith("aten::") and loop:  # a fused optimizer's own aten ops are bookkeeping
+                per_param += count
     v["optimizer_foreach_ops"] = foreach
     v["optimizer_per_param_ops"] = per_param
     v["optimizer_single_tensor_frames"] = c.frames.names_matching("_single_tensor_")

@@ -125,6 +125,13 @@ def is_optimizer_step(name: str) -> bool:
     return name.startswith("Optimizer.step#")
 
 
+def is_fused_optimizer_step(name: str) -> bool:
+    """`Optimizer.step#FusedAdam.step` (apex, DeepSpeed, Transformer Engine: FusedAdam, FusedLAMB, FusedSGD,
+    ...): an optimizer class that updates all parameters in fused multi-tensor kernels. The aten ops under
+    its step are bookkeeping (a step counter per parameter), not the single-tensor loop."""
+    return is_optimizer_step(name) and "Fused" in name[len("Optimizer.step#"):].split(".", 1)[0]
+
+
 def is_zero_grad(name: str) -> bool:
     return name.startswith("Optimizer.zero_grad#")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-FEATURE_SCHEMA_VERSION = "1.5.0"
+FEATURE_SCHEMA_VERSION = "1.5.1"
 
 
 def F(description: str, unit: str = "", group: str = "", default=None):  # noqa: N802 - reads like a column spec
@@ -189,7 +189,10 @@ class FeatureVector(BaseModel):
     optimizer_steps: int = F("Optimizer.step# annotations.", "calls", "optimizer", 0)
     optimizer_single_tensor_frames: int = F("_single_tensor_* optimizer frames (with_stack).", "frames", "optimizer", 0)
     optimizer_foreach_ops: int = F("aten::_foreach_* / _fused_* ops under Optimizer.step.", "ops", "optimizer", 0)
-    optimizer_per_param_ops: int = F("Other aten ops under Optimizer.step (per-parameter math).", "ops", "optimizer", 0)
+    optimizer_per_param_ops: int = F(
+        "Other aten ops under Optimizer.step (per-parameter math), except under the steps of fused optimizer classes "
+        "(FusedAdam, FusedLAMB, ...: their aten ops are bookkeeping such as per-parameter step counters).",
+        "ops", "optimizer", 0)
     zero_grad_calls: int = F("Optimizer.zero_grad# annotations.", "calls", "optimizer", 0)
     zero_grad_fill_ops: int = F("aten::zero_ (CPU) / aten::_foreach_zero_ (GPU) ops under zero_grad (grads kept and zeroed, not set to None).", "ops", "optimizer", 0)
     zero_grad_fill_ms_per_step: float = F(
