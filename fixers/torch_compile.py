@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from typing import Iterable
 
 import libcst as cst
 
+from zoomer_ar.fix import flow
 from zoomer_ar.fix import helpers as h
 from zoomer_ar.fix.base import Context, Edit, Example, Fixer
 
@@ -117,6 +119,65 @@ def _left_to_others(ctx: Context, assign: cst.Assign, target: str, built: list[c
     return None
 
 
+#: methods whose result names the module's parameters, buffers or submodules: a compiled module
+#: answers with an `_orig_mod.` prefix (so checkpoints saved or loaded through it stop matching)
+OBSERVING_METHODS = {"state_dict", "load_state_dict", "named_parameters", "named_buffers", "named_modules",
+                     "named_children", "modules", "children", "register_module", "add_module", "get_submodule",
+                     "get_parameter", "get_buffer", "__class__", "__dict__"}
+#: builtins that see the wrapper itself: its type, or it stored as some object's attribute
+OBSERVING_BUILTINS = {"isinstance", "type", "setattr", "vars", "id"}
+#: words of a callee's name saying it traces, captures or exports the module it is given
+#: (torch.export's aot_export, dynamo's fullgraph_capture, fx.GraphModule(root, graph)...)
+TRACING_WORDS = frozenset({"trace", "traced", "tracer", "capture", "export", "script", "symbolic", "graphmodule", "jit"})
+
+
+def _uses(ctx: Context, assign: cst.Assign, target: str) -> list[cst.Name]:
+    """The reads of ``target`` that can see the module ``assign`` built: after the assignment
+    in its function (nested functions included), or, for a module-level model, anywhere in the
+    file (functions defined earlier may run later)."""
+    scope = ctx.enclosing_scope(assign)
+    after = ctx.order(assign)
+    line = ctx.statement(assign)
+    out = []
+    for n in ctx.nodes(cst.Name):
+        if n.value != target or (line is not None and ctx.contains(line, n)) or flow.is_store(ctx, n):
+            continue
+        p = ctx.parent(n)
+        if isinstance(p, cst.Attribute) and p.attr is n or isinstance(p, cst.Arg) and p.keyword is n:
+            continue
+        if scope is ctx.module or (ctx.contains(scope, n) and ctx.order(n) > after):
+            out.append(n)
+    return out
+
+
+def _observes_wrapper(ctx: Context, use: cst.Name) -> str | None:
+    """How ``use`` would tell a compiled module from the model: ``model.state_dict()`` (keys gain
+    `_orig_mod.`), ``model.attr = ...`` (set on the wrapper, not the model), ``isinstance(model,
+    Net)``, ``setattr(parent, "sub", model)``, or ``model`` handed to a call that traces or
+    exports it (``aot_export(model, ...)``, ``fx.GraphModule(model, graph)``); None otherwise."""
+    p = ctx.parent(use)
+    if isinstance(p, cst.Attribute) and p.value is use:
+        if p.attr.value in OBSERVING_METHODS:
+            return f"`{ctx.code(p)}` sees the compile wrapper (its names gain an `_orig_mod.` prefix)"
+        if isinstance(ctx.parent(p), cst.AssignTarget) or isinstance(ctx.parent(p), (cst.AugAssign, cst.Del)):
+            return f"`{ctx.code(p)}` would be set on the compile wrapper, not on the model"
+        return None
+    holder = p
+    while isinstance(holder, (cst.Element, cst.List, cst.Tuple, cst.DictElement, cst.Dict)):
+        holder = ctx.parent(holder)
+    call = ctx.parent(holder) if isinstance(holder, cst.Arg) else None
+    if not isinstance(call, cst.Call):
+        return None
+    callee = h.dotted(call.func) or ""
+    last = callee.rsplit(".", 1)[-1]
+    if ctx.matches(call, {f"builtins.{b}" for b in OBSERVING_BUILTINS}, OBSERVING_BUILTINS):
+        return f"`{last}(...)` sees the compile wrapper, not the model"
+    words = {w.lower() for w in re.findall(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])", last)} | {last.lower()}
+    if words & TRACING_WORDS:
+        return f"it is handed to {callee}(), which traces or exports the module it is given"
+    return None
+
+
 def _constructor(value: cst.BaseExpression) -> cst.Call | None:
     """``Net(...)`` in ``Net(...)``, ``Net(...).to(dev)``, ``Net().cuda().train()``."""
     while isinstance(value, cst.Call):
@@ -143,7 +204,13 @@ becomes part of a bigger model built after it (`nn.Sequential(block, block)`: th
 compiled). A module that is then passed to `torch.jit.script`/`trace`/`freeze`/
 `optimize_for_inference`, `torch.export.export`, `torch.onnx.export` or `torch.fx.symbolic_trace`
 is reported, not changed: scripting fails on a compiled module and the others would trace the
-compile wrapper.
+compile wrapper. So is a module that the code after it would tell from its compile wrapper: it
+reads `state_dict()`/`load_state_dict()`/`named_parameters()`... (the names gain an `_orig_mod.`
+prefix: a checkpoint stops loading), sets an attribute on it (set on the wrapper, not the
+model), passes it to `isinstance`/`type`/`setattr`, or hands it to a call whose name says it
+traces, captures or exports (`aot_export`, `fullgraph_capture`, `fx.GraphModule`). A module that
+nothing in the file uses after building it (one made for other modules to import) is left
+alone: it is not run here, and its importers would get the wrapper.
 **Opt-in**: reported by default, rewritten only when selected explicitly
 (`--select torch-compile` or `--select launch-bound`).
 
@@ -183,11 +250,31 @@ model = torch.compile(model)
         "import torch\nfrom torch import nn\n\n\ndef build() -> nn.Module:\n    net = nn.Sequential(nn.Linear(4, 4))\n"
         "    net = torch.compile(net)\n    return net\n\n\nmodel = build()\n",
         "import torch\n\n\ndef build():\n    return make_layers()\n\n\nmodel = build()\n",  # nothing says build() is a module
+        # a model made for other modules to import, not run here (torch's _export/db/examples)
+        "import torch\n\n\nclass AssumeConstantResult(torch.nn.Module):\n    def forward(self, x, y):\n        return x[: y.item()]\n\n\n"
+        "example_args = (torch.randn(3, 2), torch.tensor(4))\nmodel = AssumeConstantResult()\n",
         # a function that builds and returns modules (in a tuple): its caller owns them
         "import torch\nfrom torch import nn\n\n\nclass Layer(nn.Module):\n    pass\n\n\n"
         "def create_nets():\n    layer = Layer()\n    head = nn.Sequential(nn.Linear(4, 2))\n    return layer, head\n",
     ]
     INVALID = [
+        # code that would see the wrapper instead of the model: state_dict keys gain `_orig_mod.`
+        # (a checkpoint stops loading), an attribute set on it misses the model, isinstance/setattr
+        # see the wrapper, a tracer or exporter would trace it (torch's n_shadows_utils.py, _trace.py)
+        Example(
+            "import torch\nfrom torch import nn\n\n\ndef main(path):\n    model = nn.Sequential(nn.Linear(4, 4))\n"
+            "    model.load_state_dict(torch.load(path))\n    train(model)\n",
+            None,
+            message_contains="_orig_mod",
+        ),
+        Example(
+            "import torch\nfrom torch import nn\n\n\nclass Logger(nn.Module):\n    pass\n\n\n"
+            "def add_logger(mt, name):\n    logger = Logger()\n    setattr(mt, name, logger)\n\n\n"
+            "def export(mod, args):\n    wrapped = Logger()\n    wrapped.inner = mod\n    return aot_export(wrapped, args)\n\n\n"
+            "def run(x):\n    net = Logger()\n    return fullgraph_capture(net, x)\n",
+            None,
+            message_contains="not changed",
+        ),
         Example(
             "import torch\nimport torch.nn as nn\n\n\nclass Net(nn.Module):\n    pass\n\n\nmodel = Net().to(device)\nopt = make_opt(model)\n",
             "import torch\nimport torch.nn as nn\n\n\nclass Net(nn.Module):\n    pass\n\n\nmodel = Net().to(device)\nmodel = torch.compile(model)\nopt = make_opt(model)\n",
@@ -199,7 +286,7 @@ model = torch.compile(model)
             message_contains="eager",
         ),
         Example(
-            "from torch import nn\nclass Net(nn.Module):\n    pass\nmodel = Net()\n",
+            "from torch import nn\nclass Net(nn.Module):\n    pass\nmodel = Net()\ntrain(model)\n",
             None,
             message_contains="import torch",
         ),
@@ -214,9 +301,9 @@ model = torch.compile(model)
         ),
         Example(  # a builder without annotation that returns a container; a container built in place
             "import torch\nimport torch.nn as nn\n\n\ndef make():\n    return nn.Sequential(nn.Linear(8, 8))\n\n\n"
-            "net = make()\nhead = nn.Sequential(nn.Linear(8, 2))\n",
+            "net = make()\nhead = nn.Sequential(nn.Linear(8, 2))\nfit(net, head)\n",
             "import torch\nimport torch.nn as nn\n\n\ndef make():\n    return nn.Sequential(nn.Linear(8, 8))\n\n\n"
-            "net = make()\nnet = torch.compile(net)\nhead = nn.Sequential(nn.Linear(8, 2))\nhead = torch.compile(head)\n",
+            "net = make()\nnet = torch.compile(net)\nhead = nn.Sequential(nn.Linear(8, 2))\nhead = torch.compile(head)\nfit(net, head)\n",
         ),
         # a module passed to torch.jit.script / trace / export: compiling it first would break that call
         Example(
@@ -260,6 +347,13 @@ model = torch.compile(model)
             why = _left_to_others(ctx, assign, target, built)
             if why == "":
                 continue
+            if why is not None:
+                yield self.report(assign.value, message + f"; not changed: {why}")
+                continue
+            uses = _uses(ctx, assign, target)
+            if not uses:
+                continue  # nothing in the file runs it: a model made for others to import (torch's export examples)
+            why = next((w for w in map(lambda u: _observes_wrapper(ctx, u), uses) if w is not None), None)
             if why is not None:
                 yield self.report(assign.value, message + f"; not changed: {why}")
                 continue
