@@ -144,7 +144,8 @@ top-level `import torch` (any alias) before that point; otherwise it reports onl
 The setting is process-wide, so it goes only into a program's entry point: a file with an
 `if __name__ == "__main__":` block, a notebook, or a script whose CUDA or training code runs at
 its top level (`.cuda()`, `.to("cuda")`, `device="cuda"`, `.backward()`, an optimizer) or that
-calls one of its own functions there (`main()`, `train(args)`). A library module (its CUDA and
+calls one of its own functions there that does CUDA or training work (`main()`, `train(args)`;
+not a helper building a constant). A library module (its CUDA and
 training code all in functions and classes, no `__main__` block; a top-level device constant
 such as `DEVICE = "cuda" if torch.cuda.is_available() else "cpu"` runs nothing: importing it
 would switch TF32 on for every program that imports it), a test
@@ -226,6 +227,14 @@ model = Net().cuda()
         Example(
             'import torch\n\n\nclass Trainer:\n    def train(self):\n        self.model.to("cuda")\n'
             '        self.opt = torch.optim.AdamW(self.model.parameters())\n',
+            None,
+            message_contains="library module",
+        ),
+        # a helper called at the top to build a constant runs no program (torch's _dynamo/debug_utils.py)
+        Example(
+            'import torch\n\n\ndef _mk_defaulter(d):\n    return lambda x: d if x is None else x\n\n\n'
+            '_dtype_or_default = _mk_defaulter(torch.float32)\n\n\n'
+            'def repro(model, x):\n    model.cuda()\n    model(x).sum().backward()\n',
             None,
             message_contains="library module",
         ),
@@ -380,15 +389,38 @@ def _runs_on_cuda_at_top(ctx: Context) -> bool:
 
 
 def _calls_own_function_at_top(ctx: Context) -> bool:
-    """A statement outside every function and class that calls a function of this file
-    (``main()``, ``train(args)``, ``losses = train()``): the file runs its program as it runs."""
-    defined = {s.name.value for s in ctx.module.body if isinstance(s, cst.FunctionDef)}
+    """A statement outside every function and class that calls a function of this file which
+    does CUDA or training work, itself or through the file's other functions (``main()``,
+    ``train(args)``, ``losses = train()``): the file runs its program as it runs. A helper that
+    builds a constant (``_dtype_or_default = _mk_defaulter(torch.float32)`` in torch's
+    debug_utils.py) runs no program."""
+    defined = {s.name.value: s for s in ctx.module.body if isinstance(s, cst.FunctionDef)}
     for stmt in ctx.module.body:
         if not isinstance(stmt, cst.SimpleStatementLine):
             continue
         for small in stmt.body:
             value = small.value if isinstance(small, (cst.Expr, cst.Assign, cst.AnnAssign)) else None
-            if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in defined:
+            if (isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in defined
+                    and _does_work(ctx, defined, defined[value.func.value], set())):
+                return True
+    return False
+
+
+def _does_work(ctx: Context, defined: dict[str, cst.FunctionDef], fn: cst.FunctionDef, seen: set[str]) -> bool:
+    """``fn`` runs CUDA or training code (``.cuda()``, a ``"cuda"`` string, ``.backward()``, a
+    ``torch.optim`` optimizer), itself or through the file's functions it calls by name."""
+    if fn.name.value in seen:
+        return False
+    seen.add(fn.name.value)
+    for n in h.walk(fn):
+        if isinstance(n, cst.SimpleString):
+            s = h.string_value(n)
+            if s is not None and (s == "cuda" or s.startswith("cuda:")):
+                return True
+        elif isinstance(n, cst.Call):
+            if h.is_method_call(n, ("cuda", "backward")) or any(q.startswith("torch.optim.") for q in ctx.qualnames(n)):
+                return True
+            if isinstance(n.func, cst.Name) and n.func.value in defined and _does_work(ctx, defined, defined[n.func.value], seen):
                 return True
     return False
 
