@@ -4,6 +4,8 @@ server that goes away, control characters in the job, team and owner options."""
 from __future__ import annotations
 
 import json
+import os
+from contextlib import contextmanager
 
 import pytest
 from sqlalchemy import create_engine, event, func, select
@@ -271,3 +273,79 @@ def test_a_store_of_a_newer_schema_is_one_line_exit_2(store_url, tmp_path, capsy
             assert c.execute(text("SELECT count(*) FROM analyses")).scalar_one() == 1
     finally:
         engine.dispose()
+
+
+# --- a store this user cannot write ---------------------------------------------------------------------
+
+
+@contextmanager
+def read_only_folder(folder):  # noqa: ANN001, ANN201 - a Path
+    """`folder` and its files made read-only for this process: permissions for a normal user; for root (whom
+    permissions do not stop) a read-only bind mount of the folder on itself. Skips where neither works."""
+    import stat
+    import subprocess
+
+    if os.geteuid() != 0:
+        files = [p for p in folder.iterdir() if p.is_file()]
+        for p in files:
+            p.chmod(stat.S_IRUSR | stat.S_IRGRP)
+        folder.chmod(stat.S_IRUSR | stat.S_IXUSR)
+        try:
+            yield
+        finally:
+            folder.chmod(stat.S_IRWXU)
+            for p in files:
+                p.chmod(stat.S_IRUSR | stat.S_IWUSR)
+        return
+    mounted = subprocess.run(["mount", "--bind", str(folder), str(folder)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot make a read-only folder as root here: {mounted.stderr.decode().strip()}")
+    try:
+        ro = subprocess.run(["mount", "-o", "remount,bind,ro", str(folder)], capture_output=True)
+        if ro.returncode != 0:
+            pytest.skip(f"cannot remount read-only here: {ro.stderr.decode().strip()}")
+        yield
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+def test_a_store_this_user_cannot_write_is_still_read(tmp_path, capsys):
+    """`digest` and `history` on a SQLite store the user may read but not write (a team's store file owned by
+    another account, a read-only mount, a snapshot) failed: 'cannot open the store ...: unable to open database
+    file' (a WAL store needs its -shm file beside it, which the connection could not make) or 'attempt to write
+    a readonly database' (the connection switched the store to WAL). Now they read it (opened read-only) and
+    answer what they answer where it can be written; `record` says the store is read-only here, exit 1; the
+    file is left byte for byte as it was."""
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    url = "sqlite:///" + str(folder / "store.db")
+    for week, pct in (("2026-W47", 30.0), ("2026-W48", 20.0)):
+        record_analysis(make_analysis("resnet", findings={"idle-gpu": pct}),
+                        RecordOptions(team="vision", gpu_hours=100.0, gpu_hour_cost=2.0, week=week), db=url)
+    queries = [["digest", "--format", "json"], ["digest", "--team", "vision", "--week", "2026-W47", "--format", "json"],
+               ["history", "resnet", "--format", "json"]]
+
+    def answers() -> list[dict]:
+        out = []
+        for argv in queries:
+            assert main([*argv, "--db", url]) == 0, capsys.readouterr().err
+            doc = json.loads(capsys.readouterr().out)
+            doc.pop("generated_at", None)
+            out.append(doc)
+        return out
+
+    writable = answers()
+    dispose_engine(url)
+    assert sorted(p.name for p in folder.iterdir()) == ["store.db"], "the last connection closed: WAL files gone"
+    before = (folder / "store.db").read_bytes()
+    new = tmp_path / "new.json"
+    new.write_text(make_analysis("resnet", findings={"idle-gpu": 10.0}).model_dump_json())
+    with read_only_folder(folder):
+        try:
+            assert answers() == writable
+            rc = main(["record", str(new), "--db", url])
+            err = capsys.readouterr().err.strip().splitlines()
+            assert rc == 1 and len(err) == 1 and "read-only here" in err[0] and "internal error" not in err[0], err
+        finally:
+            dispose_engine(url)  # the read-only engine too: nothing holds the file when the folder is unmounted
+    assert (folder / "store.db").read_bytes() == before

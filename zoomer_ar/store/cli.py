@@ -57,7 +57,7 @@ def _readable_store(db: str | None):
         if db and url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:") \
                 and not Path(url.database).exists():
             raise InputError(db, "no store at this path (nothing has been recorded there)")
-        return open_store(db)
+        return open_store(db, read_only=True)  # a store this user cannot write is still read
     except ImportError as exc:  # a URL naming a database driver that is not installed
         raise InputError(db, f"not a usable store URL ({exc})") from None
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DatabaseError, DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
@@ -159,13 +159,36 @@ def redact(url: str) -> str:
         return url
 
 
+def read_only_sqlite_url(path: Path) -> str | None:
+    """A URL opening the SQLite store at `path` read-only when this process cannot write it (a file or folder
+    without write permission for this user, a read-only mount); None when it can. Opened the usual way, such a
+    store could not even be read: the connection switches it to WAL and a WAL store needs its -shm file beside
+    it. Without a folder to make that file in, and no -wal or -shm file of a writer there, the file is opened
+    `immutable` (nothing can be writing it)."""
+    from urllib.parse import quote
+
+    folder = path.parent
+    if os.access(path, os.W_OK) and os.access(folder, os.W_OK):
+        return None
+    params = "mode=ro"
+    if not os.access(folder, os.W_OK) and not any(Path(f"{path}{x}").exists() for x in ("-wal", "-shm")):
+        params += "&immutable=1"
+    return f"sqlite:///file:{quote(str(path))}?{params}&uri=true"
+
+
+def is_read_only(engine: Engine) -> bool:
+    return engine.dialect.name == "sqlite" and engine.url.query.get("mode") == "ro"
+
+
 def _sqlite_setup(engine: Engine) -> None:
+    read_only = is_read_only(engine)
+
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn, _record):  # noqa: ANN001
         dbapi_conn.isolation_level = None  # we emit BEGIN ourselves (see _on_begin)
         cur = dbapi_conn.cursor()
         cur.execute(f"PRAGMA busy_timeout = {int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
-        for attempt in range(50):
+        for attempt in range(0 if read_only else 50):  # a read-only store is read in the mode it is in
             try:
                 cur.execute("PRAGMA journal_mode = WAL")
                 break
@@ -186,18 +209,23 @@ def _sqlite_setup(engine: Engine) -> None:
             conn.exec_driver_sql("BEGIN")
 
 
-def get_engine(db: str | None = None) -> Engine:
-    """One engine per URL per process."""
+def get_engine(db: str | None = None, *, read_only: bool = False) -> Engine:
+    """One engine per URL per process. `read_only` (digest, history): a SQLite store this process cannot write
+    is opened read-only (read_only_sqlite_url) rather than not at all."""
     url = resolve_url(db)
+    u = parse_url(db)
+    if read_only and u.get_backend_name() == "sqlite" and u.database and u.database != ":memory:" \
+            and not u.query.get("uri") and Path(u.database).is_file():
+        url = read_only_sqlite_url(Path(u.database)) or url
     with _lock:
         engine = _engines.get(url)
         if engine is not None:
             return engine
-        u = parse_url(db)
         if u.get_backend_name() == "sqlite":
             if u.database and u.database != ":memory:":
                 check_sqlite_file(u.database)
-                Path(u.database).parent.mkdir(parents=True, exist_ok=True)
+                if not url.startswith("sqlite:///file:"):
+                    Path(u.database).parent.mkdir(parents=True, exist_ok=True)
             engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
             _sqlite_setup(engine)
         else:
@@ -213,11 +241,15 @@ def get_engine(db: str | None = None) -> Engine:
 
 
 def dispose_engine(db: str | None = None) -> None:
+    """Close the engine for `db`, and the read-only one opened for the same SQLite file (get_engine)."""
     url = resolve_url(db)
+    path = sqlite_path(make_url(url)) if url.startswith("sqlite") else None
     with _lock:
-        engine = _engines.pop(url, None)
-        _migrated.discard(url)
-    if engine is not None:
+        keys = [k for k, e in _engines.items() if k == url or (path is not None and is_read_only(e)
+                                                                and sqlite_path(e.url) == path)]
+        engines = [_engines.pop(k) for k in keys]
+        _migrated.difference_update(keys)
+    for engine in engines:
         engine.dispose()
 
 
@@ -308,8 +340,7 @@ def check_known_revision(engine: Engine, revision: str | None) -> None:
     except CommandError:
         from .. import __version__
 
-        where = engine.url.database if engine.dialect.name == "sqlite" else redact(str(engine.url))
-        raise NewerStoreError(where, f"the store's schema is at revision {revision!r}, which zoomer-ar {__version__} "
+        raise NewerStoreError(store_name(engine), f"the store's schema is at revision {revision!r}, which zoomer-ar {__version__} "
                                      f"does not know (its latest is {head_revision()!r}): a newer zoomer-ar "
                                      "migrated it; use that version with this store") from None
 
@@ -344,7 +375,13 @@ def ensure_schema(engine: Engine) -> None:
     if key in _migrated:
         return
     try:
-        if current_revision(engine) != head_revision():
+        current = current_revision(engine)
+        if current != head_revision():
+            if is_read_only(engine):  # cannot be migrated here: said, rather than 'attempt to write a readonly database'
+                check_known_revision(engine, current)
+                raise StoreError(f"{store_name(engine)}: the store is read-only here and at schema revision "
+                                 f"{current!r}, older than this version's {head_revision()!r}: run `zoomer-ar db "
+                                 "upgrade --db ...` once where it can be written")
             upgrade(engine)
     except DatabaseError as exc:
         raise store_error(engine, exc) from None
@@ -358,8 +395,28 @@ def store_error(engine: Engine, exc: DatabaseError, doing: str = "open") -> Stor
     orig = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else str(exc).splitlines()[0]
     sqlite_bad = engine.dialect.name == "sqlite" and not isinstance(exc, OperationalError)
     if sqlite_bad or "not a database" in orig or "malformed" in orig:
-        return NotAStoreError(engine.url.database or str(engine.url), f"not a usable SQLite store ({orig})")
-    return StoreError(f"cannot {doing} the store {redact(str(engine.url))}: {orig}")
+        return NotAStoreError(store_name(engine), f"not a usable SQLite store ({orig})")
+    path = sqlite_path(engine.url)
+    if path is not None and not is_read_only(engine) and path.is_file() and read_only_sqlite_url(path) is not None:
+        orig += " (the store is read-only here: this user cannot write the file or its folder)"
+    url = f"sqlite:///{path}" if path is not None else redact(str(engine.url))
+    return StoreError(f"cannot {doing} the store {url}: {orig}")
+
+
+def sqlite_path(url: URL) -> Path | None:
+    """The file of a SQLite store's URL (of a read-only URI too), None for PostgreSQL or an in-memory store."""
+    from urllib.parse import unquote
+
+    db = url.database if url.get_backend_name() == "sqlite" else None
+    if not db or db == ":memory:":
+        return None
+    return Path(unquote(db[len("file:"):])) if url.query.get("uri") and db.startswith("file:") else Path(db)
+
+
+def store_name(engine: Engine) -> str:
+    """The store as messages name it: a SQLite store's file, else the URL with its password hidden."""
+    path = sqlite_path(engine.url)
+    return str(path) if path is not None else redact(str(engine.url))
 
 
 @contextmanager
@@ -376,8 +433,8 @@ def store_errors(engine: Engine, doing: str = "read from") -> Iterator[None]:
         raise store_error(engine, exc, doing) from None
 
 
-def open_store(db: str | None = None) -> Engine:
-    """The engine for `db` (see resolve_url), migrated to the latest schema."""
-    engine = get_engine(db)
+def open_store(db: str | None = None, *, read_only: bool = False) -> Engine:
+    """The engine for `db` (see resolve_url), migrated to the latest schema; `read_only`: see get_engine."""
+    engine = get_engine(db, read_only=read_only)
     ensure_schema(engine)
     return engine
