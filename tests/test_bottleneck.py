@@ -43,7 +43,7 @@ def test_compute_bound_share_is_the_union():
     from zoomer_ar.features import FeatureVector
 
     fv = FeatureVector(has_gpu=True, has_accelerator=True, step_ms=1.0, kernel_ms_per_step=0.8,
-                       compute_ms_per_step=0.4)
+                       compute_ms_per_step=0.4, profiler_steps=4)
     b = classify(fv)
     assert b.type == "compute-bound" and "(0.40 ms per profiled step)" in b.summary  # the sum would say 0.80
 
@@ -59,3 +59,49 @@ def test_reports_name_the_bottleneck_once(tmp_path: Path):
     assert a.bottleneck.summary.split(": ", 1)[1] in row
     assert a.bottleneck.summary in render_text(a)
     assert fmt_gh(4.43e-05) == "0.0000443" and fmt_gh(1234.5) == "1,234"  # digests: no exponent
+
+
+# --- the sentence: figures that are not rounded away, steps that exist, one aside -------------------------
+def _figure(summary: str) -> float:
+    import re
+
+    m = re.search(r"\(([\d.]+) ms ", summary)
+    assert m, summary
+    return float(m.group(1))
+
+
+def test_a_tiny_trace_without_steps_says_so_and_keeps_its_figure(shared_traces):
+    """kineto/sync_event_order spans 0.00013 ms and has no ProfilerStep markers: the summary read
+    "(0.00 ms per profiled step)", a figure rounded away and steps the trace does not have."""
+    for trace in ("kineto/sync_event_order/before_fix_trace.json", "hta/large_integer_trace"):
+        a = analyze_path(shared_traces / trace)
+        f, s = a.features, a.bottleneck.summary
+        assert f["profiler_steps"] == 0 and 0 < f["step_ms"] < 1
+        assert "per profiled step" not in s and "0.00 ms" not in s, s
+        assert "ms in the whole trace: no ProfilerStep markers, so it counts as one step)" in s, s
+        shown = _figure(s)
+        assert shown > 0
+        # the figure is the bottleneck's share of the trace's accounted time, to three significant digits
+        parts = {"compute": f["compute_ms_per_step"], "communication": f["exposed_comm_ms_per_step"]}
+        assert shown == pytest.approx(parts[a.bottleneck.type.split("-")[0]], rel=5e-3), (s, parts)
+
+
+def test_a_trace_with_steps_keeps_per_profiled_step(shared_traces):
+    a = analyze_path(shared_traces / "kineto/resnet50_num_workers_0")
+    assert a.features["profiler_steps"] == 6
+    assert a.bottleneck.summary.endswith(" ms per profiled step)"), a.bottleneck.summary
+
+
+def test_the_accelerator_and_cpu_summaries_read_as_one_sentence(shared_traces):
+    """MTIA read "host-bound: 42% of the accelerator time (no CUDA/ROCm GPU events; the device's phases)
+    (5636.62 ms per profiled step)", CPU traces "... of the host time (no GPU in this trace) (254.37 ms per
+    profiled step)": two parentheses in a row."""
+    mtia = analyze_path(shared_traces / "hta/mtia_trace_single_rank/mtia_rank_0.json.gz")
+    cpu = analyze_path(shared_traces / "hta/cpu_only_full")
+    for a, basis in ((mtia, "accelerator time"), (cpu, "host time")):
+        s = a.bottleneck.summary
+        assert ") (" not in s and s.count("(") == 1 and s.endswith(")"), s
+        assert f"% of the {basis} (" in s and _figure(s) > 0, s
+    assert "device timeline's phases" in mtia.bottleneck.summary
+    assert "no CUDA/ROCm GPU events; the device's phases" not in mtia.bottleneck.summary
+    assert "per profiled step; no GPU in this trace)" in cpu.bottleneck.summary

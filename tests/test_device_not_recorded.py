@@ -55,4 +55,5 @@ def test_the_projects_cpu_scenarios_stay_cpu_jobs():
         a = analyze_path(p)
         assert a.features["device_not_recorded"] is False, p.name
         if not a.features["has_accelerator"]:
-            assert "host time (no GPU in this trace)" in a.bottleneck.summary, p.name
+            s = a.bottleneck.summary
+            assert "of the host time (" in s and s.endswith("; no GPU in this trace)"), (p.name, s)

@@ -222,8 +222,9 @@ def hardware(job: Any) -> str:
 
 
 def bottleneck_summary(summary: str, features: dict[str, Any] | None = None) -> str:
-    """The classifier's sentence with the reports' number style; "no GPU" is said precisely for an
-    accelerator trace (MTIA: no CUDA/ROCm GPU events, yet not a CPU-only job)."""
+    """The classifier's sentence with the reports' number style. A findings.json of an earlier version
+    said "host time (no GPU in this trace)" of an accelerator trace (MTIA: no CUDA/ROCm GPU events, yet
+    not a CPU-only job): said precisely here (the classifier now words it so itself)."""
     text = thousands(summary)
     f = features or {}
     if f.get("has_accelerator") and not f.get("has_gpu"):
