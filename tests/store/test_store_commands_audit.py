@@ -349,3 +349,26 @@ def test_a_store_this_user_cannot_write_is_still_read(tmp_path, capsys):
         finally:
             dispose_engine(url)  # the read-only engine too: nothing holds the file when the folder is unmounted
     assert (folder / "store.db").read_bytes() == before
+
+
+# --- history's most recent runs -------------------------------------------------------------------------
+
+
+def test_history_limit_keeps_the_latest_recorded_runs_on_both_stores(store_url, capsys):
+    """Runs of one week recorded with --week (trace times outside it) share that week's Monday 00:00, and
+    `history --limit N` ordered by week and time alone: which N came back was up to the database. After an
+    update moved rows (PostgreSQL rewrites an updated row), PostgreSQL returned the first and the last run
+    where SQLite returned the last two. Now the later recorded run counts as the more recent on both."""
+    from sqlalchemy import text
+
+    ids = [record_analysis(make_analysis("tie", findings={"idle-gpu": pct}, start_unix_s=1.6e9),
+                           RecordOptions(gpu_hours=10.0, week="2026-W40"), db=store_url).analysis_id
+           for pct in (10.0, 20.0, 30.0)]
+    with open_store(store_url).begin() as c:  # rows rewritten (new index entries): the older runs move on disk
+        for week in ("2026-W39", "2026-W40"):
+            c.execute(text("UPDATE analyses SET week = :w WHERE id IN (:a, :b)"), {"w": week, "a": ids[0], "b": ids[1]})
+    capsys.readouterr()
+    assert main(["history", "tie", "--limit", "2", "--format", "json", "--db", store_url]) == 0
+    runs = json.loads(capsys.readouterr().out)["runs"]
+    assert [r["analysis_id"] for r in runs] == ids[1:], "the two latest, oldest first"
+    assert len({r["recorded_at"] for r in runs}) == 1

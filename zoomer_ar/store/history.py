@@ -60,7 +60,9 @@ def job_history(job: str, db: str | Engine | None = None, *, limit: int = 52) ->
                    Analysis.gpu_count, Analysis.gpu_hours, Analysis.gpu_hour_cost, Analysis.gpu_hours * price,
                    Analysis.step_ms, price)
             .join(Trace, Trace.id == Analysis.trace_id).join(Job, Job.id == Analysis.job_id)
-            .where(Analysis.job_id == j.id).order_by(Analysis.week.desc(), Analysis.recorded_at.desc()).limit(limit)
+            .where(Analysis.job_id == j.id)
+            # runs of one week recorded with --week share its Monday 00:00: the later recorded is the more recent
+            .order_by(Analysis.week.desc(), Analysis.recorded_at.desc(), Analysis.id.desc()).limit(limit)
         ).all()
         ids = [r[0] for r in runs]
         fs = c.execute(
