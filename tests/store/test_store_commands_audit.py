@@ -372,3 +372,37 @@ def test_history_limit_keeps_the_latest_recorded_runs_on_both_stores(store_url, 
     runs = json.loads(capsys.readouterr().out)["runs"]
     assert [r["analysis_id"] for r in runs] == ids[1:], "the two latest, oldest first"
     assert len({r["recorded_at"] for r in runs}) == 1
+
+
+def test_digest_top_pattern_of_equal_waste_is_the_same_on_both_stores(store_url):
+    """A job's top pattern was the first of its patterns as the database happened to return them: with equal
+    waste (findings of the same share of the step), SQLite's sorted GROUP BY named one pattern and PostgreSQL's
+    hash aggregate (its plan on a large findings table, forced here) another for each job. Now equal waste
+    goes to the first pattern by name on both."""
+    from sqlalchemy import event
+
+    patterns = ["zero-grad-not-none", "sync-point", "idle-gpu", "fp32-matmul", "extra-copy", "misaligned-gemm"]
+    for j in range(6):
+        record_analysis(make_analysis(f"job{j}", findings={p: 10.0 for p in patterns}),
+                        RecordOptions(gpu_hours=100.0, week="2026-W48"), db=store_url)
+    engine = open_store(store_url)
+
+    def hash_plans(dbapi_conn, _record) -> None:  # noqa: ANN001
+        cur = dbapi_conn.cursor()
+        for setting in ("enable_indexscan", "enable_bitmapscan", "enable_sort"):
+            cur.execute(f"SET {setting} = off")
+        cur.close()
+        dbapi_conn.commit()
+
+    if engine.dialect.name == "postgresql":
+        engine.dispose()
+        event.listen(engine, "connect", hash_plans)
+    try:
+        from zoomer_ar.store.digest import build_digest
+
+        digest = build_digest(engine, week="2026-W48")
+    finally:
+        if engine.dialect.name == "postgresql":
+            event.remove(engine, "connect", hash_plans)
+            engine.dispose()
+    assert [r.top_pattern for r in digest.jobs] == ["extra-copy"] * 6

@@ -203,7 +203,8 @@ def build_digest(db: str | Engine | None = None, *, week: str | None = None, tea
                 .where(F.week == week, F.job_id.in_([r[0] for r in job_rows]))
                 .group_by(F.job_id, F.pattern)
             ).all():
-                if h > best.get(jid, -1.0):
+                # equal waste: the first pattern by name (rows come in the plan's order: hash order on PostgreSQL)
+                if h > best.get(jid, -1.0) or (h == best[jid] and pat < top_pattern[jid]):
                     best[jid], top_pattern[jid] = h, pat
         owner = func.coalesce(Job.owner, "(no owner)")
         owner_rows = c.execute(
