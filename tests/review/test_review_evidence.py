@@ -99,3 +99,30 @@ def test_store_url_that_does_not_parse_is_a_note_not_an_error(tmp_path, url):
     assert len(result.findings) == 3 and all(not f.evidence for f in result.findings)
     assert any("not a usable store URL" in n or "could not be read" in n for n in result.notes), result.notes
     assert not any("secret" in n for n in result.notes)
+
+
+def test_trace_evidence_names_the_traces_device_hours(tmp_path, sync_trace, shared_traces):
+    """The PR comment's trace evidence said "GPU-hours per 1,000 steps" of every trace: of an MTIA trace
+    (the reports say accelerator-hours) and of a CPU-only one ("0 GPU-hours", where the reports show "-")."""
+    from pathlib import Path
+
+    from zoomer_ar.analyze import analyze_path
+    from zoomer_ar.review.evidence import analysis_evidence, trace_text
+
+    a = analyze_path(shared_traces / "hta/mtia_trace_single_rank/mtia_rank_0.json.gz")
+    assert a.features["has_accelerator"] and not a.features["has_gpu"]
+    # the MTIA trace shows no pattern of its own: a GPU trace's measured finding stands in for one
+    a.findings = [f.model_copy(deep=True) for f in analyze_path(sync_trace).findings if f.pattern == "sync-point"]
+    text = trace_text(analysis_evidence(a)["sync-point"])
+    assert "accelerator-hours per 1,000 steps" in text and "GPU" not in text, text
+
+    # a CPU-only trace (the bundled recording of the same loop): no device-hours to give
+    repo = must_hold_repo(tmp_path / "r")
+    cpu = Path(__file__).resolve().parents[2] / "examples" / "traces" / "single_tensor_optimizer"
+    result = review(repo.path, "main", "feature", trace=cpu)
+    ev = {f.rule_id: f.evidence for f in result.findings}["single-tensor-optimizer"]
+    assert len(ev) == 1 and "% of the step)" in ev[0].text and "hours" not in ev[0].text, ev[0].text
+    # a GPU trace keeps its GPU-hours
+    result = review(repo.path, "main", "feature", trace=sync_trace)
+    ev = {f.rule_id: f.evidence for f in result.findings}["sync-point"]
+    assert "GPU-hours per 1,000 steps" in ev[0].text

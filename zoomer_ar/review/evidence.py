@@ -4,6 +4,8 @@
   whose pattern the trace also shows gets that finding's measured impact (ms and % of a step,
   GPU-hours per 1,000 steps) and, unless ``[tool.zoomer-ar] severity`` sets it, the higher of its
   static severity and the measured one. Trace frames that point into the reviewed file are named.
+  The hours are named after the trace's device as the reports name them (GPU-hours, accelerator-
+  hours on an MTIA trace: ``features.names.device_noun``); a CPU-only trace has none to give.
 * ``--db URL``: the store (``zoomer_ar.store``) is asked what the pattern cost in the reference
   week (default: last ISO week; ``--db-week`` sets it), else in the latest of the 4 weeks before
   it that has data: GPU-hours (and dollars, with a price) in the job where it cost most, and in
@@ -14,10 +16,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from ..models import SEVERITY_ORDER
 from .models import Evidence, ReviewFinding
+
+if TYPE_CHECKING:
+    from ..models import Analysis
 
 LOOKBACK_WEEKS = 4
 
@@ -40,6 +45,17 @@ def trace_evidence(path: str | os.PathLike[str]) -> tuple[dict[str, dict[str, An
     from ..analyze import analyze_path
 
     analysis = analyze_path(path)
+    return analysis_evidence(analysis), analysis.job.name
+
+
+def analysis_evidence(analysis: "Analysis") -> dict[str, dict[str, Any]]:
+    """pattern -> the measured figures of an analysed trace's finding of it. `hours_unit` names the
+    device-hours as the reports do ("GPU-hours", "accelerator-hours"); None on a CPU-only trace,
+    which has no device-hours (the reports show "-")."""
+    from ..features.names import device_noun
+
+    features = analysis.features
+    unit = f"{device_noun(features)}-hours" if features.get("has_accelerator") else None
     out: dict[str, dict[str, Any]] = {}
     for f in analysis.findings:
         frames = f.all_frames()
@@ -49,9 +65,18 @@ def trace_evidence(path: str | os.PathLike[str]) -> tuple[dict[str, dict[str, An
             "ms_per_step": f.impact.ms_per_step,
             "pct_of_step": f.impact.pct_of_step,
             "gpu_hours_per_1000_steps": f.impact.gpu_hours_per_1000_steps,
+            "hours_unit": unit,
             "frames": [(fr.resolved_path or fr.file, fr.resolved_line or fr.line, fr.function) for fr in frames],
         }
-    return out, analysis.job.name
+    return out
+
+
+def trace_text(m: Mapping[str, Any]) -> str:
+    """The sentence a finding's trace evidence reads (analysis_evidence's figures)."""
+    text = f"measured in this code's trace ({m['job']}): {m['ms_per_step']:,.2f} ms per step ({m['pct_of_step']:.1f}% of the step)"
+    if m.get("hours_unit") or m["gpu_hours_per_1000_steps"]:
+        text += f", {_gh(m['gpu_hours_per_1000_steps'])} {m.get('hours_unit') or 'GPU-hours'} per 1,000 steps"
+    return text
 
 
 def _same_file(frame_file: str, path: str) -> bool:
@@ -151,8 +176,7 @@ def attach(
             m = measured.get(f.rule_id)
             if m is None:
                 continue
-            text = (f"measured in this code's trace ({m['job']}): {m['ms_per_step']:,.2f} ms per step "
-                    f"({m['pct_of_step']:.1f}% of the step), {_gh(m['gpu_hours_per_1000_steps'])} GPU-hours per 1,000 steps")
+            text = trace_text(m)
             hits = [fr for fr in m["frames"] if fr[0] and _same_file(str(fr[0]), f.path)]
             if hits:
                 text += f"; the trace's frames point at this file (line {hits[0][1]}, `{hits[0][2]}`)"
