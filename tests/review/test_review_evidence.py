@@ -126,3 +126,17 @@ def test_trace_evidence_names_the_traces_device_hours(tmp_path, sync_trace, shar
     result = review(repo.path, "main", "feature", trace=sync_trace)
     ev = {f.rule_id: f.evidence for f in result.findings}["sync-point"]
     assert "GPU-hours per 1,000 steps" in ev[0].text
+
+
+def test_small_device_hours_have_no_exponent(tmp_path, shared_traces):
+    """bert-small's sync-point (0.15 ms of a 4.4 ms step on an H100) read "4.3e-05 GPU-hours per 1,000
+    steps" in the PR comment, where report.md writes 0.000043."""
+    from zoomer_ar.render.filters import fmt_gh
+
+    repo = must_hold_repo(tmp_path / "r")
+    result = review(repo.path, "main", "feature",
+                    trace=shared_traces / "tracelens/h100/gaunernst_bert-small-uncased__1016001.json.gz")
+    [ev] = {f.rule_id: f.evidence for f in result.findings}["sync-point"]
+    hours = ev.data["gpu_hours_per_1000_steps"]
+    assert 0 < hours < 1e-4
+    assert "e-0" not in ev.text and f"{fmt_gh(hours)} GPU-hours per 1,000 steps" in ev.text, ev.text

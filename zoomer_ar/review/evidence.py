@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import os
+from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
@@ -28,11 +29,13 @@ LOOKBACK_WEEKS = 4
 
 
 def _gh(v: float) -> str:
+    """Device-hours: whole from 10, one decimal from 1, else three significant digits written out
+    (0.000043, as the reports write it: never 4.3e-05)."""
     if v >= 10:
         return f"{v:,.0f}"
     if v >= 1:
         return f"{v:,.1f}"
-    return f"{v:.3g}"
+    return format(Decimal(f"{v:.3g}"), "f")
 
 
 # --------------------------------------------------------------------------------------------
