@@ -406,3 +406,25 @@ def test_digest_top_pattern_of_equal_waste_is_the_same_on_both_stores(store_url)
             event.remove(engine, "connect", hash_plans)
             engine.dispose()
     assert [r.top_pattern for r in digest.jobs] == ["extra-copy"] * 6
+
+
+# --- weeks and times no run was recorded in ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv", [["digest", "--week", "0001-W05"], ["record", "{f}", "--week", "0001-W01"],
+                                  ["record", "{f}", "--recorded-at", "0001-01-10"],
+                                  ["record", "{f}", "--recorded-at", "1969-12-31T23:30:00Z"]])
+def test_weeks_before_1970_are_refused(sqlite_url, tmp_path, capsys, argv):
+    """`digest --week 0001-W05` was an internal error ('OverflowError: date value out of range': its twelve-week
+    chart reaches before the first date), and `record --recorded-at 0001-01-10` recorded a run whose week
+    every later digest then failed on. Now a week or time before 1970 is a usage error naming the option,
+    exit 2, nothing recorded; 1970 onwards (a time given in another zone by its UTC time) still works."""
+    f = tmp_path / "findings.json"
+    f.write_text(make_analysis("old", findings={"idle-gpu": 30.0}).model_dump_json())
+    rc = main([a.format(f=f) for a in argv] + ["--db", sqlite_url])
+    err = capsys.readouterr().err
+    assert rc == 2 and "Invalid value for '--" in err and "1970" in err and "internal error" not in err, err
+    assert not (tmp_path / "store.db").exists()
+    assert main(["record", str(f), "--recorded-at", "1969-12-31T23:30:00-01:00", "--db", sqlite_url]) == 0
+    assert main(["digest", "--week", "1970-W01", "--db", sqlite_url]) == 0
+    assert "1970-W01" in capsys.readouterr().out

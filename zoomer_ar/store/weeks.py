@@ -14,6 +14,11 @@ class WeekError(ZoomerError):
     exit_code = 2
 
 
+#: the first year a week or time may be in: no profiled run is older, and the digest's twelve-week chart of a
+#: week in year 1 would reach before the first date there is (OverflowError)
+FIRST_YEAR = 1970
+
+
 def week_of(when: datetime | date) -> str:
     d = when.astimezone(UTC).date() if isinstance(when, datetime) and when.tzinfo else (
         when.date() if isinstance(when, datetime) else when
@@ -28,6 +33,8 @@ def parse_week(text: str) -> str:
     if not m:
         raise WeekError(f"not an ISO week: {text!r} (expected e.g. 2026-W48)")
     y, w = int(m.group(1)), int(m.group(2))
+    if y < FIRST_YEAR:
+        raise WeekError(f"not a week of a recorded run: {text!r} (weeks start at {FIRST_YEAR}-W01)")
     try:
         date.fromisocalendar(y, w, 1)
     except ValueError:
@@ -60,7 +67,10 @@ def parse_time(text: str) -> datetime:
         dt = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:
         raise WeekError(f"not an ISO date/time: {text!r} (expected e.g. 2026-11-24 or 2026-11-24T10:00:00Z)") from None
-    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+    dt = dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+    if dt.astimezone(UTC).year < FIRST_YEAR:
+        raise WeekError(f"not the time of a recorded run: {text!r} (times start at {FIRST_YEAR}-01-01 UTC)")
+    return dt
 
 
 def utc(dt: datetime | None) -> datetime | None:
