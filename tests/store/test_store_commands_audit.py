@@ -428,3 +428,16 @@ def test_weeks_before_1970_are_refused(sqlite_url, tmp_path, capsys, argv):
     assert main(["record", str(f), "--recorded-at", "1969-12-31T23:30:00-01:00", "--db", sqlite_url]) == 0
     assert main(["digest", "--week", "1970-W01", "--db", sqlite_url]) == 0
     assert "1970-W01" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("option", ["--team", "--db"])
+def test_batch_store_options_with_no_record_are_a_usage_error(tmp_path, capsys, option):
+    """`batch ... --no-record --team vision` (or --db) analysed everything and silently dropped the option;
+    `analyze` refuses a store option without --record. Now a usage error naming it, exit 2, before any work."""
+    from store_support import REPO
+
+    value = "vision" if option == "--team" else str(tmp_path / "store.db")
+    rc = main(["batch", str(REPO / "examples" / "traces" / "clean"), "--no-record", option, value, "--no-progress"])
+    captured = capsys.readouterr()
+    assert rc == 2 and f"{option} has no effect with --no-record" in captured.err, captured
+    assert "ok " not in captured.err + captured.out and not (tmp_path / "store.db").exists()

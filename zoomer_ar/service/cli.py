@@ -256,6 +256,10 @@ def token_revoke(token_id: int, db: str | None) -> None:
 @DB_OPTION
 def batch(paths, scheduler, workers, team, no_record, out_dir, progress, db) -> None:
     """Analyse many traces on Dask (a local cluster, or --scheduler) and record them in the store."""
+    if no_record:  # as analyze refuses a store option without --record: before any work
+        given = [name for name, value in (("--team", team), ("--db", db)) if value is not None]
+        if given:
+            raise click.UsageError(f"{given[0]} has no effect with --no-record (nothing is recorded)")
     _require("distributed")
     from .batch import failure, run_with_progress
 
