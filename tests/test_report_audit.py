@@ -204,6 +204,26 @@ def test_explain_pages_spell_out_settings_and_terms(capsys):
     assert "always high (`fixed_severity`" in capsys.readouterr().out
 
 
+def test_explain_shows_a_rules_cpu_wording(capsys):
+    """`rules explain sync-point` gave only the GPU text: the title, explanation and advice a CPU-only
+    trace's finding carries (on_cpu) were nowhere on the page."""
+    from zoomer_ar.detect.rules import load_rules
+
+    worded = [r for r in load_rules() if r.on_cpu.model_dump(exclude_none=True)]
+    assert worded
+    for r in worded:
+        assert main(["rules", "explain", r.id]) == 0
+        page = capsys.readouterr().out
+        if r.on_cpu.title:
+            assert f"\n\nOn CPU-only traces the finding is titled: {r.on_cpu.title.strip()}\n\n" in page, r.id
+        for field, section in (("explanation", "## Why it costs time"), ("recommendation", "## How to fix it")):
+            text = getattr(r.on_cpu, field)
+            if text:  # its own paragraph, in the section its GPU text is in
+                at = page.find(f"\n\nOn CPU-only traces: {text.strip()}\n\n")
+                assert at > 0, (r.id, field)
+                assert page.rfind("\n## ", 0, at) == page.index("\n" + section), (r.id, field)
+
+
 def test_explain_suggests_the_closest_rule(capsys):
     assert main(["rules", "explain", "sync_point"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -64,13 +64,31 @@ def _severity_line(r) -> str:
             "severity a finding of this rule gets, however small its impact)")
 
 
+# the kinds of trace a rule words apart (detect/rules.py HardwareText), as a page names them
+HARDWARE_WORDING = (("on_cpu", "On CPU-only traces"),)
+
+
+def _worded_apart(r, field: str) -> list[str]:
+    """The rule's own wording of `field` for each kind of trace that has one, a paragraph each."""
+    lines = []
+    for block, words in HARDWARE_WORDING:
+        text = getattr(getattr(r, block), field)
+        if text:
+            lines += [f"{words}: {text.strip()}", ""]
+    return lines
+
+
 def explain_text(rule_id: str) -> str:
     r = get_rule(rule_id)
-    lines = [f"# {r.id}: {r.title}", "", f"Category: {r.category}", "", "## What it detects", "", r.summary, ""]
-    lines += ["## Why it costs time", "", r.explanation.strip(), ""]
+    lines = [f"# {r.id}: {r.title}", ""]
+    for block, words in HARDWARE_WORDING:
+        if (title := getattr(r, block).title):
+            lines += [f"{words} the finding is titled: {title.strip()}", ""]
+    lines += [f"Category: {r.category}", "", "## What it detects", "", r.summary, ""]
+    lines += ["## Why it costs time", "", r.explanation.strip(), ""] + _worded_apart(r, "explanation")
     if r.example:
         lines += ["## Example", "", r.example.strip(), ""]
-    lines += ["## How to fix it", "", r.recommendation.strip(), ""]
+    lines += ["## How to fix it", "", r.recommendation.strip(), ""] + _worded_apart(r, "recommendation")
     if r.fix.fixers:
         lines += [f"Automatic fix: `zoomer-ar fix DIR --select {','.join(r.fix.fixers)} --diff`", ""]
     if r.fix.relaunch:
