@@ -441,3 +441,32 @@ def test_batch_store_options_with_no_record_are_a_usage_error(tmp_path, capsys, 
     captured = capsys.readouterr()
     assert rc == 2 and f"{option} has no effect with --no-record" in captured.err, captured
     assert "ok " not in captured.err + captured.out and not (tmp_path / "store.db").exists()
+
+
+def test_batch_beside_another_cluster_prints_no_port_warning(tmp_path):
+    """With another Dask cluster (another batch) on the machine, every batch printed a 4-line 'UserWarning: Port
+    8787 is already in use. Perhaps you already have a cluster running?' among its lines: its LocalCluster,
+    meant without a dashboard, still started the scheduler's HTTP server on the default port. Now it takes any
+    free port on loopback."""
+    import socket
+    import subprocess
+    import sys
+
+    from store_support import REPO
+
+    holder = socket.socket()
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        holder.bind(("127.0.0.1", 8787))
+        holder.listen()
+    except OSError:
+        pass  # something holds it already: the same situation
+    try:
+        out = subprocess.run([sys.executable, "-m", "zoomer_ar", "batch", str(REPO / "examples" / "traces" / "clean"),
+                              "--db", str(tmp_path / "store.db"), "--workers", "1", "--no-progress"],
+                             capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    finally:
+        holder.close()
+    assert out.returncode == 0, out.stderr
+    assert "8787" not in out.stderr and "Warning" not in out.stderr, out.stderr
+    assert out.stderr.strip().splitlines()[-1].startswith("[1/1] ok"), out.stderr

@@ -79,8 +79,12 @@ def local_cluster(workers: int = 2, threads: int = 1):
     """A LocalCluster of `workers` processes on loopback, without the dashboard."""
     from distributed import LocalCluster
 
+    # dashboard_address=None alone still starts the scheduler's HTTP server on the default port 8787, with a
+    # 4-line "Port 8787 is already in use" warning on stderr when another cluster (another batch) holds it:
+    # any free port on loopback instead, and no dashboard
     return LocalCluster(n_workers=workers, threads_per_worker=threads, processes=True, host="127.0.0.1",
-                        dashboard_address=None, silence_logs=40)
+                        dashboard_address=None, scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
+                        silence_logs=40)
 
 
 #: seconds to wait for a first worker of an existing cluster (--scheduler)
