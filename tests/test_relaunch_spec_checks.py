@@ -63,3 +63,14 @@ def test_a_valid_layout_is_on_the_command_line(tmp_path, capsys):
     path = _spec_file(tmp_path, command__nproc_per_node=4, command__nnodes=1)
     assert main(["relaunch", path, "--dry-run"]) == 0
     assert "torchrun --nnodes=1 --nproc_per_node=4 train.py" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("text,kind", [("- a\n- b\n", "list"), ("just text\n", "str"), ("42\n", "int")])
+def test_a_spec_that_is_not_a_mapping_says_so(tmp_path, capsys, text, kind):
+    """A relaunch.yaml holding a YAML list was refused with Python's own words: 'RelaunchSpec() argument
+    after ** must be a mapping, not list'; now the line says what the file holds and what a spec is."""
+    path = tmp_path / "relaunch.yaml"
+    path.write_text(text)
+    assert main(["relaunch", str(path), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"a YAML {kind}, not a mapping" in err[0] and "argument after" not in err[0], err

@@ -484,6 +484,10 @@ def load_spec(path: Path) -> RelaunchSpec:
         raise InputError(str(path), "no such file") from None
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise InputError(str(path), f"not a readable YAML relaunch spec ({str(exc).splitlines()[0]})") from None
+    if data is not None and not isinstance(data, dict):  # a list or a scalar: not '... argument after ** must be a mapping'
+        kind = "list" if isinstance(data, list) else type(data).__name__
+        raise InputError(str(path), f"invalid relaunch spec: a YAML {kind}, not a mapping of schema_version, job, "
+                                    "command...")
     try:
         return RelaunchSpec(**(data or {}))
     except (ValidationError, TypeError) as exc:
