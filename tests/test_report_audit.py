@@ -392,6 +392,20 @@ def test_a_cpu_only_trace_is_not_told_about_the_gpu(cpu_findings):
         assert "drain the GPU queue" not in out and "Tensor values are read on the host every step" in out
 
 
+def test_a_cpu_only_trace_is_not_told_about_kernels(cpu_findings, shared_traces):
+    """single-tensor-optimizer on the CPU traces (examples/traces/single_tensor_optimizer, hta/cpu_only_full)
+    explained that 'the for-loop launches thousands of tiny kernels per step' and that fused is 'one
+    kernel', and advised fused=True 'on CUDA' only: a CPU job has no kernels to launch."""
+    cpu_full = analyze_path(shared_traces / "hta/cpu_only_full")
+    found = [f for _, _, f in cpu_findings if f.pattern == "single-tensor-optimizer"]
+    found += [f for f in cpu_full.findings if f.pattern == "single-tensor-optimizer"]
+    assert len(found) >= 2
+    for f in found:
+        for text in (f.explanation, f.recommendation.split("(On a GPU")[0]):
+            assert not re.search(r"kernel|launch|CUDA|GPU", text), text
+        assert "fused=True" in f.recommendation and "foreach=True" in f.recommendation
+
+
 def test_a_gpu_trace_keeps_the_gpu_wording(gpu_analysis, shared_traces):
     """The CPU wording is for CPU-only traces: a GPU trace, and a GPU job profiled without its device
     activity (device_not_recorded: the trace lists an A100), keep the GPU titles."""
