@@ -204,24 +204,34 @@ def test_explain_pages_spell_out_settings_and_terms(capsys):
     assert "always high (`fixed_severity`" in capsys.readouterr().out
 
 
-def test_explain_shows_a_rules_cpu_wording(capsys):
+@pytest.mark.parametrize("block, words", [("on_cpu", "On CPU-only traces"),
+                                          ("on_rocm", "On AMD GPUs (ROCm, HIP runtime)")])
+def test_explain_shows_a_rules_hardware_wording(capsys, block, words):
     """`rules explain sync-point` gave only the GPU text: the title, explanation and advice a CPU-only
-    trace's finding carries (on_cpu) were nowhere on the page."""
+    trace's finding carries (on_cpu) were nowhere on the page; nor is an AMD trace's (on_rocm)."""
     from zoomer_ar.detect.rules import load_rules
 
-    worded = [r for r in load_rules() if r.on_cpu.model_dump(exclude_none=True)]
+    worded = [r for r in load_rules() if getattr(r, block).model_dump(exclude_none=True)]
     assert worded
     for r in worded:
         assert main(["rules", "explain", r.id]) == 0
         page = capsys.readouterr().out
-        if r.on_cpu.title:
-            assert f"\n\nOn CPU-only traces the finding is titled: {r.on_cpu.title.strip()}\n\n" in page, r.id
-        for field, section in (("explanation", "## Why it costs time"), ("recommendation", "## How to fix it")):
-            text = getattr(r.on_cpu, field)
+        own = getattr(r, block)
+        if own.title:
+            assert f"\n\n{words} the finding is titled: {own.title.strip()}\n\n" in page, r.id
+        for field, section in (("explanation", "## Why it costs time"), ("recommendation", "## How to fix it"),
+                               ("unless", "## How to fix it")):
+            text = getattr(own, field)
             if text:  # its own paragraph, in the section its GPU text is in
-                at = page.find(f"\n\nOn CPU-only traces: {text.strip()}\n\n")
+                at = page.find(f"\n\n{words}: {text.strip()}\n\n")
                 assert at > 0, (r.id, field)
                 assert page.rfind("\n## ", 0, at) == page.index("\n" + section), (r.id, field)
+
+
+def test_explain_says_what_a_finding_adds_where_its_fix_does_not_apply(capsys):
+    assert main(["rules", "explain", "fp32-matmul"]) == 0
+    page = capsys.readouterr().out
+    assert "Where `tf32_capable or not has_gpu` does not hold, no fix is offered and the finding adds: These GPUs" in page
 
 
 def test_explain_suggests_the_closest_rule(capsys):
@@ -427,3 +437,75 @@ def test_a_gpu_job_profiled_without_its_device_is_not_called_gpu_less(shared_tra
     for text in (md, page):
         assert "No GPU or accelerator in this trace" not in text
         assert "The trace lists NVIDIA A100-PG509-200 but records none of its activity: no GPU-hours counted" in text
+
+
+# --- 6. an AMD (ROCm) trace's findings in HIP's words ----------------------------------------------------
+CUDA_ONLY_NAMES = re.compile(r"\bcuda[A-Z]\w*|CUDA[ -]graph|Ampere|tensor[- ]core")
+ROCM_NORMALIZATION = "tracelens/perf_model/normalization/normalization_layer_test.json.gz"  # MI300X
+
+
+def _rocm_text(f) -> str:
+    return "\n".join((f.title, f.explanation, f.recommendation))
+
+
+def test_an_amd_trace_is_told_the_hip_names(shared_traces):
+    """hta/amd_trace (MI250, ROCm 6.2) and the MI300X normalization trace were told about 'a
+    cudaMalloc/cudaFree', 'a stream capture into a CUDA graph' and 'capture static parts with CUDA graphs'
+    (idle-gpu, launch-bound): their runtime is HIP (hipMalloc, HIP graphs through torch.cuda.graphs)."""
+    seen = set()
+    for trace in ("hta/amd_trace", ROCM_NORMALIZATION):
+        a = analyze_path(shared_traces / trace)
+        assert a.features["accelerator"] == "amd" and a.features["has_gpu"]
+        for f in a.findings:
+            seen.add(f.pattern)
+            assert not CUDA_ONLY_NAMES.search(_rocm_text(f)), (trace, f.pattern, CUDA_ONLY_NAMES.search(_rocm_text(f)))
+        idle = next(f for f in a.findings if f.pattern == "idle-gpu")
+        assert "hipMalloc/hipFree" in idle.explanation and "HIP graph" in idle.explanation
+        assert "HIP graphs through\n`torch.cuda.graphs`" in idle.recommendation
+    assert {"idle-gpu", "launch-bound"} <= seen
+    launch = next(f for f in a.findings if f.pattern == "launch-bound")
+    assert "uses HIP graphs on ROCm" in launch.recommendation and "torch.compile(model)" in launch.recommendation
+
+
+def test_amd_wording_of_rules_no_amd_trace_here_shows(shared_traces):
+    """fp32-matmul ('On Ampere+', and where the fix is not offered 'it came with Ampere ... bf16 needs
+    Ampere') and allocator-churn ('call cudaMalloc or cudaFree') on the MI300X trace's own features: the
+    corpus's AMD traces show neither pattern, so the rules' findings are built on those features."""
+    from zoomer_ar.detect.engine import finding_from_rule
+    from zoomer_ar.detect.rules import get_rule
+    from zoomer_ar.features import extract
+    from zoomer_ar.load import load_job
+
+    jf = extract(load_job(shared_traces / ROCM_NORMALIZATION))
+    features = jf.vector.model_dump()
+    assert features["accelerator"] == "amd" and not features["tf32_capable"]
+    result = {"impact_ms": 1.0, "impact_pct": 10.0, "confidence": 0.8}
+    fp32 = finding_from_rule(get_rule("fp32-matmul"), result, jf, features)
+    assert not fp32.fixers  # fix.when does not hold: the ROCm `unless` is appended
+    assert not CUDA_ONLY_NAMES.search(_rocm_text(fp32)), _rocm_text(fp32)
+    assert "TF32/XF32 (Instinct MI300 and newer)" in fp32.recommendation
+    assert "No automatic patch is offered on AMD GPUs" in fp32.recommendation
+    churn = finding_from_rule(get_rule("allocator-churn"), result, jf, features)
+    assert "call hipMalloc or hipFree" in churn.explanation and not CUDA_ONLY_NAMES.search(_rocm_text(churn))
+    assert churn.relaunch == {"env": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}}  # settings unchanged
+
+
+def test_a_cuda_trace_keeps_the_cuda_names(shared_traces):
+    a = analyze_path(shared_traces / "hta/nccl_parser_config/nccl_data.json.gz")  # A100
+    assert a.features["accelerator"] == "nvidia"
+    idle = next(f for f in a.findings if f.pattern == "idle-gpu")
+    assert "cudaMalloc/cudaFree" in idle.explanation and "CUDA graph" in idle.explanation
+    from zoomer_ar.detect.rules import get_rule
+
+    rule = get_rule("fp32-matmul")
+    assert rule.text_for(a.features).recommendation.startswith("On Ampere+")
+
+
+def test_every_rocm_wording_names_no_cuda_api():
+    from zoomer_ar.detect.rules import load_rules
+
+    worded = [r for r in load_rules() if r.on_rocm.model_dump(exclude_none=True)]
+    assert {"fp32-matmul", "idle-gpu", "launch-bound", "allocator-churn"} <= {r.id for r in worded}
+    for r in worded:
+        for field, text in r.on_rocm.model_dump(exclude_none=True).items():
+            assert not CUDA_ONLY_NAMES.search(text), (r.id, field, CUDA_ONLY_NAMES.search(text))

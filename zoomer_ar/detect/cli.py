@@ -65,7 +65,7 @@ def _severity_line(r) -> str:
 
 
 # the kinds of trace a rule words apart (detect/rules.py HardwareText), as a page names them
-HARDWARE_WORDING = (("on_cpu", "On CPU-only traces"),)
+HARDWARE_WORDING = (("on_cpu", "On CPU-only traces"), ("on_rocm", "On AMD GPUs (ROCm, HIP runtime)"))
 
 
 def _worded_apart(r, field: str) -> list[str]:
@@ -94,6 +94,10 @@ def explain_text(rule_id: str) -> str:
     if r.fix.relaunch:
         lines += ["Relaunch settings (`zoomer-ar relaunch` applies them to the recorded command):", ""]
         lines += _relaunch_lines(r.fix.relaunch) + [""]
+    if r.fix.unless:  # what a finding adds where its fix does not apply
+        when = " ".join(r.fix.when.split())
+        lines += [f"Where `{when}` does not hold, no fix is offered and the finding adds: {r.fix.unless.strip()}", ""]
+        lines += _worded_apart(r, "unless")
     lines += ["## How it is measured", ""]
     applies = " ".join(str(r.applies_when).split())
     lines += ["- applies to: every trace" if applies in ("True", "") else f"- applies when: `{applies}`"]

@@ -47,10 +47,10 @@ def finding_from_rule(rule: Rule, result: dict[str, Any], jf: JobFeatures, featu
         events.extend(jf.evidence.get(key, []))
     events = events[:8]
     fixable = rule.fix_applies(features)  # fix.when: the automatic fix's premise holds on this job
-    title, explanation, recommendation = rule.text_for(features)  # a CPU-only trace's own wording
+    title, explanation, recommendation, unless = rule.text_for(features)  # a CPU or ROCm trace's own wording
     recommendation = recommendation.strip()
-    if not fixable and rule.fix.unless:
-        recommendation += "\n\n" + rule.fix.unless.strip()
+    if not fixable and unless:
+        recommendation += "\n\n" + unless.strip()
     return Finding(
         pattern=rule.id,
         title=title,

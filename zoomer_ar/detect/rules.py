@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -62,21 +62,39 @@ class Fix(BaseModel):
     unless: str = ""
 
 
-class CpuText(BaseModel):
-    """A rule's wording for a CPU-only trace (no device, none listed): the GPU wording would describe
-    hardware the job did not run on ("drain the GPU queue", "tensor cores"). A field left out keeps
-    the rule's own text."""
+class HardwareText(BaseModel):
+    """A rule's wording for one kind of trace, where its own (CUDA GPU) wording would name hardware or
+    APIs the job did not use: `on_cpu` for a CPU-only trace (no device, none listed: "drain the GPU
+    queue", "tensor cores"), `on_rocm` for an AMD GPU's (HIP runtime: hipMalloc, not cudaMalloc;
+    PyTorch's ROCm build keeps the torch.cuda names). A field left out keeps the rule's own text;
+    `unless` stands for `fix.unless`."""
 
     model_config = ConfigDict(extra="forbid")
     title: str | None = None
     explanation: str | None = None
     recommendation: str | None = None
+    unless: str | None = None
+
+
+class RuleText(NamedTuple):
+    """A rule's words for one trace (Rule.text_for)."""
+
+    title: str
+    explanation: str
+    recommendation: str
+    unless: str
 
 
 def cpu_only(features: dict[str, Any]) -> bool:
     """The trace shows no device and lists none: a CPU job (a GPU job profiled without its device
     activity, `device_not_recorded`, still ran on a GPU)."""
     return not (features.get("has_accelerator") or features.get("device_not_recorded"))
+
+
+def rocm(features: dict[str, Any]) -> bool:
+    """The trace's GPU runs the HIP runtime: an AMD device, or hip* runtime calls beside GPU events
+    (the loader's `accelerator`, "amd")."""
+    return features.get("accelerator") == "amd" and not cpu_only(features)
 
 
 class Rule(BaseModel):
@@ -100,7 +118,8 @@ class Rule(BaseModel):
     example: str = ""
     recommendation: str
     fix: Fix = Field(default_factory=Fix)
-    on_cpu: CpuText = Field(default_factory=CpuText)
+    on_cpu: HardwareText = Field(default_factory=HardwareText)
+    on_rocm: HardwareText = Field(default_factory=HardwareText)
     references: list[str] = Field(default_factory=list)
     # the pattern whose impact already contains this one's (its time is a part of that time):
     # combined totals (zoomer_ar.detect.combine) count the two once
@@ -186,12 +205,12 @@ class Rule(BaseModel):
         conf = 0.5 if conf is None else max(0.0, min(1.0, float(conf)))
         return {"impact_ms": impact_ms, "impact_pct": impact_pct, "confidence": conf}
 
-    def text_for(self, features: dict[str, Any]) -> tuple[str, str, str]:
-        """(title, explanation, recommendation) in the words of the trace's hardware: `on_cpu`'s
-        where the trace is CPU-only, the rule's own elsewhere."""
-        cpu = self.on_cpu if cpu_only(features) else CpuText()
-        return (cpu.title or self.title, cpu.explanation or self.explanation,
-                cpu.recommendation or self.recommendation)
+    def text_for(self, features: dict[str, Any]) -> RuleText:
+        """The finding's words for the trace's hardware: `on_cpu`'s where the trace is CPU-only,
+        `on_rocm`'s where its GPU runs HIP, the rule's own elsewhere (a field left out: the own)."""
+        own = self.on_cpu if cpu_only(features) else self.on_rocm if rocm(features) else HardwareText()
+        return RuleText(own.title or self.title, own.explanation or self.explanation,
+                        own.recommendation or self.recommendation, own.unless or self.fix.unless)
 
     def fix_applies(self, features: dict[str, Any]) -> bool:
         """Do this rule's fixers and relaunch settings help on this job (`fix.when`)?"""
