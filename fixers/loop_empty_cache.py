@@ -184,8 +184,8 @@ class LoopEmptyCache(Fixer):
 Removes `torch.cuda.empty_cache()` statements inside the body of a `for`/`while` loop (an only
 statement becomes `pass`; comments are kept). An `if` left holding nothing (`if step % 100 == 0:`
 around the call, no `elif`/`else`) goes too when its test has no side effects (names, attribute
-reads, literals, comparisons and arithmetic of those); one that calls something keeps its
-test, as `if f(): pass`. An import that the removal leaves unused (`from torch.cuda import
+reads, literals, comparisons but `in` and arithmetic of those); one that calls something keeps
+its test, as `if f(): pass`. An import that the removal leaves unused (`from torch.cuda import
 empty_cache`, when nothing else in the file, `__all__` or any string included, names it) is
 removed with the calls. Calls outside loops (e.g. once after
 evaluation) are left alone, and so are calls that release memory on purpose: in an
@@ -289,9 +289,9 @@ for batch in loader:
         ),
         Example(
             "import torch\nfor b in loader:\n    step(b)\n    if memory_low(b):\n        torch.cuda.empty_cache()\n"
-            "    if not (b := next(it)):\n        torch.cuda.empty_cache()\n",
+            "    if not (b := next(it)):\n        torch.cuda.empty_cache()\n    if 0 in stream:\n        torch.cuda.empty_cache()\n",
             "import torch\nfor b in loader:\n    step(b)\n    if memory_low(b):\n        pass\n"
-            "    if not (b := next(it)):\n        pass\n",
+            "    if not (b := next(it)):\n        pass\n    if 0 in stream:\n        pass\n",
             message_contains="allocator",
         ),
         # the import the removal leaves unused goes too; one still used elsewhere stays

@@ -116,8 +116,8 @@ statement next to it (before or after, in the same block) reads a clock (`time.t
 `timeit.default_timer()`, `datetime.now()`/`utcnow()`/`today()`, CUDA event
 `record()`/`elapsed_time()`): there it brackets timing code and is needed. An only statement
 becomes `pass`; comments are kept. An `if` left holding nothing (no `elif`/`else`) goes too
-when its test has no side effects (names, attribute reads, literals, comparisons and
-arithmetic of those), and so does an import the removal leaves unused (`from torch.cuda import
+when its test has no side effects (names, attribute reads, literals, comparisons but `in`
+and arithmetic of those), and so does an import the removal leaves unused (`from torch.cuda import
 synchronize`, when nothing else in the file, `__all__` or any string included, names it).
 
 It reports, and keeps, a call in a loop that reads a clock elsewhere - in its header or further

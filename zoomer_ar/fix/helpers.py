@@ -336,15 +336,17 @@ def remove_statement(ctx: Context, small: cst.BaseSmallStatement, *, drop_empty_
 def side_effect_free(expr: cst.CSTNode) -> bool:
     """Evaluating ``expr`` does nothing but give a value: a name or attribute read, a literal, or
     comparisons, arithmetic, ``not``/``and``/``or`` of those (``i % 100 == 0``, ``self.training``).
-    Calls, subscripts, ``:=``, f-strings, lambdas and comprehensions are not."""
+    Calls, subscripts, ``:=``, ``in`` (which advances an iterator), f-strings, lambdas and
+    comprehensions are not."""
     if isinstance(expr, cst.Name):
         return True
     if isinstance(expr, cst.Attribute):
         return side_effect_free(expr.value)
     if literal(expr) is not MISSING:
         return True
-    if isinstance(expr, cst.Comparison):
-        return side_effect_free(expr.left) and all(side_effect_free(c.comparator) for c in expr.comparisons)
+    if isinstance(expr, cst.Comparison):  # not `in`: `x in it` advances an iterator
+        return side_effect_free(expr.left) and all(
+            not isinstance(c.operator, (cst.In, cst.NotIn)) and side_effect_free(c.comparator) for c in expr.comparisons)
     if isinstance(expr, (cst.BooleanOperation, cst.BinaryOperation)):
         return side_effect_free(expr.left) and side_effect_free(expr.right)
     if isinstance(expr, cst.UnaryOperation):
