@@ -187,7 +187,8 @@ around the call, no `elif`/`else`) goes too when its test has no side effects (n
 reads, literals, comparisons but `in` and arithmetic of those); one that calls something keeps
 its test, as `if f(): pass`. An import that the removal leaves unused (`from torch.cuda import
 empty_cache`, when nothing else in the file, `__all__` or any string included, names it) is
-removed with the calls. Calls outside loops (e.g. once after
+removed with the calls; not in a package's `__init__.py` or a notebook (magics and cells left
+out of the analysis may use it). Calls outside loops (e.g. once after
 evaluation) are left alone, and so are calls that release memory on purpose: in an
 `except`/`finally` block (recovering from `torch.cuda.OutOfMemoryError`, which runs only after
 an OOM), right after a `del`, an `a, b = None, None` or `gc.collect()`, or a run of clean-up

@@ -118,7 +118,8 @@ statement next to it (before or after, in the same block) reads a clock (`time.t
 becomes `pass`; comments are kept. An `if` left holding nothing (no `elif`/`else`) goes too
 when its test has no side effects (names, attribute reads, literals, comparisons but `in`
 and arithmetic of those), and so does an import the removal leaves unused (`from torch.cuda import
-synchronize`, when nothing else in the file, `__all__` or any string included, names it).
+synchronize`, when nothing else in the file, `__all__` or any string included, names it; not
+in a package's `__init__.py` or a notebook).
 
 It reports, and keeps, a call in a loop that reads a clock elsewhere - in its header or further
 away in its body, in any loop around it: a warm-up or benchmark loop that runs for a time budget

@@ -400,3 +400,23 @@ def test_a_synchronize_in_a_timed_cell_is_not_removed(tmp_path: Path, together):
     after = json.loads(result.files[0].after)
     assert "torch.cuda.synchronize()" in "".join(after["cells"][1]["source"])
     assert "torch.cuda.synchronize()" not in "".join(after["cells"][2]["source"])
+
+
+def test_notebook_keeps_an_import_that_a_magic_or_a_left_out_cell_may_use(tmp_path: Path):
+    """Removing `empty_cache()` from a notebook's loop removed `from torch.cuda import
+    empty_cache` too, while a `%timeit empty_cache()` line (masked from the analysis) and a cell
+    that does not parse still used it: the notebook stopped with a NameError. Notebook cells run
+    in any order and see each other's names, so an import there stays."""
+    cells = [
+        ("code", "from torch.cuda import empty_cache\n", None),
+        ("code", "for b in loader:\n    step(b)\n    empty_cache()\n", None),
+        ("code", "%timeit empty_cache()\n", None),
+    ]
+    nb = tmp_path / "nb.ipynb"
+    nb.write_text(_notebook(cells))
+    assert main(["fix", str(nb), "--apply"]) == 0
+    fixed = json.loads(nb.read_text())
+    sources = ["".join(c["source"]) for c in fixed["cells"]]
+    assert sources[1] == "for b in loader:\n    step(b)\n"
+    assert sources[0] == "from torch.cuda import empty_cache\n"
+    assert sources[2] == "%timeit empty_cache()\n"

@@ -455,11 +455,12 @@ def drop_imports_left_unused(ctx: Context, removed: Sequence[tuple[cst.Call, Map
     cuda``) when every other use of the name is one of those calls. Not when anything else in the
     file names it (code, ``__all__``, a string annotation, any string), when it is bound more
     than once, imported ``as`` itself (an explicit re-export), in a package's ``__init__.py``
-    (other modules import from it) or carries a comment. Returns, for the last such call of
+    (other modules import from it), in a notebook (its IPython magics and cells left out of the
+    analysis may use it; cells run in any order) or carries a comment. Returns, for the last such call of
     each name, the changes that delete all its calls and the import together, and the import's
     text: one edit, so that the import never goes while a call using it stays."""
-    if ctx.path.replace("\\", "/").rsplit("/", 1)[-1] == "__init__.py":
-        return {}
+    if ctx.path.replace("\\", "/").rsplit("/", 1)[-1] == "__init__.py" or ctx.notebook():
+        return {}  # a package's names are imported by others; a notebook's cells (magics, cells left out) by each other
     by_name: dict[str, list[tuple[cst.Call, Mapping[cst.CSTNode, Replacement]]]] = {}
     for call, changes in removed:
         root = _root_name_node(call.func)
