@@ -25,7 +25,7 @@ ALIASES = [
     "import torch\nfrom torch.nn.parallel import DistributedDataParallel as Wrap\nm = Wrap(model)\n",
     "import torch\nfrom torch import zeros as z\nx = z(3).to('cuda')\n",
     "import torch\nimport torch.nn as nn\n\nclass Net(nn.Module):\n    pass\n\n\nmodel = Net()\nout = model(x)\n",
-    "import torch\nfrom torchvision.models import resnet50 as build\nmodel = build()\n",
+    "import torch\nfrom torchvision.models import resnet50 as build\nmodel = build()\nout = model(torch.randn(1, 3, 224, 224))\n",
     "import torch\n\ndef train(model, loader, opt):\n    for step, batch in enumerate(loader):\n        running = batch\n        value = running.cpu()\n",
     "import torch\n\n\nmodel = Net().cuda()\n\n\ndef step(opt):\n    loss.backward()\n    opt.step()\n",
     # statement structures: try/except, with, nested loops, inline suites, match, decorators, else blocks
