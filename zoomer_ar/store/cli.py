@@ -49,15 +49,31 @@ def digest(week: str | None, team: str | None, fmt: str, out: Path | None, top: 
 def _readable_store(db: str | None):
     """The store a read-only command (digest, history) opens: a --db that is not a database URL,
     a SQLite file that does not exist, or a file that is not a SQLite database is bad input (exit 2,
-    one line naming it; db.NotAStoreError); reading must not create an empty store at a mistyped path."""
-    from .db import open_store, parse_url
+    one line naming it; db.NotAStoreError); reading must not create an empty store at a mistyped path,
+    nor the store's tables in a database that holds none (an empty file, an empty PostgreSQL database,
+    another application's database)."""
+    from sqlalchemy.exc import DatabaseError
+
+    from .db import current_revision, ensure_schema, get_engine, parse_url, store_error, store_name
 
     try:
         url = parse_url(db)
-        if db and url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:") \
-                and not Path(url.database).exists():
-            raise InputError(db, "no store at this path (nothing has been recorded there)")
-        return open_store(db, read_only=True)  # a store this user cannot write is still read
+        if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+            path = Path(url.database)
+            if not path.exists():
+                raise InputError(db or str(path), "no store at this path (nothing has been recorded there)")
+            if path.is_file() and path.stat().st_size == 0:
+                raise InputError(db or str(path), "no store at this path (an empty file: nothing has been recorded there)")
+        engine = get_engine(db, read_only=True)  # a store this user cannot write is still read
+        try:
+            revision = current_revision(engine)
+        except DatabaseError as exc:
+            raise store_error(engine, exc) from None
+        if revision is None:
+            raise InputError(store_name(engine), "no store here: the database holds no Zoomer AR tables (nothing has "
+                                                 "been recorded there; `record` or `db upgrade` would create them)")
+        ensure_schema(engine)
+        return engine
     except ImportError as exc:  # a URL naming a database driver that is not installed
         raise InputError(db, f"not a usable store URL ({exc})") from None
 

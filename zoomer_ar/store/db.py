@@ -180,15 +180,17 @@ def is_read_only(engine: Engine) -> bool:
     return engine.dialect.name == "sqlite" and engine.url.query.get("mode") == "ro"
 
 
-def _sqlite_setup(engine: Engine) -> None:
-    read_only = is_read_only(engine)
+def _sqlite_setup(engine: Engine, *, wal: bool = True) -> None:
+    """Pragmas on every connection; `wal`: switch the file to WAL (writers) rather than read it in the mode it
+    is in (readers: reading changes no byte of the file, not even the journal mode in its header)."""
+    wal = wal and not is_read_only(engine)
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn, _record):  # noqa: ANN001
         dbapi_conn.isolation_level = None  # we emit BEGIN ourselves (see _on_begin)
         cur = dbapi_conn.cursor()
         cur.execute(f"PRAGMA busy_timeout = {int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
-        for attempt in range(0 if read_only else 50):  # a read-only store is read in the mode it is in
+        for attempt in range(50 if wal else 0):
             try:
                 cur.execute("PRAGMA journal_mode = WAL")
                 break
@@ -210,15 +212,18 @@ def _sqlite_setup(engine: Engine) -> None:
 
 
 def get_engine(db: str | None = None, *, read_only: bool = False) -> Engine:
-    """One engine per URL per process. `read_only` (digest, history): a SQLite store this process cannot write
-    is opened read-only (read_only_sqlite_url) rather than not at all."""
+    """One engine per URL per process. `read_only` (digest, history): a SQLite store is read in the journal mode
+    it is in (not switched to WAL), and one this process cannot write is opened read-only (read_only_sqlite_url)
+    rather than not at all."""
     url = resolve_url(db)
     u = parse_url(db)
+    key = url
     if read_only and u.get_backend_name() == "sqlite" and u.database and u.database != ":memory:" \
             and not u.query.get("uri") and Path(u.database).is_file():
         url = read_only_sqlite_url(Path(u.database)) or url
+        key = f"{url} (reading)"
     with _lock:
-        engine = _engines.get(url)
+        engine = _engines.get(key)
         if engine is not None:
             return engine
         if u.get_backend_name() == "sqlite":
@@ -227,7 +232,7 @@ def get_engine(db: str | None = None, *, read_only: bool = False) -> Engine:
                 if not url.startswith("sqlite:///file:"):
                     Path(u.database).parent.mkdir(parents=True, exist_ok=True)
             engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
-            _sqlite_setup(engine)
+            _sqlite_setup(engine, wal=not read_only)
         else:
             # psycopg logs a warning ("error ignored terminating <psycopg.Pipeline [BAD]>") when the server goes
             # away mid-statement; the error itself reaches the user as one line (store_error)
@@ -236,17 +241,16 @@ def get_engine(db: str | None = None, *, read_only: bool = False) -> Engine:
                 engine = create_engine(url, pool_pre_ping=True)
             except ModuleNotFoundError as exc:  # driver missing
                 raise StoreError(f"cannot open {redact(url)}: {exc} ({missing_driver_hint(u)})") from None
-        _engines[url] = engine
+        _engines[key] = engine
         return engine
 
 
 def dispose_engine(db: str | None = None) -> None:
-    """Close the engine for `db`, and the read-only one opened for the same SQLite file (get_engine)."""
+    """Close the engine for `db`, and those get_engine opened for reading the same SQLite file."""
     url = resolve_url(db)
     path = sqlite_path(make_url(url)) if url.startswith("sqlite") else None
     with _lock:
-        keys = [k for k, e in _engines.items() if k == url or (path is not None and is_read_only(e)
-                                                                and sqlite_path(e.url) == path)]
+        keys = [k for k, e in _engines.items() if k == url or (path is not None and sqlite_path(e.url) == path)]
         engines = [_engines.pop(k) for k in keys]
         _migrated.difference_update(keys)
     for engine in engines:
