@@ -513,3 +513,23 @@ def test_reading_a_database_that_holds_no_store_changes_nothing(request, tmp_pat
         assert tables == ["customers"]
     else:
         assert db_file.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["app.db"]
+
+
+@pytest.mark.parametrize("argv", [["record", "{f}"], ["db", "upgrade"]])
+def test_a_new_store_in_a_folder_this_user_cannot_write_says_so(tmp_path, capsys, argv):
+    """`record --db DIR/new.db` (or `db upgrade`) where DIR cannot be written said only SQLite's 'unable to
+    open database file'; the line now says no store can be made there and names the folder (exit 1)."""
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    (folder / "placeholder").write_text("")
+    f = tmp_path / "findings.json"
+    f.write_text(make_analysis("resnet", findings={"idle-gpu": 30.0}).model_dump_json())
+    url = "sqlite:///" + str(folder / "new.db")
+    with read_only_folder(folder):
+        try:
+            rc = main([a.format(f=f) for a in argv] + ["--db", url])
+        finally:
+            dispose_engine(url)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1 and len(err) == 1 and f"none can be made: this user cannot write {folder}" in err[0], err
+    assert not (folder / "new.db").exists()

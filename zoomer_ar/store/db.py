@@ -403,6 +403,8 @@ def store_error(engine: Engine, exc: DatabaseError, doing: str = "open") -> Stor
     path = sqlite_path(engine.url)
     if path is not None and not is_read_only(engine) and path.is_file() and read_only_sqlite_url(path) is not None:
         orig += " (the store is read-only here: this user cannot write the file or its folder)"
+    elif path is not None and not path.exists() and path.parent.is_dir() and not os.access(path.parent, os.W_OK):
+        orig += f" (no store there, and none can be made: this user cannot write {path.parent})"
     url = f"sqlite:///{path}" if path is not None else redact(str(engine.url))
     return StoreError(f"cannot {doing} the store {url}: {orig}")
 
