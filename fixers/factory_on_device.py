@@ -14,6 +14,22 @@ FACTORIES = (
     "eye", "tensor", "as_tensor", "zeros_like", "ones_like", "empty_like", "full_like",
 )
 RANDOM = {"rand", "randn", "randint"}
+#: factories whose values the CPU and CUDA kernels compute differently (the CPU accumulates in
+#: double, CUDA in float; pytorch/pytorch#40904, #82230: logspace(1, 2, 2, dtype=int32) gives 99 on
+#: CUDA, 100 on the CPU)
+COMPUTED = {"linspace", "logspace"}
+
+
+def _arange_exact(call: cst.Call) -> bool:
+    """``torch.arange(end)`` / ``arange(start, end[, step])`` with ``start`` and ``step`` integer
+    literals (or left out): every value is ``start + i * step`` exactly, on either device. A float
+    start or step is summed in double on the CPU and in float on CUDA."""
+    if h.has_star(call):
+        return False
+    pos = h.positionals(call)
+    start = h.kwarg(call, "start") or (pos[0] if len(pos) >= 2 else None)
+    step = h.kwarg(call, "step") or (pos[2] if len(pos) >= 3 else None)
+    return all(a is None or type(h.literal(a.value)) is int for a in (start, step))
 BLOCKING_KWARGS = {"device", "out", "requires_grad", "pin_memory", "generator"}
 
 
@@ -43,7 +59,11 @@ Random factories (`rand`, `randn`, `randint`) are reported, not rewritten, unles
 Created on the device, `rand`/`randn`/`randint` draw from the device's generator instead of the
 CPU one: same distribution, different values for a given seed, and every later CPU draw
 (shuffling, initialisation) shifts too. That changes a seeded run's results, so those factories
-are only rewritten with `random=true`. Factories that already have `device=`, `out=`,
+are only rewritten with `random=true`. `linspace` and `logspace` are reported, not rewritten,
+and so is `arange` with a start or step that is not an integer literal: the CPU kernels compute
+`start + i * step` in double, the CUDA ones in float, so values can differ in the last bit, and
+by one once cast to an integer dtype (`torch.logspace(1, 2, 2, dtype=torch.int32)` gives 100 on
+the CPU, 99 on CUDA: pytorch/pytorch#82230). Factories that already have `device=`, `out=`,
 `requires_grad=` (the result would become a leaf), `pin_memory=` or `generator=` are left alone.
 
 ## Example
@@ -100,6 +120,18 @@ mask = torch.ones(batch, seq, device=device)
             options={"random": True},
         ),
         Example("import torch\nx = torch.zeros(*shape, **kw).to(device)\n", None, message_contains="**"),
+        # values the CPU and CUDA kernels compute differently: linspace, logspace, arange with a float step
+        Example(
+            "import torch\nt = torch.linspace(0.0004, 0, 204).to(device)\np = torch.logspace(1, 2, 2, dtype=torch.int32).cuda()\n"
+            "f = torch.arange(0.0, 1.0, 0.1).to(device)\ns = torch.arange(0, 1, step).cuda()\n",
+            None,
+            message_contains="compute the values differently",
+        ),
+        Example(
+            "import torch\npos = torch.arange(seq_len).to(device)\nodd = torch.arange(1, n, 2).cuda()\n",
+            'import torch\npos = torch.arange(seq_len, device=device)\nodd = torch.arange(1, n, 2, device="cuda")\n',
+            message_contains="arange",
+        ),
     ]
 
     def check(self, ctx: Context) -> Iterable[Edit]:
@@ -125,6 +157,13 @@ mask = torch.ones(batch, seq, device=device)
                     call,
                     message + " (report only: the draws would move from the CPU generator to the device one and change"
                     " a seeded run's values; set the option random=true to rewrite)",
+                )
+                continue
+            if factory in COMPUTED or (factory == "arange" and not _arange_exact(inner)):
+                yield self.report(
+                    call,
+                    message + f" (report only: the CPU and CUDA kernels of {factory} compute the values differently, in"
+                    " double and in float, so some would change in the last bit or, cast to an integer dtype, by one)",
                 )
                 continue
             new = h.add_kwargs(inner, [("device", device)])
