@@ -74,3 +74,23 @@ def test_a_spec_that_is_not_a_mapping_says_so(tmp_path, capsys, text, kind):
     assert main(["relaunch", str(path), "--dry-run"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"a YAML {kind}, not a mapping" in err[0] and "argument after" not in err[0], err
+
+
+def test_a_cwd_that_does_not_exist_is_a_usage_error(tmp_path, capsys):
+    """`relaunch SPEC --cwd /no/such/folder` was an internal error ('FileNotFoundError: ... No such file or
+    directory: PosixPath(...)') when it came to run; now a usage error naming --cwd, exit 2, nothing run."""
+    path = _spec_file(tmp_path)
+    assert main(["relaunch", path, "--cwd", str(tmp_path / "no" / "such")]) == 2
+    err = capsys.readouterr().err
+    assert "Invalid value for '--cwd'" in err and "internal error" not in err, err
+
+
+def test_a_patch_that_is_not_there_is_named(tmp_path, capsys):
+    """A spec whose patch file is missing was refused as 'patch does not apply in DIR: error: can't open patch';
+    now the line says the spec's patch is not there and where it was looked for."""
+    path = _spec_file(tmp_path, patch="patch.diff")
+    workdir = tmp_path / "checkout"
+    workdir.mkdir()
+    assert main(["relaunch", path, "--cwd", str(workdir)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "patch patch.diff is not there" in err[0] and str(tmp_path / "patch.diff") in err[0], err

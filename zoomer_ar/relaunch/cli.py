@@ -51,7 +51,7 @@ def _absolute(p: Path) -> Path:
 @click.command()
 @click.argument("spec_path", type=click.Path(path_type=Path))
 @click.option("--dry-run", is_flag=True, help="Print the exact command and patch step; run nothing.")
-@click.option("--cwd", type=click.Path(path_type=Path, file_okay=False), default=None,
+@click.option("--cwd", type=click.Path(path_type=Path, exists=True, file_okay=False), default=None,
               help="Where to apply the patch and run (default: the spec's cwd, the folder the recorded job ran "
                    "in; a spec without one: the current folder).")
 def relaunch(spec_path: Path, dry_run: bool, cwd: Path | None) -> None:
@@ -88,6 +88,9 @@ def relaunch(spec_path: Path, dry_run: bool, cwd: Path | None) -> None:
         raise InputError(str(spec_path), f"the folder the job ran in ({spec.cwd}, the spec's cwd) is not on this "
                                          "machine: pass --cwd with the checkout to apply the patch in and run from "
                                          "(or set cwd in the spec)")
+    if patch and not patch.is_file():  # not 'patch does not apply ... can't open patch'
+        raise InputError(str(spec_path), f"the spec's patch {spec.patch} is not there ({patch}: a patch path is "
+                                         "taken from the spec's folder)")
     env = dict(os.environ, **spec.env)
     argv = spec.argv()
     interpreter = spec.command.python
