@@ -186,9 +186,9 @@ statement becomes `pass`; comments are kept). An `if` left holding nothing (`if 
 around the call, no `elif`/`else`) goes too when its test has no side effects (names, attribute
 reads, literals, comparisons but `in` and arithmetic of those); one that calls something keeps
 its test, as `if f(): pass`. An import that the removal leaves unused (`from torch.cuda import
-empty_cache`, when nothing else in the file, `__all__` or any string included, names it) is
-removed with the calls; not in a package's `__init__.py` or a notebook (magics and cells left
-out of the analysis may use it). Calls outside loops (e.g. once after
+empty_cache`, when nothing else in the file names it: code, `__all__`, any string but a
+docstring) is removed with the calls; not in a package's `__init__.py` or a notebook (magics
+and cells left out of the analysis may use it). Calls outside loops (e.g. once after
 evaluation) are left alone, and so are calls that release memory on purpose: in an
 `except`/`finally` block (recovering from `torch.cuda.OutOfMemoryError`, which runs only after
 an OOM), right after a `del`, an `a, b = None, None` or `gc.collect()`, or a run of clean-up
@@ -311,6 +311,13 @@ for batch in loader:
             "from torch.cuda import empty_cache\nfor b in loader:\n    step(b)\n    empty_cache()\nempty_cache()\n",
             "from torch.cuda import empty_cache\nfor b in loader:\n    step(b)\nempty_cache()\n",
             message_contains="empty_cache",
+        ),
+        Example(
+            "\"\"\"Calls empty_cache() every step.\"\"\"\nfrom torch.cuda import empty_cache\n\n\ndef train(loader):\n"
+            "    \"\"\"Trains; empty_cache() after each batch.\"\"\"\n    for b in loader:\n        step(b)\n        empty_cache()\n",
+            "\"\"\"Calls empty_cache() every step.\"\"\"\n\n\ndef train(loader):\n"
+            "    \"\"\"Trains; empty_cache() after each batch.\"\"\"\n    for b in loader:\n        step(b)\n",
+            message_contains="is left unused",
         ),
         Example(
             "from torch.cuda import empty_cache\n__all__ = [\"empty_cache\"]\nfor b in loader:\n    step(b)\n    empty_cache()\n",

@@ -448,17 +448,31 @@ def _separate(ctx: Context, changes: Sequence[Mapping[cst.CSTNode, Replacement]]
     return all(not ctx.contains(a, b) and not ctx.contains(b, a) for i, a in enumerate(nodes) for b in nodes[i + 1:])
 
 
+def _docstring(ctx: Context, string: cst.CSTNode) -> bool:
+    """``string`` is a module's, class's or function's docstring (prose, not a name's use)."""
+    expr = ctx.parent(string)
+    line = ctx.parent(expr) if isinstance(expr, cst.Expr) else None
+    if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
+        return False
+    where = ctx.block_of(line)
+    if where is None or where[1] != 0:
+        return False
+    holder = where[0] if isinstance(where[0], cst.Module) else ctx.parent(where[0])
+    return isinstance(holder, (cst.Module, cst.FunctionDef, cst.ClassDef))
+
+
 def drop_imports_left_unused(ctx: Context, removed: Sequence[tuple[cst.Call, Mapping[cst.CSTNode, Replacement]]]
                              ) -> dict[cst.Call, tuple[dict[cst.CSTNode, Replacement], str]]:
     """Imports that deleting the statements of ``removed`` (calls, each with the changes that
     delete it) would leave unused: ``from torch.cuda import empty_cache`` (or ``from torch import
-    cuda``) when every other use of the name is one of those calls. Not when anything else in the
-    file names it (code, ``__all__``, a string annotation, any string), when it is bound more
-    than once, imported ``as`` itself (an explicit re-export), in a package's ``__init__.py``
-    (other modules import from it), in a notebook (its IPython magics and cells left out of the
-    analysis may use it; cells run in any order) or carries a comment. Returns, for the last such call of
-    each name, the changes that delete all its calls and the import together, and the import's
-    text: one edit, so that the import never goes while a call using it stays."""
+    cuda``) when every other use of the name is one of those calls. Not when anything else in
+    the file names it (code, ``__all__``, a string annotation, any string but a docstring), when
+    it is bound more than once, imported ``as`` itself (an explicit re-export), in a package's
+    ``__init__.py`` (other modules import from it), in a notebook (its IPython magics and cells
+    left out of the analysis may use it; cells run in any order) or carries a comment. Returns,
+    for the last such call of each name, the changes that delete all its calls and the import
+    together, and the import's text: one edit, so that the import never goes while a call using
+    it stays."""
     if ctx.path.replace("\\", "/").rsplit("/", 1)[-1] == "__init__.py" or ctx.notebook():
         return {}  # a package's names are imported by others; a notebook's cells (magics, cells left out) by each other
     by_name: dict[str, list[tuple[cst.Call, Mapping[cst.CSTNode, Replacement]]]] = {}
@@ -481,7 +495,8 @@ def drop_imports_left_unused(ctx: Context, removed: Sequence[tuple[cst.Call, Map
         if any(id(n) not in roots for n in uses):
             continue
         word = re.compile(rf"(?<![\w]){re.escape(name)}(?![\w])")
-        if any(word.search(s.value) for s in [*ctx.nodes(cst.SimpleString), *ctx.nodes(cst.FormattedStringText)]):
+        strings = [*ctx.nodes(cst.SimpleString), *ctx.nodes(cst.FormattedStringText)]
+        if any(word.search(s.value) and not _docstring(ctx, s) for s in strings):
             continue
         import_changes = _without_alias(ctx, imp, alias)
         sets = [c for _, c in calls] + [import_changes]
