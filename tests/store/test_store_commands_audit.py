@@ -533,3 +533,33 @@ def test_a_new_store_in_a_folder_this_user_cannot_write_says_so(tmp_path, capsys
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 1 and len(err) == 1 and f"none can be made: this user cannot write {folder}" in err[0], err
     assert not (folder / "new.db").exists()
+
+
+@pytest.mark.parametrize("name", ["resnet\nweek 2026-W01: all clear", "x\x1b[31my", "nul\x00job", "a\u2028b"])
+def test_a_job_name_from_the_trace_with_control_characters_is_refused(store_url, tmp_path, capsys, name):
+    """Without --job the job is named after the trace (analyze's --name, the file's name, a findings.json's
+    job.name): one holding a newline or an escape sequence was recorded as is, and broke history's lines and
+    the digest's tables as a bad --job did (a NUL became U+FFFD). Now `record` refuses the file before
+    recording any of the batch, naming it and saying to give --job (exit 2); with --job it is recorded."""
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_text(make_analysis("fine", findings={"idle-gpu": 30.0}).model_dump_json())
+    bad.write_text(make_analysis(name, findings={"idle-gpu": 30.0}).model_dump_json())
+    rc = main(["record", str(good), str(bad), "--db", store_url])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and str(bad) in err[0] and "--job" in err[0], err
+    assert _recorded(store_url) == 0
+    assert main(["record", str(bad), "--job", "renamed", "--db", store_url]) == 0
+    assert _jobs_recorded(store_url) == ["renamed"]
+
+
+def test_analyze_record_with_a_name_holding_a_newline_records_nothing(sqlite_url, tmp_path, capsys):
+    """`analyze TRACE --record --name 'a<newline>b'` recorded a job named with the newline; now one line
+    saying so, exit 2, nothing recorded and no output folder left."""
+    from store_support import REPO
+
+    out = tmp_path / "out"
+    rc = main(["analyze", str(REPO / "examples" / "traces" / "clean"), "--record", "--name", "evil\nname",
+               "--out", str(out), "--db", sqlite_url])
+    err = capsys.readouterr().err
+    assert rc == 2 and "job name 'evil\\nname' holds a control character" in err, err
+    assert not out.exists() and _recorded(sqlite_url) == 0

@@ -79,8 +79,9 @@ def test_nul_characters_are_stored_alike_on_both_stores(store_url, tmp_path, cap
     """A findings.json whose text held a NUL character (job name, device, title, figure key, note, path:
     JSON "\\u0000", valid JSON that a trace can carry into an analysis) was recorded as is on SQLite and was an
     internal error on PostgreSQL, which refuses NUL in text and JSON ('DataError: PostgreSQL text fields cannot
-    contain NUL (0x00) bytes' with the SQL and its parameters); now both stores keep it as U+FFFD."""
-    a = make_analysis("nul\x00job", findings={"idle-gpu": 40.0})
+    contain NUL (0x00) bytes' with the SQL and its parameters); now both stores keep it as U+FFFD. (A job name
+    holding one is refused: test_store_commands_audit.)"""
+    a = make_analysis("nul\ufffdjob", findings={"idle-gpu": 40.0})
     a.job.path = "/traces/a\x00b"
     a.job.ranks[0].devices = ["NVIDIA\x00H100"]
     a.findings[0].title = "idle\x00title"

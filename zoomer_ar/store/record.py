@@ -134,6 +134,7 @@ def unrecordable(analysis: Analysis, opts: RecordOptions | None = None) -> str |
 
     feats = analysis.features
     problems = [
+        _unprintable_job_name(opts.job if opts and opts.job else analysis.job.name),
         count("--gpus", opts.gpus if opts else None),
         count("job.world_size", analysis.job.world_size),
         count("job.ranks: size_bytes (their sum)", sum(r.size_bytes for r in analysis.job.ranks), INT64_MAX),
@@ -151,6 +152,18 @@ def unrecordable(analysis: Analysis, opts: RecordOptions | None = None) -> str |
         except (OverflowError, ValueError, OSError):
             problems.append(f"features.trace_start_unix_s: {start!r} is not a time (seconds since 1970)")
     return next((p for p in problems if p), None)
+
+
+def _unprintable_job_name(name: str | None) -> str | None:
+    """Why the job name cannot be stored: a control or format character (a newline, NUL, ESC... from the trace's
+    name, analyze's --name or a findings.json) would break every report, digest and history line; --job, --team
+    and --owner are refused the same way on the command line (options.check_name)."""
+    from ..service.names import bad_chars
+
+    bad = bad_chars(name or "")
+    if not bad:
+        return None
+    return f"job name {name!r} holds a control character ({', '.join(repr(c) for c in bad)}): name the job with --job"
 
 
 def stored_features(analysis: Analysis) -> dict[str, Any]:
