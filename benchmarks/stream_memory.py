@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in ("gpu_features", "host_features", "operator_features", "memory_features"):
             _watch(rank, name)
         _watch(gpu, "idle_gaps")
-        _watch(extract, "job_phases")
+        _watch(extract, "rank_phases")  # the phase split (features.phases), per rank
     tmp = None
     path = args.trace
     if path is None:  # generated in a child process: its memory is not this one's

@@ -327,5 +327,5 @@ def test_stream_memory_tiny_run(tmp_path, shared_traces):
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for step in ("start (imports done)", "before check", "after finish", "after prune", "end",
-                 "after gpu_features", "after job_phases", "features done"):
+                 "after gpu_features", "after rank_phases", "features done"):
         assert step in proc.stdout, proc.stdout
