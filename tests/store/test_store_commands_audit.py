@@ -563,3 +563,29 @@ def test_analyze_record_with_a_name_holding_a_newline_records_nothing(sqlite_url
     err = capsys.readouterr().err
     assert rc == 2 and "job name 'evil\\nname' holds a control character" in err, err
     assert not out.exists() and _recorded(sqlite_url) == 0
+
+
+# --- a --db that is a device or a FIFO ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv", [["digest"], ["history", "x"], ["record", "{f}"], ["db", "upgrade"]])
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_db_that_is_a_fifo_or_a_device_is_one_line_exit_2(tmp_path, argv, kind):
+    """`--db PIPE` (a FIFO) waited for ever: the check of the SQLite header opened it for reading, which blocks
+    until a writer comes; `record --db /dev/null` said 'disk I/O error' (exit 1). Now both are one line saying
+    it is not a regular file, exit 2, at once."""
+    import subprocess
+    import sys
+
+    if kind == "fifo":
+        target = tmp_path / "pipe"
+        os.mkfifo(target)
+    else:
+        target = "/dev/null"
+    f = tmp_path / "findings.json"
+    f.write_text(make_analysis("j").model_dump_json())
+    args = [a.format(f=f) for a in argv] + ["--db", str(target)]
+    out = subprocess.run([sys.executable, "-m", "zoomer_ar", *args], capture_output=True, text=True, timeout=120)
+    err = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(err) == 1, out.stderr
+    assert str(target) in err[0] and "not a regular file" in err[0], err

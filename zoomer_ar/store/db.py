@@ -110,11 +110,13 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
 def check_sqlite_file(path: str | Path) -> None:
-    """NotAStoreError when `path` exists but cannot be a SQLite store (a folder, or a non-empty file without
-    the SQLite header). A missing or empty file is fine: SQLite creates the database there."""
+    """NotAStoreError when `path` exists but cannot be a SQLite store (a folder, a device or FIFO, or a non-empty
+    file without the SQLite header). A missing or empty file is fine: SQLite creates the database there."""
     p = Path(path)
     if p.is_dir():
         raise NotAStoreError(str(p), "is a folder, not a SQLite store file")
+    if p.exists() and not p.is_file():  # reading a FIFO's header would wait for a writer for ever
+        raise NotAStoreError(str(p), "is not a regular file (a device, a FIFO or a socket), not a SQLite store file")
     try:
         with open(p, "rb") as fh:
             head = fh.read(len(SQLITE_MAGIC))
