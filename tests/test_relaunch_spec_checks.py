@@ -94,3 +94,23 @@ def test_a_patch_that_is_not_there_is_named(tmp_path, capsys):
     assert main(["relaunch", path, "--cwd", str(workdir)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "patch patch.diff is not there" in err[0] and str(tmp_path / "patch.diff") in err[0], err
+
+
+def test_a_spec_that_is_a_fifo_or_huge_is_refused_at_once(tmp_path):
+    """`relaunch PIPE` (a FIFO) waited for ever for a writer, and a 300 MB YAML file took a minute and a GB
+    before any answer; now each is one line, exit 2, at once."""
+    import os
+    import subprocess
+    import sys
+
+    fifo = tmp_path / "pipe.yaml"
+    os.mkfifo(fifo)
+    huge = tmp_path / "huge.yaml"
+    with open(huge, "w") as fh:
+        fh.write("job: j\nnotes:\n")
+        fh.writelines(f"  - {'x' * 1000}\n" for _ in range(2000))
+    for path, says in ((fifo, "not a regular file"), (huge, "not a relaunch spec")):
+        out = subprocess.run([sys.executable, "-m", "zoomer_ar", "relaunch", str(path), "--dry-run"],
+                             capture_output=True, text=True, timeout=120)
+        err = out.stderr.strip().splitlines()
+        assert out.returncode == 2 and len(err) == 1 and says in err[0], out.stderr

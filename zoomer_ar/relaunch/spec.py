@@ -477,9 +477,19 @@ def spec_from_analysis(analysis: Analysis, *, argv: list[str] | None = None, pat
     )
 
 
+#: a spec analyze writes is a few KB; a larger file is not one (YAML of hundreds of MB took a minute and a GB)
+MAX_SPEC_BYTES = 1 << 20
+
+
 def load_spec(path: Path) -> RelaunchSpec:
+    p = Path(path)
+    if p.exists() and not p.is_dir() and not p.is_file():  # a FIFO would be waited on for ever
+        raise InputError(str(path), "not a regular file (a device, a FIFO or a socket), not a relaunch spec")
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        if p.is_file() and p.stat().st_size > MAX_SPEC_BYTES:
+            raise InputError(str(path), f"{p.stat().st_size:,} bytes: not a relaunch spec (a spec is at most "
+                                        f"{MAX_SPEC_BYTES >> 20} MiB; analyze writes a few KB)")
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError(str(path), "no such file") from None
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
