@@ -85,7 +85,8 @@ def _window(trace: RankTrace | RankStub) -> tuple[float, float] | None:
 
 def _same_events(a: RankTrace | RankStub, b: RankTrace | RankStub) -> bool:
     if isinstance(a, RankStub) or isinstance(b, RankStub):  # ranks read in other processes: their digests
-        return events_digest(a) == events_digest(b)
+        da, db = events_digest(a), events_digest(b)
+        return da is not None and da == db
     return (len(a) == len(b) and a.ts_base == b.ts_base and a.names == b.names and a.cats == b.cats
             and np.array_equal(a.name, b.name) and np.array_equal(a.cat, b.cat) and np.array_equal(a.ph, b.ph)
             and np.array_equal(a.ts, b.ts, equal_nan=True) and np.array_equal(a.dur, b.dur, equal_nan=True))

@@ -30,22 +30,24 @@ class RankStub:
     ts_base: float
     rows: int
     window: tuple[float, float] | None  # (first start, last end) in its base: load.folder._window
-    digest: str  # events_digest: equal for two traces exactly when load.folder._same_events holds
+    # events_digest: equal for two traces exactly when load.folder._same_events holds; None for the ranks of a
+    # job of one file, which are never compared (a merged trace's ranks claim distinct ranks)
+    digest: str | None
     summary: Any  # features.extract.RankSummary (the load stage does not import the features')
 
     def __len__(self) -> int:
         return self.rows
 
     @classmethod
-    def of(cls, trace: RankTrace, summary: Any) -> RankStub:
+    def of(cls, trace: RankTrace, summary: Any, digest: bool = True) -> RankStub:
         from .folder import _window
 
         return cls(rank=trace.rank, path=trace.path, metadata=trace.metadata, time_unit_note=trace.time_unit_note,
-                   ts_base=trace.ts_base, rows=len(trace), window=_window(trace), digest=events_digest(trace),
-                   summary=summary)
+                   ts_base=trace.ts_base, rows=len(trace), window=_window(trace),
+                   digest=events_digest(trace) if digest else None, summary=summary)
 
 
-def events_digest(trace: RankTrace | RankStub) -> str:
+def events_digest(trace: RankTrace | RankStub) -> str | None:
     """sha256 of what load.folder._same_events compares: the row count, time base, name and category
     tables, and the name, category, phase, start and duration of every row (as int64 / float64, NaN in
     one form, so that narrow columns of equal values hash alike)."""

@@ -213,7 +213,7 @@ def _unpack(trace: RankTrace) -> RankTrace:
     return trace
 
 
-def summarised(pairs: list[tuple[RankTrace, RankInfo]]) -> list[tuple[RankStub, RankInfo]]:
+def summarised(pairs: list[tuple[RankTrace, RankInfo]], digest: bool = True) -> list[tuple[RankStub, RankInfo]]:
     """The ranks read from one file as RankStubs: each rank's feature summary instead of its rows, computed
     on the times the job will have (each rank's own base). A merged trace the in-memory loader read whole
     (where streaming could not decide) is split into its ranks first, as the job assembly would split it."""
@@ -223,15 +223,15 @@ def summarised(pairs: list[tuple[RankTrace, RankInfo]]) -> list[tuple[RankStub, 
     for trace, info in pairs:
         for t, i in (split_merged(trace, info) if merged_ranks(trace.metadata) else None) or [(trace, info)]:
             rebase_times([t])
-            out.append((RankStub.of(t, summarise_rank(t)), i))
+            out.append((RankStub.of(t, summarise_rank(t), digest=digest), i))
     return out
 
 
 def _read(path: Path, kw: dict, progress: Progress | None) -> list[tuple[RankTrace | RankStub, RankInfo]]:
     kw = dict(kw)
-    summarise = kw.pop("summarise", False)
+    summarise = kw.pop("summarise", False)  # False, or "digest" where the job has several files (load.stub)
     pairs = load_rank(path, progress=progress, **kw)
-    return summarised(pairs) if summarise else pairs
+    return summarised(pairs, digest=summarise == "digest") if summarise else pairs
 
 
 def _worker(path: str, kw: dict, slot: int | None = None) -> list[tuple[RankTrace | RankStub, RankInfo]] | InputError:
@@ -272,7 +272,7 @@ def load_job_streaming(
     n_workers = max(1, min(n_workers, len(files)))
     if "memory_limit_mb" not in kw:  # the machine's budget, shared by the ranks read at once
         kw["memory_limit_mb"] = budget_mb(n_workers) or 0.0
-    kw["summarise"] = summarise
+    kw["summarise"] = ("digest" if len(files) > 1 else True) if summarise else False
     outcomes: list[list[tuple[RankTrace | RankStub, RankInfo]] | InputError] = []
     if n_workers == 1:
         for f in files:
