@@ -163,3 +163,34 @@ def test_output_piped_into_a_reader_that_quits_exits_0(tmp_path):
         os.close(write)
     assert proc.returncode == 0, proc.stderr.decode()
     assert b"Traceback" not in proc.stderr and b"Exception ignored" not in proc.stderr
+
+
+# ---- output that cannot be written ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args", [["rules", "list"], ["analyze", str(CLEAN), "--no-files", "--no-progress"]])
+def test_an_output_stream_on_a_full_device_is_one_line_and_exit_2(args):
+    """`zoomer-ar ... > /dev/full` (stdout on a full disk) was 'internal error: OSError: [Errno 28] ...', exit 1."""
+    import subprocess
+    import sys
+
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full on this system")
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "zoomer_ar.cli", *args], stdout=full, stderr=subprocess.PIPE,
+                              text=True, cwd=REPO, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == ["zoomer-ar: error: cannot write the output: No space left on device"]
+
+
+def test_an_oserror_naming_a_file_is_still_an_internal_error(monkeypatch, capsys):
+    import errno
+
+    import zoomer_ar.cli as cli_mod
+
+    def boom(*_a, **_k):
+        raise OSError(errno.ENOSPC, "No space left on device", "/some/internal/file")
+
+    monkeypatch.setattr(cli_mod.cli, "main", boom)
+    assert main(["rules", "list"]) == 1
+    assert "internal error: OSError" in capsys.readouterr().err

@@ -7,6 +7,7 @@ of click commands/groups, imported when one of them runs.
 
 from __future__ import annotations
 
+import errno
 import importlib
 import importlib.util
 import sys
@@ -59,12 +60,12 @@ def _output_gone() -> bool:
     return False
 
 
-def _silence_output() -> None:
-    """Point stdout and stderr at /dev/null, so that the interpreter's last flush of the text the
+def _silence_output(stderr: bool = True) -> None:
+    """Point stdout (and stderr) at /dev/null, so that the interpreter's last flush of the text the
     reader did not take does not fail again ('Exception ignored ... BrokenPipeError')."""
     import os
 
-    for stream in (sys.stdout, sys.stderr):
+    for stream in (sys.stdout, sys.stderr) if stderr else (sys.stdout,):
         try:
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, stream.fileno())
@@ -137,14 +138,34 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except click.exceptions.Exit as exc:
         return exc.exit_code
+    except OSError as exc:
+        if not _output_failed(exc):
+            return _internal_error(exc)
+        _silence_output(stderr=False)  # the interpreter's last flush would fail again
+        click.echo(f"zoomer-ar: error: cannot write the output: {exc.strerror or exc}", err=True)
+        return 2
     except Exception as exc:  # internal error: one line, exit 1; ZOOMER_DEBUG=1 shows the traceback
-        import os
-
-        if os.environ.get("ZOOMER_DEBUG"):
-            raise
-        click.echo(f"zoomer-ar: internal error: {type(exc).__name__}: {exc}", err=True)
-        return 1
+        return _internal_error(exc)
     return rv if isinstance(rv, int) else 0
+
+
+# a write that failed for want of room or of a working device, on a file object the command was given
+# (its output stream: `> /dev/full`, a full disk); files the command opens itself say which (OutputError)
+_OUTPUT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO}
+
+
+def _output_failed(exc: OSError) -> bool:
+    return exc.errno in _OUTPUT_ERRNOS and exc.filename is None
+
+
+def _internal_error(exc: Exception) -> int:
+    """Internal error: one line, exit 1; ZOOMER_DEBUG=1 shows the traceback."""
+    import os
+
+    if os.environ.get("ZOOMER_DEBUG"):
+        raise exc
+    click.echo(f"zoomer-ar: internal error: {type(exc).__name__}: {exc}", err=True)
+    return 1
 
 
 if __name__ == "__main__":
