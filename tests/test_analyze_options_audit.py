@@ -149,3 +149,14 @@ def test_a_job_name_with_path_separators_stays_one_folder_in_zoomer_out(tmp_path
     assert sorted(p.name for p in work.iterdir()) == ["zoomer-out"]
     assert [p.name for p in (work / "zoomer-out").iterdir()] == [folder]
     assert (work / "zoomer-out" / folder / "findings.json").is_file()
+
+
+@pytest.mark.parametrize("name", ["a\nb", "x\x1b[31m", "", " padded"])
+def test_a_name_with_control_characters_is_refused_before_any_work(tmp_path, monkeypatch, capsys, name):
+    """--name with a newline or an escape sequence was taken into every report's title and the output folder's
+    name, and refused only by --record after the whole analysis; it is refused as --job is, before any work."""
+    monkeypatch.chdir(tmp_path)
+    _no_analysis(monkeypatch)
+    assert main(["analyze", str(SYNC), "--name", name, "--no-progress"]) == 2
+    assert "--name" in capsys.readouterr().err
+    assert not (tmp_path / "zoomer-out").exists()

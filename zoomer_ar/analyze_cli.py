@@ -18,7 +18,7 @@ from .load.reader import reading_progress
 from .progress import bar_factory
 from .render import render_html, render_markdown, render_text, write_outputs
 from .render.report import findings_json
-from .store.options import apply_store_options, record_options, refuse_record_only  # --record and cost attribution (zoomer_ar/store)
+from .store.options import apply_store_options, job_name, record_options, refuse_record_only  # --record and cost attribution (zoomer_ar/store)
 
 #: opt-in fixers that the job's recorded facts (the capture helper's job.json) make safe to apply:
 #: name -> (section, key that must be true, whether the trace must be host-only). cpu-autocast
@@ -313,7 +313,8 @@ def _sigterm_unwinds(command):
                    "or <job>-2, -3... when that holds another input's results).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "md", "html"]), default="text", show_default=True,
               help="What to print on stdout.")
-@click.option("--name", default=None, help="Job name (default: the file or folder name).")
+@click.option("--name", default=None, callback=job_name,
+              help="Job name (default: the file or folder name); no control characters.")
 @click.option("--source", "source_dir", type=click.Path(path_type=Path), default=None,
               help="The training code: map findings to source lines.")
 @click.option("--fix-select", default=None, metavar="IDS",

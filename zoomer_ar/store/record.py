@@ -163,7 +163,8 @@ def _unprintable_job_name(name: str | None) -> str | None:
     bad = bad_chars(name or "")
     if not bad:
         return None
-    return f"job name {name!r} holds a control character ({', '.join(repr(c) for c in bad)}): name the job with --job"
+    return (f"job name {name!r} holds a control character ({', '.join(repr(c) for c in bad)}): rename the trace, "
+            "or name the job (--job of record and analyze --record)")
 
 
 def stored_features(analysis: Analysis) -> dict[str, Any]:
