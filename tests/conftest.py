@@ -62,3 +62,18 @@ def fresh_analyze(tmp_path):
         return ast.literal_eval(line[len("MODULES "):]), out
 
     return run
+
+
+def one_error_line(capsys, *parts: str) -> str:
+    """The command's stderr: exactly one `zoomer-ar: error:` line (no internal error), holding each of `parts`."""
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("zoomer-ar: error:") and "internal error" not in err, err
+    for p in parts:
+        assert p in err, err
+    return err
+
+
+def files_under(folder: Path) -> list[str]:
+    """Every path below `folder`, relative to it, sorted (what a command left behind)."""
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))

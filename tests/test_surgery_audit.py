@@ -24,7 +24,7 @@ from zoomer_ar.cli import main
 from zoomer_ar.surgery import check_trace
 from zoomer_ar.surgery.io import read_events
 
-from conftest import SHARED_TRACES
+from conftest import SHARED_TRACES, one_error_line, files_under
 
 NS = SHARED_TRACES / "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"  # steps 101..105
 DLRM = SHARED_TRACES / "param/dlrm_8ranks"
@@ -60,19 +60,6 @@ def _write(path: Path, doc: dict | bytes) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(gzip.compress(data) if path.name.endswith(".gz") else data)
     return path
-
-
-def _one_error_line(capsys, *parts: str) -> str:
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1, err
-    assert err.startswith("zoomer-ar: error:") and "internal error" not in err, err
-    for p in parts:
-        assert p in err, err
-    return err
-
-
-def _files(folder: Path) -> list[str]:
-    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
 
 
 # ---- D1: the GPU side of the steps ---------------------------------------------------------------
@@ -146,7 +133,7 @@ def test_a_named_pipe_is_refused_at_once(args, tmp_path):
     run = subprocess.run(CLI + cmd, capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and "not a regular file" in run.stderr, run.stderr
     assert "Traceback" not in run.stderr
-    assert _files(tmp_path) == ["p.json"]
+    assert files_under(tmp_path) == ["p.json"]
 
 
 # ---- D3: gzip sizes beyond 4 GiB ------------------------------------------------------------------
@@ -202,8 +189,8 @@ def test_events_trace_check_refuses_are_refused_not_copied(case, cmd, tmp_path, 
     src = _write(tmp_path / "in" / "t.json", _trace([BAD_EVENTS[case]]))
     args = [a.format(S=src, O=tmp_path / "out") for a in COMMANDS[cmd]]
     assert main(["trace", *args]) == 2
-    _one_error_line(capsys, str(src), "event 6")
-    assert _files(tmp_path) == ["in", "in/t.json"]
+    one_error_line(capsys, str(src), "event 6")
+    assert files_under(tmp_path) == ["in", "in/t.json"]
 
 
 def test_sample_skips_a_rank_with_events_check_refuses(tmp_path, capsys):
@@ -212,10 +199,10 @@ def test_sample_skips_a_rank_with_events_check_refuses(tmp_path, capsys):
     _write(job / "rank1.json", _trace([BAD_EVENTS["args_list"]]))
     assert main(["trace", "sample", str(job), str(tmp_path / "s"), "--ranks", "0,1"]) == 0
     assert "note: skipped" in capsys.readouterr().err
-    assert _files(tmp_path / "s") == ["rank0.json"]
+    assert files_under(tmp_path / "s") == ["rank0.json"]
     (job / "rank0.json").unlink()
     assert main(["trace", "sample", str(job), str(tmp_path / "s2"), "-k", "1"]) == 2
-    _one_error_line(capsys, "rank1.json", "`args` has the wrong type")
+    one_error_line(capsys, "rank1.json", "`args` has the wrong type")
     assert not (tmp_path / "s2").exists()
 
 
@@ -233,7 +220,7 @@ def test_bad_option_values_are_one_line_exit_2(args, tmp_path, capsys):
     _write(job / "rank0.json", _trace())
     t = _write(tmp_path / "t.json", _trace())
     assert main(["trace", *[a.format(J=job, T=t, O=tmp_path / "out") for a in args]]) == 2
-    _one_error_line(capsys, args[3])
+    one_error_line(capsys, args[3])
     assert not any(p.name.startswith("out") for p in tmp_path.iterdir())
 
 
@@ -244,20 +231,20 @@ def test_bad_option_values_are_one_line_exit_2(args, tmp_path, capsys):
 def test_a_window_without_events_is_refused_naming_the_span(window, tmp_path, capsys, shared_traces):
     out = tmp_path / "o.json"
     assert main(["trace", "slice", str(NS), str(out), "--window", *window]) == 2
-    _one_error_line(capsys, "holds no event", "its events span")
+    one_error_line(capsys, "holds no event", "its events span")
     assert not out.exists()
 
 
 def test_clipped_or_conflicting_selections(tmp_path, capsys, shared_traces):
     assert main(["trace", "filter", str(DLRM), str(tmp_path / "f"), "--ranks", "3..2"]) == 2
-    _one_error_line(capsys, "reversed")
+    one_error_line(capsys, "reversed")
     assert main(["trace", "slice", str(NS), str(tmp_path / "s.json"), "--steps", "105..999"]) == 0
     err = capsys.readouterr().err
     assert "note: --steps 105..999: kept steps 105" in err and "101..105" in err
     assert main(["trace", "sample", str(DLRM), str(tmp_path / "k"), "-k", "20"]) == 0
     assert "note: -k 20: the job has 8 ranks" in capsys.readouterr().err
     assert main(["trace", "sample", str(DLRM), str(tmp_path / "k2"), "-k", "2", "--ranks", "1,2"]) == 2
-    _one_error_line(capsys, "--ranks")
+    one_error_line(capsys, "--ranks")
     assert not (tmp_path / "f").exists() and not (tmp_path / "k2").exists()
 
 
@@ -269,7 +256,7 @@ def test_filter_of_a_job_names_outputs_by_compression(tmp_path, capsys):
     _write(job / "rank0.json", _trace())
     out = tmp_path / "f"
     assert main(["trace", "filter", str(job), str(out), "--compression", "gzip"]) == 0
-    assert _files(out) == ["rank0.json.gz"]
+    assert files_under(out) == ["rank0.json.gz"]
     assert (out / "rank0.json.gz").read_bytes()[:2] == b"\x1f\x8b" and check_trace(out / "rank0.json.gz")[1] == []
 
 
@@ -279,8 +266,8 @@ def test_filter_of_a_job_names_outputs_by_compression(tmp_path, capsys):
 def test_a_single_output_named_for_another_compression_is_refused(args, tmp_path, capsys):
     t = _write(tmp_path / "t.json", _trace())
     assert main(["trace", *[a.format(T=t, O=tmp_path / "out") for a in args]]) == 2
-    _one_error_line(capsys, "the name says")
-    assert _files(tmp_path) == ["t.json"]
+    one_error_line(capsys, "the name says")
+    assert files_under(tmp_path) == ["t.json"]
 
 
 # ---- D8: merge DIR FILE ------------------------------------------------------------------------------
@@ -307,7 +294,7 @@ def test_sample_does_not_take_junk_for_a_rank(junk, tmp_path, capsys):
     job = tmp_path / "junk"
     _write(job / "c.json", junk)
     assert main(["trace", "sample", str(job), str(tmp_path / "o"), "-k", "1"]) == 2
-    _one_error_line(capsys, "no usable trace", "c.json")
+    one_error_line(capsys, "no usable trace", "c.json")
     assert not (tmp_path / "o").exists()
 
 
@@ -318,8 +305,8 @@ def test_a_failed_command_removes_the_folders_it_made(tmp_path, capsys):
     bad = tmp_path / "bad.json.gz"
     bad.write_bytes(gzip.compress(json.dumps(_trace()).encode())[:-30])
     assert main(["trace", "filter", str(bad), str(tmp_path / "new" / "sub" / "x.json.gz")]) == 2
-    _one_error_line(capsys, str(bad))
-    assert _files(tmp_path) == ["bad.json.gz"]
+    one_error_line(capsys, str(bad))
+    assert files_under(tmp_path) == ["bad.json.gz"]
 
 
 def test_gzip_header_names_the_output_and_a_replaced_output_is_noted(tmp_path, capsys):
@@ -353,7 +340,7 @@ def test_sigterm_removes_the_temporary_output_and_the_folder_it_made(tmp_path, s
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGTERM, err
     assert b"Traceback" not in err
-    assert _files(tmp_path) == ["in", "in/big.json"]
+    assert files_under(tmp_path) == ["in", "in/big.json"]
 
 
 # ---- D11: messages, the memory limit, the bytes after the events array ------------------------------------
@@ -368,9 +355,9 @@ def test_check_and_analyze_say_the_same_of_invalid_json(content, tmp_path, capsy
     src = tmp_path / "t.json"
     src.write_bytes(content)
     assert main(["analyze", str(src), "--out", str(tmp_path / "an")]) == 2
-    said = _one_error_line(capsys).split(f"{src}: ", 1)[1]
+    said = one_error_line(capsys).split(f"{src}: ", 1)[1]
     assert main(["trace", "check", str(src)]) == 2
-    _one_error_line(capsys, f"not a valid Chrome trace: {said}")
+    one_error_line(capsys, f"not a valid Chrome trace: {said}")
 
 
 @pytest.mark.parametrize("event,field", [({"pid": 1.5}, "pid"), ({"ph": 5}, "ph")])
@@ -389,7 +376,7 @@ def test_a_memory_limit_that_is_not_a_number_is_refused(tmp_path, capsys, monkey
     for bad in ("abc", "-5", "nan"):
         monkeypatch.setenv("ZOOMER_MEMORY_LIMIT_MB", bad)
         assert main(["analyze", str(src), "--stream", "--out", str(tmp_path / "an")]) == 2
-        _one_error_line(capsys, f"ZOOMER_MEMORY_LIMIT_MB='{bad}'")
+        one_error_line(capsys, f"ZOOMER_MEMORY_LIMIT_MB='{bad}'")
     assert not (tmp_path / "an").exists()
     monkeypatch.setenv("ZOOMER_MEMORY_LIMIT_MB", "0")
     assert budget_mb() is None
@@ -441,4 +428,4 @@ def test_data_after_the_events_array_beyond_the_bound_is_refused(tmp_path, capsy
     doc["zz_extra"] = "x" * (2 << 20)
     src = _write(tmp_path / "t.json", doc)
     assert main(["trace", "filter", str(src), str(tmp_path / "o.json")]) == 2
-    _one_error_line(capsys, "MB of data after the events array")
+    one_error_line(capsys, "MB of data after the events array")

@@ -17,22 +17,9 @@ import pytest
 
 from zoomer_ar.cli import main
 
-from conftest import SHARED_TRACES
+from conftest import SHARED_TRACES, one_error_line, files_under
 
 DLRM = SHARED_TRACES / "param/dlrm_8ranks"
-
-
-def _one_error_line(capsys, *parts: str) -> str:
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1, err
-    assert err.startswith("zoomer-ar: error:") and "internal error" not in err, err
-    for p in parts:
-        assert p in err, err
-    return err
-
-
-def _files(folder: Path) -> list[str]:
-    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
 
 
 # ---- an empty trace compressed ------------------------------------------------------------------
@@ -45,8 +32,8 @@ def test_compress_refuses_a_trace_without_events(doc, out_name, tmp_path, capsys
     src = tmp_path / "empty.json"
     src.write_bytes(doc)
     assert main(["trace", "compress", str(src), str(tmp_path / out_name)]) == 2
-    _one_error_line(capsys, str(src), "no events")
-    assert _files(tmp_path) == ["empty.json"]
+    one_error_line(capsys, str(src), "no events")
+    assert files_under(tmp_path) == ["empty.json"]
 
 
 # ---- a trace beside its decompressed twin --------------------------------------------------------
@@ -96,7 +83,7 @@ def test_pieces_of_one_rank_are_still_refused(tmp_path, capsys, shared_traces):
     for k, part in enumerate((events[: len(events) // 2], events[len(events) // 2:])):
         (pieces / f"piece{k}.json").write_text(json.dumps({**doc, "traceEvents": part}))
     assert main(["trace", "merge", str(pieces), str(tmp_path / "m.json")]) == 2
-    _one_error_line(capsys, "not one job", "both rank 0")
+    one_error_line(capsys, "not one job", "both rank 0")
     assert not (tmp_path / "m.json").exists()
 
 

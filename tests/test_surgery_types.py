@@ -18,7 +18,7 @@ from zoomer_ar.cli import main
 from zoomer_ar.load import load_job
 from zoomer_ar.surgery import check_trace
 
-from conftest import SHARED_TRACES
+from conftest import SHARED_TRACES, one_error_line, files_under
 
 NS = SHARED_TRACES / "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"  # steps 101..105
 DLRM = SHARED_TRACES / "param/dlrm_8ranks"
@@ -67,22 +67,9 @@ def _bad_trace(path: Path, case: str, rank: int = 0) -> Path:
     return _write(path, doc)
 
 
-def _one_error_line(capsys, *parts: str) -> str:
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1, err
-    assert err.startswith("zoomer-ar: error:") and "internal error" not in err, err
-    for p in parts:
-        assert p in err, err
-    return err
-
-
 def _analyze(path: Path, tmp_path: Path) -> int:
     """`zoomer-ar analyze` with its reports in tmp_path (not zoomer-out/ of the working folder)."""
     return main(["analyze", str(path), "--out", str(tmp_path / "reports")])
-
-
-def _files(folder: Path) -> list[str]:
-    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
 
 
 # ---- 1: `trace check` holds events to the loader's types ---------------------------------------
@@ -99,10 +86,10 @@ def test_check_refuses_what_the_loader_refuses(case, tmp_path, capsys):
     src = _bad_trace(tmp_path / f"{case}.json", case)
     field = BAD[case][1]
     assert main(["trace", "check", str(src)]) == 2
-    err = _one_error_line(capsys, str(src), "event 5", f"`{field}` has the wrong type")
+    err = one_error_line(capsys, str(src), "event 5", f"`{field}` has the wrong type")
     assert "not a valid Chrome trace" in err
     assert _analyze(src, tmp_path) == 2  # the two commands agree
-    _one_error_line(capsys, str(src), field)
+    one_error_line(capsys, str(src), field)
 
 
 def test_check_counts_events_across_slices_of_a_real_trace(tmp_path, shared_traces):
@@ -121,7 +108,7 @@ def test_check_of_several_files_names_the_first_bad_one(tmp_path, capsys):
     ok = _write(tmp_path / "ok.json", _trace())
     bad = _bad_trace(tmp_path / "bad.json", "name_list")
     assert main(["trace", "check", str(ok), str(bad)]) == 2
-    _one_error_line(capsys, str(bad), "event 5", "`name`")
+    one_error_line(capsys, str(bad), "event 5", "`name`")
 
 
 # ---- 2: `trace merge` never writes what the loader refuses -------------------------------------
@@ -134,8 +121,8 @@ def test_merge_refuses_a_file_with_wrong_typed_fields(case, tmp_path, capsys):
     src = _bad_trace(tmp_path / "r0.json", case)
     out = tmp_path / "merged.json"
     assert main(["trace", "merge", str(src), str(out)]) == 2
-    _one_error_line(capsys, str(src), "event 5", f"`{MERGE_BAD[case][1]}` has the wrong type")
-    assert not out.exists() and _files(tmp_path) == ["r0.json"]
+    one_error_line(capsys, str(src), "event 5", f"`{MERGE_BAD[case][1]}` has the wrong type")
+    assert not out.exists() and files_under(tmp_path) == ["r0.json"]
 
 
 def test_merge_skips_a_wrong_typed_rank_of_a_job_like_analyze(tmp_path, capsys):
@@ -217,6 +204,6 @@ def test_a_full_disk_is_a_write_error_naming_the_output(cmd, room, tmp_path, cap
     args = [a.format(NS=NS, DLRM=DLRM, T=tmp_path) for a in _WRITES[cmd]]
     full_disk(room)
     assert main(["trace", *args]) == 2
-    err = _one_error_line(capsys, str(tmp_path), "cannot write", "No space left on device")
+    err = one_error_line(capsys, str(tmp_path), "cannot write", "No space left on device")
     assert "cannot read" not in err
-    assert _files(tmp_path) == []  # no partial file, not even the temporary one, nor an empty folder
+    assert files_under(tmp_path) == []  # no partial file, not even the temporary one, nor an empty folder
