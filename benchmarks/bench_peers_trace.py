@@ -456,33 +456,28 @@ def evaluate(case: Case, runs: dict[str, ToolRun]) -> dict:
             "runs": {tool: asdict(run) for tool, run in runs.items()}}
 
 
-def peer_right_zoomer_wrong(results: list[dict], peers: list[str]) -> list[str]:
-    lines = []
-    for r in results:
-        for peer in peers:
-            for p, lab in r["labels"].items():
-                z, o = r["outcomes"]["zoomer"][p], r["outcomes"][peer][p]
-                if o in ("TP", "TN") and z not in ("TP", "TN"):
-                    lines.append(f"{r['rel']}: {p} labelled {'positive' if lab else 'negative'}: {peer} {o}, zoomer {z}")
-            for name, row in r["figures"].items():
-                if row[peer]["within"] and not row["zoomer"]["within"]:
-                    lines.append(f"{r['rel']}: {name} = {row['expected']}: {peer} {row[peer]['value']}, "
-                                 f"zoomer {row['zoomer']['value']}")
-    return lines
-
-
-def zoomer_right_peer_wrong(results: list[dict], peer: str) -> list[str]:
+def right_and_wrong(results: list[dict], right: str, wrong: str) -> list[str]:
+    """Cases where tool `right` agrees with the label (verdict, or `expect` figure within tolerance) and tool
+    `wrong` does not (wrong, no verdict, or no figure)."""
     lines = []
     for r in results:
         for p, lab in r["labels"].items():
-            z, o = r["outcomes"]["zoomer"][p], r["outcomes"][peer][p]
-            if z in ("TP", "TN") and o not in ("TP", "TN"):
-                lines.append(f"{r['rel']}: {p} ({'+' if lab else '-'}): zoomer {z}, {peer} {o}")
+            a, b = r["outcomes"][right][p], r["outcomes"][wrong][p]
+            if a in ("TP", "TN") and b not in ("TP", "TN"):
+                lines.append(f"{r['rel']}: {p} labelled {'positive' if lab else 'negative'}: {right} {a}, {wrong} {b}")
         for name, row in r["figures"].items():
-            if row["zoomer"]["within"] and not row[peer]["within"]:
-                lines.append(f"{r['rel']}: {name} = {row['expected']}: zoomer {_fmt(row['zoomer']['value'])}, "
-                             f"{peer} {_fmt(row[peer]['value'])}")
+            if row[right]["within"] and not row[wrong]["within"]:
+                lines.append(f"{r['rel']}: {name} = {row['expected']}: {right} {_fmt(row[right]['value'])}, "
+                             f"{wrong} {_fmt(row[wrong]['value'])}")
     return lines
+
+
+def peer_right_zoomer_wrong(results: list[dict], peers: list[str]) -> list[str]:
+    return [line for peer in peers for line in right_and_wrong(results, peer, "zoomer")]
+
+
+def zoomer_right_peer_wrong(results: list[dict], peer: str) -> list[str]:
+    return right_and_wrong(results, "zoomer", peer)
 
 
 def unlabelled_disagreements(results: list[dict], peer: str) -> list[str]:
