@@ -48,12 +48,14 @@ def _same(path: Path, workers: int = 2) -> None:
         return
     assert_same(ref, rows, f"{path}: rows")
     assert_same(ref, summaries, f"{path}: summaries")
+    assert ref.timeline == rows.timeline == summaries.timeline, f"{path}: the report's timeline differs"
 
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_rank_folder_streamed_as_summaries_is_the_in_memory_analysis(shared_traces, workers):
     job = load_job_streaming(DLRM, workers=workers, summarise=True)
     assert len(job.ranks) == 8 and all(isinstance(r, RankStub) and r.digest for r in job.ranks)
+    assert all(r.summary.features._timeline_of is None for r in job.ranks)  # no per-event arrays kept, either way
     assert [r.rank for r in job.ranks] == list(range(8))
     _same(DLRM, workers)
 

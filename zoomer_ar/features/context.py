@@ -55,11 +55,17 @@ class RankFeatures:
         """Pickled (a rank's features computed in the process that read it: stream/load.py) without the
         busy union, which grows with the trace (its default timeline goes instead), and with the
         evidence keys by position: an event's id() is another object's after unpickling."""
+        self.detach()
         state = self.__dict__.copy()
         where = {id(e): (kind, i) for kind, evs in self.evidence.items() for i, e in enumerate(evs)}
         state["evidence_keys"] = [(where[k], key) for k, key in self.evidence_keys.items() if k in where]
-        state["_timeline"], state["_timeline_of"] = self.timeline(), None
         return state
+
+    def detach(self) -> None:
+        """Keep the default timeline and drop the busy union it is computed from (it grows with the trace):
+        a summary kept while other ranks are read holds no per-event arrays."""
+        if self._timeline_of is not None:
+            self._timeline, self._timeline_of = self.timeline(), None
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         keys = state.pop("evidence_keys")

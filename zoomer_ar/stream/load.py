@@ -223,7 +223,9 @@ def summarised(pairs: list[tuple[RankTrace, RankInfo]], digest: bool = True) -> 
     for trace, info in pairs:
         for t, i in (split_merged(trace, info) if merged_ranks(trace.metadata) else None) or [(trace, info)]:
             rebase_times([t])
-            out.append((RankStub.of(t, summarise_rank(t), digest=digest), i))
+            summary = summarise_rank(t)
+            summary.features.detach()  # kept while the other ranks are read (in this process or the main one)
+            out.append((RankStub.of(t, summary, digest=digest), i))
     return out
 
 
