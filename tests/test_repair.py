@@ -187,9 +187,9 @@ def test_the_streaming_commands_say_how_to_repair(tmp_path, capsys, cmd):
 # ---- the streaming repair (load.repair.StreamRepair): huge traces, the streaming reader, `trace repair`
 
 def _whole_passes(data: bytes) -> bytes:
-    from zoomer_ar.load.repair import _CALL_STACK, _NAME, _pass
+    from zoomer_ar.load.repair import passes
 
-    return _pass(_pass(data, _NAME)[0], _CALL_STACK)[0]
+    return passes(data)[0]
 
 
 def _streamed(data: bytes, sizes) -> tuple[bytes, int]:
@@ -297,3 +297,174 @@ def test_the_compiled_reader_says_where_a_name_is_broken_no_msgspec_pass_needed(
     trace, _ = SL.stream_rank(EXCERPT)
     assert calls == [("compiled", False), ("compiled", True)]
     assert trace.metadata["repaired_names"] == 1 and BROKEN_NAME in trace.names
+
+
+# ---- events written several to a line: each name read on its own (the pattern ran to the line's last `"pid":`)
+
+def _line_doc(names: list[bytes], *, layout: str = "one-line", sep: bytes = b", ") -> bytes:
+    """A trace whose events hold the given raw names: all on one line ("one-line"), or one event a line
+    ("pretty"), with `sep` between each name and its `"pid":` (`,` for a compact writer)."""
+    events = [b'{"ph": "X", "cat": "python_function", "name": "' + n + b'"' + sep + b'"pid": 1, "tid": 1, "ts": '
+              + str(100 + 10 * i).encode() + b', "dur": 5, "args": {"External id": ' + str(i).encode() + b"}}"
+              for i, n in enumerate(names)]
+    if layout == "one-line":
+        return b'{"schemaVersion": 1, "traceEvents": [' + b", ".join(events) + b"]}"
+    return b'{\n  "schemaVersion": 1,\n  "traceEvents": [\n  ' + b",\n  ".join(events) + b"\n  ]\n}\n"
+
+
+def _all_readers(tmp_path, data: bytes) -> dict[str, list[str]]:
+    """The event names each way in: repair() on the whole document, the streaming repair cut in tiny
+    chunks (decoded), `trace repair`'s output, and the in-memory and streaming loaders' event counts."""
+    from zoomer_ar.cli import main
+
+    got = {"repair": _names(data)}
+    for sizes in ([1], [3, 17, 5]):
+        streamed, _ = _streamed(data, sizes)
+        got[f"stream{sizes}"] = [e["name"] for e in json.loads(streamed)["traceEvents"]]
+    src, out = tmp_path / "t.json", tmp_path / "fixed.json"
+    src.write_bytes(data)
+    assert main(["trace", "repair", str(src), str(out)]) == 0
+    got["trace repair"] = [e["name"] for e in json.loads(out.read_bytes())["traceEvents"]]
+    for how, job in (("load_job", load_job(src)), ("load_job_streaming", load_job_streaming(src, workers=1))):
+        rank = job.ranks[0]
+        got[how] = [rank.names[c] for c in rank.name]
+    return got
+
+
+@pytest.mark.parametrize("layout, sep", [("one-line", b", "), ("one-line", b","), ("pretty", b", "), ("pretty", b",")])
+def test_events_on_one_line_keep_their_count_and_names(tmp_path, layout, sep):
+    """Three events on one line, the middle one's name holding an unescaped quote: `trace repair` and
+    `analyze` made them one event named `a(1): f", "pid": 1, ... "name": "c(3): h` (exit 0)."""
+    raw = [b"a(1): f", b'f("a")', b"c(3): h"]
+    data = _line_doc(raw, layout=layout, sep=sep)
+    for how, names in _all_readers(tmp_path, data).items():
+        assert names == [r.decode() for r in raw], how
+
+
+def _any_doc(names: list[bytes], layout: str) -> bytes:
+    """The names written raw in one of the layouts: Kineto's ("multi": one key a line; "single": the older
+    one), all events on one line, or one event a line."""
+    return _doc(*names, layout=layout) if layout in ("multi", "single") else _line_doc(names, layout=layout)
+
+
+LAYOUTS = ["multi", "single", "one-line", "pretty"]
+# raw names holding what the layouts use to end a name: `", "pid":`, quotes, a backslash before the closing quote
+TRICKY = [b'f(", "pid": x)', b'x", "pid": y', b'x", "pid": 1, "k": "v', b"C:\\dir\\", b"\\", b'"', b'a"b"c',
+          b'{"name": "n"}', b'v.py(0):     """', b"tab\there", b'", "pid": ']
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_names_holding_the_layouts_separators_come_back_as_written(layout):
+    """Each name ends at the first `"pid":` after which the bytes read as JSON: a name holding `", "pid":`
+    itself ends at the later one, one whose reading would repeat a member at the one that does not."""
+    raw = [b"ok(1): f", *TRICKY, b'g("a")(2): h']
+    data = _any_doc(raw, layout)
+    assert _names(data) == [r.decode() for r in raw]
+    for sizes in ([1], [3, 17, 5], [64]):  # the streaming repair, names cut anywhere: the same bytes
+        assert _streamed(data, sizes)[0] == _whole_passes(data)
+
+
+# names that cannot be told apart from the events around them: one name, or an event's end and another's start
+AMBIGUOUS = [b'g("a"}, {"ph": "X", "name": "b")']
+# the same, the text before the event structure a valid string: in a layout of events over several lines
+WHOLE_EVENTS = b'x", "pid": 1, "tid": 2}, {"ph": "X", "name": "y'
+
+
+def _refused(tmp_path, data: bytes) -> None:
+    """Every way in refuses data in one line (exit 2), and `trace repair` writes nothing."""
+    from zoomer_ar.cli import main
+
+    with pytest.raises(msgspec.DecodeError) as err:
+        DECODE(data)
+    assert isinstance(repair(data, DECODE, err.value), BaseException)
+    src, out = tmp_path / "t.json", tmp_path / "fixed.json"
+    src.write_bytes(data)
+    assert main(["trace", "repair", str(src), str(out)]) == 2 and not out.exists()
+    with pytest.raises(InputError, match="not valid JSON"):
+        load_job(src)
+    with pytest.raises(InputError, match="not valid JSON"):
+        load_job_streaming(src, workers=1)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("name", AMBIGUOUS)
+def test_a_name_that_may_hold_another_events_start_is_refused_not_guessed(tmp_path, layout, name):
+    """The pattern took `g("a"}, {"ph": "X", "name": "b")` for one name where it ran to the line's last
+    `"pid":`: the file is now refused, as any other invalid JSON."""
+    _refused(tmp_path, _any_doc([b"ok(1): f", name, b'f("a")(3): h'], layout))
+
+
+@pytest.mark.parametrize("layout", ["multi", "single"])
+def test_whole_events_in_a_name_are_refused_where_the_layout_tells(tmp_path, layout):
+    """Kineto writes an event over several lines: `x", "pid": 1, "tid": 2}, {"ph": "X", "name": "y` on one
+    line is not its layout, but reads as valid JSON (two events) as written; with another name to repair
+    in the file, the repair made two events of it. Now it is refused (the text cannot be told apart)."""
+    _refused(tmp_path, _any_doc([b"ok(1): f", WHOLE_EVENTS, b'f("a")(3): h'], layout))
+
+
+@pytest.mark.parametrize("layout", ["one-line", "pretty"])
+def test_whole_events_in_a_name_read_as_json_where_the_layout_cannot_tell(layout):
+    """Events written one a line or all on one line: `x", ... "name": "y` are two events to every JSON
+    reader, and to the repair (the documented limit: these bytes cannot be told apart)."""
+    data = _any_doc([b"ok(1): f", WHOLE_EVENTS, b'f("a")(3): h'], layout)
+    as_written = json.loads(data.replace(b'f("a")', b'f(\\"a\\")'))
+    assert _names(data) == [e["name"] for e in as_written["traceEvents"]] == ["ok(1): f", "x", "y", 'f("a")(3): h']
+
+
+ONE_LINE_TRACES = ["hta/large_integer_trace", "hta/trace_compare/base", "hta/trace_compare/test",
+                   "tracelens/inference/vllm_decode_full/graph_execution.json.gz"]
+
+
+@pytest.mark.parametrize("where", ONE_LINE_TRACES)
+def test_the_passes_leave_valid_one_line_traces_as_they_are(shared_traces, where):
+    """Valid traces written on one line: the pattern took each line's first name to its last `"pid":` (one
+    name re-escaped where there was none), so a broken name anywhere else in such a file merged them all."""
+    from zoomer_ar.load.job import read_trace_bytes
+    from zoomer_ar.load.repair import passes
+
+    path = shared_traces / where
+    for p in sorted(path.glob("*.json*")) if path.is_dir() else [path]:
+        data = read_trace_bytes(p)
+        DECODE(data)
+        assert passes(data) == (data, 0)
+
+
+def _inject(data: bytes, spots: list[tuple[int, int]], texts: list[bytes]) -> bytes:
+    out, last = [], 0
+    for (a, b), text in zip(spots, texts):
+        out += [data[last:a], text]
+        last = b
+    return b"".join(out) + data[last:]
+
+
+REAL = ["tracelens/torch_compile_triton/trace.json.gz", "hta/trace_compare/base/base.json.gz"]
+
+
+@pytest.mark.parametrize("where", [*REAL, "excerpt"])
+def test_real_traces_with_names_broken_come_back_with_every_event(shared_traces, where):
+    """Real traces (Kineto's older layout, one line, and torch 2.13's excerpt), a few event names replaced by
+    raw texts the profiler could write: the repair gives the same events, the texts as their names."""
+    from zoomer_ar.load.job import read_trace_bytes
+    from zoomer_ar.load.name_end import NAME_START, PID_END, VALID
+
+    data = read_trace_bytes(EXCERPT if where == "excerpt" else shared_traces / where)
+    try:
+        DECODE(data)
+    except msgspec.DecodeError as exc:  # the excerpt: broken as written; its own repair is tested above
+        data = repair(data, DECODE, exc).data
+    spots = []
+    for m in NAME_START.finditer(data):
+        end = VALID.match(data, m.end()).end()
+        if PID_END.match(data, end):
+            spots.append((m.end(), end))
+    step = max(1, len(spots) // 40)
+    spots = spots[::step][:40]
+    texts = [(TRICKY + [b'f("a")'])[i % (len(TRICKY) + 1)] for i in range(len(spots))]
+    broken = _inject(data, spots, texts)
+    with pytest.raises(msgspec.DecodeError) as err:
+        DECODE(broken)
+    got = repair(broken, DECODE, err.value)
+    assert not isinstance(got, BaseException), got
+    escaped = [json.dumps(t.decode(), ensure_ascii=False)[1:-1].encode() for t in texts]
+    assert got.doc == DECODE(_inject(data, spots, escaped))
+    assert _streamed(broken, [4096])[0] == _whole_passes(broken)

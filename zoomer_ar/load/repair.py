@@ -11,12 +11,15 @@ torch.compile'd program still does it.
 
 The writer's layout makes the damage local: a name is written as `"name": "<raw text>",` followed
 by `"pid":` (on the same line, or - since 2025 - on the next one), and a call stack as
-`"Call stack": "<raw text>"` on one line. `repair` re-escapes each such value that is not a valid
-JSON string (its raw bytes taken as UTF-8, invalid sequences replaced); anything else is left
-byte for byte, and a value that needs no repair is never touched. Where a name holds a raw line
-break (the first pattern cannot see it), the decoder's error offset points at it and the value
-around that offset is repaired the same way, a few times at most. The caller decodes the result
-again: a file broken in any other way stays refused with the decoder's own message.
+`"Call stack": "<raw text>"` on one line. Each name is read on its own (load/name_end.py: it ends at
+the first quote after which the bytes read as JSON again, whatever else its line holds - other events,
+on a line that holds them all; a name that cannot be told apart from the events around it is not
+guessed at, the file is refused). `repair` re-escapes each such value that is not a valid JSON string
+(its raw bytes taken as UTF-8, invalid sequences replaced); anything else is left byte for byte, and a
+value that needs no repair is never touched. Where a name holds a raw line break (the one-line pass
+cannot see it), the decoder's error offset points at it and the value around that offset is repaired
+by the same rules, a few times at most. The caller decodes the result again: a file broken in any other
+way stays refused with the decoder's own message.
 """
 
 from __future__ import annotations
@@ -26,39 +29,22 @@ import re
 from collections.abc import Callable
 from typing import NamedTuple
 
-import msgspec
+from .name_end import NAMES, PID_END, VALID, AmbiguousName, name_end
 
-# a name on one line, then `"pid":` (Kineto's key order: ph, cat, name, pid, tid, ts, dur, args)
-_NAME = re.compile(rb'"name": "([^\n]*)",([ \t]*\n?[ \t]*)"pid":')
 # a call stack (record_shapes/with_stack on old Kineto): one line, no quote inside
 _CALL_STACK = re.compile(rb'"Call stack": "([^\n"]*)"')
-# a valid JSON string body: no raw quote, backslash only in an escape, no control character
-_VALID = re.compile(rb'(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*')
 _BYTE = re.compile(r"\(byte (\d+)\)")
 AT_ERRORS = 8  # repairs at decoder error offsets, after the one pass over all names
 
 
 def _valid(body: bytes) -> bool:
-    if not _VALID.fullmatch(body):
-        return False
+    return VALID.fullmatch(body) is not None and _utf8(body)
+
+
+def _utf8(body: bytes) -> bool:
     try:
         body.decode("utf-8")
     except UnicodeDecodeError:
-        return False
-    return True
-
-
-_OBJECT = msgspec.json.Decoder(dict)
-
-
-def _more_members(body: bytes) -> bool:
-    """Is the matched "name" text a valid name followed by more members on its line - older Kineto wrote
-    instant events as `"name": "Iteration Start: PyTorch Profiler", "ph": "i", "s": "g",` with `"pid":` on
-    the next line - rather than one name the profiler did not escape? Such a line is valid JSON as it
-    stands; re-escaping it would fold the other members into the name."""
-    try:
-        _OBJECT.decode(b'{"name": "' + body + b'"}')
-    except msgspec.MsgspecError:
         return False
     return True
 
@@ -69,8 +55,8 @@ def _escape(body: bytes) -> bytes:
 
 
 def _pass(data: bytes, pattern: re.Pattern, limit: int | None = None) -> tuple[bytes, int]:
-    """data with the pattern's invalid values re-escaped; with `limit`, data[:limit] (the matches
-    whose value starts before it: a name's `"pid":` may lie beyond it)."""
+    """data with the pattern's invalid values re-escaped (the call stacks: a value without a quote); with
+    `limit`, data[:limit] (the matches whose value starts before it)."""
     parts: list[bytes] = []
     last = fixed = 0
     end = len(data) if limit is None else limit
@@ -79,7 +65,7 @@ def _pass(data: bytes, pattern: re.Pattern, limit: int | None = None) -> tuple[b
         if a >= end:
             break
         body = m.group(1)
-        if _valid(body) or (pattern is _NAME and _more_members(body)):
+        if _valid(body):
             continue
         parts += [data[last:a], _escape(body)]
         last = b
@@ -90,6 +76,48 @@ def _pass(data: bytes, pattern: re.Pattern, limit: int | None = None) -> tuple[b
     return b"".join(parts), fixed
 
 
+def _names_pass(data: bytes, limit: int | None = None) -> tuple[bytes, int]:
+    """data with the names the profiler did not escape re-escaped (each name read on its own: name_end);
+    with `limit`, data[:limit] (the names that start before it: what follows one may lie beyond it).
+    AmbiguousName where a name's end cannot be told apart from the members around it."""
+    parts: list[bytes] = []
+    last = fixed = after = 0
+    end = len(data) if limit is None else limit
+    for m in NAMES.finditer(data):
+        if m.start() < after:  # inside the text of a name read before
+            continue
+        a = m.start(1)
+        if a >= end:
+            break
+        text = m.group(2)
+        if text is not None:  # a valid text, then the usual members: nothing to repair unless not UTF-8
+            if text.isascii() or _utf8(text):
+                continue
+            b = m.end(2)
+        else:
+            got = name_end(data, a)
+            if got is None:  # no end fits (a raw line break in it, or other invalid JSON): left for the decoder
+                continue
+            b = after = got
+            if _valid(data[a:b]):
+                continue
+        parts += [data[last:a], _escape(data[a:b])]
+        last = b
+        fixed += 1
+    if not fixed:
+        return (data if limit is None else data[:end]), 0
+    parts.append(data[last:end])
+    return b"".join(parts), fixed
+
+
+def passes(data: bytes, limit: int | None = None) -> tuple[bytes, int]:
+    """The one-line repairs over data (names, then old call stacks): the bytes and the values re-escaped;
+    with `limit`, data[:limit] (StreamRepair: a name's `"pid":` may lie beyond it)."""
+    out, n1 = _names_pass(data, limit)
+    out, n2 = _pass(out, _CALL_STACK)
+    return out, n1 + n2
+
+
 MAX_LINE = 64 << 20  # the streaming repair holds two lines at most: longer lines are not Kineto's layout
 
 
@@ -98,18 +126,18 @@ class StreamRepair:
     memory: `feed(chunk)` returns the repaired bytes of the whole lines before the last one (a name's
     `"pid":` may be on the next line, so the last line waits for the next chunk), `finish()` the rest.
     The output is byte for byte what the passes give on the whole document (tests/test_repair.py cuts
-    documents everywhere); `fixed` counts the values re-escaped. Names with a raw line break - which only
-    the whole-document repair finds, at the decoder's error offset - are not repaired here.
-    A line longer than MAX_LINE raises ValueError (a document on one line is not Kineto's layout)."""
+    documents everywhere: a name's end is decided from its line and the next one); `fixed` counts the
+    values re-escaped. Names with a raw line break - which only the whole-document repair finds, at the
+    decoder's error offset - are not repaired here. A line longer than MAX_LINE raises ValueError (a
+    document on one line is not Kineto's layout), a name that cannot be told apart AmbiguousName."""
 
     def __init__(self) -> None:
         self._carry = b""
         self.fixed = 0
 
     def _out(self, data: bytes, limit: int | None) -> bytes:
-        out, n1 = _pass(data, _NAME, limit)
-        out, n2 = _pass(out, _CALL_STACK)
-        self.fixed += n1 + n2
+        out, fixed = passes(data, limit)
+        self.fixed += fixed
         return out
 
     def feed(self, data: bytes) -> bytes:
@@ -129,7 +157,6 @@ class StreamRepair:
         return self._out(buf, None) if buf else b""
 
 
-_NAME_END = re.compile(rb'",[ \t]*\n?[ \t]*"pid":')
 REACH = 1 << 16  # how far from the decoder's error offset a name's start and end are looked for
 
 
@@ -139,7 +166,7 @@ def _name_at(data: bytes | bytearray, at: int) -> tuple[int, int] | None:
     start = data.rfind(b'"name": "', max(0, at - REACH), at + 1)
     if start < 0:
         return None
-    m = _NAME_END.search(data, at, min(len(data), at + REACH))
+    m = PID_END.search(data, at, min(len(data), at + REACH))
     if m is None:
         return None
     body0 = start + len(b'"name": "')
@@ -170,9 +197,10 @@ def repair(data: bytes, decode: Callable[[bytes], object], error: BaseException)
     otherwise the last decode error (the first one when nothing could be repaired: a truncated file
     with a broken name says "truncated" once the name is repaired). `error` is what `decode(data)`
     raised; `decode` raises on bad JSON with the byte offset in its message (msgspec.DecodeError)."""
-    data, fixed = _pass(data, _NAME)
-    data, more = _pass(data, _CALL_STACK)
-    fixed += more
+    try:
+        data, fixed = passes(data)
+    except AmbiguousName:
+        return error
     for _ in range(AT_ERRORS + 1):
         if fixed:
             try:
