@@ -365,7 +365,7 @@ def test_names_holding_the_layouts_separators_come_back_as_written(layout):
 
 
 # names that cannot be told apart from the events around them: one name, or an event's end and another's start
-AMBIGUOUS = [b'g("a"}, {"ph": "X", "name": "b")']
+AMBIGUOUS = [b'g("a"}, {"ph": "X", "name": "b")', b'g("a"}, {"cat": "c", "name": "b")']
 # the same, the text before the event structure a valid string: in a layout of events over several lines
 WHOLE_EVENTS = b'x", "pid": 1, "tid": 2}, {"ph": "X", "name": "y'
 
@@ -390,7 +390,8 @@ def _refused(tmp_path, data: bytes) -> None:
 @pytest.mark.parametrize("name", AMBIGUOUS)
 def test_a_name_that_may_hold_another_events_start_is_refused_not_guessed(tmp_path, layout, name):
     """The pattern took `g("a"}, {"ph": "X", "name": "b")` for one name where it ran to the line's last
-    `"pid":`: the file is now refused, as any other invalid JSON."""
+    `"pid":`, and the decoder-offset repair took the rest of a name already re-escaped for more text (a
+    second backslash before its quote): the file is now refused, as any other invalid JSON."""
     _refused(tmp_path, _any_doc([b"ok(1): f", name, b'f("a")(3): h'], layout))
 
 

@@ -29,7 +29,7 @@ import re
 from collections.abc import Callable
 from typing import NamedTuple
 
-from .name_end import NAMES, PID_END, VALID, AmbiguousName, name_end
+from .name_end import NAME_START, NAMES, OK, PID_END, VALID, AmbiguousName, follows, key_at, name_end, opens_another
 
 # a call stack (record_shapes/with_stack on old Kineto): one line, no quote inside
 _CALL_STACK = re.compile(rb'"Call stack": "([^\n"]*)"')
@@ -161,19 +161,23 @@ REACH = 1 << 16  # how far from the decoder's error offset a name's start and en
 
 
 def _name_at(data: bytes | bytearray, at: int) -> tuple[int, int] | None:
-    """(start, end) of the body of the event name that holds byte `at`, where it is one the profiler did not
-    escape (a raw line break or quote the one-line pass missed); None otherwise."""
-    start = data.rfind(b'"name": "', max(0, at - REACH), at + 1)
-    if start < 0:
+    """(start, end) of the text of the event name that holds byte `at`, where it is one the profiler did not
+    escape that the one-line pass leaves (a raw line break in it); None otherwise, and where its end cannot
+    be told apart from the structure around it (name_end's rules: another event's start in it, or bytes
+    after it that do not read as JSON)."""
+    start = None
+    for m in NAME_START.finditer(data, max(0, at - REACH), at + 1):
+        if key_at(data, m.start()):
+            start = m.end()
+    if start is None:
         return None
-    m = PID_END.search(data, at, min(len(data), at + REACH))
-    if m is None:
-        return None
-    body0 = start + len(b'"name": "')
-    body = bytes(data[body0 : m.start()])
-    if b'"ph":' in body or b"\n  {" in body or _valid(body):
-        return None
-    return body0, m.start()
+    for m in PID_END.finditer(data, at, min(len(data), at + REACH)):
+        body = bytes(data[start : m.start()])
+        if b'"ph":' in body or b"\n  {" in body or _valid(body) or opens_another(data, start, m.start()):
+            return None
+        if follows(data, m.start(), start) == OK:
+            return start, m.start()
+    return None
 
 
 def unescaped_name_at(data: bytes | bytearray, at: int) -> bool:
