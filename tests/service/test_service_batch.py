@@ -158,3 +158,15 @@ def test_batch_failure_lines_name_the_path_once_and_what_failed(tmp_path):
     assert f"  failed: {empty}: empty file\n" in out.stdout and f"FAILED {empty}: empty file" in out.stderr
     assert f"  failed: {EXAMPLES / 'sync_point'}: writing the reports failed: cannot write" in out.stdout, out.stdout
     assert "recording failed" not in out.stdout and "OutputError" not in out.stdout
+
+
+def test_batch_analyses_a_trace_named_twice_once(tmp_path):
+    """`batch a b a` (or a path and a symlink to it) analysed and reported the same trace twice; it is analysed
+    once, with a note naming the repeat."""
+    trace = EXAMPLES / "sync_point"
+    link = tmp_path / "again"
+    link.symlink_to(trace)
+    out = zoomer("batch", str(trace), str(link), str(trace), "--no-record", "--no-progress", timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("batch: 1 analysed, 0 failed"), out.stdout
+    assert out.stderr.count("analysed once") == 2 and f"{link} is {trace} again" in out.stderr, out.stderr

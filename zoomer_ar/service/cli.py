@@ -266,7 +266,16 @@ def batch(paths, scheduler, workers, team, no_record, out_dir, progress, db) -> 
     missing = [str(p) for p in paths if not p.exists()]
     for m in missing:
         click.echo(f"zoomer-ar batch: {m}: not found", err=True)
-    todo = [str(p) for p in paths if p.exists()]
+    todo, seen = [], {}
+    for p in paths:  # the same trace named twice (a path and its symlink, `a b a`) is analysed once
+        if not p.exists():
+            continue
+        real = os.path.realpath(p)
+        if real in seen:
+            click.echo(f"zoomer-ar batch: note: {p} is {seen[real]} again: analysed once", err=True)
+            continue
+        seen[real] = str(p)
+        todo.append(str(p))
     if not todo:
         raise click.exceptions.Exit(2)
     result = run_with_progress(todo, lambda line: click.echo(line, err=True), show_bar=progress, scheduler=scheduler,
