@@ -54,60 +54,65 @@ def _escape(body: bytes) -> bytes:
     return json.dumps(body.decode("utf-8", errors="replace"), ensure_ascii=False)[1:-1].encode("utf-8")
 
 
-def _pass(data: bytes, pattern: re.Pattern, limit: int | None = None) -> tuple[bytes, int]:
-    """data with the pattern's invalid values re-escaped (the call stacks: a value without a quote); with
-    `limit`, data[:limit] (the matches whose value starts before it)."""
+def _splice(data: bytes, spans, end: int) -> tuple[bytes, int]:
+    """data[:end] with each (a, b) span of `spans` (in order, not overlapping) re-escaped, and their count."""
     parts: list[bytes] = []
     last = fixed = 0
-    end = len(data) if limit is None else limit
-    for m in pattern.finditer(data):
-        a, b = m.span(1)
-        if a >= end:
-            break
-        body = m.group(1)
-        if _valid(body):
-            continue
-        parts += [data[last:a], _escape(body)]
+    for a, b in spans:
+        parts += [data[last:a], _escape(data[a:b])]
         last = b
         fixed += 1
     if not fixed:
-        return (data if limit is None else data[:end]), 0
+        return (data if end == len(data) else data[:end]), 0
     parts.append(data[last:end])
     return b"".join(parts), fixed
+
+
+def _pass(data: bytes, pattern: re.Pattern, limit: int | None = None) -> tuple[bytes, int]:
+    """data with the pattern's invalid values re-escaped (the call stacks: a value without a quote); with
+    `limit`, data[:limit] (the matches whose value starts before it)."""
+    end = len(data) if limit is None else limit
+
+    def spans():
+        for m in pattern.finditer(data):
+            a, b = m.span(1)
+            if a >= end:
+                return
+            if not _valid(m.group(1)):
+                yield a, b
+
+    return _splice(data, spans(), end)
 
 
 def _names_pass(data: bytes, limit: int | None = None) -> tuple[bytes, int]:
     """data with the names the profiler did not escape re-escaped (each name read on its own: name_end);
     with `limit`, data[:limit] (the names that start before it: what follows one may lie beyond it).
     AmbiguousName where a name's end cannot be told apart from the members around it."""
-    parts: list[bytes] = []
-    last = fixed = after = 0
     end = len(data) if limit is None else limit
-    for m in NAMES.finditer(data):
-        if m.start() < after:  # inside the text of a name read before
-            continue
-        a = m.start(1)
-        if a >= end:
-            break
-        text = m.group(2)
-        if text is not None:  # a valid text, then the usual members: nothing to repair unless not UTF-8
-            if text.isascii() or _utf8(text):
+
+    def spans():
+        after = 0
+        for m in NAMES.finditer(data):
+            if m.start() < after:  # inside the text of a name read before
                 continue
-            b = m.end(2)
-        else:
-            got = name_end(data, a)
-            if got is None:  # no end fits (a raw line break in it, or other invalid JSON): left for the decoder
-                continue
-            b = after = got
-            if _valid(data[a:b]):
-                continue
-        parts += [data[last:a], _escape(data[a:b])]
-        last = b
-        fixed += 1
-    if not fixed:
-        return (data if limit is None else data[:end]), 0
-    parts.append(data[last:end])
-    return b"".join(parts), fixed
+            a = m.start(1)
+            if a >= end:
+                return
+            text = m.group(2)
+            if text is not None:  # a valid text, then the usual members: nothing to repair unless not UTF-8
+                if text.isascii() or _utf8(text):
+                    continue
+                b = m.end(2)
+            else:
+                got = name_end(data, a)
+                if got is None:  # no end fits (a raw line break in it, or other invalid JSON): left for the decoder
+                    continue
+                b = after = got
+                if _valid(data[a:b]):
+                    continue
+            yield a, b
+
+    return _splice(data, spans(), end)
 
 
 def passes(data: bytes, limit: int | None = None) -> tuple[bytes, int]:
