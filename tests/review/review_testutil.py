@@ -369,12 +369,14 @@ class FakeGitHub:
 # --------------------------------------------------------------------------------------------
 
 
-def make_analysis(name: str, findings: dict[str, float], *, wall_ms: float = 3_600_000.0, key: str | None = None):
-    """A small Analysis whose findings are {pattern: pct_of_step}."""
+def make_analysis(name: str, findings: dict[str, float], *, wall_ms: float = 3_600_000.0, key: str | None = None,
+                  has_gpu: bool = True):
+    """A small Analysis whose findings are {pattern: pct_of_step}; ``has_gpu=False``: an MTIA job (an
+    accelerator that is not a GPU)."""
     from zoomer_ar.models import Analysis, Bottleneck, Evidence, Finding, Impact, JobInfo, RankInfo
 
     sha = hashlib.sha256((key or f"{name}-{uuid.uuid4().hex}").encode()).hexdigest()
-    features = {"world_size": 1, "n_ranks": 1, "has_gpu": True, "has_accelerator": True, "wall_ms": wall_ms,
+    features = {"world_size": 1, "n_ranks": 1, "has_gpu": has_gpu, "has_accelerator": True, "wall_ms": wall_ms,
                 "step_ms": 100.0, "profiler_steps": 10, "phase_basis": "gpu"}
     fs = [
         Finding(pattern=p, title=p, severity="high", confidence=0.9,
@@ -386,6 +388,6 @@ def make_analysis(name: str, findings: dict[str, float], *, wall_ms: float = 3_6
         tool_version="0.1.0", feature_schema_version="1.0.0",
         job=JobInfo(name=name, path=f"/traces/{name}.json", ranks=[
             RankInfo(path=f"/traces/{name}.json", rank=0, rank_source="default", sha256=sha, size_bytes=1, n_events=1,
-                     devices=["NVIDIA H100 80GB HBM3"])]),
+                     devices=["NVIDIA H100 80GB HBM3" if has_gpu else "MTIA"])]),
         features=features, bottleneck=Bottleneck(type="unknown", shares={}, summary=""), findings=fs,
     )

@@ -39,10 +39,11 @@ def test_trace_evidence_is_attached_to_the_same_pattern(tmp_path, sync_trace):
     assert "📈 measured in this code's trace" in render_markdown(result)
 
 
-def _record(url: str, job: str, findings: dict[str, float], week: str, gpu_hours: float, price: float | None = None):
+def _record(url: str, job: str, findings: dict[str, float], week: str, gpu_hours: float, price: float | None = None,
+            has_gpu: bool = True):
     from zoomer_ar.store import RecordOptions, record_analysis
 
-    record_analysis(make_analysis(job, findings), RecordOptions(job=job, week=week, gpu_hours=gpu_hours, gpu_hour_cost=price), db=url)
+    record_analysis(make_analysis(job, findings, has_gpu=has_gpu), RecordOptions(job=job, week=week, gpu_hours=gpu_hours, gpu_hour_cost=price), db=url)
 
 
 def test_store_evidence_last_week(tmp_path):
@@ -79,6 +80,30 @@ def test_store_evidence_for_a_given_week_and_an_older_week(tmp_path):
         dispose_engine(url)
     ev = {f.rule_id: [e.text for e in f.evidence] for f in result.findings}
     assert ev["dataloader-bound"] == ["this pattern cost 100 GPU-hours in job vit in week 2026-W10"]
+
+
+def test_store_evidence_names_accelerator_hours_for_mtia_jobs(tmp_path):
+    """`review --db` said "GPU-hours" of every job; an MTIA job's hours are accelerator-hours, as the
+    reports name them (features.names.device_noun); a total over GPU and MTIA jobs names both."""
+    from zoomer_ar.store import weeks as W
+    from zoomer_ar.store.db import dispose_engine
+
+    url = "sqlite:///" + str(tmp_path / "store.db")
+    last_week = W.shift(W.week_of(W.now()), -1)
+    try:
+        _record(url, "mtia-ranker", {"sync-point": 10.0, "dataloader-bound": 5.0}, last_week, 1000.0, has_gpu=False)
+        _record(url, "mtia-ads", {"sync-point": 2.0}, last_week, 1000.0, has_gpu=False)
+        _record(url, "resnet", {"dataloader-bound": 1.0}, last_week, 1000.0)
+        repo = must_hold_repo(tmp_path / "r")
+        result = review(repo.path, "main", "feature", db=url)
+    finally:
+        dispose_engine(url)
+    ev = {f.rule_id: [e.text for e in f.evidence] for f in result.findings}
+    assert ev["sync-point"] == ["this pattern cost 100 accelerator-hours in job mtia-ranker last week; "
+                                "120 accelerator-hours across 2 jobs"]
+    assert ev["dataloader-bound"] == ["this pattern cost 50 accelerator-hours in job mtia-ranker last week; "
+                                      "60 GPU- and accelerator-hours across 2 jobs"]
+    assert "this pattern cost 100 accelerator-hours in job mtia-ranker" in render_markdown(result)
 
 
 def test_missing_store_is_a_note_not_an_error(tmp_path):

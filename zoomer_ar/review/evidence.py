@@ -9,7 +9,7 @@
 * ``--db URL``: the store (``zoomer_ar.store``) is asked what the pattern cost in the reference
   week (default: last ISO week; ``--db-week`` sets it), else in the latest of the 4 weeks before
   it that has data: GPU-hours (and dollars, with a price) in the job where it cost most, and in
-  all jobs. The store is read, never written; a store that cannot be read is a note, not an error.
+  all jobs (accelerator-hours for MTIA jobs, as the reports name them). The store is read, never written; a store that cannot be read is a note, not an error.
 """
 
 from __future__ import annotations
@@ -93,9 +93,11 @@ def _same_file(frame_file: str, path: str) -> bool:
 
 
 def store_costs(db: str, patterns: Iterable[str], week: str | None = None) -> tuple[dict[str, dict[str, Any]], list[str]]:
-    """pattern -> {week, relative, job, job_gpu_hours, job_usd, total_gpu_hours, total_usd, jobs}."""
+    """pattern -> {week, relative, job, job_gpu_hours, job_usd, job_hours_unit, total_gpu_hours, total_usd,
+    total_hours_unit, jobs}; the ``*_gpu_hours`` keep their names, the units name the devices."""
     from sqlalchemy import func, select
 
+    from ..features.names import device_noun
     from ..store import weeks as W
     from ..store.db import StoreError, get_engine, parse_url, redact, resolve_url
     from ..store.orm import Analysis, Finding, Job
@@ -116,13 +118,17 @@ def store_costs(db: str, patterns: Iterable[str], week: str | None = None) -> tu
     try:
         engine = get_engine(db)
         price = func.coalesce(Analysis.gpu_hour_cost, Job.gpu_hour_cost)
+        # the device each run recorded (features.has_gpu / has_accelerator), so the hours are named
+        # as the reports name them: accelerator-hours for an MTIA job (features.names.device_noun)
+        has_gpu = Analysis.features["has_gpu"].as_boolean()
+        has_accelerator = Analysis.features["has_accelerator"].as_boolean()
         stmt = (
             select(Finding.pattern, Finding.week, Job.name, func.sum(Finding.wasted_gpu_hours),
-                   func.sum(Finding.wasted_gpu_hours * price), func.count(price))
+                   func.sum(Finding.wasted_gpu_hours * price), func.count(price), has_gpu, has_accelerator)
             .join(Job, Job.id == Finding.job_id)
             .join(Analysis, Analysis.id == Finding.analysis_id)
             .where(Finding.pattern.in_(patterns), Finding.week >= since, Finding.week <= ref)
-            .group_by(Finding.pattern, Finding.week, Job.name)
+            .group_by(Finding.pattern, Finding.week, Job.name, has_gpu, has_accelerator)
         )
         with engine.connect() as conn:
             rows = conn.execute(stmt).all()
@@ -131,29 +137,58 @@ def store_costs(db: str, patterns: Iterable[str], week: str | None = None) -> tu
     except Exception as exc:  # noqa: BLE001 - evidence is optional: report, do not fail the review
         msg = str(getattr(exc, "orig", None) or exc).strip().splitlines()
         return {}, [f"the store {redact(url)} could not be read ({type(exc).__name__}: {msg[0] if msg else ''}): no measured cost attached"]
-    by: dict[str, dict[str, list[tuple[str, float, float | None]]]] = {}
-    for pattern, wk, job, gph, usd, priced in rows:
-        by.setdefault(pattern, {}).setdefault(wk, []).append((job, float(gph or 0.0), float(usd) if priced else None))
+    by: dict[str, dict[str, dict[str, _JobCost]]] = {}
+    for pattern, wk, job, gph, usd, priced, gpu, accelerator in rows:
+        cost = by.setdefault(pattern, {}).setdefault(wk, {}).setdefault(job, _JobCost(job))
+        cost.add(float(gph or 0.0), float(usd) if priced else None,
+                 device_noun({"has_gpu": gpu, "has_accelerator": accelerator}))
     out: dict[str, dict[str, Any]] = {}
     for pattern, weeks in by.items():
         wk = max(weeks)
-        jobs = sorted(weeks[wk], key=lambda r: (-r[1], r[0]))
+        jobs = sorted(weeks[wk].values(), key=lambda r: (-r.hours, r.job))
         top = jobs[0]
-        if top[1] <= 0:
+        if top.hours <= 0:
             continue
-        usd_known = [r[2] for r in jobs if r[2] is not None]
+        usd_known = [r.usd for r in jobs if r.usd is not None]
         relative = "last week" if wk == W.shift(now_week, -1) else "this week" if wk == now_week else f"in week {wk}"
         out[pattern] = {
             "week": wk,
             "relative": relative,
-            "job": top[0],
-            "job_gpu_hours": top[1],
-            "job_usd": top[2],
-            "total_gpu_hours": sum(r[1] for r in jobs),
+            "job": top.job,
+            "job_gpu_hours": top.hours,
+            "job_usd": top.usd,
+            "job_hours_unit": _hours_unit(top.nouns),
+            "total_gpu_hours": sum(r.hours for r in jobs),
             "total_usd": sum(usd_known) if usd_known else None,
+            "total_hours_unit": _hours_unit({n for r in jobs for n in r.nouns}),
             "jobs": len(jobs),
         }
     return out, []
+
+
+class _JobCost:
+    """One job's cost of a pattern in a week, summed over its runs (their devices named)."""
+
+    def __init__(self, job: str) -> None:
+        self.job = job
+        self.hours = 0.0
+        self.usd: float | None = None
+        self.nouns: set[str] = set()
+
+    def add(self, hours: float, usd: float | None, noun: str) -> None:
+        self.hours += hours
+        if usd is not None:
+            self.usd = (self.usd or 0.0) + usd
+        self.nouns.add(noun)
+
+
+def _hours_unit(nouns: set[str]) -> str:
+    """"GPU-hours", "accelerator-hours", or both named where GPU and MTIA jobs are summed."""
+    if nouns == {"accelerator"}:
+        return "accelerator-hours"
+    if "accelerator" in nouns and len(nouns) > 1:
+        return "GPU- and accelerator-hours"
+    return "GPU-hours"
 
 
 # --------------------------------------------------------------------------------------------
@@ -194,8 +229,8 @@ def attach(
             if c is None:
                 continue
             usd = f" (${c['job_usd']:,.0f})" if c["job_usd"] is not None else ""
-            text = f"this pattern cost {_gh(c['job_gpu_hours'])} GPU-hours{usd} in job {c['job']} {c['relative']}"
+            text = f"this pattern cost {_gh(c['job_gpu_hours'])} {c['job_hours_unit']}{usd} in job {c['job']} {c['relative']}"
             if c["jobs"] > 1:
-                text += f"; {_gh(c['total_gpu_hours'])} GPU-hours across {c['jobs']} jobs"
+                text += f"; {_gh(c['total_gpu_hours'])} {c['total_hours_unit']} across {c['jobs']} jobs"
             f.evidence.append(Evidence(source="store", text=text, data=c))
     return notes
