@@ -1,7 +1,8 @@
 """An AMD (ROCm) job's findings in HIP's words, rule by rule.
 
 sync-point ('one `cudaStreamSynchronize`'), misaligned-gemm ('Tensor-core GEMM kernels'),
-conv-bias-before-bn ('cuDNN paths') and single-tensor-optimizer ('`fused=True` ... on CUDA') told an
+conv-bias-before-bn ('cuDNN paths'), single-tensor-optimizer ('`fused=True` ... on CUDA') and
+exposed-communication ('NVLink/InfiniBand in use') told an
 AMD job about NVIDIA's runtime and libraries. None of them fires on the corpus's AMD traces, so their
 findings are built on the MI300X trace's own features, as the engine builds them.
 """
@@ -17,7 +18,7 @@ from zoomer_ar.detect.rules import get_rule, load_rules
 
 ROCM_TRACE = "tracelens/perf_model/normalization/normalization_layer_test.json.gz"  # MI300X, ROCm
 # NVIDIA-only runtime calls, libraries and hardware words (torch.cuda.* stays: PyTorch's ROCm build keeps it)
-CUDA_ONLY = re.compile(r"\bcuda[A-Z]\w*|CUDA[ -]graph|Ampere|[Tt]ensor[- ]cores?|cuDNN|cuBLAS|\bon CUDA\b")
+CUDA_ONLY = re.compile(r"\bcuda[A-Z]\w*|CUDA[ -]graph|Ampere|[Tt]ensor[- ]cores?|cuDNN|cuBLAS|\bon CUDA\b|NVLink")
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +47,7 @@ def _words(f) -> str:
     ("misaligned-gemm", ["rocBLAS", "hipBLASLt", "matrix-core"]),
     ("conv-bias-before-bn", ["MIOpen"]),
     ("single-tensor-optimizer", ["PyTorch's ROCm build runs the\nfused kernels"]),
+    ("exposed-communication", ["RCCL", "Infinity Fabric (xGMI)", "TORCH_NCCL_AVOID_RECORD_STREAMS=1"]),
 ])
 def test_an_amd_job_reads_hip_names(amd_job, rule_id, hip_words):
     f = _finding(rule_id, amd_job)
