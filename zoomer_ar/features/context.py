@@ -30,7 +30,9 @@ class RankFeatures:
     # what each evidence event was chosen by, where not its duration (us; e.g. a GEMM op's GPU time, a
     # collective's exposed time): the job's evidence keeps that order when it merges the ranks'
     evidence_keys: dict[int, float] = field(default_factory=dict)  # id(event) -> key
-    collectives: list[tuple[str, float, float]] = field(default_factory=list)  # (type, ts, dur) in order
+    # the rank's collectives by type, in order of start: type -> (starts, durations), us (arrays: a
+    # summary of a rank with 10^5 collectives stays small)
+    collectives: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     t0: float = 0.0  # the rank's first complete event: evidence times (ts_ms) are relative to it
     _timeline_of: tuple[np.ndarray, np.ndarray, float] | None = None  # (union starts, ends, t0)
     _timeline: list[TimelineBin] | None = None  # the default timeline, once the union is dropped (pickled)

@@ -84,6 +84,9 @@ def _per_step_opt(rfs: list[RankFeatures], key: str) -> float | None:
     return float(np.mean(vals)) if vals else None
 
 
+_MATCH_CHUNK = 65536
+
+
 def _cross_rank(rfs: list[RankFeatures], out: dict[str, Any]) -> dict[str, list[EvidenceEvent]]:
     evidence: dict[str, list[EvidenceEvent]] = {}
     if len(rfs) < 2:
@@ -110,29 +113,27 @@ def _cross_rank(rfs: list[RankFeatures], out: dict[str, Any]) -> dict[str, list[
         out["slowest_rank"] = ranks[heavy]  # until a straggler is found below
         out["most_compute_rank"] = ranks[heavy]
     # straggler: match the k-th collective of each type across ranks; the shortest one arrived last
-    by_type: dict[str, list[list[tuple[float, float]]]] = {}
-    for rf in rfs:
-        per: dict[str, list[tuple[float, float]]] = {}
-        for ctype, ts, dur in rf.collectives:
-            per.setdefault(ctype, []).append((ts, dur))
-        for ctype in set(per) | set(by_type):
-            by_type.setdefault(ctype, [[] for _ in range(len(rfs))])
-        for ctype, lst in per.items():
-            by_type[ctype][rfs.index(rf)] = lst
     caused = np.zeros(len(rfs))  # wait the others spent because this rank was last
     last_count = np.zeros(len(rfs))
     matched = 0
     worst: list[tuple[float, str, int, int, float]] = []
-    for ctype, lists in by_type.items():
-        n = min(len(x) for x in lists)
-        for k in range(n):
-            durs = np.array([lists[r][k][1] for r in range(len(rfs))])
-            last = int(np.argmin(durs))
-            wait = durs - durs[last]
-            caused[last] += wait.sum() / max(len(rfs) - 1, 1)
-            last_count[last] += 1
-            matched += 1
-            worst.append((float(wait.max()), ctype, k, last, lists[last][k][0]))
+    for ctype in dict.fromkeys(c for rf in rfs for c in rf.collectives):
+        if any(ctype not in rf.collectives for rf in rfs):
+            continue
+        n = min(rf.collectives[ctype][0].size for rf in rfs)
+        for k0 in range(0, n, _MATCH_CHUNK):  # columns of collectives, bounded memory whatever their number
+            k1 = min(n, k0 + _MATCH_CHUNK)
+            durs = np.stack([rf.collectives[ctype][1][k0:k1] for rf in rfs])  # ranks x collectives
+            cols = np.arange(k1 - k0)
+            last = np.argmin(durs, axis=0)
+            wait = durs - durs[last, cols]
+            caused += np.bincount(last, weights=wait.sum(axis=0), minlength=len(rfs)) / max(len(rfs) - 1, 1)
+            last_count += np.bincount(last, minlength=len(rfs))
+            matched += k1 - k0
+            wmax = wait.max(axis=0)
+            for j in np.lexsort((last, cols, wmax))[-5:].tolist():  # this chunk's 5 worst, by the key below
+                ts = float(rfs[int(last[j])].collectives[ctype][0][k0 + j])
+                worst.append((float(wmax[j]), ctype, k0 + j, int(last[j]), ts))
     if matched:
         s = int(np.argmax(caused))
         out["slowest_rank"] = ranks[s]

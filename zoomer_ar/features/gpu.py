@@ -131,10 +131,12 @@ def gpu_features(c: RankContext, rf: RankFeatures, step_starts: np.ndarray, step
         v["exposed_comm_ms_total"] = (comm_total - overlap) / 1000.0
         exposed_each = t.dur[comm] - iv.overlap_with(t.ts[comm], c.end[comm], comp_u)
         rf.evidence["comm"] = c.worst(comm, key=exposed_each, detail=lambda i: "collective not overlapped by compute")
-        order = np.argsort(t.ts[comm], kind="stable")
-        rf.collectives = [
-            (N.collective_type(t.name_of(int(i))), float(t.ts[i]), float(t.dur[i])) for i in comm[order]
-        ]
+        order = comm[np.argsort(t.ts[comm], kind="stable")]
+        codes, inverse = np.unique(t.name[order], return_inverse=True)
+        types = np.array([N.collective_type(t.names[int(c)]) for c in codes.tolist()], dtype=object)[inverse]
+        for ctype in dict.fromkeys(types.tolist()):  # in order of first appearance
+            of = order[types == ctype]
+            rf.collectives[ctype] = (t.ts[of].astype(np.float64), t.dur[of].astype(np.float64))
     else:
         v["comm_ms_total"] = 0.0
         v["exposed_comm_ms_total"] = 0.0
