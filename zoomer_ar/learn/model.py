@@ -23,6 +23,7 @@ import numpy as np
 from ..errors import InputError
 from . import calibrate
 from .featurize import full_features, matrix
+from .meta_check import meta_problem
 from .trees import Corrupt, TextBooster, Unsupported
 
 
@@ -53,6 +54,9 @@ def read_meta(directory: Path) -> dict[str, Any]:
     if not isinstance(meta["labels"], dict) or not all(isinstance(v, dict) and "file" in v and "threshold" in v
                                                        for v in meta["labels"].values()):
         raise ModelLoadError(str(f), "not a model meta.json (labels: expected {pattern: {file, threshold, ...}})")
+    why = meta_problem(meta)
+    if why:
+        raise ModelLoadError(str(f), f"a damaged model meta.json ({why})")
     return meta
 
 
