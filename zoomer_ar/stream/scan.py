@@ -29,6 +29,7 @@ from ..load import fastcols
 from ..load.cuts import last_boundary as _cut
 from ..load.cuts import skip_ws as _skip_ws
 from ..load.fastcols import feed_events
+from ..load.name_end import NAME_START
 from ..load.repair import StreamRepair, unescaped_name_at
 from ..load.reader import scoped_progress
 from .source import CHUNK, BadJSON, ChunkReader, Progress, StreamError, require_regular
@@ -407,18 +408,18 @@ def scan_columns(path: Path, parser, consume: Callable[[int, dict, dict], None],
 
 
 _EVENT_AT = re.compile(r"event at byte (\d+)")
-_NAME_KEY = b'"name": "'
 
 
 def _unescaped_event(view, exc: Exception) -> bool:
     """Is the event the compiled reader stopped at (its message gives where the event starts) one whose
-    name the profiler did not escape (load/repair.py)?"""
+    name the profiler did not escape (load/repair.py)? The name key as any writer spaces it (NAME_START:
+    `"name": "`, or a compact writer's `"name":"`)."""
     m = _EVENT_AT.search(str(exc))
     if m is None:
         return False
     start = int(m.group(1))
-    k = bytes(view[start : start + (1 << 16)]).find(_NAME_KEY)
-    return k >= 0 and unescaped_name_at(view, start + k + len(_NAME_KEY))
+    key = NAME_START.search(bytes(view[start : start + (1 << 16)]))
+    return key is not None and unescaped_name_at(view, start + key.end())
 
 
 def _tail_bound(n: int) -> None:
