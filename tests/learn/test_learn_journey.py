@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from zoomer_ar.cli import main
+
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = REPO / "models" / "v0001"
@@ -75,3 +77,82 @@ def test_the_shipped_model_still_loads_with_the_checks():
 
     bundle = ModelBundle(SHIPPED)
     assert bundle.labels and bundle.votes({"gpu_busy_pct": 41.0, "step_ms": 80.0})
+
+
+# --- verdicts of another feature schema -------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def analysed(tmp_path_factory):
+    """A small generated trace and the findings.json `analyze` wrote for it."""
+    from zoomer_ar.synth.generator import generate
+
+    d = tmp_path_factory.mktemp("analysed")
+    trace = d / "job" / "rank0.json"
+    trace.parent.mkdir()
+    trace.write_text(json.dumps(generate(3, plants=["sync-point"]).documents[0]))
+    assert main(["analyze", str(trace), "--out", str(d / "out"), "--format", "json"]) == 0
+    return trace, d / "out" / "findings.json"
+
+
+def _old_findings(src: Path, dest: Path, trace: str | None = None) -> Path:
+    doc = json.loads(src.read_text())
+    doc["feature_schema_version"] = "1.0.0"
+    doc["features"].pop("compute_ms_per_step", None)  # a field 1.0.0 did not have
+    if trace is not None:
+        doc["job"]["path"] = trace
+    dest.mkdir(parents=True)
+    (dest / "findings.json").write_text(json.dumps(doc))
+    return dest / "findings.json"
+
+
+def test_labelling_an_old_findings_json_refeaturises_its_trace(tmp_path, analysed, capsys):
+    """A findings.json written by an older zoomer-ar (another feature schema) was recorded with its old
+    features; `train` dropped the verdict as 'cases of another feature-schema version (rebuild the corpus)'
+    whenever its trace could not be re-read then. Where the trace is there, `label` now reads it again and
+    records this schema's features."""
+    from zoomer_ar.features import FEATURE_SCHEMA_VERSION
+
+    trace, findings = analysed
+    old = _old_findings(findings, tmp_path / "old")
+    store = tmp_path / "labels.jsonl"
+    capsys.readouterr()
+    assert main(["label", str(old), "--pattern", "sync-point", "--yes", "--store", str(store)]) == 0
+    rec = json.loads(store.read_text())
+    assert rec["feature_schema_version"] == FEATURE_SCHEMA_VERSION
+    assert "compute_ms_per_step" in rec["features"]
+    assert rec["trace_sha256"] == [r["sha256"] for r in json.loads(findings.read_text())["job"]["ranks"]]
+
+
+def test_an_old_verdict_whose_trace_is_gone_is_named_at_label_and_train(tmp_path, analysed, capsys):
+    """Its trace gone, an old findings.json's verdict was recorded without a word and `train` said only
+    'skipped 1 cases of another feature-schema version (rebuild the corpus)', which does not bring it back.
+    `label` now warns that `train` cannot use it, and `train` names the verdict's trace and what to do."""
+    import numpy as np
+
+    from zoomer_ar.learn import train as T
+    from zoomer_ar.learn.cases import LabelledCase, full_labels, write_cases
+
+    _, findings = analysed
+    old = _old_findings(findings, tmp_path / "old", trace=str(tmp_path / "gone" / "rank0.json"))
+    store = tmp_path / "labels.jsonl"
+    capsys.readouterr()
+    assert main(["label", str(old), "--pattern", "sync-point", "--yes", "--store", str(store)]) == 0
+    out = capsys.readouterr()
+    assert "feature schema 1.0.0" in out.err and "gone" in out.err and "rank0.json" in out.err
+    assert json.loads(store.read_text())["feature_schema_version"] == "1.0.0"  # the verdict is kept as given
+
+    rng = np.random.default_rng(0)
+    cases = []
+    for i in range(60):
+        busy = float(rng.uniform(5, 99))
+        cases.append(LabelledCase(case_id=f"s{i}", source="synth", group=f"synth:{i}", feature_schema_version=T.FEATURE_SCHEMA_VERSION,
+                                  features={"gpu_busy_pct": busy, "step_ms": 10.0, "has_gpu": True},
+                                  labels=full_labels({"idle-gpu": "positive" if busy < 40 else "negative"})))
+    (tmp_path / "c").mkdir()
+    write_cases(tmp_path / "c" / "corpus.jsonl", cases)
+    logs: list[str] = []
+    T.train(T.TrainConfig(data=str(tmp_path / "c"), out=str(tmp_path / "models"), labels=str(store),
+                          traces=str(tmp_path / "no-traces")), log=logs.append)
+    said = "\n".join(logs)
+    assert "rebuild the corpus" not in said
+    assert "1 human verdict" in said and "1.0.0" in said and str(tmp_path / "gone" / "rank0.json") in said

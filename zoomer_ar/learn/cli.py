@@ -336,7 +336,7 @@ def label_cmd(target, pattern, verdict, note, store) -> None:
     if not Path(target).exists():
         raise InputError(str(target), "no such file or directory")
     path = labels_path(Path(store) if store else None)
-    rec = record(Path(target), pattern, verdict, note, path)
+    rec = record(Path(target), pattern, verdict, note, path, warn=lambda msg: click.echo(f"warning: {msg}", err=True))
     click.echo(f"recorded {rec['verdict']} {pattern} for {rec['job']} in {path}; "
                "the next `train` run from this folder uses it")
 

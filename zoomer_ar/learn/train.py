@@ -171,7 +171,8 @@ def train(cfg: TrainConfig, log=print) -> Path:
     traces = Path(cfg.traces) if cfg.traces else DEFAULT_TRACES
     real_rels = [e["rel"] for e in real_entries(traces)]
     vcases = V.cases(Path(cfg.labels), groups=V.trace_groups(all_corpus), traces=traces, real_rels=real_rels)
-    skipped = [c for c in all_corpus + vcases if c.feature_schema_version != FEATURE_SCHEMA_VERSION]
+    skipped = [c for c in all_corpus if c.feature_schema_version != FEATURE_SCHEMA_VERSION]
+    stale_verdicts = [c for c in vcases if c.feature_schema_version != FEATURE_SCHEMA_VERSION]
     cases = [c for c in all_corpus + vcases if c.feature_schema_version == FEATURE_SCHEMA_VERSION]
     if not [c for c in cases if c.source != "verdict"]:
         found = sorted({c.feature_schema_version for c in all_corpus})
@@ -179,6 +180,13 @@ def train(cfg: TrainConfig, log=print) -> Path:
                                             f"{', '.join(found) or 'no cases'}): rebuild it with `zoomer-ar corpus build`"))
     if skipped:
         log(f"train: skipped {len(skipped)} cases of another feature-schema version (rebuild the corpus)")
+    if stale_verdicts:
+        log(f"train: warning: {len(stale_verdicts)} human verdict{'s' if len(stale_verdicts) != 1 else ''} not used: "
+            f"recorded with another feature schema than {FEATURE_SCHEMA_VERSION} and not featurised again ("
+            + "; ".join(f"{c.feature_schema_version}, {c.provenance.get('not_refeaturised', 'its trace is gone')}"
+                        for c in stale_verdicts[:3])
+            + (" ..." if len(stale_verdicts) > 3 else "")
+            + "): analyse the trace with this zoomer-ar and label its findings.json again")
     feats = [full_features(c.features) for c in cases]
     names = feature_names()
     vocab = build_vocab(feats)

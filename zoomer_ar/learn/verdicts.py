@@ -21,7 +21,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import InputError, OutputError
 from ..features import FEATURE_SCHEMA_VERSION, extract
@@ -86,13 +86,41 @@ def _from_findings(path: Path) -> tuple[dict[str, Any], str, list[str], str] | N
     return feats, trace, shas, version
 
 
-def record(target: Path, pattern: str, verdict: bool, note: str = "", store: Path = DEFAULT_LABELS) -> dict[str, Any]:
-    """Append one verdict to `store` (see labels_path: a relative path is taken from the current folder)."""
+def _refeaturised(feats: dict[str, Any], trace: str, shas: list[str], version: str,
+                  warn: Callable[[str], None]) -> tuple[dict[str, Any], str]:
+    """An analysed job's features in this code's feature schema: those of its findings.json when it has that
+    schema, else extracted again from its trace when the trace is still there unchanged (same rank sha256s);
+    otherwise the findings.json's, with a warning that `train` cannot use them."""
+    if version == FEATURE_SCHEMA_VERSION:
+        return feats, version
+    why = f"its trace {trace} is gone"
+    if Path(trace).exists():
+        try:
+            job = load_job(Path(trace))
+        except InputError as exc:
+            why = f"its trace cannot be read again ({exc})"
+        else:
+            if [r.sha256 for r in job.info.ranks] == shas:
+                return extract(job).vector.model_dump(mode="json"), FEATURE_SCHEMA_VERSION
+            why = f"its trace {trace} has changed since it was analysed"
+    warn(f"this findings.json has feature schema {version}, `train` uses {FEATURE_SCHEMA_VERSION}, and {why}: the "
+         "verdict is recorded, but `train` cannot use it until the trace is analysed again with this zoomer-ar and "
+         "its new findings.json is labelled")
+    return feats, version
+
+
+def record(target: Path, pattern: str, verdict: bool, note: str = "", store: Path = DEFAULT_LABELS,
+           warn: Callable[[str], None] = lambda _msg: None) -> dict[str, Any]:
+    """Append one verdict to `store` (see labels_path: a relative path is taken from the current folder).
+
+    A findings.json of another feature schema is featurised again from its trace where it can be (`warn`
+    is told when it cannot: `train` skips such a verdict)."""
     if pattern not in PATTERN_IDS:
         raise InputError(pattern, f"not an anti-pattern id ({', '.join(PATTERN_IDS)})")
     found = _from_findings(target) if target.exists() else None
     if found is not None:
         feats, trace, shas, version = found
+        feats, version = _refeaturised(feats, trace, shas, version, warn)
         name = Path(trace).name
     else:
         job = load_job(target)
@@ -204,12 +232,15 @@ def cases(store: Path = DEFAULT_LABELS, groups: dict[str, str] | None = None, tr
         recs.sort(key=lambda r: r["at"])
         last = recs[-1]
         feats, version = last["features"], last.get("feature_schema_version", FEATURE_SCHEMA_VERSION)
-        if version != FEATURE_SCHEMA_VERSION and Path(last["trace"]).exists():
-            try:
-                feats = extract(load_job(Path(last["trace"]))).vector.model_dump(mode="json")
-                version = FEATURE_SCHEMA_VERSION
-            except Exception:
-                pass
+        stale = None
+        if version != FEATURE_SCHEMA_VERSION:
+            stale = f"its trace {last['trace']} is gone"
+            if Path(last["trace"]).exists():
+                try:
+                    feats = extract(load_job(Path(last["trace"]))).vector.model_dump(mode="json")
+                    version, stale = FEATURE_SCHEMA_VERSION, None
+                except Exception as exc:  # noqa: BLE001 - reported by train with the verdict it drops
+                    stale = f"its trace {last['trace']} cannot be read again ({str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__})"
         labels = {r["pattern"]: r["verdict"] for r in recs}
         shas = sorted(last.get("trace_sha256") or [])
         rel = real_trace_of(last["trace"], traces, real_rels)
@@ -222,6 +253,8 @@ def cases(store: Path = DEFAULT_LABELS, groups: dict[str, str] | None = None, tr
                 "verdicts": [{k: r.get(k) for k in ("pattern", "verdict", "note", "at")} for r in recs]}
         if rel:
             prov["real_trace"] = rel
+        if stale:
+            prov["not_refeaturised"] = stale
         out.append(LabelledCase(
             case_id=f"verdict-{key[:16]}", source="verdict", group=group, weight=VERDICT_WEIGHT,
             feature_schema_version=version, features=feats, labels=full_labels(labels), provenance=prov,
