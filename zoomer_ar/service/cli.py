@@ -98,6 +98,10 @@ def _spawn_worker(settings, log_level: str) -> subprocess.Popen:
 @DB_OPTION
 @DATA_OPTION
 @click.option("--max-upload-mb", type=click.FloatRange(min=0.001), default=None, help="Request body cap (default 2048).")
+@click.option("--read-timeout", "read_timeout_s", type=click.FloatRange(min=0.1), default=None,
+              help="Seconds a client has to send a request's headers, and that its body may stall (default 30).")
+@click.option("--min-body-rate", type=click.FloatRange(min=0), default=None, metavar="KIB_PER_S",
+              help="Average KiB/s a request body must keep past the read timeout (default 1; 0: no minimum).")
 @click.option("--max-archive-mb", type=click.FloatRange(min=0.001), default=None,
               help="Cap on an archive's uncompressed size (default 8192).")
 @click.option("--max-archive-entries", type=click.IntRange(min=1), default=None, help="Cap on an archive's entries (default 20000).")
@@ -115,9 +119,9 @@ def _spawn_worker(settings, log_level: str) -> subprocess.Popen:
 @click.option("--webhook-post/--no-webhook-post", default=None, help="Post reviews to the pull request (needs GITHUB_TOKEN).")
 @GITHUB_API_OPTION
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True)
-def serve(host, port, port_file, db, data_dir, max_upload_mb, max_archive_mb, max_archive_entries, max_archive_ratio,
-          lease_s, max_attempts, embedded_workers, webhook_secret, webhook_repos, webhook_team, webhook_post,
-          github_api_url, log_level) -> None:
+def serve(host, port, port_file, db, data_dir, max_upload_mb, read_timeout_s, min_body_rate, max_archive_mb,
+          max_archive_entries, max_archive_ratio, lease_s, max_attempts, embedded_workers,
+          webhook_secret, webhook_repos, webhook_team, webhook_post, github_api_url, log_level) -> None:
     """Run the HTTP API (FastAPI on uvicorn): uploads, job status and results, verdicts, digest, GitHub webhook."""
     _require("fastapi", "uvicorn", "python_multipart")
     import uvicorn
@@ -132,6 +136,7 @@ def serve(host, port, port_file, db, data_dir, max_upload_mb, max_archive_mb, ma
         raise click.BadParameter(str(exc), param_hint="--webhook-repo") from None
     settings = _settings(
         db=db, data_dir=data_dir, max_upload_bytes=int(max_upload_mb * MB) if max_upload_mb else None,
+        read_timeout_s=read_timeout_s, min_body_rate=min_body_rate * 1024 if min_body_rate is not None else None,
         max_bytes=int(max_archive_mb * MB) if max_archive_mb else None, max_entries=max_archive_entries,
         max_ratio=max_archive_ratio, lease_s=lease_s, max_attempts=max_attempts, webhook_secret=webhook_secret,
         webhook_repos=repos, webhook_team=webhook_team, webhook_post=webhook_post, github_api_url=github_api_url,
@@ -148,8 +153,10 @@ def serve(host, port, port_file, db, data_dir, max_upload_mb, max_archive_mb, ma
         _write_port_file(port_file, bound)
     click.echo(f"zoomer-ar serve: http://{host}:{bound} ({n} embedded worker{'s' if n != 1 else ''})", err=True)
     try:
+        from .slow_clients import guarded_protocol
+
         config = uvicorn.Config(create_app(settings), log_level=log_level, timeout_graceful_shutdown=10,
-                                server_header=False)
+                                server_header=False, http=guarded_protocol(settings.read_limits))
         uvicorn.Server(config).run(sockets=[sock])
     finally:
         for child in children:

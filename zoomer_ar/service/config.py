@@ -8,6 +8,8 @@
 | archive uncompressed cap | `--max-archive-mb` | `ZOOMER_SERVICE_MAX_ARCHIVE_MB` | 8192 |
 | archive entries cap | `--max-archive-entries` | `ZOOMER_SERVICE_MAX_ARCHIVE_ENTRIES` | 20000 |
 | archive ratio cap | `--max-archive-ratio` | `ZOOMER_SERVICE_MAX_ARCHIVE_RATIO` | 200 |
+| read timeout (headers; a stalled body) | `--read-timeout` | `ZOOMER_SERVICE_READ_TIMEOUT_S` | 30 s |
+| minimum body rate past the read timeout | `--min-body-rate` (KiB/s, 0: none) | `ZOOMER_SERVICE_MIN_BODY_RATE_KIB` | 1 KiB/s |
 | lease | `--lease` | `ZOOMER_SERVICE_LEASE_S` | 30 s (heartbeat every third of it) |
 | claims per job | `--max-attempts` | `ZOOMER_SERVICE_MAX_ATTEMPTS` | 3 |
 | webhook secret | `--webhook-secret` | `ZOOMER_WEBHOOK_SECRET` | none (webhook refuses everything) |
@@ -22,6 +24,7 @@ must not choose the host that receives the token.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -84,6 +87,8 @@ class Settings:
     db: str | None = None
     data_dir: Path = field(default_factory=default_data_dir)
     max_upload_bytes: int = 2048 * MB
+    read_timeout_s: float = 30.0
+    min_body_rate: float = 1024.0  # bytes/s
     archive: ArchiveLimits = field(default_factory=ArchiveLimits)
     lease_s: float = 30.0
     max_attempts: int = 3
@@ -110,6 +115,8 @@ class Settings:
             db=e.get("ZOOMER_DB") or None,
             data_dir=Path(e["ZOOMER_SERVICE_DATA"]).expanduser() if e.get("ZOOMER_SERVICE_DATA") else default_data_dir(),
             max_upload_bytes=int(_env_float("ZOOMER_SERVICE_MAX_UPLOAD_MB", 2048) * MB),
+            read_timeout_s=_env_float("ZOOMER_SERVICE_READ_TIMEOUT_S", 30.0),
+            min_body_rate=_env_float("ZOOMER_SERVICE_MIN_BODY_RATE_KIB", 1.0) * 1024,
             archive=ArchiveLimits(
                 max_bytes=int(_env_float("ZOOMER_SERVICE_MAX_ARCHIVE_MB", 8192) * MB),
                 max_entries=int(_env_float("ZOOMER_SERVICE_MAX_ARCHIVE_ENTRIES", 20_000)),
@@ -135,4 +142,16 @@ class Settings:
         except ValueError as exc:
             raise ValueError(f"webhook team: {exc}") from None
         s.github_api_url = check_api_url(s.github_api_url)
+        if not (math.isfinite(s.read_timeout_s) and s.read_timeout_s > 0):
+            raise ValueError(f"read timeout (--read-timeout / ZOOMER_SERVICE_READ_TIMEOUT_S) {s.read_timeout_s!r}: "
+                             "expected a number of seconds above 0")
+        if not (math.isfinite(s.min_body_rate) and s.min_body_rate >= 0):
+            raise ValueError("minimum body rate (--min-body-rate / ZOOMER_SERVICE_MIN_BODY_RATE_KIB) "
+                             f"{s.min_body_rate / 1024!r}: expected KiB/s, 0 or more")
         return s
+
+    @property
+    def read_limits(self):  # noqa: ANN201 - slow_clients.ReadLimits (uvicorn is imported only by `serve`)
+        from .slow_clients import ReadLimits
+
+        return ReadLimits(timeout_s=self.read_timeout_s, min_rate=self.min_body_rate)
