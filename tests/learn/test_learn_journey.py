@@ -156,3 +156,18 @@ def test_an_old_verdict_whose_trace_is_gone_is_named_at_label_and_train(tmp_path
     said = "\n".join(logs)
     assert "rebuild the corpus" not in said
     assert "1 human verdict" in said and "1.0.0" in said and str(tmp_path / "gone" / "rank0.json") in said
+
+
+def test_label_says_how_train_finds_a_verdict_file_given_with_store(tmp_path, analysed, capsys, monkeypatch):
+    """`label --store FILE` said 'the next `train` run from this folder uses it', but `train` reads
+    ./training_data/labels.jsonl unless given --labels: the verdict was silently not trained on."""
+    _, findings = analysed
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    store = tmp_path / "my verdicts.jsonl"
+    assert main(["label", str(findings), "--pattern", "sync-point", "--yes", "--store", str(store)]) == 0
+    assert f"`train --labels '{store}'` uses it" in capsys.readouterr().out
+    assert main(["label", str(findings), "--pattern", "sync-point", "--yes"]) == 0
+    assert "the next `train` run from this folder uses it" in capsys.readouterr().out
+    assert main(["label", str(findings), "--pattern", "sync-point", "--no", "--store", "training_data/labels.jsonl"]) == 0
+    assert "the next `train` run from this folder uses it" in capsys.readouterr().out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import click
@@ -337,8 +338,15 @@ def label_cmd(target, pattern, verdict, note, store) -> None:
         raise InputError(str(target), "no such file or directory")
     path = labels_path(Path(store) if store else None)
     rec = record(Path(target), pattern, verdict, note, path, warn=lambda msg: click.echo(f"warning: {msg}", err=True))
-    click.echo(f"recorded {rec['verdict']} {pattern} for {rec['job']} in {path}; "
-               "the next `train` run from this folder uses it")
+    from ..features import FEATURE_SCHEMA_VERSION
+
+    if rec["feature_schema_version"] != FEATURE_SCHEMA_VERSION:
+        use = "`train` cannot use it (see the warning)"
+    elif path != labels_path(None):  # train reads ./training_data/labels.jsonl unless told otherwise
+        use = f"`train --labels {shlex.quote(str(path))}` uses it"
+    else:
+        use = "the next `train` run from this folder uses it"
+    click.echo(f"recorded {rec['verdict']} {pattern} for {rec['job']} in {path}; {use}")
 
 
 commands = [corpus, train_cmd, evaluate_cmd, models, label_cmd]
