@@ -112,14 +112,16 @@ def test_filter_today_names_on_a_2021_trace(tmp_path, capsys, shared_traces):
     assert not any(e.get("cat") == "Operator" for e in _events(out2))
 
 
-def test_filter_that_keeps_only_metadata_warns_with_the_categories(tmp_path, capsys, shared_traces):
+def test_filter_that_keeps_only_metadata_is_refused_naming_the_categories(tmp_path, capsys, shared_traces):
+    """A metadata-only output is one `trace check` and `analyze` refuse: nothing is written, and the
+    line names the categories the trace has (in its own schema)."""
     out = tmp_path / "none.json"
-    assert main(["trace", "filter", str(_trace_2021()), str(out), "--cat", "no_such_category"]) == 0
+    assert main(["trace", "filter", str(_trace_2021()), str(out), "--cat", "no_such_category"]) == 2
     err = capsys.readouterr().err
-    assert "warning:" in err and "kept no event besides metadata" in err
+    assert "error:" in err and "kept no event besides metadata" in err
     for cat in ("Kernel", "Runtime", "Operator", "Memcpy", "Memset"):
         assert cat in err
-    assert all(e["ph"] == "M" for e in _events(out))
+    assert not out.exists()
 
 
 # ---- D10: reversed or empty ranges -------------------------------------------------------------

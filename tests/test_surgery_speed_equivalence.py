@@ -342,7 +342,7 @@ def test_what_slice_and_split_write_passes_check_on_odd_events(tmp_path, monkeyp
                     m.setattr(slices, k, v)
                 for argv in (["slice", str(f), str(tmp_path / "o" / "s.json"), "--steps", "101..101"],
                              ["split", str(f), str(tmp_path / "o" / "split")],
-                             ["filter", str(f), str(tmp_path / "o" / "f.json"), "--cat", "kernel"],
+                             ["filter", str(f), str(tmp_path / "o" / "f.json"), "--cat", "cpu_op"],
                              ["compress", str(f), str(tmp_path / "o" / "c.json")]):
                     out = tmp_path / "o"
                     if out.exists():

@@ -232,8 +232,9 @@ def _check_targets(paths: tuple[Path, ...]) -> list[Path]:
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 def check_cmd(paths: tuple[Path, ...]) -> None:
     """Check that traces are valid Chrome traces (the structure Perfetto needs, the field types
-    `zoomer-ar analyze` needs); exit 2 if not, naming the first problem. A folder checks its trace
-    files (a job's ranks)."""
+    `zoomer-ar analyze` needs); exit 2 if not, naming the first problem. A trace without events, or
+    with only metadata events, is refused as `analyze` refuses it. A folder checks its trace files
+    (a job's ranks)."""
     bad: list[tuple[Path, str]] = []  # (file, its first problem)
     for p in _check_targets(paths):
         n, problems = check_trace(p)

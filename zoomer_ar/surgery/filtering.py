@@ -12,6 +12,7 @@ from ..errors import InputError
 from . import guard
 from .slices import Batch
 from .copying import Stats, copy_with
+from .recode import refuse_no_events
 
 
 #: Category names that mean the same events in the two Kineto schemas: today's (`cpu_op`, `kernel`,
@@ -43,7 +44,9 @@ def filter_trace(src: Path, dst: Path, *, cats: Iterable[str] = (), exclude_cats
     """Keep events by category, name (regular expression), pid, tid or phase; metadata always.
 
     Categories match across schemas (CATEGORY_EQUIVALENTS: `--cat kernel` keeps 2021 `Kernel`
-    events too); when nothing but metadata is kept, Stats.warnings names the categories present.
+    events too). A filter that would keep nothing but metadata is refused (InputError naming the
+    categories present, nothing written), as is a trace without events or with only metadata: such an
+    output is one `trace check` and `analyze` refuse.
     Every event is held to `trace check`'s rules (read_events(check="all")): the events are copied
     verbatim, so one the check refuses would make the output invalid; the file is refused instead."""
     cats = {canonical_category(c) for c in cats}
@@ -96,17 +99,15 @@ def filter_trace(src: Path, dst: Path, *, cats: Iterable[str] = (), exclude_cats
         kept[1] += int((keep & other).sum())
         return keep
 
-    def no_events(st: Stats) -> None:
-        if not st.events_in:
-            raise InputError(str(src), "trace has no events ('traceEvents' is empty); nothing written")
+    def nothing_kept(st: Stats) -> None:
+        refuse_no_events(src, st.events_in, bool(kept[0]))
+        if not kept[1]:
+            raise InputError(str(src), _nothing_kept(seen_cats))
 
     guard.require_file(src)
     guard.check_file_output(dst, [src])
     guard.check_suffix(dst, compression)
-    st = copy_with(src, dst, select, compression=compression, level=level, check="all", before_close=no_events)
-    if kept[0] and not kept[1]:
-        st.warnings.append(_nothing_kept(src, seen_cats))
-    return st
+    return copy_with(src, dst, select, compression=compression, level=level, check="all", before_close=nothing_kept)
 
 
 def compile_pattern(pattern: str | None, option: str) -> re.Pattern | None:
@@ -120,8 +121,8 @@ def compile_pattern(pattern: str | None, option: str) -> re.Pattern | None:
         raise InputError(None, f"{option} {pattern!r}: not a valid regular expression ({exc})") from None
 
 
-def _nothing_kept(src: Path, seen_cats: set[str]) -> str:
-    """Why an empty filter result is worth a look: the categories the trace does have."""
+def _nothing_kept(seen_cats: set[str]) -> str:
+    """Why a filter wrote nothing, with what would help to choose another: the trace's categories."""
     named = sorted(c for c in seen_cats if c)
     have = ", ".join(named) + (", (no category)" if "" in seen_cats else "") if seen_cats else "none"
-    return f"{src}: the filter kept no event besides metadata; categories in this trace: {have}"
+    return f"the filter kept no event besides metadata (categories in this trace: {have}); nothing written"

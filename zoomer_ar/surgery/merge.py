@@ -14,7 +14,7 @@ from ..stream.source import BadJSON, StreamError, is_trace_file
 from . import guard
 from .io import TOO_DEEP, TraceWriter, compression_for, decode_top, encode_head, write_queue
 from . import slices
-from .validate import _valid_slice, event_problems, refuse_wrong_types
+from .validate import ONLY_METADATA, _valid_slice, event_problems, refuse_wrong_types
 from .copying import Stats, abort_outputs
 from .jobs import job_folder, rank_files, refuse_merged, refuse_same_rank
 
@@ -161,9 +161,12 @@ def _merge_rank(w: TraceWriter, rank: int, f: Path, st: Stats) -> None:
     a wrong-typed field (`"name": [1, 2]`) would otherwise reach the output, or turn valid by the
     remapping (a float pid becomes a string). InputError naming f when f is unusable."""
     seen = [0]  # events of f before the slice
+    timed = [False]  # an event other than metadata seen (looked for until one is)
 
     def consume(view) -> None:
         events = _DICTS.decode(view)  # first: a DecodeError here makes the scanner cut elsewhere
+        if not timed[0]:
+            timed[0] = any(e.get("ph") != "M" for e in events)
         if not _valid_slice(view):  # one strict decode passes nearly every slice; else the checks say why
             refuse_wrong_types(f, view, seen[0])  # decoded where it lies (no copy)
             for k, e in enumerate(events):  # and to `trace check`'s rules (a `ph`, a `ts`, ...)
@@ -184,6 +187,8 @@ def _merge_rank(w: TraceWriter, rank: int, f: Path, st: Stats) -> None:
         raise InputError(str(f), f"cannot stream this trace: {exc}") from None
     except RecursionError:  # msgspec's answer to nesting deeper than Python's recursion limit
         raise InputError(str(f), TOO_DEEP) from None
+    if not timed[0]:  # `analyze` skips such a rank (and refuses such a file)
+        raise InputError(str(f), ONLY_METADATA)
 
 
 def _frame_of(path: Path) -> tuple[bytes, bytes]:

@@ -15,26 +15,35 @@ from . import guard
 from .io import _Sink, compression_for, copying_into
 from .slices import read_slices
 from .copying import Stats, human_bytes
+from .validate import NO_EVENTS, ONLY_METADATA
 
 
 def check_events(src: Path) -> int:
-    """A pass that holds every event of src to `trace check`'s rules (types included): InputError
-    naming the file and the first event refused. For the commands that copy a file's bytes as they
-    are (compress, sample): what they write is then a valid trace. Returns the number of events."""
+    """A pass that holds every event of src to `trace check`'s rules (types included), and src to
+    holding an event on a timeline: InputError naming the file and the first event refused, or saying
+    that it holds no event or only metadata (`analyze` refuses both; so does `trace check`). For the
+    commands that copy a file's bytes as they are (compress, sample, repair): what they write is then
+    a valid trace. Returns the number of events."""
     count = [0]
+    timed = [False]
 
     def tally(batch) -> None:
         count[0] += batch.n
+        if not timed[0]:
+            timed[0] = batch.any_timed()
 
     read_slices(src, tally, check="all")
+    refuse_no_events(src, count[0], timed[0])
     return count[0]
 
 
-def refuse_no_events(src: Path, events: int) -> None:
-    """InputError where a trace holds no event (`"traceEvents": []`): `analyze` refuses it, and so do
-    filter, slice, split and merge; a copy of it would pass for a usable trace."""
+def refuse_no_events(src: Path, events: int, timed: bool) -> None:
+    """InputError where a trace holds no event (`"traceEvents": []`) or only metadata events: `analyze`
+    refuses it, and so do filter, slice, split and merge; a copy of it would pass for a usable trace."""
     if not events:
-        raise InputError(str(src), "trace has no events ('traceEvents' is empty); nothing written")
+        raise InputError(str(src), f"{NO_EVENTS}; nothing written")
+    if not timed:
+        raise InputError(str(src), f"{ONLY_METADATA}; nothing written")
 
 
 def compress_trace(src: Path, dst: Path, *, compression: str | None = None, level: int | None = None) -> Stats:
@@ -50,7 +59,7 @@ def compress_trace(src: Path, dst: Path, *, compression: str | None = None, leve
     guard.check_level(comp, level)
     copy = _BackgroundCopy(src, dst, comp, level)  # compresses while the events are checked
     try:
-        refuse_no_events(src, check_events(src))
+        check_events(src)
         sink = copy.result()
     except BaseException:  # the check failed, or Ctrl-C, SIGTERM: no output left behind
         copy.cancel()

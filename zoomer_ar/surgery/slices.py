@@ -124,6 +124,13 @@ VALID_CHECK = msgspec.json.Decoder(list[Union[tuple(_VALID_CHECK)]])  # type: ig
 VALID_PLACED = msgspec.json.Decoder(list[Union[tuple(_VALID_PLACED)]])  # type: ignore[valid-type]
 _TAG_PH: dict[type, str] = {c: p for cs in (_VALID_ALL, _VALID_CHECK, _VALID_PLACED) for c, p in zip(cs, _PHASES)}
 _TAG_CODE: dict[type, int] = {}  # filled below, with _PH_CODE
+_META_TAGS = frozenset(c for c, p in _TAG_PH.items() if p == "M")
+
+
+def all_metadata(events: list) -> bool:
+    """Every one of these strictly decoded (VALID_*) records is a metadata event (stops at the first
+    that is not)."""
+    return all(map(_META_TAGS.__contains__, map(type, events)))
 
 FAST_LAUNCH = msgspec.json.Decoder(list[FastLaunch])
 FAST_TYPED = msgspec.json.Decoder(list[FastTyped])
@@ -287,6 +294,10 @@ class Batch:
             else:
                 self._code = ph_codes(self.column("ph"), self.n)
         return self._code
+
+    def any_timed(self) -> bool:
+        """Whether the slice holds an event other than metadata."""
+        return bool((self.codes() != _META).any())
 
     @property
     def tl(self) -> Timeline:

@@ -28,6 +28,12 @@ from .guard import unreadable
 _TIMED = set("XBEiICstfbneSTpFONDPR")
 _FLOWS = set("stf")
 
+#: Why a trace whose events are all metadata (process and thread names) is refused: `analyze` refuses
+#: it (no event to analyse), so no `trace` command passes it or writes one.
+ONLY_METADATA = "trace holds only metadata events (process and thread names), no event on a timeline"
+#: Why a trace without any event (`"traceEvents": []`) is refused, in `analyze`'s words.
+NO_EVENTS = "trace has no events ('traceEvents' is empty)"
+
 
 class _Check(msgspec.Struct, gc=False):
     ph: Any = None
@@ -188,17 +194,20 @@ class _ValidSlice:
     cut inside a string)."""
 
     n = 0
+    timed = False  # the slice holds an event other than metadata
 
-    def __call__(self, view) -> bool:
+    def __call__(self, view, *, look_for_timed: bool = False) -> bool:
         from . import slices
 
         if not slices.FAST_PATH:
             return False
         data = bytes(view)  # the records' Raw values (RawArgs) must not hold the scanner's buffer
         try:
-            self.n = len(slices.VALID_CHECK.decode(data))
+            events = slices.VALID_CHECK.decode(data)
         except (msgspec.MsgspecError, RecursionError):
             return False
+        self.n = len(events)
+        self.timed = look_for_timed and not slices.all_metadata(events)
         return True
 
 
@@ -212,14 +221,17 @@ def check_trace(path: Path, limit: int = 20) -> tuple[int, list[str]]:
         return 0, [why]
     problems: list[str] = []
     count = [0]
+    on_timeline = [False]  # an event other than metadata seen (looked for until one is)
 
     def consume(view) -> None:
-        if _valid_slice(view):  # nearly every slice: one strict decode says there is nothing to report
+        if _valid_slice(view, look_for_timed=not on_timeline[0]):  # nearly every slice: nothing to report
             count[0] += _valid_slice.n
+            on_timeline[0] = on_timeline[0] or _valid_slice.timed
             return
         events = _DECODER.decode(view)
         base = count[0]
         count[0] += len(events)
+        on_timeline[0] = on_timeline[0] or any(e.ph != "M" for e in events)
         if len(problems) >= limit:
             return
         found = [(base + k, pr) for k, e in enumerate(events)
@@ -245,4 +257,8 @@ def check_trace(path: Path, limit: int = 20) -> tuple[int, list[str]]:
         return count[0], [f"not a readable trace: {TOO_DEEP}"]
     if not res.bare and not res.head:
         problems.append("no traceEvents list")
+    elif not count[0]:
+        problems.append(NO_EVENTS)
+    elif not on_timeline[0] and not problems:
+        problems.append(ONLY_METADATA)
     return count[0], problems
