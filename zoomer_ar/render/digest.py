@@ -37,7 +37,7 @@ def _env() -> Environment:
 
 
 def chart(d: Digest, width: int = 560, height: int = 140) -> dict[str, Any]:
-    """Bar geometry for the waste-over-time SVG (one bar per week, wasted GPU-hours)."""
+    """Bar geometry for the waste-over-time SVG (one bar per week, wasted GPU-hours: accelerator-hours of MTIA)."""
     pts = d.series
     top = max((p.wasted_gpu_hours for p in pts), default=0.0)
     n = max(len(pts), 1)
@@ -50,7 +50,7 @@ def chart(d: Digest, width: int = 560, height: int = 140) -> dict[str, Any]:
         bars.append({
             "x": round(pad_l + i * slot + slot * 0.15, 1), "w": round(slot * 0.7, 1),
             "y": round(pad_t + plot_h - h, 1), "h": round(h, 1), "week": p.week,
-            "label": f"{p.week}: {fmt_gh(p.wasted_gpu_hours)} GPU-h wasted ({fmt_usd(p.wasted_usd)})",
+            "label": f"{p.week}: {fmt_gh(p.wasted_gpu_hours)} {d.device}-h wasted ({fmt_usd(p.wasted_usd)})",
             "short": p.week[-3:], "tx": round(pad_l + i * slot + slot / 2, 1), "current": p.week == d.week,
         })
     return {"width": width, "height": height, "bars": bars, "top": top, "base_y": height - pad_b, "label_y": height - 6}
@@ -61,7 +61,20 @@ def render_digest(d: Digest, fmt: str = "md", *, top: int = 10) -> str:
         return json.dumps(d.model_dump(mode="json"), indent=2) + "\n"
     name = {"md": "digest.md.j2", "html": "digest.html.j2"}[fmt]
     share = 100.0 * d.wasted_gpu_hours / d.gpu_hours if d.gpu_hours > 0 else None
-    return _env().get_template(name).render(d=d, top=top, chart=chart(d), waste_share=share)
+    return _env().get_template(name).render(d=d, top=top, chart=chart(d), waste_share=share,
+                                            units_note=units_note(d.device))
+
+
+def units_note(device: str) -> str:
+    """What a digest's or history's hours are when they are not (only) GPU-hours (store/devices.py)."""
+    from ..store import devices
+
+    if device == devices.ACCELERATOR:
+        return "Accelerator-hours: hours of accelerators that are not GPUs (MTIA), as the analyze reports count them."
+    if device == devices.BOTH:
+        return ("GPU/accelerator-hours: the GPU-hours of GPU runs and the accelerator-hours of runs on accelerators "
+                "that are not GPUs (MTIA), added up; each job's rows name its own.")
+    return ""
 
 
 def render_history(h: History, fmt: str = "text") -> str:
@@ -70,34 +83,38 @@ def render_history(h: History, fmt: str = "text") -> str:
     md = fmt == "md"
     lines: list[str] = []
     esc = md_text if md else one_line
+    dev = h.device
     head = (f"{esc(h.job)}: team {esc(h.team) or '-'}, owner {esc(h.owner) or '-'}, {h.gpu_count or 0} x "
-            f"{esc(h.gpu_type) or 'GPU'}")
+            f"{esc(h.gpu_type) or dev}")
     if h.gpu_hour_cost is not None:
-        head += f", ${h.gpu_hour_cost:,.2f}/GPU-hour"
+        head += f", ${h.gpu_hour_cost:,.2f}/{dev}-hour"
     lines.append(f"# History: {head}" if md else head)
     lines.append("")
     if not h.runs:
         lines.append("No recorded runs.")
         return "\n".join(lines) + "\n"
     if md:
-        lines += ["| Week | Recorded | Trace | GPU-h | Cost | Step | Findings (pct of step, wasted GPU-h) |",
+        lines += [f"| Week | Recorded | Trace | {dev[:1].upper()}{dev[1:]}-h | Cost | Step | Findings (pct of step, "
+                  f"wasted {dev}-h) |",
                   "|---|---|---|---|---|---|---|"]
     for r in h.runs:
-        fs = ", ".join(f"{esc(f.pattern)} {f.pct_of_step:.1f}% ({fmt_gh(f.wasted_gpu_hours)})" for f in r.findings) or "none"
+        fs = ", ".join(f"{esc(f.pattern)} {f.pct_of_step:.1f}% ({fmt_gh(f.wasted_gpu_hours)}"
+                       f"{'' if r.device == dev else ' ' + r.device + '-h'})" for f in r.findings) or "none"
         if md:
-            lines.append(f"| {r.week} | {r.recorded_at:%Y-%m-%d %H:%M} | `{r.trace_hash[:12]}` | {fmt_gh(r.gpu_hours)} | "
+            own = "" if r.device == dev else f" {r.device}-h"  # a job with runs of both: each run says its own
+            lines.append(f"| {r.week} | {r.recorded_at:%Y-%m-%d %H:%M} | `{r.trace_hash[:12]}` | {fmt_gh(r.gpu_hours)}{own} | "
                          f"{fmt_usd(r.usd)} | {r.step_ms:,.1f} ms | {fs} |")
         else:
-            lines.append(f"{r.week}  {r.recorded_at:%Y-%m-%d %H:%M}  {r.trace_hash[:12]}  {fmt_gh(r.gpu_hours):>8} GPU-h  "
+            lines.append(f"{r.week}  {r.recorded_at:%Y-%m-%d %H:%M}  {r.trace_hash[:12]}  {fmt_gh(r.gpu_hours):>8} {r.device}-h  "
                          f"{fmt_usd(r.usd):>9}  step {r.step_ms:,.1f} ms")
             for f in r.findings:
-                lines.append(f"    {f.pattern:<26} {f.pct_of_step:5.1f}% of step  {fmt_gh(f.wasted_gpu_hours):>8} GPU-h  "
+                lines.append(f"    {f.pattern:<26} {f.pct_of_step:5.1f}% of step  {fmt_gh(f.wasted_gpu_hours):>8} {r.device}-h  "
                              f"{fmt_usd(f.wasted_usd):>9}  [{f.severity}]")
             if not r.findings:
                 lines.append("    no findings")
     if h.patterns:
         lines.append("")
-        lines.append("## Wasted GPU-hours by pattern and week" if md else "Wasted GPU-hours by pattern and week:")
+        lines.append(f"## Wasted {dev}-hours by pattern and week" if md else f"Wasted {dev}-hours by pattern and week:")
         lines.append("")
         if md:
             lines.append("| Pattern | " + " | ".join(h.weeks) + " |")

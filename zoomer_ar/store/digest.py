@@ -1,4 +1,4 @@
-"""The weekly digest: where the week's GPU-hours and dollars were wasted, computed in SQL.
+"""The weekly digest: where the week's GPU-hours (accelerator-hours of MTIA jobs: devices.py) and dollars were wasted, computed in SQL.
 
 Definitions (docs/store.md):
 - A finding's wasted GPU-hours = impact.pct_of_step / 100 x the GPU-hours of the analysis it
@@ -30,6 +30,7 @@ from pydantic import BaseModel, Field
 from sqlalchemy import Engine, case, distinct, func, select
 
 from ..features.phases import PHASES
+from . import devices
 from . import weeks as W
 from .db import open_store
 from .orm import Analysis, Finding, Job
@@ -63,6 +64,7 @@ class JobRow(BaseModel):
     wasted_gpu_hours: float
     wasted_usd: float
     top_pattern: str | None = None
+    device: str = devices.GPU  # what its GPU-hours are hours of: "GPU", "accelerator" (MTIA) or "GPU/accelerator"
 
 
 class OwnerRow(BaseModel):
@@ -82,6 +84,7 @@ class ResolvedRow(BaseModel):
     last_seen: str
     wasted_gpu_hours_before: float
     wasted_usd_before: float
+    device: str = devices.GPU
 
 
 class WeekPoint(BaseModel):
@@ -119,6 +122,9 @@ class Digest(BaseModel):
     series: list[WeekPoint]
     phases: list[PhaseRow]
     sparkline: str
+    device: str = Field(devices.GPU, description="what the digest's GPU-hours are hours of, over its twelve weeks: "
+                                                 "GPU, accelerator (MTIA) or GPU/accelerator (both, added up)")
+    hours_unit: str = Field("GPU-hours", description="the unit of every gpu_hours figure (the keys keep their names)")
 
 
 def sparkline(values: list[float]) -> str:
@@ -225,11 +231,22 @@ def build_digest(db: str | Engine | None = None, *, week: str | None = None, tea
         ).group_by(F.job_id, F.pattern).having(func.max(case((F.week == week, 1), else_=0)) == 0).subquery()
         resolved = c.execute(
             select(Job.name, Job.team, Job.owner, agg.c.pattern, agg.c.last_seen, agg.c.wgh, agg.c.wusd,
-                   func.count().over())
+                   func.count().over(), Job.id)
             .select_from(agg).join(Job, Job.id == agg.c.job_id)
             .order_by(agg.c.wusd.desc(), agg.c.wgh.desc(), Job.name, agg.c.pattern).limit(top)
         ).all()
         resolved_total = resolved[0][7] if resolved else 0
+
+        # what the hours are hours of: the whole digest's runs (chart window), and each listed job's
+        acc = devices.accelerator_only()
+        any_acc, all_acc = c.execute(scoped(
+            select(func.max(acc), func.min(acc)).where(A.week >= chart[0], A.week <= week), A.job_id)
+        ).one()
+        listed = {r[0] for r in job_rows} | {r[8] for r in resolved}
+        job_device = {jid: devices.noun(hi, lo) for jid, hi, lo in c.execute(
+            select(A.job_id, func.max(acc), func.min(acc))
+            .where(A.week >= chart[0], A.week <= week, A.job_id.in_(sorted(listed))).group_by(A.job_id)
+        ).all()} if listed else {}
 
         # phases: each run's GPU-hours (and dollars) x its phase shares
         phase_cols = [getattr(A, f"phase_{p}_pct") for p in PHASES]
@@ -275,13 +292,16 @@ def build_digest(db: str | Engine | None = None, *, week: str | None = None, tea
         wasted_gpu_hours=waste_w.get(week, (0.0, 0.0))[0], wasted_usd=waste_w.get(week, (0.0, 0.0))[1],
         patterns=patterns,
         jobs=[JobRow(job=r[1], team=r[2], owner=r[3], runs=int(r[4]), gpu_hours=float(r[5] or 0.0), usd=float(r[6] or 0.0),
-                     wasted_gpu_hours=float(r[7] or 0.0), wasted_usd=float(r[8] or 0.0), top_pattern=top_pattern.get(r[0]))
+                     wasted_gpu_hours=float(r[7] or 0.0), wasted_usd=float(r[8] or 0.0), top_pattern=top_pattern.get(r[0]),
+                     device=job_device.get(r[0], devices.GPU))
               for r in job_rows],
         owners=[OwnerRow(owner=r[0], jobs=int(r[1]), gpu_hours=float(r[2] or 0.0), usd=float(r[3] or 0.0),
                          wasted_gpu_hours=float(r[4] or 0.0), wasted_usd=float(r[5] or 0.0)) for r in owner_rows],
         resolved=[ResolvedRow(job=r[0], team=r[1], owner=r[2], pattern=r[3], last_seen=r[4],
-                              wasted_gpu_hours_before=float(r[5] or 0.0), wasted_usd_before=float(r[6] or 0.0))
+                              wasted_gpu_hours_before=float(r[5] or 0.0), wasted_usd_before=float(r[6] or 0.0),
+                              device=job_device.get(r[8], devices.GPU))
                   for r in resolved],
         resolved_total=int(resolved_total),
         series=series, phases=phases, sparkline=sparkline([p.wasted_gpu_hours for p in series]),
+        device=devices.noun(any_acc, all_acc), hours_unit=devices.hours_unit(devices.noun(any_acc, all_acc)),
     )

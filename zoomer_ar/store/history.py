@@ -7,6 +7,7 @@ from datetime import datetime
 from pydantic import BaseModel, Field
 from sqlalchemy import Engine, func, select
 
+from . import devices
 from . import weeks as W
 from .db import StoreError, open_store
 from .orm import Analysis, Finding, Job, Trace
@@ -33,6 +34,7 @@ class HistoryRun(BaseModel):
     usd: float
     step_ms: float
     findings: list[HistoryFinding] = Field(default_factory=list)
+    device: str = devices.GPU  # what its GPU-hours are hours of: "GPU" or "accelerator" (MTIA)
 
 
 class History(BaseModel):
@@ -46,6 +48,9 @@ class History(BaseModel):
     weeks: list[str]
     patterns: list[str]
     matrix: dict[str, dict[str, float]] = Field(default_factory=dict, description="pattern -> week -> wasted GPU-hours")
+    device: str = Field(devices.GPU, description="what the runs' GPU-hours are hours of: GPU, accelerator (MTIA) or "
+                                                 "GPU/accelerator (both)")
+    hours_unit: str = Field("GPU-hours", description="the unit of every gpu_hours figure (the keys keep their names)")
 
 
 def job_history(job: str, db: str | Engine | None = None, *, limit: int = 52) -> History:
@@ -58,7 +63,7 @@ def job_history(job: str, db: str | Engine | None = None, *, limit: int = 52) ->
         runs = c.execute(
             select(Analysis.id, Analysis.week, Analysis.recorded_at, Trace.content_hash, Analysis.tool_version,
                    Analysis.gpu_count, Analysis.gpu_hours, Analysis.gpu_hour_cost, Analysis.gpu_hours * price,
-                   Analysis.step_ms, price)
+                   Analysis.step_ms, price, devices.accelerator_only())
             .join(Trace, Trace.id == Analysis.trace_id).join(Job, Job.id == Analysis.job_id)
             .where(Analysis.job_id == j.id)
             # runs of one week recorded with --week share its Monday 00:00: the later recorded is the more recent
@@ -78,7 +83,7 @@ def job_history(job: str, db: str | Engine | None = None, *, limit: int = 52) ->
     out_runs = [
         HistoryRun(analysis_id=r[0], week=r[1], recorded_at=W.utc(r[2]), trace_hash=r[3], tool_version=r[4],
                    gpu_count=r[5], gpu_hours=r[6], gpu_hour_cost=r[7], usd=float(r[8] or 0.0), step_ms=r[9],
-                   findings=by_run.get(r[0], []))
+                   findings=by_run.get(r[0], []), device=devices.noun(r[11], r[11]))
         for r in reversed(runs)  # oldest first
     ]
     weeks = sorted({r.week for r in out_runs})
@@ -88,5 +93,8 @@ def job_history(job: str, db: str | Engine | None = None, *, limit: int = 52) ->
             matrix.setdefault(f.pattern, {}).setdefault(r.week, 0.0)
             matrix[f.pattern][r.week] += f.wasted_gpu_hours
     patterns = sorted(matrix, key=lambda p: (-sum(matrix[p].values()), p))
+    acc = [int(r[11] or 0) for r in runs]
+    device = devices.noun(max(acc, default=0), min(acc, default=0))
     return History(job=j.name, team=j.team, owner=j.owner, gpu_type=j.gpu_type, gpu_count=j.gpu_count,
-                   gpu_hour_cost=j.gpu_hour_cost, runs=out_runs, weeks=weeks, patterns=patterns, matrix=matrix)
+                   gpu_hour_cost=j.gpu_hour_cost, runs=out_runs, weeks=weeks, patterns=patterns, matrix=matrix,
+                   device=device, hours_unit=devices.hours_unit(device))
