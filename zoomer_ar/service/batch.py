@@ -7,7 +7,8 @@
   `analyze_path` on a worker, which returns the analysis as JSON. The client records the analyses
   in the store as they complete (one writer; the workers need no database access) and, with
   `--out`, writes each report folder: inside the recording's transaction, so a trace whose reports
-  cannot be written is not recorded. An `--out` that cannot be written at all is refused before any work.
+  cannot be written is not recorded; each folder is staged beside its target and renamed into place (write_staged).
+  An `--out` that cannot be written at all is refused before any work.
 - Progress: a bar on stderr (when it is a terminal), and one line per trace as it finishes.
 - Failures: a trace that cannot be analysed (bad input, internal error, or a worker lost while
   running it, after Dask's own retries) is reported with its reason; the others are done.
@@ -199,7 +200,7 @@ def _record_and_write(r: TraceResult, analysis_json: str, *, engine, team: str |
             analysis.features["cost_attribution"] = cost
         # <job>, or <job>-2... when that folder holds another input's results (as analyze does)
         target = default_out_dir(analysis.job.name, Path(r.path), root=out_dir)
-        write_outputs(analysis, target)
+        write_staged(analysis, target, write_outputs)
         r.out = str(target)
         stage[0] = "recording"
 
@@ -222,6 +223,44 @@ def _record_and_write(r: TraceResult, analysis_json: str, *, engine, team: str |
 
         why = str(exc) if isinstance(exc, ZoomerError) else f"{type(exc).__name__}: {exc}"
         r.ok, r.error, r.recorded, r.analysis_id = False, f"{stage[0]} failed: {why}", None, None
+
+
+STAGING_PREFIX = ".zoomer-writing."
+
+
+def write_staged(analysis, target: Path, write: Callable[[Any, Path], dict[str, Path]]) -> None:  # noqa: ANN001
+    """``write(analysis, folder)`` into a hidden folder beside ``target``, then moved into place: a batch killed
+    or failing mid-write leaves no half-written report folder that looks complete (a findings.json without its
+    reports), only a hidden `.zoomer-writing.*` folder. A new ``target`` is the staged folder renamed; one that
+    already holds this input's earlier reports gets each file renamed over its old one, findings.json last (as
+    `analyze --out` does), so it holds the old reports or the new ones, never findings.json alone."""
+    import shutil
+
+    from ..analyze_cli import _move_into_place
+    from ..errors import OutputError
+
+    staging = target.parent / f"{STAGING_PREFIX}{uuid.uuid4().hex[:12]}"
+    try:
+        staging.mkdir()  # the mode a plain folder gets under the user's umask (mkdtemp's 0700 would hide it)
+    except OSError as exc:
+        raise OutputError(str(target), f"cannot write the output folder ({exc.strerror or exc})") from None
+    try:
+        try:
+            staged = write(analysis, staging)
+        except OutputError as exc:  # named as the file it stands for, not its staged copy
+            if Path(exc.path).parent == staging:
+                raise OutputError(str(target / Path(exc.path).name), exc.reason) from None
+            raise
+        if not target.exists():
+            try:
+                os.rename(staging, target)
+                return
+            except OSError:  # made meanwhile (another batch into the same --out): the files one by one
+                pass
+        for name in sorted(staged, key=lambda n: n == "findings.json"):
+            _move_into_place(staged[name], target / name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def failure(r: TraceResult) -> str:
