@@ -319,6 +319,7 @@ def split_trace(src: Path, dst_dir: Path, *, steps_per_file: int = 1, max_files:
     if guard.same_file(dst_dir, src.parent):
         raise InputError(str(dst_dir), f"is the folder of the input {src.name}: the step files would be read "
                                        "as extra ranks of it; write them to another folder")
+    guard.refuse_holding_traces(dst_dir, "step files")
     guard.check_level(compression or "none", level)
     plan = Plan()
     sv = survey(src, plan)

@@ -71,6 +71,26 @@ def refuse_file_as_dir(out: Path) -> None:
         raise InputError(str(out), "exists and is not a folder; give a folder for the outputs")
 
 
+def refuse_holding_traces(out: Path, what: str) -> None:
+    """A folder output must be new, or hold no trace files: the command's files would sit beside those
+    of an earlier run (another split's steps, another sample's ranks), and a later `analyze OUT` would
+    read them all as one job without a word. Files that are not traces (a README) are no obstacle."""
+    from ..load.job import rank_files
+    from ..stream.source import is_trace_file
+
+    if not out.is_dir():
+        return
+    try:
+        held = rank_files(out, is_trace_file)
+    except OSError as exc:
+        raise InputError(str(out), f"cannot list the output folder ({exc.strerror or exc})") from None
+    if held:
+        shown = ", ".join(f.name for f in held[:3]) + (f" and {len(held) - 3} more" if len(held) > 3 else "")
+        raise InputError(str(out), f"already holds {len(held)} trace file{'' if len(held) == 1 else 's'} ({shown}): "
+                                   f"the {what} would mix with them, and `analyze` of the folder would read them "
+                                   "all; give a new or empty folder, or remove them")
+
+
 def check_file_output(out: Path, inputs: Iterable[Path]) -> None:
     """All checks for a command that writes one file from the given input files."""
     refuse_dir_as_file(out)

@@ -304,9 +304,11 @@ def named_for(name: str, compression: str | None) -> str:
 
 
 def _check_folder_output(src: Path, dst: Path) -> None:
-    """A job's output folder must be a folder outside the input job folder (see guard)."""
+    """A job's output folder must be a folder outside the input job folder, new or without trace
+    files (see guard)."""
     guard.refuse_file_as_dir(dst)
     guard.refuse_inside(dst, src, what="output folder")
+    guard.refuse_holding_traces(dst, "rank files written")
 
 
 def _skip_unreadable(st: Stats, f: Path, run) -> bool:
