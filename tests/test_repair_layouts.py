@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from zoomer_ar.load import fastcols
+from zoomer_ar.load import repair as R
 from zoomer_ar.stream import load as SL
 
 
@@ -95,3 +96,169 @@ def test_a_compact_broken_trace_is_analysed_by_the_streaming_path_alone(tmp_path
     assert done.returncode == 0, done.stderr
     said = done.stdout + done.stderr
     assert "2 event names " in said and "streaming pass" in said
+
+
+# ---- the layouts whose name is not followed by `"pid":`
+
+def event_list_trace(names: list[bytes]) -> bytes:
+    """What torch's EventList.export_chrome_trace writes (torch/autograd/profiler_util.py; `prof.events()
+    .export_chrome_trace(path)`, and a profiler built without Kineto): a bare array on one line, each event
+    opening with its name, unescaped, then `"ph":`; a flow start (`"ph": "s"`) after the second event."""
+    out = []
+    for i, name in enumerate(names):
+        out.append(b'{"name": "' + name + b'", "ph": "X", "ts": ' + str(100 + 20 * i).encode()
+                   + b', "dur": 10.5, "tid": 1, "pid": "CPU functions", "args": {}}, ')
+        if i == 1:
+            out.append(b'{"name": "' + name + b'", "ph": "s", "ts": 120, "tid": 1, "pid": "CPU functions", "id": 0, '
+                       b'"cat": "cpu_to_cuda", "args": {}}, ')
+    return b"[" + b"".join(out)[:-2] + b"]"
+
+
+def thread_name_trace(names: list[bytes], *, layout: str) -> bytes:
+    """Kineto's thread names (`thread <tid> (<the OS thread's name>)`, unescaped) in its metadata events'
+    args: torch 2.13's layout ("multi": one key a line) or the older one ("single"), one Python frame each."""
+    events = []
+    for i, name in enumerate(names):
+        tid = str(10 + i).encode()
+        head = (b'    "ph": "M",\n    "name": "thread_name",\n    "ts": 1,\n    "pid": 1,\n    "tid": ' + tid + b",\n"
+                if layout == "multi" else b'    "name": "thread_name", "ph": "M", "ts": 1, "pid": 1, "tid": ' + tid + b",\n")
+        events.append(b"  {\n" + head + b'    "args": {\n      "name": "thread ' + tid + b" (" + name + b')"\n    }\n  }')
+        events.append(b'  {\n    "ph": "X", "cat": "python_function", "name": "t.py(1): f", "pid": 1, "tid": ' + tid
+                      + b",\n    " + b'"ts": ' + str(100 + 20 * i).encode() + b', "dur": 5\n  }')
+    return b'{\n  "schemaVersion": 1,\n  "traceEvents": [\n' + b",\n".join(events) + b"\n  ]\n}\n"
+
+
+def _thread_names(doc) -> list[str]:
+    return [e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "thread_name"]
+
+
+def _event_list_names(doc) -> list[str]:
+    return [e["name"] for e in doc if e["ph"] == "X"]
+
+
+# raw names holding what the layouts use to end a name, quotes, backslashes, control characters
+RAW = [b'user "annot" \\ x', b'f("a")', b"C:\\dir\\", b'a"b"c', b'"', b"\\", b"tab\there", b'x", "ph": "y',
+       b'", "ph": ', b'f(", "ph": 1)', b'x", "pid": 1, "k": "v', b'{"name": "n"}', b'v.py(0):     """', b"ok(1): fine"]
+THREAD_RAW = [b'py"th\\on', b'a"b', b'"', b"\\", b'x"}', b"tab\there", b'q", "k": 1', b"python"]
+
+
+def _repaired(data: bytes) -> tuple[bytes, int]:
+    """The whole-document repair, and the streaming one cut into small chunks (the same bytes)."""
+    import msgspec
+
+    decode = msgspec.json.Decoder().decode
+    with pytest.raises(msgspec.DecodeError) as err:
+        decode(data)
+    got = R.repair(data, decode, err.value)
+    assert not isinstance(got, BaseException), got
+    for size in (1, 7, 64):
+        fix, parts = R.StreamRepair(), []
+        for i in range(0, len(data), size):
+            parts.append(fix.feed(data[i : i + size]))
+        parts.append(fix.finish())
+        assert b"".join(parts) == R.passes(data)[0]
+    return got.data, got.fixed
+
+
+def test_event_list_names_come_back_as_written():
+    """torch's EventList export puts `"ph":` after the name: such a name was never repaired (only a quote
+    followed by `"pid":` could end it), so the file was refused."""
+    data, fixed = _repaired(event_list_trace(RAW))
+    assert _event_list_names(json.loads(data)) == [r.decode() for r in RAW]
+    assert json.loads(data)[2]["ph"] == "s" and json.loads(data)[2]["name"] == RAW[1].decode()
+    assert fixed == sum(1 for r in RAW if b'"' in r or b"\\" in r or b"\t" in r) + 1  # the flow's name too
+
+
+@pytest.mark.parametrize("layout", ["multi", "single"])
+def test_kineto_thread_names_come_back_as_written(layout):
+    """A thread whose OS name holds a quote or a backslash: Kineto writes `"name": "thread 7 (py"th\\on)"` as
+    the last member of its args, the object's `}` on the next line; no `"pid":` follows, so it was refused."""
+    data, fixed = _repaired(thread_name_trace(THREAD_RAW, layout=layout))
+    tids = range(10, 10 + len(THREAD_RAW))
+    assert _thread_names(json.loads(data)) == [f"thread {t} ({r.decode()})" for t, r in zip(tids, THREAD_RAW)]
+    assert fixed == len(THREAD_RAW) - 1  # `python` is valid
+
+
+@pytest.mark.parametrize("data", [
+    event_list_trace([b"ok", b'g("a"}, {"name": "b")', b'f("a")']),  # one name, or an event's end and another's
+    event_list_trace([b"ok", b'x", "ph": "X"}, {"name": "y', b'f("a")']),
+])
+def test_an_event_list_name_that_may_hold_another_events_start_is_refused(tmp_path, data):
+    from zoomer_ar.cli import main
+
+    src, out = tmp_path / "t.json", tmp_path / "fixed.json"
+    src.write_bytes(data)
+    assert main(["trace", "repair", str(src), str(out)]) == 2 and not out.exists()
+
+
+def test_a_name_the_ph_key_follows_is_only_ended_there_where_it_opens_its_object():
+    """Kineto's events hold `"ph":` before the name (`"ph": "X", "cat": ..., "name": ..., "pid":`), so a
+    name there holding `", "ph": "` is not ended at it: the name's `"pid":` ends it, as before."""
+    doc = (b'{"traceEvents": [\n  {\n    "ph": "X",\n    "cat": "python_function",\n    "name": "a"b", "ph": "c",\n'
+           b'    "pid": 1,\n    "tid": 1,\n    "ts": 1,\n    "dur": 2\n  }\n]}')
+    data, fixed = _repaired(doc)
+    assert fixed == 1 and json.loads(data)["traceEvents"][0]["name"] == 'a"b", "ph": "c'
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_the_loaders_read_the_new_layouts(tmp_path, fast):
+    """analyze's loaders read such files repaired: the in-memory one, and the streaming one by itself (it
+    did not recognise these names, and could only hand the file to the in-memory loader)."""
+    from zoomer_ar.load import load_job
+
+    if fast and not fastcols.available():
+        pytest.skip("the compiled event reader is not built")
+    events, threads = tmp_path / "events.json", tmp_path / "threads.json"
+    events.write_bytes(event_list_trace(RAW))
+    threads.write_bytes(thread_name_trace(THREAD_RAW, layout="multi"))
+    for path, names, fixed in ((events, sorted({r.decode() for r in RAW}), len(RAW)),  # a flow's name too
+                               (threads, ["t.py(1): f", "thread_name"], len(THREAD_RAW) - 1)):
+        streamed, _ = SL.stream_rank(path, fast=fast)
+        for rank in (load_job(path).ranks[0], streamed):
+            assert sorted(rank.names) == names and rank.metadata["repaired_names"] == fixed
+
+
+RECORD = r"""
+import ctypes, sys, torch
+from torch.profiler import ProfilerActivity, profile, record_function
+
+libc = ctypes.CDLL(None)
+libc.pthread_self.restype = ctypes.c_ulong
+libc.pthread_setname_np.argtypes = [ctypes.c_ulong, ctypes.c_char_p]
+libc.pthread_setname_np(libc.pthread_self(), b'py"th\\on')  # the OS thread's name, as Kineto reads it
+x = torch.randn(8, 8)
+with profile(activities=[ProfilerActivity.CPU]) as prof:
+    with record_function('user "annot" \\ x'):
+        (x @ x).sum()
+prof.export_chrome_trace(sys.argv[1])  # Kineto's layout
+prof.events().export_chrome_trace(sys.argv[2])  # EventList's
+"""
+
+
+def test_traces_torch_writes_are_repaired_and_analysed_streaming(tmp_path):
+    """The real thing: torch's profiler (CPU) writes both files invalid; `analyze`, forced through the
+    streaming path with an in-memory limit below their size, reads them, and `trace repair` writes copies
+    json.load opens, every other byte kept."""
+    pytest.importorskip("torch")
+    kineto, event_list = tmp_path / "kineto.json", tmp_path / "events.json"
+    script = tmp_path / "record.py"
+    script.write_text(RECORD)
+    made = subprocess.run([sys.executable, str(script), str(kineto), str(event_list)], capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    for path in (kineto, event_list):
+        raw = path.read_bytes()
+        with pytest.raises(ValueError):
+            json.loads(raw)
+        done = _cli(tmp_path, "analyze", str(path), "--no-files", ZOOMER_STREAM="1", ZOOMER_MAX_TRACE_BYTES="200")
+        assert done.returncode == 0, done.stderr
+        assert "pytorch/pytorch#146900" in done.stdout + done.stderr
+        out = tmp_path / f"fixed-{path.name}"
+        assert _cli(tmp_path, "trace", "repair", str(path), str(out)).returncode == 0
+        doc = json.loads(out.read_bytes())
+        events = doc["traceEvents"] if isinstance(doc, dict) else doc
+        names = {e["name"] for e in events} | {e.get("args", {}).get("name") for e in events}
+        if path == kineto:  # Kineto writes a backslash in a name as `/`, not in a thread's name
+            assert 'user "annot" / x' in names and any(str(n).endswith('(py"th\\on)') for n in names)
+        else:
+            assert 'user "annot" \\ x' in names
+        assert out.read_bytes().replace(b'\\"', b'"').replace(b"\\\\", b"\\") == raw

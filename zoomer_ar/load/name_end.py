@@ -6,9 +6,12 @@ after which the bytes read as JSON again (`follows`): the name's other members, 
 to the next name (read on its own) or the end of the line (of the next line, where the name's ends with
 a comma: the one-key-a-line layout puts `"pid":` there). The candidates are the end of the text
 read as a valid JSON string (a name that needs no repair, whatever members follow: older Kineto's
-instant events carry `"ph": "i", "s": "g"` after it) and each quote followed by `"pid":` on the name's
-line (the profiler's key order). So three events on one line, the middle one's name `f("a")`, stay three
-events: each name ends at the first `"pid":` after which the bytes read as JSON, not at the line's last.
+instant events carry `"ph": "i", "s": "g"` after it) and each quote on the name's line that the writers'
+key orders put after a name (`ends`): `"pid":` next (Kineto's events); the end of the name's object on the
+next line (Kineto's thread and process names, the last member of their args); `"ph":` next, for a name that
+opens its object (torch's EventList export, on one line; older Kineto's metadata events). So three events on
+one line, the middle one's name `f("a")`, stay three events: each name ends at the first `"pid":` after which
+the bytes read as JSON, not at the line's last.
 
 A text is not guessed at where it cannot be told apart from the structure around it:
 - an end beyond another `"name":` key is not taken where the text before that key could have ended at
@@ -33,6 +36,15 @@ NAME_START = re.compile(rb'"name":[ \t]*"')
 # where the profiler's layout ends a name: `",` then `"pid":` (Kineto's key order: ph, cat, name, pid, tid,
 # ts, dur, args), on the same line or - since 2025 - on the next one
 PID_END = re.compile(rb'",[ \t]*\n?[ \t]*"pid":')
+# the closing quotes the writers' layouts put after a name (ENDS), by what follows them: `", "pid":` as above;
+# the quote that ends its line where its object's `}` starts the next one (Kineto's thread and process names:
+# `"args": {\n  "name": "thread 7 (<the OS thread's name>)"\n }`); for a name that opens its object
+# (ENDS_FIRST), also `", "ph":` on its line: torch's EventList.export_chrome_trace (`{"name": "...", "ph": "X",
+# "ts": ...}` on one line: `prof.events().export_chrome_trace()`, a profiler without Kineto) and older Kineto's
+# metadata and instant events. A name elsewhere is not ended at `"ph":`: Kineto writes it before the name.
+_PID_NEXT, _OBJECT_END = rb',[ \t]*\n?[ \t]*"pid":', rb'[ \t\r]*\n[ \t]*\}'
+ENDS = re.compile(rb'"(?=' + _PID_NEXT + rb"|" + _OBJECT_END + rb")")
+ENDS_FIRST = re.compile(rb'"(?=' + _PID_NEXT + rb"|" + _OBJECT_END + rb'|,[ \t]*"ph":)')
 # a valid JSON string body: no raw quote, backslash only in an escape, no control character
 _CHARS = rb'[^"\\\x00-\x1f]*+'
 _BODY = _CHARS + rb'(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})' + _CHARS + rb")*+"
@@ -169,12 +181,25 @@ def follows(data: bytes, quote: int, start: int) -> int:
             return BAD
 
 
-def key_at(data: bytes, at: int) -> bool:
-    """Is `at` where an object's key may start (after `{` or `,`)?"""
+def _before(data: bytes, at: int) -> int:
+    """The byte before `at`, blanks aside (-1 at the start)."""
     i = at - 1
     while i >= 0 and data[i] in b" \t\r\n":
         i -= 1
-    return i >= 0 and data[i] in b"{,"
+    return data[i] if i >= 0 else -1
+
+
+def key_at(data: bytes, at: int) -> bool:
+    """Is `at` where an object's key may start (after `{` or `,`)?"""
+    return _before(data, at) in (OPEN_OBJECT, COMMA)
+
+
+def ends(data: bytes, start: int, lo: int, hi: int) -> Iterator[re.Match]:
+    """The closing quotes in data[lo:hi] that the writers' layouts put after the text of the name that starts at
+    `start` (ENDS, or ENDS_FIRST where the name opens its object: `{` before its key)."""
+    key = data.rfind(_NAME_KEY, max(0, start - 64), start)
+    first = key >= 0 and _before(data, key) == OPEN_OBJECT
+    return (ENDS_FIRST if first else ENDS).finditer(data, lo, hi)
 
 
 def _opened_on_its_line(data: bytes, start: int) -> bool:
@@ -220,7 +245,7 @@ def name_end(data: bytes, start: int) -> int | None:
             return as_string
         doubt, as_string = got != BAD, -1
     checked = start  # the `"name":` keys before it cannot be another event's
-    for q in _ends(as_string, PID_END.finditer(data, start, min(len(data), start + MAX_TEXT))):
+    for q in _ends(as_string, ends(data, start, start, min(len(data), start + MAX_TEXT))):
         if data.find(b"\n", checked, q) >= 0:  # the text of a name is on one line
             break
         if opens_another(data, start, q, checked):

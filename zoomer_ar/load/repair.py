@@ -10,8 +10,9 @@ triple quote that opens a docstring. One such name makes the whole file invalid 
 torch.compile'd program still does it.
 
 The writer's layout makes the damage local: a name is written as `"name": "<raw text>",` followed
-by `"pid":` (on the same line, or - since 2025 - on the next one), and a call stack as
-`"Call stack": "<raw text>"` on one line. Each name is read on its own (load/name_end.py: it ends at
+by `"pid":` (on the same line, or - since 2025 - on the next one; a thread's name in its metadata event's
+args by the end of that object on the next line; in torch's EventList export, `{"name": "<raw text>",
+"ph": ...}` on one line, by `"ph":`), and a call stack as `"Call stack": "<raw text>"` on one line. Each name is read on its own (load/name_end.py: it ends at
 the first quote after which the bytes read as JSON again, whatever else its line holds - other events,
 on a line that holds them all; a name that cannot be told apart from the events around it is not
 guessed at, the file is refused). `repair` re-escapes each such value that is not a valid JSON string
@@ -29,7 +30,7 @@ import re
 from collections.abc import Callable
 from typing import NamedTuple
 
-from .name_end import NAME_START, NAMES, OK, PID_END, VALID, AmbiguousName, follows, key_at, name_end, opens_another
+from .name_end import NAME_START, NAMES, OK, VALID, AmbiguousName, ends, follows, key_at, name_end, opens_another
 
 # a call stack (record_shapes/with_stack on old Kineto): one line, no quote inside
 _CALL_STACK = re.compile(rb'"Call stack": "([^\n"]*)"')
@@ -176,7 +177,7 @@ def _name_at(data: bytes | bytearray, at: int) -> tuple[int, int] | None:
             start = m.end()
     if start is None:
         return None
-    for m in PID_END.finditer(data, at, min(len(data), at + REACH)):
+    for m in ends(data, start, at, min(len(data), at + REACH)):
         body = bytes(data[start : m.start()])
         if b'"ph":' in body or b"\n  {" in body or _valid(body) or opens_another(data, start, m.start()):
             return None

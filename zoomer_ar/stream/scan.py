@@ -408,18 +408,19 @@ def scan_columns(path: Path, parser, consume: Callable[[int, dict, dict], None],
 
 
 _EVENT_AT = re.compile(r"event at byte (\d+)")
+_NAMES_LOOKED_AT = 4
 
 
 def _unescaped_event(view, exc: Exception) -> bool:
     """Is the event the compiled reader stopped at (its message gives where the event starts) one whose
-    name the profiler did not escape (load/repair.py)? The name key as any writer spaces it (NAME_START:
-    `"name": "`, or a compact writer's `"name":"`)."""
+    name the profiler did not escape (load/repair.py)? Each of its first names is looked at (a thread's name is
+    the second, in its args), the key as any writer spaces it (NAME_START: `"name": "`, or `"name":"`)."""
     m = _EVENT_AT.search(str(exc))
     if m is None:
         return False
     start = int(m.group(1))
-    key = NAME_START.search(bytes(view[start : start + (1 << 16)]))
-    return key is not None and unescaped_name_at(view, start + key.end())
+    keys = NAME_START.finditer(bytes(view[start : start + (1 << 16)]))
+    return any(unescaped_name_at(view, start + key.end()) for key, _ in zip(keys, range(_NAMES_LOOKED_AT)))
 
 
 def _tail_bound(n: int) -> None:
