@@ -282,16 +282,58 @@ def _runs_on_cpu(ctx: Context, call: cst.Call) -> bool:
     return pins
 
 
+#: the optimizers that refuse foreach=True with a Tensor lr unless capturable=True
+#: (torch/optim/adam.py: "lr as a Tensor is not supported for capturable=False and foreach=True")
+TENSOR_LR_NEEDS_CAPTURABLE = ("Adam", "AdamW")
+#: why an optimizer that leaves foreach (and fused) unset is reported, not changed: torch/optim/optimizer.py's
+#: _default_to_fused_or_foreach picks foreach already unless one of these holds
+DEFAULT_FOREACH = (
+    "PyTorch 2.0 and newer already use foreach when every parameter is a plain tensor on a CUDA (ROCm) or XPU "
+    "device, so foreach=True would change nothing there; if the trace shows single-tensor steps, look for "
+    "parameters on another device (CPU, MPS), tensor-subclass parameters, differentiable=True, a Tensor lr "
+    "(Adam, AdamW) or a PyTorch before 2.0, or pass fused=True (Adam, AdamW, SGD; option fused)"
+)
+
+
+def _tensor_lr(ctx: Context, call: cst.Call) -> bool:
+    """The optimizer's ``lr`` is visibly a tensor (``lr=torch.tensor(1e-3)``, or a name only ever
+    assigned a ``torch.*`` factory call) and ``capturable`` is not ``True``."""
+    if h.is_literal(getattr(h.kwarg(call, "capturable"), "value", None), True):
+        return False
+    lr = h.arg_at(call, "lr", 1)
+    if lr is None or lr.star:
+        return False
+    values: list[cst.BaseExpression] | None = [lr.value]
+    if isinstance(lr.value, cst.Name):
+        values = _bound_values(ctx, lr.value)
+    return bool(values) and all(isinstance(v, cst.Call) and any(q.startswith("torch.") for q in ctx.qualnames(v))
+                                for v in values)
+
+
 class OptimizerForeach(Fixer):
     pattern = "single-tensor-optimizer"
     name = "optimizer-foreach"
-    summary = "torch.optim optimizer with foreach=False or unset: use the multi-tensor (foreach) implementation"
+    summary = "torch.optim optimizer with foreach=False: use the multi-tensor (foreach) implementation"
     explanation = """\
 ## What it does
 Flags `torch.optim.Adam/AdamW/SGD/RMSprop/Adagrad/Adadelta/Adamax/NAdam/RAdam/ASGD/Rprop(...)`
-constructed with `foreach=False` or without `foreach`, and sets `foreach=True`. With the option
-`fused=True`, Adam, AdamW and SGD get `fused=True` instead. An optimizer already created with
-`fused=True` or `foreach=True` is left alone.
+constructed with `foreach=False` and sets `foreach=True`. With the option `fused=True`, Adam,
+AdamW and SGD get `fused=True` instead, also where `foreach` is unset. An optimizer already
+created with `fused=True` or `foreach=True` is left alone.
+
+An optimizer that leaves `foreach` (and `fused`) unset is reported, not changed: since PyTorch
+2.0 the optimizer picks foreach itself when every parameter is a plain tensor (or `nn.Parameter`,
+DTensor) on a CUDA (ROCm's too) or XPU device and `differentiable` is off
+(`_default_to_fused_or_foreach` in torch/optim/optimizer.py), so `foreach=True` would change
+nothing there. Where a trace shows single-tensor steps anyway, the default fell back: parameters
+on another device (the CPU, MPS), tensor-subclass parameters, `differentiable=True`, a Tensor `lr`
+for Adam/AdamW without `capturable=True`, or a PyTorch before 2.0. The report names them; the
+option `fused=True` is a change the default never makes.
+
+Adam and AdamW built with `foreach=False` and an `lr` that is visibly a tensor
+(`lr=torch.tensor(1e-3)`, or a name only assigned a `torch.*` call) are reported, not changed,
+unless `capturable=True`: PyTorch refuses `foreach=True` with a Tensor `lr` there (a `ValueError`
+when the optimizer is built).
 
 So is an optimizer that visibly steps CPU tensors (CPU tests, CPU examples): on the CPU the
 foreach ops fall back to a loop over the tensors, so the change buys nothing:
@@ -324,9 +366,10 @@ launches inside `Optimizer.step`). The foreach implementation updates all parame
 multi-tensor kernels; the fused one with one kernel.
 
 ## Caveats
-`foreach` needs the parameters on one device type; it uses a little more peak memory (a
+`foreach=True` groups the parameters by device and dtype and uses a little more peak memory (a
 temporary per parameter group). `fused=True` needs floating-point CUDA (or, in recent releases,
-CPU) parameters. Optimizers with `differentiable=True` or `**kwargs` are reported, not changed.
+CPU) parameters. Optimizers with `differentiable=True` (the foreach and fused steps refuse it) or
+`**kwargs` are reported, not changed.
 
 ## Example
 ```python
@@ -369,10 +412,10 @@ opt = torch.optim.AdamW(model.parameters(), lr=3e-4, foreach=True)
     INVALID = [
         # autocast on the GPU, or a CPU autocast in a file that also names the GPU, is no CPU evidence
         Example(
-            "import torch\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nwith torch.autocast(\"cuda\"):\n    step()\n"
-            "with torch.autocast(device_type=\"cpu\"):\n    model.cuda()\n",
-            "import torch\nopt = torch.optim.SGD(model.parameters(), lr=0.1, foreach=True)\nwith torch.autocast(\"cuda\"):\n    step()\n"
-            "with torch.autocast(device_type=\"cpu\"):\n    model.cuda()\n",
+            "import torch\nopt = torch.optim.SGD(model.parameters(), lr=0.1, foreach=False)\nwith torch.autocast(\"cuda\"):\n"
+            "    step()\nwith torch.autocast(device_type=\"cpu\"):\n    model.cuda()\n",
+            "import torch\nopt = torch.optim.SGD(model.parameters(), lr=0.1, foreach=True)\nwith torch.autocast(\"cuda\"):\n"
+            "    step()\nwith torch.autocast(device_type=\"cpu\"):\n    model.cuda()\n",
             message_contains="SGD",
         ),
         Example(
@@ -380,16 +423,23 @@ opt = torch.optim.AdamW(model.parameters(), lr=3e-4, foreach=True)
             "import torch\nopt = torch.optim.AdamW(model.parameters(), lr=3e-4, foreach=True)\n",
             message_contains="foreach=False",
         ),
+        # foreach left unset: PyTorch 2.0+ picks foreach already where it can, foreach=True would be a no-op
         Example(
             "from torch import optim\nopt = optim.SGD(model.parameters(), lr=0.1, momentum=0.9)\n",
-            "from torch import optim\nopt = optim.SGD(model.parameters(), lr=0.1, momentum=0.9, foreach=True)\n",
-            message_contains="single-tensor",
+            None,
+            message_contains="leaves foreach unset",
         ),
         Example(
-            "from torch.optim import RMSprop\nopt = RMSprop(\n    model.parameters(),\n    lr=1e-2,\n)\n",
+            "import torch\nopt = torch.optim.RMSprop(model.parameters(), lr=1e-2, foreach=None)\n",
+            None,
+            message_contains="would change nothing",
+        ),
+        Example(
+            "from torch.optim import RMSprop\nopt = RMSprop(\n    model.parameters(),\n    lr=1e-2,\n    foreach=False,\n)\n",
             "from torch.optim import RMSprop\nopt = RMSprop(\n    model.parameters(),\n    lr=1e-2,\n    foreach=True,\n)\n",
             message_contains="RMSprop",
         ),
+        # fused=True is never the default: asked for, it changes the implementation
         Example(
             "import torch\nopt = torch.optim.Adam(model.parameters(), lr=1e-3)\n",
             "import torch\nopt = torch.optim.Adam(model.parameters(), lr=1e-3, fused=True)\n",
@@ -397,35 +447,47 @@ opt = torch.optim.AdamW(model.parameters(), lr=3e-4, foreach=True)
             options={"fused": True},
         ),
         Example(
-            "import torch\nopt = torch.optim.Adam(params, differentiable=flag)\n",
+            "from torch.optim import AdamW\nopt = AdamW(\n    model.parameters(),\n    lr=1e-2,\n)\n",
+            "from torch.optim import AdamW\nopt = AdamW(\n    model.parameters(),\n    lr=1e-2,\n    fused=True,\n)\n",
+            message_contains="fused=True",
+            options={"fused": True},
+        ),
+        Example(
+            "import torch\nopt = torch.optim.Adam(params, differentiable=flag, foreach=False)\n",
             None,
             message_contains="differentiable",
         ),
-        Example("import torch\nopt = torch.optim.Adam(params, **cfg)\n", None, message_contains="**"),
+        Example("import torch\nopt = torch.optim.Adam(params, foreach=False, **cfg)\n", None, message_contains="**"),
+        # Adam/AdamW refuse foreach=True with a Tensor lr unless capturable=True (a ValueError when built)
+        Example(
+            "import torch\nlr = torch.tensor(1e-3)\nopt = torch.optim.AdamW(model.parameters(), lr, foreach=False)\n",
+            None,
+            message_contains="Tensor lr",
+        ),
         # not CPU-only: a tensor made on the GPU; one registered in a module (which may be moved);
         # a CPU fallback next to CUDA; a device handed in by the caller
         Example(
-            "import torch\nw = torch.zeros(3, device=\"cuda\", requires_grad=True)\nopt = torch.optim.Adam([w], lr=0.1)\n",
+            "import torch\nw = torch.zeros(3, device=\"cuda\", requires_grad=True)\nopt = torch.optim.Adam([w], lr=0.1, foreach=False)\n",
             "import torch\nw = torch.zeros(3, device=\"cuda\", requires_grad=True)\nopt = torch.optim.Adam([w], lr=0.1, foreach=True)\n",
             message_contains="Adam",
         ),
         Example(
             "import torch\nw = torch.nn.Parameter(torch.zeros(3))\nnet.register_parameter(\"w\", w)\n"
-            "opt = torch.optim.SGD([w], lr=0.1)\n",
+            "opt = torch.optim.SGD([w], lr=0.1, foreach=False)\n",
             "import torch\nw = torch.nn.Parameter(torch.zeros(3))\nnet.register_parameter(\"w\", w)\n"
             "opt = torch.optim.SGD([w], lr=0.1, foreach=True)\n",
             message_contains="SGD",
         ),
         Example(
             "import torch\ndevice = \"cuda\" if torch.cuda.is_available() else \"cpu\"\nmodel = Net().to(device)\n"
-            "opt = torch.optim.Adam(model.parameters())\n",
+            "opt = torch.optim.Adam(model.parameters(), foreach=False)\n",
             "import torch\ndevice = \"cuda\" if torch.cuda.is_available() else \"cpu\"\nmodel = Net().to(device)\n"
             "opt = torch.optim.Adam(model.parameters(), foreach=True)\n",
             message_contains="Adam",
         ),
         Example(
             "import torch\n\n\ndef fit(model, device):\n    model.to(device)\n    probe = torch.zeros(1).to(\"cpu\")\n"
-            "    return torch.optim.AdamW(model.parameters())\n",
+            "    return torch.optim.AdamW(model.parameters(), foreach=False)\n",
             "import torch\n\n\ndef fit(model, device):\n    model.to(device)\n    probe = torch.zeros(1).to(\"cpu\")\n"
             "    return torch.optim.AdamW(model.parameters(), foreach=True)\n",
             message_contains="AdamW",
@@ -445,7 +507,14 @@ opt = torch.optim.AdamW(model.parameters(), lr=3e-4, foreach=True)
                 continue
             if _runs_on_cpu(ctx, call):
                 continue  # foreach=True changes nothing worth having on the CPU
-            what = "foreach=False" if foreach is not None and h.is_literal(foreach.value, False) else "no foreach"
+            turned_off = foreach is not None and h.is_literal(foreach.value, False)
+            to_fused = self.options["fused"] and cls in FUSED_CAPABLE
+            if not turned_off and not to_fused:
+                # PyTorch (2.0 and newer) already picks foreach when foreach and fused are left unset,
+                # so writing foreach=True changes nothing where that default holds
+                yield self.report(call, f"torch.optim.{cls} leaves foreach unset: {DEFAULT_FOREACH}")
+                continue
+            what = "foreach=False" if turned_off else "no foreach"
             message = f"torch.optim.{cls} with {what} may step each parameter with single-tensor kernels; use foreach=True"
             if h.has_star(call):
                 yield self.report(call, message + " (the call takes **kwargs: set it there)")
@@ -454,9 +523,12 @@ opt = torch.optim.AdamW(model.parameters(), lr=3e-4, foreach=True)
             if diff is not None and not h.is_literal(diff.value, False):
                 yield self.report(call, message + " (not with differentiable=True: check before changing)")
                 continue
-            if self.options["fused"] and cls in FUSED_CAPABLE:
+            if to_fused:
                 new = h.set_kwarg(call, "fused", "True")
                 message = f"torch.optim.{cls} with {what}: use the fused implementation (fused=True)"
+            elif cls in TENSOR_LR_NEEDS_CAPTURABLE and _tensor_lr(ctx, call):
+                yield self.report(call, message + " (not with a Tensor lr: foreach=True then needs capturable=True)")
+                continue
             else:
                 new = h.set_kwarg(call, "foreach", "True")
             yield self.replace(call, message, {call: new})

@@ -24,13 +24,13 @@ GIT_ENV = {
 }
 
 # the audit's repro files (t2/ff.py, t2/ff2.py, t3/mac.py)
-FORM_FEED = b"import torch\n\x0c\nopt = torch.optim.Adam(params, lr=1e-3)\nx = 1\n"
-LINE_SEP = 'import torch\nopt = torch.optim.Adam(params, lr=1e-3)\ns = "a\u2028b"  # ls\ny = 2\n'.encode()
+FORM_FEED = b"import torch\n\x0c\nopt = torch.optim.Adam(params, lr=1e-3, foreach=False)\nx = 1\n"
+LINE_SEP = 'import torch\nopt = torch.optim.Adam(params, lr=1e-3, foreach=False)\ns = "a\u2028b"  # ls\ny = 2\n'.encode()
 MAC = (b"import torch\rfrom torch.utils.data import DataLoader\rloader = DataLoader(ds, batch_size=32)\r"
        b"model = Net().cuda()\ropt = torch.optim.SGD(model.parameters(), lr=0.1,  # c\r                      momentum=0.9)\r"
        b"for step, (x, y) in enumerate(loader):\r    torch.cuda.synchronize()\r    loss = model(x).sum()\r"
        b"    loss.backward()\r    print(loss.item())\r")
-TRAIN = b"import torch\nopt = torch.optim.Adam(params, lr=1e-3)\n"
+TRAIN = b"import torch\nopt = torch.optim.Adam(params, lr=1e-3, foreach=False)\n"
 
 
 def _git(cwd: Path, *args: str, input: bytes | None = None, check: bool = True) -> subprocess.CompletedProcess:

@@ -31,7 +31,7 @@ def evaluate(model):
 
 
 def train_step(model, x):
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=False)
     loss = model(x).sum()
     loss.backward()
     opt.step()

@@ -16,7 +16,7 @@ import torch
 from torch.utils.data import DataLoader
 
 loader = DataLoader(ds, batch_size=8)
-opt = torch.optim.Adam(model.parameters())
+opt = torch.optim.Adam(model.parameters(), foreach=False)
 for x in loader:
     torch.cuda.empty_cache()
 """
@@ -124,14 +124,14 @@ def test_suppression_comments(tmp_path, capsys):
     root.mkdir()
     (root / "a.py").write_text(
         "import torch\n"
-        "opt = torch.optim.Adam(p)  # zoomer: ignore[single-tensor-optimizer]\n"
-        "opt2 = torch.optim.SGD(p)  # zoomer: ignore[optimizer-foreach]\n"
-        "opt3 = torch.optim.SGD(p)  # zoomer: ignore\n"
-        "opt4 = torch.optim.SGD(p)  # zoomer: ignore[dataloader-bound]\n"
+        "opt = torch.optim.Adam(p, foreach=False)  # zoomer: ignore[single-tensor-optimizer]\n"
+        "opt2 = torch.optim.SGD(p, foreach=False)  # zoomer: ignore[optimizer-foreach]\n"
+        "opt3 = torch.optim.SGD(p, foreach=False)  # zoomer: ignore\n"
+        "opt4 = torch.optim.SGD(p, foreach=False)  # zoomer: ignore[dataloader-bound]\n"
         "opt5 = torch.optim.SGD(  # zoomer: ignore\n"
-        "    p,\n"
+        "    p, foreach=False,\n"
         ")\n"
-        "s = '# zoomer: ignore'; opt6 = torch.optim.SGD(p)\n"
+        "s = '# zoomer: ignore'; opt6 = torch.optim.SGD(p, foreach=False)\n"
     )
     rc, out, _ = run(capsys, str(root))
     lines = out.splitlines()
@@ -139,7 +139,7 @@ def test_suppression_comments(tmp_path, capsys):
     rc, out, _ = run(capsys, str(root), "--apply")
     text = (root / "a.py").read_text()
     assert text.count("foreach=True") == 2
-    assert "opt = torch.optim.Adam(p)  # zoomer" in text
+    assert "opt = torch.optim.Adam(p, foreach=False)  # zoomer" in text
 
 
 def test_file_level_suppression(tmp_path, capsys):
@@ -169,7 +169,7 @@ def test_unparsable_file_one_line_exit_0(tmp_path, capsys):
     root.mkdir()
     (root / "bad.py").write_text("def f(:\n    pass\n")
     (root / "bad2.py").write_bytes(b"# -*- coding: utf-8 -*-\nx = '\xff\xfe'\n")
-    (root / "ok.py").write_text("import torch\nopt = torch.optim.SGD(p)\n")
+    (root / "ok.py").write_text("import torch\nopt = torch.optim.SGD(p, foreach=False)\n")
     rc, out, err = run(capsys, str(root))
     assert rc == 0
     assert out.count("\n") == 1

@@ -22,7 +22,7 @@ import torch
 from torch.utils.data import DataLoader
 
 loader = DataLoader(ds, batch_size=8)  # the loader
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1, foreach=False)
 for i, (x, y) in enumerate(loader):
     x = x.to("cuda")
     loss = model(x).sum()
@@ -72,18 +72,18 @@ def _make_project(root: Path) -> None:
     # UTF-8 BOM
     (root / "bom.py").write_bytes("\ufeffimport torch\nfor b in loader:\n    torch.cuda.empty_cache()\n    step(b)\n".encode("utf-8"))
     # no newline at end of file
-    (root / "nonl.py").write_text("import torch\nopt = torch.optim.Adam(params)")
+    (root / "nonl.py").write_text("import torch\nopt = torch.optim.Adam(params, foreach=False)")
     # a file name with a space
     (root / "pkg" / "my model.py").write_text("import torch\nopt = torch.optim.AdamW(p, foreach=False)\n")
     # an executable script keeps its mode
     script = root / "run.py"
-    script.write_text("#!/usr/bin/env python\nimport torch\nopt = torch.optim.RMSprop(p)\n")
+    script.write_text("#!/usr/bin/env python\nimport torch\nopt = torch.optim.RMSprop(p, foreach=False)\n")
     script.chmod(0o755)
     # things that must not be touched
     for skipped in (".hidden", ".venv/lib/python3.11/site-packages/torchy", "node_modules", "env2"):
         d = root / skipped
         d.mkdir(parents=True)
-        (d / "bad.py").write_text("import torch\nopt = torch.optim.Adam(params)\n")
+        (d / "bad.py").write_text("import torch\nopt = torch.optim.Adam(params, foreach=False)\n")
     (root / "env2" / "pyvenv.cfg").write_text("home = /usr\n")
     (root / "README.txt").write_text("not python\n")
 
@@ -132,7 +132,7 @@ def test_setuptools_build_output_is_not_the_programs_code(tmp_path: Path):
 def test_walk_skips_hidden_venv_and_links(project: Path, tmp_path: Path):
     outside = tmp_path / "outside"
     outside.mkdir()
-    (outside / "victim.py").write_text("import torch\nopt = torch.optim.Adam(params)\n")
+    (outside / "victim.py").write_text("import torch\nopt = torch.optim.Adam(params, foreach=False)\n")
     (project / "link_dir").symlink_to(outside, target_is_directory=True)
     (project / "link.py").symlink_to(outside / "victim.py")
     files = [p.relative_to(project).as_posix() for p in engine.iter_python_files(project)]
@@ -140,7 +140,7 @@ def test_walk_skips_hidden_venv_and_links(project: Path, tmp_path: Path):
     before = (outside / "victim.py").read_bytes()
     engine.apply(engine.run(project, fix=True))
     assert (outside / "victim.py").read_bytes() == before
-    assert (project / ".hidden" / "bad.py").read_text().endswith("torch.optim.Adam(params)\n")
+    assert (project / ".hidden" / "bad.py").read_text().endswith("torch.optim.Adam(params, foreach=False)\n")
 
 
 def test_broken_file_is_reported_not_fatal(project: Path):

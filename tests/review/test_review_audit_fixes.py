@@ -59,7 +59,7 @@ def test_form_feed_lines_do_not_hide_findings(tmp_path):
     """str.splitlines counts a form feed as a line break: the prefilter then read the wrong lines
     and dropped the optimizer fixer for the added line."""
     base = "import torch\n\x0c\n\x0c\n\x0c\nx = 1\n"
-    repo = _branch_repo(tmp_path / "r", "a.py", base, base + "opt = torch.optim.Adam(params, lr=1e-3)\n")
+    repo = _branch_repo(tmp_path / "r", "a.py", base, base + "opt = torch.optim.Adam(params, lr=1e-3, foreach=False)\n")
     result = review(repo.path, "main", "feat")
     assert [(f.rule_id, f.line, f.comment_line) for f in result.findings] == [("single-tensor-optimizer", 6, 6)]
     assert result.findings[0].suggestion == "opt = torch.optim.Adam(params, lr=1e-3, foreach=True)"
@@ -157,7 +157,7 @@ from torch.utils.data import DataLoader
 
 def train(model, ds, opt):
     loader = DataLoader(ds, batch_size=32)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=False)
     for x in loader:
         torch.cuda.synchronize()
 
@@ -300,7 +300,7 @@ def _umask() -> int:
 
 def test_sarif_uris_are_percent_encoded(tmp_path, capsys):
     name = "my dir/a#1 %20é.py"
-    repo = _branch_repo(tmp_path / "r", name, "import torch\n", "import torch\nopt = torch.optim.Adam(params, lr=1e-3)\n")
+    repo = _branch_repo(tmp_path / "r", name, "import torch\n", "import torch\nopt = torch.optim.Adam(params, lr=1e-3, foreach=False)\n")
     repo.write("bad dir/b?.py", "def f(:\n")
     repo.commit("broken")
     rc, out, _ = _run(capsys, "--repo", str(repo.path), "--base", "main", "--head", "feat", "--format", "sarif")
