@@ -36,6 +36,7 @@ WEBHOOK_MAX_BYTES = 25 << 20  # GitHub caps payloads at 25 MB
 JSON_MAX_BYTES = 1 << 20  # bodies FastAPI reads whole (POST /v1/verdicts), read before the token is checked
 STREAMED = ("/v1/jobs", "/v1/github/webhook")  # routes that read their body as a stream, under their own caps
 AUTH_HEADERS = {"WWW-Authenticate": "Bearer"}
+RETRY_AFTER = {"Retry-After": "30"}  # a team at its quota: its jobs take a while to finish
 
 
 # --- models -------------------------------------------------------------------------------------------
@@ -173,7 +174,9 @@ class JobMetadata(BaseModel):
 def _err(*codes: int, **described: str) -> dict[int | str, dict[str, Any]]:
     text = {400: "Bad request", 401: "Missing, unknown or revoked API token", 404: "Not found (or another team's)",
             409: "Not available in the job's current state", 413: "Upload too large", 415: "Unsupported media type",
-            422: "Invalid parameters"}
+            422: "Invalid parameters",
+            429: "The team is at its limit of queued and running jobs, or of their disk space (the message says "
+                 "which); try again later (Retry-After)"}
     return {c: {"model": Error, "description": described.get(f"e{c}", text.get(c, "Error"))} for c in codes}
 
 
@@ -325,6 +328,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings = settings
+    app.state.uploading = {}  # team id -> uploads of POST /v1/jobs still arriving (team quota)
     app.add_middleware(BodyCap)
     app.add_middleware(NoSniff)
 
@@ -368,8 +372,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.post(
         "/v1/jobs", status_code=202, response_model=JobAccepted, tags=["jobs"],
-        responses=_err(400, 401, 413, 415, 422, e400="Malformed upload or refused archive (the message says which "
-                                                        "entry and why)"),
+        responses=_err(400, 401, 413, 415, 422, 429, e400="Malformed upload or refused archive (the message says "
+                                                             "which entry and why)"),
         openapi_extra={"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": UPLOAD_SCHEMA}}}},
     )
     async def create_job(request: Request, who: Who) -> JSONResponse:
@@ -385,12 +389,26 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         length = request.headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > settings.drain_bytes:
             raise HTTPException(413, f"upload too large: {int(length):,} bytes (limit {settings.max_upload_bytes:,})")
-        job_id = Q.new_job_id()
-        job_dir = settings.jobs_dir / job_id
+        quota = settings.team_quota
+        uploading = request.app.state.uploading  # this server's uploads still arriving, per team
+        others = uploading.get(who.team_id, 0)
+        uploading[who.team_id] = others + 1  # counted before any await: concurrent uploads see each other
         try:
+            # a team at its limit is refused before its body is read (it could not be queued anyway)
+            Q.check_quota(await run_in_threadpool(Q.usage_of, engine(request), who.team_id), who.team, quota,
+                          uploading=others)
+            job_id = Q.new_job_id()
+            job_dir = settings.jobs_dir / job_id
             receiver = MultipartReceiver(ctype, job_dir / "upload")
+        except Q.QuotaExceeded as exc:
+            _uploaded(uploading, who.team_id)
+            raise HTTPException(429, str(exc), headers=RETRY_AFTER) from None
         except UploadError as exc:
+            _uploaded(uploading, who.team_id)
             raise HTTPException(400, str(exc)) from None
+        except BaseException:
+            _uploaded(uploading, who.team_id)
+            raise
         total, too_large, bad = 0, False, None
         try:
             async for chunk in _stream(request):
@@ -427,13 +445,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 raise HTTPException(400, str(exc)) from None
             name = meta.name or params.get("default_name") or _display_name(params)
             params.update(meta.model_dump(exclude={"name"}), name=meta.name or params.get("default_name"))
-            await run_in_threadpool(Q.insert_job, engine(request), job_id=job_id, team_id=who.team_id, kind="analyze",
-                                    name=name, params=params, input_dir=str(job_dir / "input"),
-                                    max_attempts=settings.max_attempts)
+            try:
+                await run_in_threadpool(Q.insert_job, engine(request), job_id=job_id, team_id=who.team_id,
+                                        kind="analyze", name=name, params=params, input_dir=str(job_dir / "input"),
+                                        max_attempts=settings.max_attempts, quota=quota)
+            except Q.TooLargeForQuota as exc:
+                raise HTTPException(413, str(exc)) from None
+            except Q.QuotaExceeded as exc:
+                raise HTTPException(429, str(exc), headers=RETRY_AFTER) from None
         except BaseException:
             receiver.close()
             shutil.rmtree(job_dir, ignore_errors=True)
             raise
+        finally:
+            _uploaded(uploading, who.team_id)
         return JSONResponse(JobAccepted(id=job_id, status_url=f"/v1/jobs/{job_id}").model_dump(), status_code=202,
                             headers={"Location": f"/v1/jobs/{job_id}"})
 
@@ -594,6 +619,15 @@ def _team_name(eng, team_id: int) -> str:  # noqa: ANN001
         with read_session(eng) as s:
             _team_cache[key] = s.execute(select(ServiceTeam.name).where(ServiceTeam.id == team_id)).scalar_one()
     return _team_cache[key]
+
+
+def _uploaded(uploading: dict[int, int], team_id: int) -> None:
+    """One upload of the team is no longer arriving (queued, refused or abandoned)."""
+    left = uploading.get(team_id, 1) - 1
+    if left > 0:
+        uploading[team_id] = left
+    else:
+        uploading.pop(team_id, None)
 
 
 async def _stream(request: Request):  # noqa: ANN202 - an async iterator of bytes

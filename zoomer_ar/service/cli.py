@@ -107,6 +107,10 @@ def _spawn_worker(settings, log_level: str) -> subprocess.Popen:
 @click.option("--max-archive-entries", type=click.IntRange(min=1), default=None, help="Cap on an archive's entries (default 20000).")
 @click.option("--max-archive-ratio", type=click.FloatRange(min=1.0), default=None,
               help="Cap on an archive's compression ratio (default 200).")
+@click.option("--max-team-jobs", type=click.IntRange(min=0), default=None,
+              help="Queued and running jobs one team may have; more uploads answer 429 (default 50; 0: no limit).")
+@click.option("--max-team-mb", type=click.FloatRange(min=0), default=None,
+              help="MB of disk one team's queued and running jobs may take; more answer 429 (default 20480; 0: no limit).")
 @LEASE_OPTION
 @click.option("--max-attempts", type=click.IntRange(min=1), default=None,
               help="Claims per job before a job whose workers keep dying fails (default 3).")
@@ -120,7 +124,7 @@ def _spawn_worker(settings, log_level: str) -> subprocess.Popen:
 @GITHUB_API_OPTION
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True)
 def serve(host, port, port_file, db, data_dir, max_upload_mb, read_timeout_s, min_body_rate, max_archive_mb,
-          max_archive_entries, max_archive_ratio, lease_s, max_attempts, embedded_workers,
+          max_archive_entries, max_archive_ratio, max_team_jobs, max_team_mb, lease_s, max_attempts, embedded_workers,
           webhook_secret, webhook_repos, webhook_team, webhook_post, github_api_url, log_level) -> None:
     """Run the HTTP API (FastAPI on uvicorn): uploads, job status and results, verdicts, digest, GitHub webhook."""
     _require("fastapi", "uvicorn", "python_multipart")
@@ -138,7 +142,9 @@ def serve(host, port, port_file, db, data_dir, max_upload_mb, read_timeout_s, mi
         db=db, data_dir=data_dir, max_upload_bytes=int(max_upload_mb * MB) if max_upload_mb else None,
         read_timeout_s=read_timeout_s, min_body_rate=min_body_rate * 1024 if min_body_rate is not None else None,
         max_bytes=int(max_archive_mb * MB) if max_archive_mb else None, max_entries=max_archive_entries,
-        max_ratio=max_archive_ratio, lease_s=lease_s, max_attempts=max_attempts, webhook_secret=webhook_secret,
+        max_ratio=max_archive_ratio, max_team_jobs=max_team_jobs,
+        max_team_bytes=int(max_team_mb * MB) if max_team_mb is not None else None, lease_s=lease_s,
+        max_attempts=max_attempts, webhook_secret=webhook_secret,
         webhook_repos=repos, webhook_team=webhook_team, webhook_post=webhook_post, github_api_url=github_api_url,
     )
     from ..store.db import open_store
@@ -295,7 +301,11 @@ def batch(paths, scheduler, workers, team, no_record, out_dir, progress, db) -> 
         click.echo(f"  failed: {failure(r)}")
     for m in missing:
         click.echo(f"  failed: {m}: not found")
-    if failed:
+    if result.store_lost:  # said once, with what was not recorded: the batch went on without the store
+        n = sum(1 for r in result.results if r.unrecorded)
+        click.echo(f"  store lost: {result.store_lost}; {n} analysed trace{'s' if n != 1 else ''} not recorded"
+                   f"{' (their reports were written)' if out_dir is not None and n else ''}")
+    if failed or result.store_lost:
         raise click.exceptions.Exit(2 if ok == 0 else 1)
 
 

@@ -10,6 +10,8 @@
 | archive ratio cap | `--max-archive-ratio` | `ZOOMER_SERVICE_MAX_ARCHIVE_RATIO` | 200 |
 | read timeout (headers; a stalled body) | `--read-timeout` | `ZOOMER_SERVICE_READ_TIMEOUT_S` | 30 s |
 | minimum body rate past the read timeout | `--min-body-rate` (KiB/s, 0: none) | `ZOOMER_SERVICE_MIN_BODY_RATE_KIB` | 1 KiB/s |
+| queued + running jobs per team (0: no limit) | `--max-team-jobs` | `ZOOMER_SERVICE_MAX_TEAM_JOBS` | 50 |
+| disk taken by a team's queued + running jobs' inputs (0: no limit) | `--max-team-mb` | `ZOOMER_SERVICE_MAX_TEAM_MB` | 20480 |
 | lease | `--lease` | `ZOOMER_SERVICE_LEASE_S` | 30 s (heartbeat every third of it) |
 | claims per job | `--max-attempts` | `ZOOMER_SERVICE_MAX_ATTEMPTS` | 3 |
 | webhook secret | `--webhook-secret` | `ZOOMER_WEBHOOK_SECRET` | none (webhook refuses everything) |
@@ -90,6 +92,8 @@ class Settings:
     read_timeout_s: float = 30.0
     min_body_rate: float = 1024.0  # bytes/s
     archive: ArchiveLimits = field(default_factory=ArchiveLimits)
+    max_team_jobs: int = 50
+    max_team_bytes: int = 20480 * MB
     lease_s: float = 30.0
     max_attempts: int = 3
     poll_s: float = 1.0
@@ -122,6 +126,8 @@ class Settings:
                 max_entries=int(_env_float("ZOOMER_SERVICE_MAX_ARCHIVE_ENTRIES", 20_000)),
                 max_ratio=_env_float("ZOOMER_SERVICE_MAX_ARCHIVE_RATIO", 200.0),
             ),
+            max_team_jobs=int(_env_float("ZOOMER_SERVICE_MAX_TEAM_JOBS", 50)),
+            max_team_bytes=int(_env_float("ZOOMER_SERVICE_MAX_TEAM_MB", 20480) * MB),
             lease_s=_env_float("ZOOMER_SERVICE_LEASE_S", 30.0),
             max_attempts=int(_env_float("ZOOMER_SERVICE_MAX_ATTEMPTS", 3)),
             webhook_secret=e.get("ZOOMER_WEBHOOK_SECRET") or None,
@@ -148,7 +154,16 @@ class Settings:
         if not (math.isfinite(s.min_body_rate) and s.min_body_rate >= 0):
             raise ValueError("minimum body rate (--min-body-rate / ZOOMER_SERVICE_MIN_BODY_RATE_KIB) "
                              f"{s.min_body_rate / 1024!r}: expected KiB/s, 0 or more")
+        if s.max_team_jobs < 0 or s.max_team_bytes < 0:
+            raise ValueError("team limits (--max-team-jobs, --max-team-mb; ZOOMER_SERVICE_MAX_TEAM_JOBS, "
+                             "ZOOMER_SERVICE_MAX_TEAM_MB) must be 0 (no limit) or more")
         return s
+
+    @property
+    def team_quota(self):  # noqa: ANN201 - queue.TeamQuota
+        from .queue import TeamQuota
+
+        return TeamQuota(max_jobs=self.max_team_jobs, max_bytes=self.max_team_bytes)
 
     @property
     def read_limits(self):  # noqa: ANN201 - slow_clients.ReadLimits (uvicorn is imported only by `serve`)

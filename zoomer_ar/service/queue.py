@@ -75,10 +75,73 @@ def new_job_id() -> str:
     return uuid.uuid4().hex
 
 
+@dataclass(frozen=True)
+class TeamQuota:
+    """What one team may have in the queue at once (0: no limit): its queued and running jobs, and the bytes their
+    inputs take on disk (`params["input_bytes"]`, the extracted uploads)."""
+
+    max_jobs: int = 0
+    max_bytes: int = 0
+
+
+class QuotaExceeded(Exception):
+    """The team is at a limit of its TeamQuota (HTTP 429); the message names the limit."""
+
+
+class TooLargeForQuota(QuotaExceeded):
+    """One job's inputs alone are over the team's byte limit: it can never be queued (HTTP 413)."""
+
+
+ACTIVE = (QUEUED, RUNNING)
+
+
+def _input_bytes(params: dict | None) -> int:
+    params = params or {}
+    if isinstance(params.get("input_bytes"), int):
+        return params["input_bytes"]
+    return sum(int(u.get("bytes") or 0) for u in (params.get("uploads") or {}).values() if isinstance(u, dict))
+
+
+def team_usage(s: Session, team_id: int) -> tuple[int, int]:
+    """(queued and running jobs, bytes of their inputs) of a team."""
+    rows = s.execute(select(ServiceJob.params).where(ServiceJob.team_id == team_id, ServiceJob.state.in_(ACTIVE))).all()
+    return len(rows), sum(_input_bytes(r[0]) for r in rows)
+
+
+def check_quota(usage: tuple[int, int], team: str, quota: TeamQuota, *, adding_bytes: int = 0,
+                uploading: int = 0) -> None:
+    """QuotaExceeded (or TooLargeForQuota) when one more job of `adding_bytes` would pass `quota`; `uploading`:
+    the team's uploads still arriving, counted as jobs."""
+    jobs, used = usage
+    if quota.max_jobs and jobs + uploading >= quota.max_jobs:
+        busy = f"{jobs} job{'s' if jobs != 1 else ''} queued or running"
+        if uploading:
+            busy += f" and {uploading} upload{'s' if uploading != 1 else ''} arriving"
+        raise QuotaExceeded(f"team {team} has {busy}: the limit per team is {quota.max_jobs} (--max-team-jobs); "
+                            "try again when some have finished")
+    if quota.max_bytes and adding_bytes > quota.max_bytes:
+        raise TooLargeForQuota(f"this job's inputs take {adding_bytes:,} bytes on disk, over the limit per team of "
+                               f"{quota.max_bytes:,} bytes (--max-team-mb) by themselves")
+    if quota.max_bytes and used + adding_bytes > quota.max_bytes:
+        raise QuotaExceeded(f"team {team}'s queued and running jobs take {used:,} bytes on disk; with this job's "
+                            f"{adding_bytes:,} that passes the limit per team of {quota.max_bytes:,} bytes "
+                            "(--max-team-mb); try again when some have finished")
+
+
+def usage_of(engine: Engine, team_id: int) -> tuple[int, int]:
+    with read_session(engine) as s:
+        return team_usage(s, team_id)
+
+
 def insert_job(engine: Engine, *, job_id: str, team_id: int, kind: str, name: str, params: dict[str, Any],
-               input_dir: str | None, max_attempts: int = 3) -> None:
+               input_dir: str | None, max_attempts: int = 3, quota: TeamQuota | None = None) -> None:
+    """Queue a job. With `quota`, the team's usage is checked in the same transaction (the team's row locked, so
+    two uploads of one team never both take the last place): QuotaExceeded when the job does not fit."""
     def tx() -> None:
         with write_session(engine) as s:
+            if quota is not None and (quota.max_jobs or quota.max_bytes):
+                team = s.execute(select(ServiceTeam.name).where(ServiceTeam.id == team_id).with_for_update()).scalar_one()
+                check_quota(team_usage(s, team_id), team, quota, adding_bytes=_input_bytes(params))
             s.execute(insert(ServiceJob).values(
                 id=job_id, team_id=team_id, kind=kind, name=name[:200], state=QUEUED, params=params,
                 input_dir=input_dir, attempts=0, max_attempts=max_attempts, queued_at=db_now(s),

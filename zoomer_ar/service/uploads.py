@@ -262,7 +262,12 @@ def prepare_inputs(job_dir: Path, files: dict[str, ReceivedFile], limits: Archiv
             raise UploadError("source archive: no Python (.py) files in it")
         params["source"] = "source"
     shutil.rmtree(job_dir / "upload", ignore_errors=True)
+    params["input_bytes"] = _folder_bytes(inp)  # what the job holds on disk until it is done (team quota)
     return params
+
+
+def _folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
 
 
 __all__ = ["ArchiveError", "MultipartReceiver", "ReceivedFile", "UploadError", "prepare_inputs", "safe_filename"]
