@@ -124,17 +124,31 @@ class _Budget:
 def _target(dest: Path, rel: PurePosixPath, what: str) -> Path:
     out = dest.joinpath(*rel.parts)
     root = dest.resolve()
-    resolved = out.resolve()
+    try:
+        resolved = out.resolve()
+    except OSError as exc:
+        raise _unwritable(what, rel.as_posix(), exc) from None
     if resolved != root and root not in resolved.parents:
         raise ArchiveError(f"{what}: entry {rel.as_posix()!r} resolves outside the archive root")
     return out
 
 
+def _unwritable(what: str, name: str, exc: OSError) -> ArchiveError:
+    """The server's filesystem refused an entry (a name too long for it...): the entry and the reason, never the
+    server's path (an OSError's message names it)."""
+    return ArchiveError(f"{what}: entry {name!r} cannot be written on the server "
+                        f"({exc.strerror or type(exc).__name__})")
+
+
 def _copy(src, out: Path, budget: _Budget, name: str, limit: int | None = None) -> int:
     n = 0
-    if out.is_dir():
-        raise ArchiveError(f"{budget.what}: entry {name!r} is both a folder and a file")
-    with open(out, "wb") as fh:
+    try:
+        if out.is_dir():
+            raise ArchiveError(f"{budget.what}: entry {name!r} is both a folder and a file")
+        fh = open(out, "wb")  # noqa: SIM115 - closed below; an OSError here is the entry's, not the archive's
+    except OSError as exc:
+        raise _unwritable(budget.what, name, exc) from None
+    with fh:
         while True:
             chunk = src.read(CHUNK)
             if not chunk:
@@ -150,9 +164,12 @@ def _copy(src, out: Path, budget: _Budget, name: str, limit: int | None = None) 
 
 def _mkdirs(dest: Path, rel: PurePosixPath, what: str) -> Path:
     d = _target(dest, rel, what)
-    if d.exists() and not d.is_dir():
-        raise ArchiveError(f"{what}: entry {rel.as_posix()!r} is both a file and a folder")
-    d.mkdir(parents=True, exist_ok=True, mode=0o755)
+    try:
+        if d.exists() and not d.is_dir():
+            raise ArchiveError(f"{what}: entry {rel.as_posix()!r} is both a file and a folder")
+        d.mkdir(parents=True, exist_ok=True, mode=0o755)
+    except OSError as exc:
+        raise _unwritable(what, rel.as_posix(), exc) from None
     return d
 
 
