@@ -83,7 +83,11 @@ def make_corpus(path: Path, n: int, seed: int = 0, known: tuple[str, ...] = FOUR
 @pytest.fixture(scope="module")
 def fake_real(tmp_path_factory):
     """A real-traces folder (LABELS.yaml + two stand-in files) and a cache holding their feature vectors."""
-    d = tmp_path_factory.mktemp("real")
+    return make_fake_real(tmp_path_factory.mktemp("real"))
+
+
+def make_fake_real(d: Path) -> tuple[Path, Path]:
+    """fake_real's folders, made under `d` (for other test modules)."""
     traces, cache = d / "traces", d / "cache"
     (traces / "fake").mkdir(parents=True)
     cache.mkdir()

@@ -171,3 +171,75 @@ def test_label_says_how_train_finds_a_verdict_file_given_with_store(tmp_path, an
     assert "the next `train` run from this folder uses it" in capsys.readouterr().out
     assert main(["label", str(findings), "--pattern", "sync-point", "--no", "--store", "training_data/labels.jsonl"]) == 0
     assert "the next `train` run from this folder uses it" in capsys.readouterr().out
+
+
+# --- evaluate: what there is to score -----------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def fake_real(tmp_path_factory):
+    from test_learn_audit_fixes import make_fake_real
+
+    return make_fake_real(tmp_path_factory.mktemp("real"))
+
+
+@pytest.fixture(scope="module")
+def small_model(tmp_path_factory, fake_real):
+    """A model trained on a fabricated corpus (test_learn_audit_fixes' builders), that corpus's folder and the
+    fake real traces."""
+    from test_learn_audit_fixes import make_corpus
+
+    from zoomer_ar.learn import train as T
+
+    d = tmp_path_factory.mktemp("small")
+    corpus = make_corpus(d / "corpus", 260)
+    traces, cache = fake_real
+    vdir = T.train(T.TrainConfig(data=str(corpus), out=str(d / "models"), labels=str(d / "none.jsonl"),
+                                 traces=str(traces), cache=str(cache)), log=lambda s: None)
+    return vdir, d, fake_real
+
+
+def _evaluate(capsys, small_model, corpus: Path) -> tuple[int, str, str]:
+    vdir, _, (traces, cache) = small_model
+    capsys.readouterr()
+    rc = main(["evaluate", "--model", str(vdir), "--data", str(corpus), "--traces", str(traces), "--cache", str(cache)])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_evaluate_on_a_corpus_with_no_held_out_case_says_so(small_model, capsys):
+    """`evaluate --data` on a corpus whose cases all lie in training groups (or no case at all) printed a
+    table of 0.00 for every label and exit 0, as if rules and model had scored nothing right; it is now one
+    line saying there is nothing to score (exit 2), as for a corpus of another feature-schema major."""
+    from test_learn_audit_fixes import make_corpus
+
+    _, d, _ = small_model
+    for name, corpus in (("train-only", make_corpus(d / "train-only", 40, seed=3, only_train_groups=True)),
+                         ("empty", d / "empty")):
+        corpus.mkdir(exist_ok=True)
+        if name == "empty":
+            (corpus / "corpus.jsonl").write_text("")
+        rc, out, err = _evaluate(capsys, small_model, corpus)
+        lines = [ln for ln in err.splitlines() if ln.strip()]
+        assert rc == 2 and len(lines) == 1 and "no held-out case" in lines[0], (name, err)
+        assert "0.00/0.00/0.00" not in out
+
+
+def test_evaluate_prints_no_score_where_a_label_has_no_positive_case(small_model, capsys):
+    """A label whose held-out cases are all negative printed '0.00/0.00/0.00' (rules, model and ensemble all
+    looking wrong) though recall and F1 are undefined there and the label is not in the macro-F1; such cells
+    are now '-', and a precision is printed only where something fired."""
+    from zoomer_ar.learn.cases import read_cases, write_cases
+
+    _, d, _ = small_model
+    cases = list(read_cases(d / "corpus" / "corpus.jsonl"))
+    for c in cases:
+        if c.labels.get("memory-growth") == "positive":
+            c.labels["memory-growth"] = "unknown"
+    (d / "no-growth").mkdir(exist_ok=True)
+    write_cases(d / "no-growth" / "corpus.jsonl", cases)
+    rc, out, err = _evaluate(capsys, small_model, d / "no-growth")
+    assert rc == 0, err
+    row = next(ln for ln in out.splitlines() if ln.startswith("memory-growth"))
+    assert " 0 " in row and "0.00/0.00/0.00" not in row and "/-/-" in row, row
+    idle = next(ln for ln in out.splitlines() if ln.startswith("idle-gpu"))
+    assert "-" not in idle.split("|", 1)[1].replace(" - ", ""), idle  # a scored label keeps its numbers

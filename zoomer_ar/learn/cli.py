@@ -189,10 +189,17 @@ def evaluate_cmd(version, models, data, traces, cache, as_json) -> None:
 
     corpus_path = Path(data) if data else resolve_project_path(bundle.meta["data"]["corpus"])
     if corpus_path.exists():
-        held = [c for c in load_corpus(corpus_path) if c.source != "verdict" and held_out(c.group)]
+        every = load_corpus(corpus_path)
+        held = [c for c in every if c.source != "verdict" and held_out(c.group)]
         # the cases analyze would run the model on: the same feature-schema major version (schema_compatible)
         cases = [c for c in held if schema_compatible(bundle.feature_schema_version, c.feature_schema_version)]
-        if held and not cases:
+        if not held:
+            msg = (f"no held-out case (none of the groups of its {len(every)} cases is in the held-out 20%): nothing to score"
+                   if every else "no held-out case (no case at all): nothing to score")
+            if data:
+                raise InputError(str(corpus_path), msg)
+            out["warnings"].append(f"{corpus_path}: {msg}")
+        elif not cases:
             msg = (f"all {len(held)} held-out cases are of feature schema "
                    f"{', '.join(sorted({c.feature_schema_version for c in held}))}, the model's is "
                    f"{bundle.feature_schema_version} (another major version): nothing to score (train a model on this "

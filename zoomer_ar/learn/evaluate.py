@@ -222,8 +222,13 @@ def evaluate_real(bundle, traces: Path, cache_dir: Path | None = DEFAULT_CACHE, 
 def format_corpus_table(ev: dict[str, Any], title: str) -> str:
     lines = [title, f"{'label':25s} {'pos':>5s} {'neg':>5s} | {'rules P/R/F1':>17s} | {'model P/R/F1':>17s} {'PR-AUC':>6s} | {'ensemble P/R/F1':>17s}"]
     for p, m in ev["per_label"].items():
-        def f(x):
-            return "        -        " if not x else f"{x['precision']:.2f}/{x['recall']:.2f}/{x['f1']:.2f}".rjust(17)
+        def f(x, pos=m["support_pos"]):
+            if not x:
+                return "        -        "
+            # undefined where there is nothing to divide by: no positive case (recall, F1), nothing fired (precision)
+            prec = f"{x['precision']:.2f}" if x.get("tp", 0) + x.get("fp", 0) > 0 else "-"
+            rec, f1 = (f"{x['recall']:.2f}", f"{x['f1']:.2f}") if pos > 0 else ("-", "-")
+            return f"{prec}/{rec}/{f1}".rjust(17)
         auc = m["model"]["pr_auc"] if m.get("model") and m["model"].get("pr_auc") is not None else None
         lines.append(f"{p:25s} {m['support_pos']:5d} {m['support_neg']:5d} | {f(m['rules'])} | {f(m.get('model'))} "
                      f"{('%.2f' % auc) if auc is not None else '-':>6s} | {f(m['ensemble'])}")
