@@ -28,7 +28,7 @@ def analysis_json() -> str:
 
 def _write(analysis_json: str, out_dir: Path) -> TraceResult:
     r = TraceResult(path=str(TRACE), ok=True)
-    _record_and_write(r, analysis_json, engine=None, team=None, out_dir=out_dir)
+    _record_and_write(r, analysis_json, store=None, team=None, out_dir=out_dir)
     return r
 
 
@@ -55,7 +55,7 @@ def test_a_batch_killed_while_writing_leaves_no_folder_that_looks_complete(analy
         "from zoomer_ar.service.batch import TraceResult, _record_and_write\n"
         "report.render_html = lambda analysis: os.kill(os.getpid(), signal.SIGKILL)\n"
         "r = TraceResult(path=sys.argv[1], ok=True)\n"
-        "_record_and_write(r, Path(sys.argv[2]).read_text(), engine=None, team=None, out_dir=Path(sys.argv[3]))\n"
+        "_record_and_write(r, Path(sys.argv[2]).read_text(), store=None, team=None, out_dir=Path(sys.argv[3]))\n"
     )
     out = tmp_path / "reports"
     out.mkdir()

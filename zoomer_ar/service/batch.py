@@ -12,7 +12,9 @@
 - Progress: a bar on stderr (when it is a terminal), and one line per trace as it finishes.
 - Failures: a trace that cannot be analysed (bad input, internal error, or a worker lost while
   running it, after Dask's own retries) is reported with its reason; the others are done.
-  Exit status 0 when every trace was analysed, 1 when some failed, 2 when none could be.
+  A store lost mid-batch is said once and the batch goes on without it (batch_store.py).
+  Exit status 0 when every trace was analysed (and recorded), 1 when some failed or the store was lost,
+  2 when none could be analysed.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class TraceResult:
     analysis_id: int | None = None
     worker: str | None = None
     out: str | None = None  # the report folder written (--out)
+    unrecorded: str | None = None  # why an analysed trace was not recorded: the store was lost (batch_store)
 
 
 @dataclass
@@ -51,6 +54,7 @@ class BatchResult:
     seconds: float
     workers: int
     scheduler: str
+    store_lost: str | None = None  # the one line saying how the store was lost mid-batch (batch_store)
 
     @property
     def failed(self) -> list[TraceResult]:
@@ -135,11 +139,11 @@ def run_batch(
         if cluster is None:
             own_cluster = cluster = local_cluster(max(1, min(workers, len(items))))  # no idle processes
         client = Client(cluster)
-    engine = None
+    store = None
     if record:
-        from ..store.db import open_store
+        from .batch_store import BatchStore
 
-        engine = open_store(db)
+        store = BatchStore.open(db)
     results: list[TraceResult] = []
     try:
         if scheduler:
@@ -165,7 +169,7 @@ def run_batch(
             r = TraceResult(path=path, ok=bool(out.get("ok")), seconds=float(out.get("seconds") or 0.0),
                             error=out.get("error"), worker=out.get("worker"))
             if r.ok:
-                _record_and_write(r, out["analysis"], engine=engine, team=team, out_dir=out_dir)
+                _record_and_write(r, out["analysis"], store=store, team=team, out_dir=out_dir)
             results.append(r)
             if on_result is not None:
                 on_result(r, len(results), len(items))
@@ -180,13 +184,14 @@ def run_batch(
     order = {p: i for i, p in enumerate(items)}
     results.sort(key=lambda r: order.get(r.path, 0))
     return BatchResult(results=results, seconds=time.perf_counter() - t0, workers=n_workers,
-                       scheduler=scheduler or "LocalCluster")
+                       scheduler=scheduler or "LocalCluster", store_lost=store.lost if store is not None else None)
 
 
-def _record_and_write(r: TraceResult, analysis_json: str, *, engine, team: str | None, out_dir: Path | None) -> None:  # noqa: ANN001
-    """Record one analysed trace and write its reports under `out_dir`: the reports are written inside the
-    recording's transaction, so a trace whose reports cannot be written (a full disk) is not recorded either.
-    A failure marks `r` failed with its reason."""
+def _record_and_write(r: TraceResult, analysis_json: str, *, store, team: str | None, out_dir: Path | None) -> None:  # noqa: ANN001
+    """Record one analysed trace into `store` (a batch_store.BatchStore, None: --no-record) and write its reports
+    under `out_dir`: the reports are written inside the recording's transaction, so a trace whose reports cannot be
+    written (a full disk) is not recorded either. A failure marks `r` failed with its reason; a store lost now or
+    before (batch_store) leaves `r` analysed, its reports written, and `r.unrecorded` saying why."""
     from ..models import Analysis
 
     stage = ["recording"]
@@ -209,13 +214,25 @@ def _record_and_write(r: TraceResult, analysis_json: str, *, engine, team: str |
         r.findings = len(analysis.findings)
         r.patterns = [f.pattern for f in analysis.findings]
         r.bottleneck = analysis.bottleneck.type
-        if engine is not None:
+        if store is not None and store.lost is None:
             from ..store.record import RecordOptions, record_analysis
+            from .batch_store import is_store_loss
 
             on_recorded = (lambda _session, rr: write_reports(rr.cost)) if out_dir is not None else None
-            rr = record_analysis(analysis, RecordOptions(team=team), db=engine, on_recorded=on_recorded)
-            r.recorded, r.analysis_id = rr.status, rr.analysis_id
-            analysis.features["cost_attribution"] = rr.cost
+            try:
+                store.check()
+                rr = record_analysis(analysis, RecordOptions(team=team), db=store.engine, on_recorded=on_recorded)
+                store.check()  # a SQLite file deleted meanwhile took this run with it
+            except Exception as exc:
+                if not is_store_loss(exc):
+                    raise
+                store.lose(exc)
+            else:
+                r.recorded, r.analysis_id = rr.status, rr.analysis_id
+                analysis.features["cost_attribution"] = rr.cost
+        if store is not None and store.lost is not None:
+            r.unrecorded = store.lost if not store.unrecorded else "the store was lost"
+            store.unrecorded.append(r.path)
         if out_dir is not None and r.out is None:  # not recorded now (--no-record, or recorded before)
             write_reports(None)
     except Exception as exc:  # noqa: BLE001 - recording or writing failed for this trace
@@ -272,7 +289,7 @@ def failure(r: TraceResult) -> str:
 def describe(r: TraceResult) -> str:
     if not r.ok:
         return f"FAILED {failure(r)}"
-    rec = f", {r.recorded}" if r.recorded else ""
+    rec = f", {r.recorded}" if r.recorded else f", not recorded ({r.unrecorded})" if r.unrecorded else ""
     pats = f" ({', '.join(r.patterns)})" if r.patterns else ""
     out = f" -> {r.out}" if r.out else ""
     return f"ok     {r.path}: {r.findings} finding{'s' if r.findings != 1 else ''}{pats}, {r.bottleneck}{rec}, {r.seconds:.1f} s{out}"

@@ -301,7 +301,11 @@ def batch(paths, scheduler, workers, team, no_record, out_dir, progress, db) -> 
         click.echo(f"  failed: {failure(r)}")
     for m in missing:
         click.echo(f"  failed: {m}: not found")
-    if failed:
+    if result.store_lost:  # said once, with what was not recorded: the batch went on without the store
+        n = sum(1 for r in result.results if r.unrecorded)
+        click.echo(f"  store lost: {result.store_lost}; {n} analysed trace{'s' if n != 1 else ''} not recorded"
+                   f"{' (their reports were written)' if out_dir is not None and n else ''}")
+    if failed or result.store_lost:
         raise click.exceptions.Exit(2 if ok == 0 else 1)
 
 
