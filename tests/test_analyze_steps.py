@@ -257,3 +257,51 @@ def test_small_rank_files_are_cut_without_starting_workers(shared_traces, tmp_pa
     (tmp_path / "b").mkdir()
     cut, originals, _, _ = cut_steps(DLRM, (10, 10), tmp_path / "b")
     assert len(originals) == 8 and calls == [1]
+
+
+def _kept_and_skipped(result: dict) -> tuple[list[str], list[tuple[str, str]]]:
+    return ([r["path"] for r in result["job"]["ranks"]],
+            sorted((s["path"], s["reason"]) for s in result["job"]["skipped"]))
+
+
+def test_steps_keep_the_twin_plain_analyze_keeps(shared_traces, capsys, tmp_path):
+    """x.json beside x.json.gz (the same JSON), and a third copy named for its rank: --steps reads the
+    same file plain `analyze` reads and skips the same copies (it kept x.json.gz where analyze keeps
+    x.json: the cut of the .gz was named `3.x.json`, which sorts first)."""
+    import gzip
+
+    job = tmp_path / "job"
+    job.mkdir()
+    plain = gzip.decompress(DLRM_RANK.read_bytes())
+    (job / "x.json").write_bytes(plain)
+    shutil.copy(DLRM_RANK, job / "x.json.gz")
+    code, full, err = _analyze([str(job)], capsys)
+    assert code == 0, err
+    code, win, err = _analyze([str(job), "--steps", "10..10"], capsys)
+    assert code == 0, err
+    assert _kept_and_skipped(win) == _kept_and_skipped(full) == (
+        [str(job / "x.json")], [(str(job / "x.json.gz"), "the same trace as x.json")])
+    shutil.copy(DLRM_RANK, job / "worker0.json.gz")  # names its rank: the copy analyze keeps first
+    (job / "worker1.json").write_bytes(plain.replace(b'"rank": 0', b'"rank": 1'))
+    code, full, err = _analyze([str(job)], capsys)
+    assert code == 0, err
+    code, win, err = _analyze([str(job), "--steps", "10..10"], capsys)
+    assert code == 0, err
+    assert _kept_and_skipped(win) == _kept_and_skipped(full)
+    assert _kept_and_skipped(win)[0] == [str(job / "worker0.json.gz"), str(job / "worker1.json")]
+
+
+def test_steps_read_a_folder_of_gz_files_without_json_in_their_names(shared_traces, capsys, tmp_path):
+    """worker0.gz, worker1.gz: `analyze` reads them as ranks; --steps cut them to `worker0`, `worker1`,
+    names no reader takes for traces, and failed naming its temporary folder."""
+    job = tmp_path / "job"
+    job.mkdir()
+    shutil.copy(DLRM_RANK, job / "worker0.gz")
+    shutil.copy(DLRM_RANK, job / "WORKER1.GZ")
+    code, full, err = _analyze([str(job)], capsys)
+    assert code == 0, err
+    code, win, err = _analyze([str(job), "--steps", "10..10"], capsys)
+    assert code == 0, err
+    assert _kept_and_skipped(win) == _kept_and_skipped(full)
+    assert len(win["job"]["ranks"]) == 2
+

@@ -22,9 +22,10 @@ from .stream.source import is_trace_file
 
 
 def _plain_name(name: str) -> str:
-    """The cut's file name: the rank file's own (rank numbers and names come from it), as plain JSON."""
-    for suffix in (".gz", ".zst"):
-        if name.endswith(suffix):
+    """The rank file's name without its compression suffix (.gz, .zst, .zstd, in any case)."""
+    low = name.lower()
+    for suffix in (".gz", ".zstd", ".zst"):
+        if low.endswith(suffix):
             return name[: -len(suffix)]
     return name
 
@@ -57,13 +58,20 @@ def _cut_one(src: str, dst: str, steps: tuple[int, int], slot: int | None = None
 
 
 def _cut_names(files: list[Path]) -> list[str]:
-    """Each rank file's cut name: its own as plain JSON (rank numbers and names come from it); a name
-    two files would share (x.json beside x.json.gz) gets the file's position in front of it."""
+    """Each rank file's cut name (files in sorted order): its own name as plain JSON (`x.json.gz` ->
+    `x.json`), so that rank numbers, names and notes come from it; where that name is taken (`x.json`
+    beside `x.json.gz`) or is no trace's (`worker0.gz` -> `worker0`, which no folder reader lists), the
+    whole name with `.json` after it (`x.json.gz.json`). The cuts then sort as their files do: the
+    analysis numbers unclaimed ranks and keeps the first of two copies by that order, as without
+    --steps (the taken name used to get the file's position in front, `1.x.json`, which sorted first:
+    the .gz copy was kept where `analyze` keeps x.json)."""
     taken: set[str] = set()
     out = []
     for i, f in enumerate(files):
         n = _plain_name(f.name)
-        while n in taken:
+        if n in taken or not n.lower().endswith(".json"):
+            n = f.name if f.name.lower().endswith(".json") else f"{f.name}.json"
+        while n in taken:  # only for names made to collide (x.gz beside x.gz.json)
             n = f"{i}.{n}"
         taken.add(n)
         out.append(n)
