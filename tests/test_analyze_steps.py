@@ -305,3 +305,16 @@ def test_steps_read_a_folder_of_gz_files_without_json_in_their_names(shared_trac
     assert _kept_and_skipped(win) == _kept_and_skipped(full)
     assert len(win["job"]["ranks"]) == 2
 
+
+def test_a_refusal_of_the_cuts_names_the_files_given(shared_traces, capsys, tmp_path):
+    """A folder of one rank's pieces (`trace split`'s files) is refused as `analyze` refuses it, naming
+    the folder and its files, not the temporary folder of the cuts and their plain names."""
+    pieces = tmp_path / "pieces"
+    assert main(["trace", "split", str(next(NS.glob("*.json.gz"))), str(pieces)]) == 0
+    capsys.readouterr()
+    code, _, plain_err = _analyze([str(pieces)], capsys)
+    assert code == 2
+    code, _, err = _analyze([str(pieces), "--steps", "101..102"], capsys)
+    assert code == 2
+    assert err == plain_err and err.startswith(f"zoomer-ar: error: {pieces}: not one job: ")
+    assert "zoomer-steps-" not in err and "steps_101-101.json.gz and " in err

@@ -446,11 +446,14 @@ def analyze(path: Path, out_dir: Path | None, fmt: str, name: str | None, source
 
 def _analyze_steps(path: Path, steps: tuple[int, int], name: str, bars, stream: bool | None):
     """analyze --steps: each rank cut to the steps in a temporary folder, analysed, told as `path`'s."""
-    from .step_window import cut_steps, name_originals
+    from .step_window import cut_steps, name_originals, told_as_originals
 
     with tempfile.TemporaryDirectory(prefix="zoomer-steps-") as tmp:  # SIGTERM unwinds (_sigterm_unwinds): the cuts go too
         cut, originals, skipped, notes = cut_steps(path, steps, Path(tmp), progress_factory=bars)
-        analysis = analyze_path(cut, name=name, progress_factory=bars, stream=stream)
+        try:
+            analysis = analyze_path(cut, name=name, progress_factory=bars, stream=stream)
+        except InputError as exc:  # said of the files given, not of the temporary cuts
+            raise told_as_originals(exc, Path(tmp), path, originals) from None
     return name_originals(analysis, path, steps, originals, skipped, notes)
 
 

@@ -151,6 +151,25 @@ def name_originals(analysis: Analysis, path: Path, steps: tuple[int, int], origi
     return analysis
 
 
+def told_as_originals(exc: InputError, into: Path, path: Path, originals: dict[str, str]) -> InputError:
+    """The analysis of the cuts refused them (a folder of one rank's pieces, say): the same refusal,
+    naming `path` and the original files instead of the temporary folder `into` and its cuts."""
+    import re
+
+    def named(text: str) -> str:
+        for cut, orig in originals.items():
+            text = text.replace(cut, orig)
+        text = text.replace(str(into), str(path))
+        names = {Path(cut).name: Path(orig).name for cut, orig in originals.items()}
+        if not names:
+            return text
+        pattern = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
+        return re.sub(rf"(?<![\w.\-/])(?:{pattern})(?![\w.\-])", lambda m: names[m.group(0)], text)
+
+    where = None if exc.path is None else originals.get(exc.path, str(path) if exc.path == str(into) else exc.path)
+    return InputError(where, named(exc.reason))
+
+
 def parse_steps(text: str) -> tuple[int, int]:
     """`N..M` (also `N:M`, `N-M`; a single `N` is N..N) as (N, M), refused before anything is read
     when it is not two step numbers or is reversed."""
