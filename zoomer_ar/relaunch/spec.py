@@ -5,7 +5,9 @@ published in docs/relaunch.schema.json.
 Schema history: 1.1 recorded interpreter and module; 1.2 adds ``cwd``, the folder the recorded job
 ran in (job.json's ``cwd``), where ``zoomer-ar relaunch`` applies the patch and starts the command
 (a 1.1 spec loads with ``cwd`` null: the current folder, as before). A spec of another major version
-(a newer zoomer-ar's), or whose torchrun layout is below one process or one node, is refused.
+(a newer zoomer-ar's), or whose torchrun layout is below one process or one node or past any machine
+(MAX_NPROC_PER_NODE, MAX_NNODES), is refused, as are launcher_args the command line cannot carry once
+(check_launcher_arg: repeating the command's layout, not an option name, any on a python launch).
 
 A setting is put on the command line only in a form the program takes (argparse: one of its
 options, replacing a recorded occurrence; Hydra: a key of its config read statically, renamed to
@@ -32,7 +34,7 @@ from ..errors import InputError
 from ..load.job import recorded_job
 from ..models import Analysis, Finding
 from .hydra_config import can_add, find_config, match_key
-from .layout import node_layout
+from .layout import Layout, node_layout
 from .loaders import is_worker_key, refused_loaders
 from .program import HYDRA_ARG, ProgramCli, find_script, scan_program, style_from_args
 
@@ -40,6 +42,15 @@ RELAUNCH_SCHEMA_VERSION = "1.2"
 _MAJOR = RELAUNCH_SCHEMA_VERSION.split(".")[0]
 #: the versions a spec may say it is: this major version, any minor one
 SCHEMA_VERSION_PATTERN = rf"^{_MAJOR}\.[0-9]+$"
+#: torchrun's layout bounds: no machine runs more processes than this (a node of the largest CPU servers has
+#: 768 hardware threads, of GPU servers 16 GPUs), and no cluster has more nodes; beyond them a spec is refused
+#: rather than left to start 10**9 processes
+MAX_NPROC_PER_NODE = 1024
+MAX_NNODES = 65536
+#: the launcher_args torchrun reads the command's own fields for: its option -> the Command field that writes it
+COMMAND_OWNED = {"nnodes": "nnodes", "nproc_per_node": "nproc_per_node", "module": "module"}
+#: nproc_per_node words torchrun takes besides a count
+NPROC_WORDS = ("auto", "cpu", "gpu", "xpu")
 
 
 class Command(BaseModel):
@@ -52,10 +63,11 @@ class Command(BaseModel):
     script: str = "train.py"
     args: list[str] = Field(default_factory=list)
     # strict: a count, never `true` (which pydantic would read as 1) or a string
-    nproc_per_node: int | None = Field(default=None, ge=1, strict=True, description="torchrun's processes per node "
-                                       "(at least 1); None: torchrun's default.")
-    nnodes: int | None = Field(default=None, ge=1, strict=True, description="torchrun's node count (at least 1); "
-                               "None: one node.")
+    nproc_per_node: int | None = Field(default=None, ge=1, le=MAX_NPROC_PER_NODE, strict=True,
+                                       description=f"torchrun's processes per node (1 to {MAX_NPROC_PER_NODE}); "
+                                       "None: torchrun's default.")
+    nnodes: int | None = Field(default=None, ge=1, le=MAX_NNODES, strict=True,
+                               description=f"torchrun's node count (1 to {MAX_NNODES}); None: one node.")
 
 
 class ExpectedGain(BaseModel):
@@ -80,7 +92,10 @@ class RelaunchSpec(BaseModel):
                             "schema 1.2): `zoomer-ar relaunch` applies the patch and starts the command there "
                             "unless --cwd says otherwise. None: the current folder.")
     env: dict[str, str] = Field(default_factory=dict)
-    launcher_args: dict[str, str | int | bool] = Field(default_factory=dict)
+    launcher_args: dict[str, str | int | bool] = Field(
+        default_factory=dict, description="More torchrun options, without their dashes: `true` writes the flag, "
+        "`false` leaves it out, another value `--KEY=VALUE`. Not nnodes, nproc_per_node or module when the command "
+        "sets them (command.*): torchrun would get the option twice.")
     config_overrides: dict[str, Any] = Field(default_factory=dict)
     override_style: Literal["hydra", "argparse"] = "hydra"
     patch: str | None = None
@@ -112,6 +127,17 @@ class RelaunchSpec(BaseModel):
         return env
 
     @model_validator(mode="after")
+    def _launcher_args(self) -> RelaunchSpec:
+        """torchrun options the command line can carry once each: names without dashes or spaces, not one the
+        command's own fields set, and a layout within the bounds command.nnodes/nproc_per_node have."""
+        if self.launcher_args and self.command.launcher != "torchrun":
+            raise ValueError(f"launcher_args ({', '.join(sorted(self.launcher_args))}) are torchrun's options, but "
+                             "command.launcher is python: set it to torchrun, or remove them")
+        for key, value in self.launcher_args.items():
+            check_launcher_arg(key, value, self.command)
+        return self
+
+    @model_validator(mode="after")
     def _runnable_words(self) -> RelaunchSpec:
         """No word of the command line holds a NUL byte (no process can be given one)."""
         bad = next((w for w in self.argv() if "\0" in w), None)
@@ -130,7 +156,8 @@ class RelaunchSpec(BaseModel):
             if c.nproc_per_node:
                 cmd.append(f"--nproc_per_node={c.nproc_per_node}")
             for k, v in sorted(self.launcher_args.items()):
-                cmd.append(f"--{k}" if v is True else f"--{k}={v}")
+                if v is not False:  # false: the flag left out (`--standalone=False` is an error to torchrun)
+                    cmd.append(f"--{k}" if v is True else f"--{k}={v}")
             if c.module:
                 cmd.append("--module")
         else:
@@ -155,6 +182,54 @@ class RelaunchSpec(BaseModel):
         cmd = " ".join(shlex.quote(x) for x in self.argv())
         line = f"{env} {cmd}".strip()
         return f"cd {shlex.quote(self.cwd)} && {line}" if in_cwd and self.cwd else line
+
+
+_OPTION_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
+
+
+def _owned_option(key: str) -> str | None:
+    """The command-owned torchrun option `key` names: itself, its dashed spelling (nproc-per-node), or an
+    abbreviation argparse would take for it (nnode, nproc)."""
+    norm = key.replace("-", "_")
+    for option in COMMAND_OWNED:
+        if norm == option or (len(norm) >= 2 and option.startswith(norm) and option != "module"):
+            return option
+    return None
+
+
+def _count(text: str, what: str, top: int) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= top:
+        raise ValueError(f"{what}: {text!r} is not a count from 1 to {top:,}")
+    return int(text)
+
+
+def check_launcher_arg(key: str, value: str | int | bool, command: Command) -> None:
+    """ValueError (one line) for a launcher_args entry the command line cannot carry as written."""
+    if not _OPTION_NAME.fullmatch(key):
+        raise ValueError(f"launcher_args key {key!r} is not a torchrun option name (write it without its dashes, "
+                         "e.g. rdzv_endpoint; no spaces or '=')")
+    option = _owned_option(key)
+    if option is None:
+        return
+    field_name = COMMAND_OWNED[option]
+    if getattr(command, field_name) is not None:
+        raise ValueError(f"launcher_args.{key} repeats command.{field_name}: the command would carry "
+                         f"--{option} twice (torchrun takes the last); keep one of them")
+    what = f"launcher_args.{key}"
+    if option == "module":
+        return
+    if isinstance(value, bool):
+        raise ValueError(f"{what}: {value!r} is not a count")
+    text = str(value).strip()
+    if option == "nnodes":  # N, or MIN:MAX for an elastic job
+        parts = text.split(":")
+        if len(parts) > 2:
+            raise ValueError(f"{what}: {text!r} is not N or MIN:MAX nodes")
+        low, high = (_count(p, what, MAX_NNODES) for p in (parts[0], parts[-1]))
+        if low > high:
+            raise ValueError(f"{what}: {text!r} has more nodes at least ({low}) than at most ({high})")
+    elif text not in NPROC_WORDS:
+        _count(text, what, MAX_NPROC_PER_NODE)
 
 
 def json_schema() -> dict:
@@ -371,6 +446,10 @@ def _layout_command(world: int, job: dict, folder: Path | None, analysis: Analys
     if world <= 1:
         return None, None, []
     layout = node_layout(world, job, folder, [r.path for r in analysis.job.ranks])
+    if (layout.nproc_per_node or 0) > MAX_NPROC_PER_NODE or (layout.nnodes or 0) > MAX_NNODES:
+        layout = Layout(None, None, layout.source, f"{layout.source} says {layout.nnodes or '?'} node(s) x "
+                        f"{layout.nproc_per_node or '?'} process(es), past what torchrun can be asked for (at most "
+                        f"{MAX_NNODES:,} nodes of {MAX_NPROC_PER_NODE:,} processes)")
     if layout.nproc_per_node is not None:
         if not layout.nnodes or layout.nnodes == 1:
             return layout.nnodes, layout.nproc_per_node, []
@@ -383,6 +462,11 @@ def _layout_command(world: int, job: dict, folder: Path | None, analysis: Analys
     if layout.nnodes:
         return layout.nnodes, None, [f"The {world} ranks ran on {layout.nnodes} nodes, but not as many on each "
                                      f"({why}): set command.nproc_per_node yourself."]
+    if world > MAX_NPROC_PER_NODE:  # more than one node runs: the command cannot start them all on one
+        return None, None, [f"How the {world} ranks were spread over nodes is not known ({why}), and more than "
+                            f"{MAX_NPROC_PER_NODE:,} cannot start on one node: set command.nnodes and "
+                            "command.nproc_per_node to the job's layout (the command as written starts torchrun's "
+                            "default, one process)."]
     return None, world, [f"How the {world} ranks were spread over nodes is not known ({why}): the command starts "
                          f"all {world} on one node (--nproc_per_node={world}); for a multi-node job set "
                          "command.nnodes and command.nproc_per_node to its layout."]
