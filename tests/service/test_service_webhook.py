@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import uuid
 from pathlib import Path
 
 import httpx
@@ -79,11 +80,13 @@ def server(tmp_path_factory, repos):
     s.stop()
 
 
-def _deliver(server, payload: dict, event: str = "pull_request", secret: str = SECRET) -> httpx.Response:
+def _deliver(server, payload: dict, event: str = "pull_request", secret: str = SECRET,
+             delivery: str | None = None) -> httpx.Response:
+    """A delivery as GitHub sends it: each with its own X-GitHub-Delivery id, unless `delivery` (a redelivery)."""
     body = json.dumps(payload).encode()
     return httpx.post(server.url + "/v1/github/webhook", content=body, timeout=30, headers={
-        "X-GitHub-Event": event, "X-GitHub-Delivery": "d-1", "Content-Type": "application/json",
-        "X-Hub-Signature-256": sign(secret, body)})
+        "X-GitHub-Event": event, "X-GitHub-Delivery": delivery or str(uuid.uuid4()),
+        "Content-Type": "application/json", "X-Hub-Signature-256": sign(secret, body)})
 
 
 def _pr(repos, action: str = "opened") -> dict:
@@ -129,3 +132,33 @@ def test_unknown_commits_fail_the_review_job_with_the_reason(server, repos):
     with server.client(server.token("platform")) as c:
         body = wait_job(c, r.json()["job_id"], server=server)
     assert body["state"] == "failed" and "ffffffffffff" in body["error"] and "not found" in body["error"]
+
+
+def test_a_redelivered_delivery_is_reviewed_once_unless_its_review_failed(server, repos):
+    """GitHub redelivers a delivery with the same X-GitHub-Delivery (by hand, or after a timeout): the review job it
+    queued answers again (one review, one post on the pull request); a delivery whose review failed runs again."""
+    payload = _pr(repos, "reopened")
+    first = _deliver(server, payload, delivery="redelivered-1")
+    assert first.status_code == 202, first.text
+    jid = first.json()["job_id"]
+    again = _deliver(server, payload, delivery="redelivered-1")
+    assert again.status_code == 200, again.text
+    assert again.json()["status"] == "duplicate" and again.json()["job_id"] == jid
+    assert "redelivered-1" in again.json()["reason"]
+    other = _deliver(server, payload, delivery="redelivered-2")  # another delivery of the same event: its own job
+    assert other.status_code == 202 and other.json()["job_id"] != jid
+    with server.client(server.token("platform")) as c:
+        names = [j["id"] for j in c.get("/v1/jobs", params={"limit": 500}).json()["jobs"]]
+        assert names.count(jid) == 1
+        wait_job(c, jid, server=server)
+        wait_job(c, other.json()["job_id"], server=server)
+
+    failing = _pr(repos, "synchronize")
+    failing["number"] = failing["pull_request"]["number"] = 9
+    failing["pull_request"]["head"]["sha"] = "e" * 40
+    r = _deliver(server, failing, delivery="redelivered-3")
+    with server.client(server.token("platform")) as c:
+        assert wait_job(c, r.json()["job_id"], server=server)["state"] == "failed"
+        retry = _deliver(server, failing, delivery="redelivered-3")
+        assert retry.status_code == 202 and retry.json()["job_id"] != r.json()["job_id"], retry.text
+        assert wait_job(c, retry.json()["job_id"], server=server)["state"] == "failed"

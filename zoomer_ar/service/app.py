@@ -98,7 +98,9 @@ class VerdictOut(BaseModel):
 
 
 class WebhookOut(BaseModel):
-    status: Literal["pong", "ignored", "queued"]
+    status: Literal["pong", "ignored", "queued", "duplicate"] = Field(
+        description="duplicate: GitHub redelivered a delivery (same X-GitHub-Delivery) whose review job is "
+                    "queued, running or done; `job_id` is that job")
     reason: str | None = None
     job_id: str | None = None
 
@@ -594,12 +596,30 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                            reason=details.get("reason")).model_dump())
         from .auth import ensure_team
 
+        from sqlalchemy.exc import IntegrityError
+
         eng = engine(request)
         team_id = await run_in_threadpool(ensure_team, eng, settings.webhook_team)
-        job_id = Q.new_job_id()
+        delivery = (request.headers.get("x-github-delivery") or "").strip()[:200] or None
+        job_id = _delivery_job_id(settings.webhook_team, delivery) if delivery else Q.new_job_id()
+
+        def duplicate() -> JSONResponse:
+            return JSONResponse(WebhookOut(status="duplicate", job_id=job_id, reason=(
+                f"delivery {delivery} was received before: its review job stands")).model_dump())
+
+        if delivery:  # GitHub redelivers a delivery with its X-GitHub-Delivery: one review (one post on the PR)
+            seen = await run_in_threadpool(Q.get_job, eng, job_id, team_id)
+            if seen is not None and seen.state != Q.FAILED:
+                return duplicate()
+            if seen is not None:
+                job_id = Q.new_job_id()  # redelivering a delivery whose review failed runs it again
         name = f"{details['repository']}#{details['pr']}" if details.get("pr") else details["repository"]
-        await run_in_threadpool(Q.insert_job, eng, job_id=job_id, team_id=team_id, kind="review", name=name,
-                                params=details, input_dir=None, max_attempts=settings.max_attempts)
+        try:
+            await run_in_threadpool(Q.insert_job, eng, job_id=job_id, team_id=team_id, kind="review", name=name,
+                                    params={**details, "delivery": delivery}, input_dir=None,
+                                    max_attempts=settings.max_attempts)
+        except IntegrityError:  # the same delivery, received twice at once: the other request queued it
+            return duplicate()
         return JSONResponse(WebhookOut(status="queued", job_id=job_id).model_dump(), status_code=202)
 
     return app
@@ -619,6 +639,13 @@ def _team_name(eng, team_id: int) -> str:  # noqa: ANN001
         with read_session(eng) as s:
             _team_cache[key] = s.execute(select(ServiceTeam.name).where(ServiceTeam.id == team_id)).scalar_one()
     return _team_cache[key]
+
+
+def _delivery_job_id(team: str, delivery: str) -> str:
+    """The review job id of a GitHub delivery (32 hex digits): a redelivery finds the job it queued."""
+    import hashlib
+
+    return hashlib.sha256(f"github-delivery\0{team}\0{delivery}".encode()).hexdigest()[:32]
 
 
 def _uploaded(uploading: dict[int, int], team_id: int) -> None:
