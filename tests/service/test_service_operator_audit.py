@@ -1,9 +1,7 @@
 """An operator's audit of the service: what a client is told when an archive entry cannot be written (never the
-server's paths), and (on a real server) GitHub's redeliveries of one webhook delivery."""
+server's paths)."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 
