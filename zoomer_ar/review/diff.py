@@ -263,6 +263,22 @@ def parse_git_diff(data: bytes) -> list[FileDiff]:
     return files
 
 
+def _no_merge_base(repo, base: str, head: str) -> str:
+    """Why there is no pull-request diff between two commits without a common ancestor, and the way out."""
+    import git
+
+    try:
+        shallow = repo.git.rev_parse("--is-shallow-repository").strip() == "true"
+    except git.GitCommandError:
+        shallow = False
+    why = (f"base {base!r} and head {head!r} have no common ancestor in {repo.working_tree_dir}, so the change cannot be "
+           "told apart from the base branch's own later commits")
+    if shallow:
+        return why + (": this is a shallow clone; fetch their history (`git fetch --unshallow`, or actions/checkout "
+                      "with `fetch-depth: 0`)")
+    return why + ": unrelated histories"
+
+
 def collect(repo_dir: str | Path, base: str, head: str | None, *, paths: Iterable[str] = ()) -> DiffResult:
     """Changed ``*.py`` files between the merge base of ``base`` and ``head`` and ``head``.
 
@@ -283,7 +299,9 @@ def collect(repo_dir: str | Path, base: str, head: str | None, *, paths: Iterabl
             bases = repo.merge_base(base_c, head_c)
         except git.GitCommandError:
             bases = []
-        mb = bases[0] if bases else base_c
+        if not bases:  # diffing BASE..HEAD instead would review every later change of the base branch as the PR's
+            raise InputError(None, _no_merge_base(repo, base, head))
+        mb = bases[0]
     cmd = [repo.git.GIT_PYTHON_GIT_EXECUTABLE or "git", "-c", "core.quotepath=off", "diff", "-p", "-M", "--full-index",
            "--no-color", "--no-ext-diff", "--no-textconv", "--src-prefix=a/", "--dst-prefix=b/", mb.hexsha]
     if head_c is not None:
