@@ -285,7 +285,7 @@ _NAME_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".trace.json.gz", ".tra
 def job_name_of(path: Path) -> str:
     """A job's name from its file or folder: the trace suffixes go, the rest of the name (its dots
     included: ``Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz``) stays."""
-    name = path.name or path.resolve().name
+    name = path.name if path.name not in ("", "..") else path.resolve().name  # `.`, `..`: the folder's own name
     if path.is_dir():
         return name
     for suffix in _NAME_SUFFIXES:
