@@ -194,6 +194,24 @@ def default_out_dir(job_name: str, path: Path, root: Path = Path("zoomer-out")) 
     return candidate
 
 
+def default_out_root(path: Path) -> tuple[Path, Path | None]:
+    """Where zoomer-out/ goes without --out: the current folder, except when the input is a rank folder
+    that holds the current folder (`cd job && zoomer-ar analyze .`): the reports would sit inside the
+    rank folder, where an --out is refused (refuse_out_in_job); zoomer-out/ then goes beside the rank
+    folder, and the second item names the rank folder (for the note that says so). A rank folder with
+    no folder beside it (`/`) is refused."""
+    root = Path("zoomer-out")
+    if not path.is_dir():
+        return root, None
+    job_real = Path(os.path.realpath(path))
+    if job_real not in Path(os.path.realpath(root)).parents:
+        return root, None
+    if job_real.parent == job_real:
+        raise InputError(str(path), "the default output folder would be inside the input job folder; "
+                                    "give --out a folder outside it")
+    return Path(os.path.relpath(job_real.parent / "zoomer-out")), job_real
+
+
 def folder_name(job_name: str) -> str:
     """The job's name as one folder name inside zoomer-out/: path separators become `_`, and a name
     that would name no folder of its own (empty, `.`, `..`) gets a `_` in front."""
@@ -310,7 +328,8 @@ def _sigterm_unwinds(command):
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
               help="Folder for findings.json, report.md and report.html (default: zoomer-out/<job>, "
-                   "or <job>-2, -3... when that holds another input's results).")
+                   "or <job>-2, -3... when that holds another input's results; zoomer-out/ goes beside the "
+                   "rank folder when the current folder is inside it).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "md", "html"]), default="text", show_default=True,
               help="What to print on stdout.")
 @click.option("--name", default=None, callback=job_name,
@@ -379,7 +398,14 @@ def analyze(path: Path, out_dir: Path | None, fmt: str, name: str | None, source
         else:
             for target in annotate_targets(annotate_out, [path]):
                 refuse_overwrite(target, [path])
-    target = out_dir or default_out_dir(name, path)
+    if out_dir is not None or no_files:
+        target = out_dir or default_out_dir(name, path)
+    else:
+        root, around = default_out_root(path)
+        target = default_out_dir(name, path, root)
+        if around is not None:
+            click.echo(f"note: the current folder is inside the rank folder {around}: the reports go to {target}, "
+                       "beside it, not among its rank files (--out chooses another folder)", err=True)
     created = [] if no_files else prepare_out_dir(target)
     try:
         bars = bar_factory(show)

@@ -1,0 +1,54 @@
+"""`analyze FOLDER` without --out writes to zoomer-out/<job> in the current folder. When the current
+folder is the rank folder itself (`cd job && zoomer-ar analyze .`) or a folder inside it, that put the
+reports into the rank folder, which an explicit `--out` there is refused for: the outputs now go to
+zoomer-out/<job> beside the rank folder, with a note saying so, and the rank folder is left as it was."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from zoomer_ar.cli import main
+
+from conftest import SHARED_TRACES, files_under
+
+DLRM = SHARED_TRACES / "param" / "dlrm_8ranks"
+
+
+@pytest.fixture
+def job(tmp_path: Path, shared_traces) -> Path:
+    folder = tmp_path / "job"
+    folder.mkdir()
+    for f in sorted(DLRM.glob("worker[01]_*")):
+        shutil.copyfile(f, folder / f.name)
+    return folder
+
+
+def _ranks_of(findings: Path) -> list[str]:
+    return [Path(r["path"]).name for r in json.loads(findings.read_text())["job"]["ranks"]]
+
+
+@pytest.mark.parametrize("cwd, arg", [("job", "."), ("job/logs", ".."), ("job/logs", "../../job")])
+def test_the_default_output_folder_is_never_inside_the_rank_folder(cwd, arg, job, tmp_path, monkeypatch, capsys):
+    (job / "logs").mkdir()
+    monkeypatch.chdir(tmp_path / cwd)
+    ranks = sorted(p.name for p in job.glob("*.gz"))
+    for _ in range(2):  # analysed again: the same folder, reused
+        assert main(["analyze", arg, "--no-progress"]) == 0
+        err = capsys.readouterr().err
+        out = tmp_path / "zoomer-out" / "job"
+        assert f"note: the current folder is inside the rank folder {job}" in err.replace(os.path.realpath(job), str(job))
+        assert _ranks_of(out / "findings.json") == ranks
+        assert files_under(job) == ["logs", *ranks]
+    assert sorted(p.name for p in (tmp_path / "zoomer-out").iterdir()) == ["job"]
+
+
+def test_the_default_output_folder_elsewhere_is_unchanged(job, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["analyze", "job", "--no-progress"]) == 0
+    assert "note: the current folder" not in capsys.readouterr().err
+    assert (tmp_path / "zoomer-out" / "job" / "findings.json").is_file()
