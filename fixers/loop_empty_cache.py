@@ -185,7 +185,9 @@ Removes `torch.cuda.empty_cache()` statements inside the body of a `for`/`while`
 statement becomes `pass`; comments are kept). An `if` left holding nothing (`if step % 100 == 0:`
 around the call, no `elif`/`else`) goes too when its test has no side effects (names, attribute
 reads, literals, comparisons but `in` and arithmetic of those); one that calls something keeps
-its test, as `if f(): pass`. An import that the removal leaves unused (`from torch.cuda import
+its test, as `if f(): pass`. A clause left holding nothing goes where dropping it changes
+nothing: an `else:`, the `finally:` of a `try` with a handler, a last `elif` with such a test (a
+middle `elif` or a clause with a comment keeps `pass`). An import that the removal leaves unused (`from torch.cuda import
 empty_cache`, when nothing else in the file names it: code, `__all__`, any string but a
 docstring) is removed with the calls; not in a package's `__init__.py` or a notebook (magics
 and cells left out of the analysis may use it). Calls outside loops (e.g. once after

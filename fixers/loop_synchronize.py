@@ -117,7 +117,9 @@ statement next to it (before or after, in the same block) reads a clock (`time.t
 `record()`/`elapsed_time()`): there it brackets timing code and is needed. An only statement
 becomes `pass`; comments are kept. An `if` left holding nothing (no `elif`/`else`) goes too
 when its test has no side effects (names, attribute reads, literals, comparisons but `in`
-and arithmetic of those), and so does an import the removal leaves unused (`from torch.cuda import
+and arithmetic of those), as does a clause left holding nothing where dropping it changes nothing
+(an `else:`, the `finally:` of a `try` with a handler, a last `elif` with such a test; a middle
+`elif` or a clause with a comment keeps `pass`), and so does an import the removal leaves unused (`from torch.cuda import
 synchronize`, when nothing else in the file, `__all__` or any string included, names it; not
 in a package's `__init__.py` or a notebook).
 

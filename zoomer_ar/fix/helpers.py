@@ -298,7 +298,12 @@ def remove_statement(ctx: Context, small: cst.BaseSmallStatement, *, drop_empty_
     ``drop_empty_if``: when the statement is the only one of an ``if`` (no ``elif``/``else``)
     whose test has no side effects (:func:`side_effect_free`), the whole ``if`` goes instead of
     becoming ``if test: pass``, also through nested such ``if`` statements; its comments go to
-    the next statement."""
+    the next statement.
+
+    A clause left holding nothing goes rather than becoming ``pass``, where that changes nothing
+    (:func:`_emptied_clause`): an ``else:`` (of ``if``, ``for``, ``while``, ``try``), a ``finally:``
+    of a ``try`` with handlers, and with ``drop_empty_if`` a last ``elif`` whose test has no side
+    effects."""
     line = ctx.parent(small)
     if not isinstance(line, (cst.SimpleStatementSuite, cst.SimpleStatementLine)):
         return {}
@@ -308,6 +313,9 @@ def remove_statement(ctx: Context, small: cst.BaseSmallStatement, *, drop_empty_
             return {small: cst.RemovalSentinel.REMOVE, prev: prev.with_changes(semicolon=cst.MaybeSentinel.DEFAULT)}
         return {small: cst.RemovalSentinel.REMOVE}
     emptied = _emptied_if(ctx, line) if drop_empty_if else None
+    clause = _emptied_clause(ctx, emptied or line, drop_elif=drop_empty_if)
+    if clause is not None:
+        return _drop_clause(ctx, clause)
     if emptied is not None:
         return _drop_from_block(ctx, emptied, _comments_in(ctx, emptied))
     if isinstance(line, cst.SimpleStatementSuite):
@@ -372,6 +380,46 @@ def _emptied_if(ctx: Context, stmt: cst.CSTNode) -> cst.If | None:
             break
         found = node = holder
     return found
+
+
+def _emptied_clause(ctx: Context, stmt: cst.CSTNode, *, drop_elif: bool) -> cst.CSTNode | None:
+    """The clause (``else:``, ``finally:``, ``elif``) whose body is ``stmt`` alone and which can go
+    without changing what runs once ``stmt`` is deleted: an ``else:`` of ``if``/``for``/``while``/
+    ``try``; a ``finally:`` of a ``try`` that keeps a handler (``try:`` needs one or the other); with
+    ``drop_elif``, an ``elif`` with no ``elif``/``else`` after it (dropping one with a later
+    branch would send its cases there) whose test has no side effects. None where a comment
+    anywhere in the clause would be lost, or no such clause holds ``stmt``."""
+    holder = ctx.parent(stmt)
+    if isinstance(holder, cst.IndentedBlock):
+        if len(holder.body) != 1:
+            return None
+        holder = ctx.parent(holder)
+    elif not isinstance(stmt, cst.SimpleStatementSuite):
+        return None
+    if isinstance(holder, cst.Finally):
+        owner = ctx.parent(holder)
+        if not (isinstance(owner, (cst.Try, cst.TryStar)) and owner.handlers):
+            return None
+    elif isinstance(holder, cst.If):
+        owner = ctx.parent(holder)
+        if not (drop_elif and isinstance(owner, cst.If) and owner.orelse is holder and holder.orelse is None
+                and side_effect_free(holder.test)):
+            return None
+    elif not isinstance(holder, cst.Else):
+        return None
+    if any(isinstance(n, cst.Comment) for n in walk(holder)):
+        return None
+    return holder
+
+
+def _drop_clause(ctx: Context, clause: cst.CSTNode) -> dict[cst.CSTNode, Replacement]:
+    """Changes that delete ``clause`` (from :func:`_emptied_clause`): the statement that owns it is
+    rewritten without it (through an ``if``/``elif`` chain, from its first ``if``)."""
+    owner = ctx.parent(clause)
+    new: cst.CSTNode = owner.with_changes(finalbody=None) if isinstance(clause, cst.Finally) else owner.with_changes(orelse=None)
+    while isinstance(owner, cst.If) and isinstance(ctx.parent(owner), cst.If) and ctx.parent(owner).orelse is owner:
+        owner, new = ctx.parent(owner), ctx.parent(owner).with_changes(orelse=new)
+    return {owner: new}
 
 
 def _comments_in(ctx: Context, stmt: cst.CSTNode) -> list[cst.EmptyLine]:
