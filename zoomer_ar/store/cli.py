@@ -95,6 +95,9 @@ def history(job: str, fmt: str, limit: int, db: str | None) -> None:
     from .history import job_history
     from .orm import Job
 
+    from .names import canonical
+
+    job = canonical(job)
     engine = _readable_store(db)
     with store_errors(engine):  # the server going away mid-query: one line, exit 1
         with engine.connect() as c:  # an unknown name is bad input (exit 2), not a store failure (StoreError, exit 1)

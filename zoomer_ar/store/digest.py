@@ -33,6 +33,7 @@ from ..features.phases import PHASES
 from . import devices
 from . import weeks as W
 from .db import open_store
+from .names import canonical
 from .orm import Analysis, Finding, Job
 
 TREND_WEEKS = 4
@@ -139,7 +140,7 @@ def sparkline(values: list[float]) -> str:
 def latest_week(engine: Engine, team: str | None = None) -> str | None:
     q = select(func.max(Analysis.week))
     if team:
-        q = q.where(Analysis.job_id.in_(select(Job.id).where(Job.team == team)))
+        q = q.where(Analysis.job_id.in_(select(Job.id).where(Job.team == canonical(team))))
     with engine.connect() as c:
         return c.execute(q).scalar()
 
@@ -147,6 +148,7 @@ def latest_week(engine: Engine, team: str | None = None) -> str | None:
 def build_digest(db: str | Engine | None = None, *, week: str | None = None, team: str | None = None,
                  top: int = 10) -> Digest:
     engine = db if isinstance(db, Engine) else open_store(db)
+    team = canonical(team)
     week = W.parse_week(week) if week else (latest_week(engine, team) or W.week_of(W.now()))
     trend = W.previous(week, TREND_WEEKS)
     chart = W.previous(week, CHART_WEEKS - 1) + [week]

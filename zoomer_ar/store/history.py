@@ -10,6 +10,7 @@ from sqlalchemy import Engine, func, select
 from . import devices
 from . import weeks as W
 from .db import StoreError, open_store
+from .names import canonical
 from .orm import Analysis, Finding, Job, Trace
 
 
@@ -55,6 +56,7 @@ class History(BaseModel):
 
 def job_history(job: str, db: str | Engine | None = None, *, limit: int = 52) -> History:
     engine = db if isinstance(db, Engine) else open_store(db)
+    job = canonical(job)
     with engine.connect() as c:
         j = c.execute(select(Job).where(Job.name == job)).first()
         if j is None:

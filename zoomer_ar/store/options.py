@@ -47,7 +47,9 @@ def check_name(value: str, what: str) -> str:
         raise ValueError(f"{what} {value!r} holds a control character ({', '.join(repr(c) for c in bad)})")
     if value != value.strip():
         raise ValueError(f"{what} {value!r} may not start or end with spaces")
-    return value
+    from .names import canonical
+
+    return canonical(value)  # one spelling of café (store/names.py)
 
 
 def _name(what: str) -> Callable:

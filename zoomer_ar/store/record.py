@@ -33,6 +33,7 @@ from ..models import Analysis
 from . import weeks as W
 from .cost import cost_attribution, default_gpus, gpu_hours_basis, profiled_gpu_hours
 from .db import StoreError, open_store, store_errors, with_retry, write_session
+from .names import canonical
 from .orm import Analysis as AnalysisRow
 from .orm import Finding as FindingRow
 from .orm import Job, Model, Trace, Verdict
@@ -345,11 +346,12 @@ def record_analysis(analysis: Analysis, opts: RecordOptions | None = None, *, db
     chash = content_hash(analysis)
     week, when = resolve_when(analysis, opts.week, opts.recorded_at)
     feats = stored_features(analysis)
-    opts = dataclasses.replace(opts, job=_clean(opts.job), team=_clean(opts.team), owner=_clean(opts.owner),
-                               gpu_type=_clean(opts.gpu_type), model_version=_clean(opts.model_version))
-    name = opts.job or _clean(analysis.job.name)
+    opts = dataclasses.replace(opts, job=canonical(_clean(opts.job)), team=canonical(_clean(opts.team)),
+                               owner=canonical(_clean(opts.owner)), gpu_type=canonical(_clean(opts.gpu_type)),
+                               model_version=_clean(opts.model_version))
+    name = opts.job or canonical(_clean(analysis.job.name))
     devices = [d for r in analysis.job.ranks for d in r.devices]
-    derived_type = _clean(devices[0]) if devices else None
+    derived_type = canonical(_clean(devices[0])) if devices else None
     derived_gpus = default_gpus(analysis.features)
     model_version = opts.model_version or _clean(getattr(analysis, "model_version", None))
     start = analysis.features.get("trace_start_unix_s")
@@ -426,12 +428,13 @@ def check_teams(analyses: list[Analysis], opts: RecordOptions, db: str | Engine 
     than opts.team (a batch is refused whole; record_analysis checks each run again in its transaction)."""
     if opts.team is None:
         return
-    names = {opts.job or _clean(a.job.name) for a in analyses}
+    team = canonical(_clean(opts.team))
+    names = {canonical(_clean(opts.job or a.job.name)) for a in analyses}
     engine = db if isinstance(db, Engine) else open_store(db)
     with store_errors(engine, "read from"), Session(engine) as s:
-        for name, team in s.execute(select(Job.name, Job.team).where(Job.name.in_(sorted(names)))).all():
-            if team is not None and team != opts.team:
-                raise JobTeamConflict(name, team, opts.team)
+        for name, stored in s.execute(select(Job.name, Job.team).where(Job.name.in_(sorted(names)))).all():
+            if stored is not None and stored != team:
+                raise JobTeamConflict(name, stored, team)
 
 
 def forget_analysis(session: Session, analysis_id: int) -> bool:
