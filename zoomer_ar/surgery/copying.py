@@ -84,7 +84,7 @@ def copy_with(src: Path, dst: Path, select, *, compression: str | None = None, l
     counted from the plan)."""
     st = Stats()
     comp = compression_for(dst, compression)
-    guard.check_level(comp, level)
+    guard.check_level(comp, level, dst)
 
     def on_slice(b: Batch) -> None:
         st.events_in += b.n

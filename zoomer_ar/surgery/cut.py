@@ -210,7 +210,7 @@ def slice_trace(src: Path, dst: Path, *, steps: tuple[int, int] | None = None,
     guard.require_file(src)
     guard.check_file_output(dst, [src])
     guard.check_suffix(dst, compression)
-    guard.check_level(compression_for(dst, compression), level)
+    guard.check_level(compression_for(dst, compression), level, dst)
     plan = Plan(launches=steps is not None)  # a --window is a cut in time: no launches to look for
     sv = survey(src, plan)
     if sv.span is None:
@@ -320,7 +320,7 @@ def split_trace(src: Path, dst_dir: Path, *, steps_per_file: int = 1, max_files:
         raise InputError(str(dst_dir), f"is the folder of the input {src.name}: the step files would be read "
                                        "as extra ranks of it; write them to another folder")
     guard.refuse_holding_traces(dst_dir, "step files")
-    guard.check_level(compression or "none", level)
+    guard.check_level(compression or "none", level, dst_dir)
     plan = Plan()
     sv = survey(src, plan)
     if not sv.steps:

@@ -97,9 +97,16 @@ def check_file_output(out: Path, inputs: Iterable[Path]) -> None:
     refuse_overwrite(out, inputs)
 
 
-def check_level(compression: str, level: int | None) -> None:
+def check_level(compression: str, level: int | None, out: Path | None = None) -> None:
     """Compression levels outside the codec's range fail deep inside the codec (ValueError) after
-    the input was opened; refuse them up front."""
+    the input was opened, and a zstd output without the `zstandard` package only when the output is
+    opened (slice, split and merge read the whole input first: minutes on a large trace); refuse both
+    up front (InputError naming the output `out`, where given)."""
+    from ..stream.source import zstandard
+
+    if compression == "zstd" and zstandard is None:
+        raise InputError(None if out is None else str(out),
+                         "zstd output needs the optional `zstandard` package (pip install zstandard)")
     if level is None or compression == "none":
         return
     lo, hi = (1, 22) if compression == "zstd" else (0, 9)

@@ -74,7 +74,7 @@ def merge_job(src: Path | list[Path], dst: Path, *, compression: str | None = No
         guard.refuse_dir_as_file(dst)
         guard.refuse_inside(dst, Path(src), what="merged trace")
     guard.check_suffix(dst, compression)
-    guard.check_level(compression_for(dst, compression), level)
+    guard.check_level(compression_for(dst, compression), level, dst)
     expanded: list[str] = []
     if isinstance(src, (list, tuple)):
         inputs: list[Path] = []

@@ -56,7 +56,7 @@ def compress_trace(src: Path, dst: Path, *, compression: str | None = None, leve
     guard.require_file(src)
     guard.check_file_output(dst, [src])
     guard.check_suffix(dst, comp)
-    guard.check_level(comp, level)
+    guard.check_level(comp, level, dst)
     copy = _BackgroundCopy(src, dst, comp, level)  # compresses while the events are checked
     try:
         check_events(src)
@@ -89,7 +89,7 @@ def repair_trace(src: Path, dst: Path, *, compression: str | None = None, level:
     guard.require_file(src)
     guard.check_file_output(dst, [src])
     guard.check_suffix(dst, comp)
-    guard.check_level(comp, level)
+    guard.check_level(comp, level, dst)
     if _valid_trace(src):  # StreamRepair reads names line by line: on valid JSON it has nothing to do, and on
         sink = _Sink(dst, comp, level)  # a one-line file it took two events for one name ("a", "pid": ... "b")
         with copying_into(sink, src):
