@@ -681,6 +681,50 @@ def write_atomic(path: Path, data: bytes, mode: int | None = None, owner: tuple[
         raise
 
 
+def write_in_place(path: Path, data: bytes) -> None:
+    """Rewrite ``path``'s own inode with ``data``: a file with other hard links (or names) keeps
+    them all, and its mode, owner, ACLs and extended attributes stay as they are. A copy of the
+    old bytes is written and synced beside it first; if writing the new bytes fails halfway, the
+    old ones are written back and the copy deleted; should that fail too, the error names the
+    copy, which is kept."""
+    original = path.read_bytes()
+    fd, backup = tempfile.mkstemp(prefix=f".{path.name[:40]}.", suffix=".zoomer-backup", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(original)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except BaseException:
+        _unlink_quietly(backup)
+        raise
+    try:
+        _overwrite(path, data)
+    except BaseException as exc:
+        try:
+            _overwrite(path, original)
+        except BaseException:
+            raise OSError(f"{getattr(exc, 'strerror', None) or exc}; the file may be half written, its old "
+                          f"text is kept in {backup}") from exc
+        _unlink_quietly(backup)
+        raise
+    _unlink_quietly(backup)
+
+
+def _overwrite(path: Path, data: bytes) -> None:
+    with open(path, "r+b") as fh:  # the same inode: no O_TRUNC before the new bytes are in
+        fh.write(data)
+        fh.truncate()
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
 def _keep_owner(fd: int, owner: tuple[int, int]) -> None:
     """Give the new file the old one's owner and group: both when this process may (root), else
     the group alone when the user belongs to it; otherwise it stays the user's (as git leaves it)."""
@@ -696,7 +740,9 @@ def _keep_owner(fd: int, owner: tuple[int, int]) -> None:
 
 
 def apply(result: RunResult) -> list[FileResult]:
-    """Write every changed file in place. A file modified since it was read is left alone."""
+    """Write every changed file in place. A file modified since it was read is left alone. A
+    file with one link is replaced atomically (write_atomic); one with hard links is rewritten in
+    its own inode (write_in_place), so that every link sees the fix."""
     written: list[FileResult] = []
     for f in result.changed:
         try:
@@ -711,7 +757,11 @@ def apply(result: RunResult) -> list[FileResult]:
                 # the replacement goes through the folder: without this, a file marked read-only was rewritten
                 f.error = "cannot write: a read-only file; left unchanged"
                 continue
-            write_atomic(f.abspath, (f.after or "").encode(f.encoding), stat.S_IMODE(st.st_mode), (st.st_uid, st.st_gid))
+            data = (f.after or "").encode(f.encoding)
+            if st.st_nlink > 1:  # a rename would leave the other links with the old text
+                write_in_place(f.abspath, data)
+            else:
+                write_atomic(f.abspath, data, stat.S_IMODE(st.st_mode), (st.st_uid, st.st_gid))
             written.append(f)
         except OSError as exc:
             f.error = f"cannot write: {exc.strerror or exc}"
