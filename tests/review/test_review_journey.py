@@ -81,3 +81,55 @@ def test_the_actions_fetch_step_gives_a_shallow_checkout_its_merge_base(tmp_path
     assert proc.returncode == 0, proc.stderr
     result = review(clone.path, repo.sha("main"), repo.sha("feature"))
     assert {f.path for f in result.findings} == {"train.py"} and result.merge_base_sha == repo.sha("main~1")
+
+
+SYNC_LOOP = b"import torch\n\n\ndef f(m, d):\n    for x in d:\n        torch.cuda.synchronize()\n        m(x)\n"
+
+
+@pytest.fixture
+def odd_paths_repo(tmp_path):
+    """A feature branch adding a sync in a loop in files whose names are not UTF-8 (Latin-1 bytes) or hold a
+    line break (git allows both)."""
+    import os
+
+    repo = GitRepo(tmp_path / "r")
+    repo.write("README.md", "# x\n")
+    repo.commit("base")
+    repo.branch("feature")
+    root = os.fsencode(repo.path)
+    for name in (b"caf\xe9.py", b"new\nline.py"):
+        with open(root + b"/" + name, "wb") as fh:
+            fh.write(SYNC_LOOP)
+    repo.commit("odd names")
+    return repo
+
+
+@pytest.mark.parametrize("fmt", ["json", "github", "sarif", "md", "text"])
+def test_file_names_that_are_not_utf8_or_hold_a_line_break(odd_paths_repo, capsysbinary, fmt):
+    """A file name that is not UTF-8 made `--format json` an internal error (exit 1: pydantic cannot encode
+    the lone surrogate the name decodes to), `github` and `sarif` wrote it as a lone-surrogate escape
+    ("\\udce9", a lone surrogate that strict JSON parsers and GitHub's UTF-8 text cannot hold), and `md` wrote the raw byte
+    (invalid UTF-8 in the comment); a name with a line break split the `text` format's one line per finding.
+    Every format is now valid UTF-8 (JSON that parses strictly); the name's byte is written as `\\xe9`, and the
+    text format quotes such names as git does ("caf\\351.py", "new\\nline.py")."""
+    import json
+
+    capsysbinary.readouterr()
+    rc = main(["review", "--repo", str(odd_paths_repo.path), "--base", "main", "--head", "feature", "--format", fmt])
+    out, err = capsysbinary.readouterr()
+    assert rc == 0, err
+    text = out.decode("utf-8")  # strict: no invalid byte
+    assert "\\udc" not in text and "\udce9" not in text
+    if fmt in ("json", "github", "sarif"):
+        json.loads(text)
+    if fmt == "json":
+        assert {f["path"] for f in json.loads(text)["findings"]} == {"caf\\xe9.py", "new\nline.py"}
+    if fmt == "github":
+        assert {c["path"] for c in json.loads(text)["comments"]} == {"caf\\xe9.py", "new\nline.py"}
+    if fmt == "text":
+        lines = text.splitlines()
+        assert sum(" sync-point " in ln for ln in lines) == 2
+        assert any(ln.startswith('"caf\\351.py":6:') for ln in lines), lines
+        assert any(ln.startswith('"new\\nline.py":6:') for ln in lines), lines
+    if fmt == "md":
+        assert "caf\\xe9.py" in text

@@ -64,6 +64,7 @@ def review_cmd(files, repo, base, head, fmt, output, trace, db, db_week, select,
     2 bad input (not a repository, unknown ref, a FILE that does not exist, invalid [tool.zoomer-ar]).
     """
     from . import engine, render
+    from .safe_text import quoted_path, readable, readable_all
 
     paths = _paths(repo, head, files) if files else []
     target = None
@@ -74,21 +75,22 @@ def review_cmd(files, repo, base, head, fmt, output, trace, db, db_week, select,
     result = engine.review(repo, base, head, paths=paths, select=select, ignore=ignore, trace=trace, db=db,
                            db_week=db_week, jobs=jobs, use_prefilter=not no_prefilter)
     cap = max_comments if max_comments is not None else (result.config_max_inline if result.config_max_inline is not None else DEFAULT_MAX_INLINE)
+    # a file name that is not UTF-8 is written readably (safe_text): every output is valid UTF-8
     if fmt == "md":
-        text = render.render_markdown(result)
+        text = readable(render.render_markdown(result))
     elif fmt == "text":
         text = render.render_text(result)
     elif fmt == "sarif":
         from .sarif import to_sarif
 
-        text = json.dumps(to_sarif(result), indent=2) + "\n"
+        text = json.dumps(readable_all(to_sarif(result)), indent=2) + "\n"
     elif fmt == "github":
-        text = json.dumps(render.github_payload(result, max_comments=cap), indent=2) + "\n"
+        text = json.dumps(readable_all(render.github_payload(result, max_comments=cap)), indent=2) + "\n"
     else:
-        text = result.model_dump_json(indent=2) + "\n"
+        text = json.dumps(readable_all(result.model_dump(mode="json")), indent=2, ensure_ascii=False) + "\n"
     _write(text, output)
     for e in result.errors:
-        where = f"{e.path}:{e.line}:{e.column}" if e.line else e.path
+        where = f"{quoted_path(e.path)}:{e.line}:{e.column}" if e.line else quoted_path(e.path)
         click.echo(f"zoomer-ar: warning: {where}: {e.message} (not reviewed)", err=True)
     if target is not None:
         from .github import post as post_review

@@ -54,6 +54,7 @@ from typing import Any, Callable, Mapping
 from ..errors import InputError, ZoomerError
 from .models import ReviewFinding, ReviewResult
 from .render import SUMMARY_MARKER, inline_comment, inline_marker, parse_inline_marker, parse_markers, render_markdown
+from .safe_text import readable_all
 
 DEFAULT_API_URL = "https://api.github.com"
 USER_AGENT = "zoomer-ar-review"
@@ -154,7 +155,7 @@ class Client:
         a request is not repeated: one GitHubError line says it may have been applied."""
         url = self._url(path)
         shown = f"{method} {urllib.parse.urlsplit(url).path}"
-        data = json.dumps(body).encode() if body is not None else None
+        data = json.dumps(readable_all(body)).encode() if body is not None else None  # no lone surrogate (safe_text)
         repeatable = method.upper() in IDEMPOTENT
         attempt = 0
         while True:

@@ -11,6 +11,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from ..paths import REPORTS_DIR
 from .catalogue import SEVERITIES
 from .models import ReviewFinding, ReviewResult
+from .safe_text import quoted_path, readable
 from .suggest import fence
 
 TEMPLATE = "review_comment.md.j2"
@@ -107,18 +108,19 @@ def render_inline(f: ReviewFinding) -> str:
 
 
 def render_text(result: ReviewResult) -> str:
-    """One line per finding (``path:line:col: severity rule message``), then errors."""
+    """One line per finding (``path:line:col: severity rule message``), then errors; a path with a line break,
+    a quote, a backslash or a byte that is not UTF-8 is quoted as git quotes it (safe_text.quoted_path)."""
     out = []
     for f in result.findings:
         tag = " [suggestion]" if f.suggestion is not None else ""
-        out.append(f"{f.path}:{f.line}:{f.column}: {f.severity} {f.rule_id} {f.message} [{f.fixer}]{tag}")
+        out.append(f"{quoted_path(f.path)}:{f.line}:{f.column}: {f.severity} {f.rule_id} {readable(f.message)} [{f.fixer}]{tag}")
         for e in f.evidence:
-            out.append(f"    {e.source}: {e.text}")
+            out.append(f"    {e.source}: {readable(e.text)}")
     for e in result.errors:
-        where = f"{e.path}:{e.line}:{e.column}" if e.line else e.path
-        out.append(f"{where}: error: {e.message}")
+        where = f"{quoted_path(e.path)}:{e.line}:{e.column}" if e.line else quoted_path(e.path)
+        out.append(f"{where}: error: {readable(e.message)}")
     for s in result.skipped:
-        out.append(f"{s.path}: skipped: {s.message}")
+        out.append(f"{quoted_path(s.path)}: skipped: {readable(s.message)}")
     n = len(result.findings)
     out.append(f"{n} finding{'s' if n != 1 else ''} on changed lines in {result.files_changed} changed Python file{'s' if result.files_changed != 1 else ''}"
                + (f"; {len(result.errors)} could not be analysed" if result.errors else ""))
