@@ -96,7 +96,7 @@ def trace(ctx: click.Context) -> None:
 @click.argument("out", type=click.Path(path_type=Path))
 @click.option("--steps", help="Keep ProfilerStep#N..M (inclusive), e.g. 3..5 (CPU and GPU side of those steps: the kernels "
                               "and copies launched in them too). Steps the trace lacks are left out, with a note.")
-@click.option("--window", help="Keep a time window START..END in ms from the rank's first event (as evidence times).")
+@click.option("--window", help="Keep a time window START..END in ms from the rank's first complete event (as evidence times).")
 @click.option("--absolute", is_flag=True, help="--window is in the trace's own timestamps (us, or ns for ns traces).")
 @click.option("--compression", type=_COMPRESSION, default=None, help=_COMP_HELP)
 @click.option("--level", type=int, default=None, help="Compression level.")

@@ -198,7 +198,7 @@ def slice_trace(src: Path, dst: Path, *, steps: tuple[int, int] | None = None,
                 window_ms: tuple[float, float] | None = None, absolute: bool = False,
                 compression: str | None = None, level: int | None = None) -> Stats:
     """Keep the events of steps N..M (ProfilerStep#N to #M, CPU and GPU side), or of a time window
-    in milliseconds from the rank's first event (as evidence times are given; `absolute`: raw trace
+    in milliseconds from the rank's first complete event (as evidence times are given; `absolute`: raw trace
     timestamps, microseconds or nanoseconds as in the file). Events that overlap the window are kept
     whole; metadata always. For steps, so are the device events (kernels, copies) launched by a
     runtime call in the steps and their flow arrows, wherever they run (Launches): the GPU side of
@@ -286,7 +286,7 @@ def _span_text(sv: Survey, absolute: bool) -> str:
     unit = "ns" if sv.ns else "us"
     if absolute or sv.t0 is None:
         return f"its events span {a:.3f}..{b:.3f} {unit} in its own timestamps"
-    return (f"its events span {(a - sv.t0) / sv.unit:.3f}..{(b - sv.t0) / sv.unit:.3f} ms from its first event; "
+    return (f"its events span {(a - sv.t0) / sv.unit:.3f}..{(b - sv.t0) / sv.unit:.3f} ms from its first complete event; "
             f"{a:.3f}..{b:.3f} {unit} with --absolute")
 
 
