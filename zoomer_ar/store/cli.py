@@ -92,6 +92,7 @@ def history(job: str, fmt: str, limit: int, db: str | None) -> None:
 
     from ..render.digest import render_history
     from .db import store_errors
+    from .digest import by_text
     from .history import job_history
     from .orm import Job
 
@@ -102,7 +103,7 @@ def history(job: str, fmt: str, limit: int, db: str | None) -> None:
     with store_errors(engine):  # the server going away mid-query: one line, exit 1
         with engine.connect() as c:  # an unknown name is bad input (exit 2), not a store failure (StoreError, exit 1)
             if c.execute(select(Job.id).where(Job.name == job)).first() is None:
-                names = [n for (n,) in c.execute(select(Job.name).order_by(Job.name).limit(6))]
+                names = [n for (n,) in c.execute(select(Job.name).order_by(by_text(Job.name, engine)).limit(6))]
                 more = ", ..." if len(names) > 5 else ""
                 have = f"recorded jobs: {', '.join(names[:5])}{more}" if names else "no job recorded yet"
                 raise InputError(None, f"no recorded job named {job!r} ({have})")

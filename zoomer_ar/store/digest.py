@@ -137,6 +137,13 @@ def sparkline(values: list[float]) -> str:
     return "".join(SPARK[min(len(SPARK) - 1, int(round(v / top * (len(SPARK) - 1))))] for v in values)
 
 
+def by_text(col, engine: Engine):  # noqa: ANN001, ANN201 - a column or expression, and it ordered by its bytes
+    """`col` to order by as text in code-point order, the same on both stores: SQLite compares bytes, PostgreSQL by
+    the database's collation (en_US or ICU: alice, Bob, Zed; SQLite: Bob, Zed, alice), so rows of equal waste
+    came in another order, and another top-N was cut from them, on PostgreSQL."""
+    return col.collate("C") if engine.dialect.name == "postgresql" else col
+
+
 def latest_week(engine: Engine, team: str | None = None) -> str | None:
     q = select(func.max(Analysis.week))
     if team:
@@ -201,7 +208,7 @@ def build_digest(db: str | Engine | None = None, *, week: str | None = None, tea
         job_rows = c.execute(
             select(Job.id, Job.name, Job.team, Job.owner, spend.c.runs, spend.c.gpu_hours, spend.c.usd, wgh, wusd)
             .select_from(spend).join(Job, Job.id == spend.c.job_id).outerjoin(waste, waste.c.job_id == spend.c.job_id)
-            .order_by(wusd.desc(), wgh.desc(), spend.c.usd.desc(), Job.name).limit(top)
+            .order_by(wusd.desc(), wgh.desc(), spend.c.usd.desc(), by_text(Job.name, engine)).limit(top)
         ).all()
         top_pattern: dict[int, str] = {}
         if job_rows:
@@ -219,7 +226,7 @@ def build_digest(db: str | Engine | None = None, *, week: str | None = None, tea
             select(owner, func.count(distinct(Job.id)), func.sum(spend.c.gpu_hours), func.sum(spend.c.usd),
                    func.sum(wgh), func.sum(wusd))
             .select_from(spend).join(Job, Job.id == spend.c.job_id).outerjoin(waste, waste.c.job_id == spend.c.job_id)
-            .group_by(owner).order_by(func.sum(wusd).desc(), func.sum(wgh).desc(), owner).limit(top)
+            .group_by(owner).order_by(func.sum(wusd).desc(), func.sum(wgh).desc(), by_text(owner, engine)).limit(top)
         ).all()
 
         # resolved: (job, pattern) seen in the previous four weeks, job recorded this week without it.
@@ -235,7 +242,8 @@ def build_digest(db: str | Engine | None = None, *, week: str | None = None, tea
             select(Job.name, Job.team, Job.owner, agg.c.pattern, agg.c.last_seen, agg.c.wgh, agg.c.wusd,
                    func.count().over(), Job.id)
             .select_from(agg).join(Job, Job.id == agg.c.job_id)
-            .order_by(agg.c.wusd.desc(), agg.c.wgh.desc(), Job.name, agg.c.pattern).limit(top)
+            .order_by(agg.c.wusd.desc(), agg.c.wgh.desc(), by_text(Job.name, engine), by_text(agg.c.pattern, engine))
+            .limit(top)
         ).all()
         resolved_total = resolved[0][7] if resolved else 0
 
