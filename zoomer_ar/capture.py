@@ -20,13 +20,22 @@ or hand it a step function::
 What is written to ``out_dir``:
 
 * ``rank-{rank}.pt.trace.json.gz``: the Kineto trace of the recorded (active) steps, one file per
-  rank. The rank comes from ``torch.distributed`` when it is initialised, else from the ``RANK``
-  environment variable, else 0. With ``repeat > 1`` later cycles go to
+  rank. The rank comes from ``torch.distributed`` when it is initialised, else from the first of
+  the ``RANK`` (torchrun), ``SLURM_PROCID``, ``OMPI_COMM_WORLD_RANK`` and ``PMI_RANK`` environment
+  variables that is set, else 0 (a value that is not a rank is refused: pass ``rank=``). With
+  ``repeat > 1`` later cycles go to
   ``cycle-{k}/rank-{rank}.pt.trace.json.gz`` (k = 1, 2, ...), the first cycle stays at the top.
 * ``job.json``: metadata (job name, argv, torch version, hostname, schedule, recorded steps,
   profiler options). Rank 0 writes ``job.json``; other ranks write ``job.ranks/rank-{rank}.json``
   (a sub-folder, so a loader that reads every ``*.json`` in the folder as a trace never sees them)
   and ranks of one job never race on a file.
+
+The folder is checked when the profiler starts, before the loop runs: one that cannot be created
+or written to, or that already holds this rank's capture from an earlier run, raises
+:class:`CaptureError` (``overwrite=True`` replaces that rank's earlier trace files and job file, so
+two runs never mix in one folder). Bad schedule arguments raise ``TypeError``/``ValueError`` at
+construction. A loop that stops before the first recorded step (a schedule longer than the run)
+writes no trace and warns (``RuntimeWarning``); ``job.json`` says ``complete: false``.
 
 The traces keep the ``ProfilerStep#N`` annotations (they come from ``prof.step()``), python frames
 (``with_stack``), ``nn.Module`` frames (``with_modules``), input shapes (``record_shapes``) and, when
@@ -39,6 +48,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import numbers
 import os
 import platform
 import shutil
@@ -46,6 +56,7 @@ import socket
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +64,7 @@ from typing import Any
 
 __all__ = [
     "CAPTURE_SCHEMA",
+    "CaptureError",
     "CaptureResult",
     "SteadyStateProfiler",
     "detect_rank",
@@ -64,8 +76,27 @@ CAPTURE_SCHEMA = "zoomer-ar.capture/1"
 DEFAULT_SKIP_FIRST = 550  # what Zoomer uses on real jobs: well past compile/cache warm-up
 
 
+#: environment variables that carry a process's rank, in the order they are read: torchrun's,
+#: then those of SLURM, Open MPI and MPICH/PMI launchers (a job started without torchrun)
+RANK_ENV_VARS = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+
+
+class CaptureError(RuntimeError):
+    """The output folder cannot take the capture: it cannot be created or written to, or it already
+    holds this rank's capture from an earlier run (``overwrite=True`` replaces it)."""
+
+
 def trace_file_name(rank: int) -> str:
     return f"rank-{rank}.pt.trace.json.gz"
+
+
+def _count(name: str, value: Any, minimum: int) -> int:
+    """``value`` as an int >= minimum; a bool, float, string or None is a TypeError naming the argument."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int >= {minimum}, not {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, not {value}")
+    return int(value)
 
 
 def _dist_info() -> tuple[int | None, int | None, str | None]:
@@ -89,25 +120,37 @@ def _dist_info() -> tuple[int | None, int | None, str | None]:
 
 def detect_rank(rank: int | None = None) -> tuple[int, str]:
     """The rank to name the trace after, and where it came from ('argument', 'torch.distributed',
-    'env RANK' or 'default')."""
+    'env RANK' (or the launcher variable it came from, :data:`RANK_ENV_VARS`) or 'default').
+
+    A variable that is set but holds no rank (``RANK=-1``, ``RANK=abc``) is a ValueError: guessing 0
+    would have every rank of the job write the same file."""
     if rank is not None:
-        return int(rank), "argument"
+        return _count("rank", rank, 0), "argument"
     dist_rank, _, _ = _dist_info()
     if dist_rank is not None:
         return int(dist_rank), "torch.distributed"
-    env = os.environ.get("RANK")
-    if env is not None and env.strip().lstrip("-").isdigit():
-        return int(env), "env RANK"
+    for var in RANK_ENV_VARS:
+        env = os.environ.get(var, "").strip()
+        if not env:
+            continue
+        if not (env.isascii() and env.isdigit()):
+            raise ValueError(f"{var}={os.environ[var]!r} in the environment is not a rank (an integer >= 0): "
+                             "pass rank= to name the trace")
+        return int(env), f"env {var}"
     return 0, "default"
 
 
 def _gzip_file(src: str, dst: Path) -> None:
     """Gzip src into dst atomically, with a fixed header (mtime 0) so equal traces give equal bytes."""
     tmp = dst.with_name(dst.name + ".tmp")
-    with open(src, "rb") as fin, open(tmp, "wb") as raw:
-        with gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=9, mtime=0) as fout:
-            shutil.copyfileobj(fin, fout, 1 << 20)
-    os.replace(tmp, dst)
+    try:
+        with open(src, "rb") as fin, open(tmp, "wb") as raw:
+            with gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=9, mtime=0) as fout:
+                shutil.copyfileobj(fin, fout, 1 << 20)
+        os.replace(tmp, dst)
+    except BaseException:  # Ctrl-C or a full disk mid-write: no half-written file is left behind
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
@@ -167,6 +210,8 @@ class SteadyStateProfiler:
     Schedule (in calls to :meth:`step`): ``skip_first`` steps are ignored, then per cycle ``wait``
     idle steps, ``warmup`` steps traced but discarded, ``active`` steps recorded; ``repeat`` cycles.
     ``total_steps`` is how many steps the loop must run for everything to be recorded.
+    ``overwrite=True`` replaces this rank's capture from an earlier run in ``out_dir`` (without it
+    :meth:`start` raises :class:`CaptureError`).
     """
 
     def __init__(
@@ -187,20 +232,18 @@ class SteadyStateProfiler:
         with_flops: bool = False,
         metadata: dict[str, Any] | None = None,
         enabled: bool = True,
+        overwrite: bool = False,
     ) -> None:
-        if active < 1:
-            raise ValueError("active must be >= 1")
-        if repeat < 1:
+        self.active = _count("active", active, 1)
+        if isinstance(repeat, numbers.Integral) and not isinstance(repeat, bool) and repeat < 1:
             raise ValueError("repeat must be >= 1 (0 = unlimited is not supported: one file per cycle)")
-        for name, value in (("skip_first", skip_first), ("wait", wait), ("warmup", warmup)):
-            if value < 0:
-                raise ValueError(f"{name} must be >= 0")
+        self.repeat = _count("repeat", repeat, 1)
+        self.skip_first = _count("skip_first", skip_first, 0)
+        self.wait = _count("wait", wait, 0)
+        self.warmup = _count("warmup", warmup, 0)
+        if rank is not None:
+            _count("rank", rank, 0)
         self.out_dir = Path(out_dir)
-        self.skip_first = int(skip_first)
-        self.wait = int(wait)
-        self.warmup = int(warmup)
-        self.active = int(active)
-        self.repeat = int(repeat)
         self.job_name = job_name or Path(sys.argv[0] or "python").stem or "job"
         self.with_stack = with_stack
         self.record_shapes = record_shapes
@@ -209,6 +252,7 @@ class SteadyStateProfiler:
         self.with_flops = with_flops
         self.metadata = dict(metadata or {})
         self.enabled = enabled
+        self.overwrite = overwrite
         self._rank_arg = rank
         self.rank = 0
         self.rank_source = "default"
@@ -246,11 +290,12 @@ class SteadyStateProfiler:
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> SteadyStateProfiler:
+        self.rank, self.rank_source = detect_rank(self._rank_arg)
+        self._prepare_out_dir()  # before torch is imported, before the loop runs
+
         import torch
         from torch.profiler import ProfilerActivity, profile, schedule
 
-        self.rank, self.rank_source = detect_rank(self._rank_arg)
-        self.out_dir.mkdir(parents=True, exist_ok=True)
         self._started_at = _utc_now()
         self._t0 = time.perf_counter()
         if not self.enabled:
@@ -277,6 +322,37 @@ class SteadyStateProfiler:
         self._prof.start()
         return self
 
+    def _own_outputs(self) -> list[Path]:
+        """This rank's files in out_dir: its traces (every cycle) and its job file."""
+        name = trace_file_name(self.rank)
+        found = [self.out_dir / name] + sorted(self.out_dir.glob(f"cycle-*/{name}"))
+        found.append(self._job_path())
+        return [p for p in found if p.exists()]
+
+    def _prepare_out_dir(self) -> None:
+        """Before the loop runs: the folder exists, can be written to, and holds no earlier capture
+        of this rank (or, with overwrite, no longer does)."""
+        out = self.out_dir
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:
+            raise CaptureError(f"{out}: exists and is not a folder: choose another out_dir") from None
+        except OSError as e:
+            raise CaptureError(f"{out}: cannot create the output folder ({e.strerror or e})") from None
+        try:
+            fd, probe = tempfile.mkstemp(prefix=".zoomer-write-check-", dir=out)
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as e:
+            raise CaptureError(f"{out}: cannot write the trace here ({e.strerror or e}): choose a writable out_dir") from None
+        earlier = self._own_outputs()
+        if earlier and not self.overwrite:
+            shown = ", ".join(str(p.relative_to(out)) for p in earlier[:3])
+            raise CaptureError(f"{out}: already holds a capture of rank {self.rank} ({shown}): "
+                               "pass overwrite=True to replace it, or choose another out_dir")
+        for p in earlier:
+            p.unlink()
+
     def step(self) -> None:
         """Mark the end of one training step (calls ``prof.step()``)."""
         self.steps_run += 1
@@ -287,6 +363,13 @@ class SteadyStateProfiler:
         if self._prof is not None:
             prof, self._prof = self._prof, None
             prof.stop()
+        if self.enabled and not self.traces:
+            first = self.recorded_steps(0)[0]
+            warnings.warn(
+                f"zoomer_ar.capture: no step recorded in {self.out_dir}: the loop ran {self.steps_run} step(s) and "
+                f"stopped before step {first}, the first the schedule records (skip_first {self.skip_first} + "
+                f"wait {self.wait} + warmup {self.warmup}); lower skip_first or run the loop for {self.total_steps} steps",
+                RuntimeWarning, stacklevel=2)
         return self._finish()
 
     def __enter__(self) -> SteadyStateProfiler:
@@ -303,6 +386,9 @@ class SteadyStateProfiler:
         self.stop()
 
     # -- output --------------------------------------------------------------------------------
+    def _job_path(self) -> Path:
+        return _job_path_for(self.out_dir, self.rank)
+
     def _trace_path(self, cycle: int) -> Path:
         folder = self.out_dir if cycle == 0 else self.out_dir / f"cycle-{cycle}"
         folder.mkdir(parents=True, exist_ok=True)
@@ -376,11 +462,8 @@ class SteadyStateProfiler:
             "traces": [str(p.relative_to(self.out_dir)) for p in self.traces],
             "metadata": self.metadata,
         }
-        if self.rank == 0:
-            job_path = self.out_dir / "job.json"
-        else:
-            (self.out_dir / "job.ranks").mkdir(parents=True, exist_ok=True)
-            job_path = self.out_dir / "job.ranks" / f"rank-{self.rank}.json"
+        job_path = self._job_path()
+        job_path.parent.mkdir(parents=True, exist_ok=True)
         _write_json(job_path, job)
         self.result = CaptureResult(
             out_dir=self.out_dir,
@@ -391,6 +474,11 @@ class SteadyStateProfiler:
             steps_recorded=recorded,
         )
         return self.result
+
+
+def _job_path_for(out_dir: Path, rank: int) -> Path:
+    """Rank 0 writes job.json; other ranks a file of their own in job.ranks/ (no race on one file)."""
+    return out_dir / "job.json" if rank == 0 else out_dir / "job.ranks" / f"rank-{rank}.json"
 
 
 def _main_module() -> str | None:
@@ -420,9 +508,12 @@ def profile_steps(
     profile_memory: bool = False,
     with_modules: bool = True,
     metadata: dict[str, Any] | None = None,
+    overwrite: bool = False,
 ) -> CaptureResult:
     """Call ``step_fn(i)`` for ``steps`` steps (default: just enough to record everything) under a
     :class:`SteadyStateProfiler`; returns what was written."""
+    if not callable(step_fn):
+        raise TypeError(f"step_fn must be callable (called with the step number), not {step_fn!r}")
     prof = SteadyStateProfiler(
         out_dir,
         skip_first=skip_first,
@@ -437,8 +528,9 @@ def profile_steps(
         profile_memory=profile_memory,
         with_modules=with_modules,
         metadata=metadata,
+        overwrite=overwrite,
     )
-    n = prof.total_steps if steps is None else int(steps)
+    n = prof.total_steps if steps is None else _count("steps", steps, 0)
     if n < prof.total_steps:
         raise ValueError(
             f"steps={n} is too few for the schedule: it needs {prof.total_steps} "
