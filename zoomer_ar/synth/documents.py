@@ -9,7 +9,9 @@ from typing import Any
 
 import msgspec
 
+from ..errors import InputError
 from ..load import Job, load_job
+from ..load.job import rank_files
 
 
 def _plain(obj: Any) -> Any:
@@ -20,8 +22,17 @@ def _plain(obj: Any) -> Any:
 
 
 def write_documents(docs: list[dict[str, Any]], folder: Path) -> list[Path]:
-    """One `rank-<r>.json` per document (what a per-rank profiler run leaves)."""
+    """One `rank-<r>.json` per document (what a per-rank profiler run leaves).
+
+    A folder that already holds trace files (an earlier job's ranks, or anyone's traces) is refused
+    (InputError): the new job's files would replace some of them and sit beside the rest, one
+    folder that `analyze` reads as a single job of both."""
     folder.mkdir(parents=True, exist_ok=True)
+    held = rank_files(folder)
+    if held:
+        shown = ", ".join(f.name for f in held[:3]) + (f" and {len(held) - 3} more" if len(held) > 3 else "")
+        raise InputError(str(folder), f"already holds trace files ({shown}): write the generated job to a new or "
+                                      "empty folder")
     paths = []
     for i, doc in enumerate(docs):
         rank = (doc.get("distributedInfo") or {}).get("rank", i)

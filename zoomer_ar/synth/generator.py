@@ -2,7 +2,9 @@
 
 `sample_spec(seed)` draws a job: a timing profile fitted to one real trace (params.json), world
 size, steps, architecture, precision, input pipeline, optimizer, communication schedule, and 0-3
-planted anti-patterns with a severity. `JobModel(spec).program(off)` turns it into the host program every
+planted anti-patterns with a severity; patterns forced by the caller shape the job so that each
+can show (a multi-rank pattern gets ranks, an optimizer pattern a training job, conv-bias-before-bn
+a CNN, a GEMM pattern a model with matmuls). `JobModel(spec).program(off)` turns it into the host program every
 rank runs for the simulator (`sim.py`); `off` switches knobs off for the counterfactual runs.
 
 Labels (`label_job`) follow LABELS.yaml: a planted pattern is *positive* when the time it costs
@@ -26,11 +28,14 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import InputError
 from ..models import PATTERN_IDS
 from . import sim
 
 PARAMS_PATH = Path(__file__).with_name("params.json")
-GENERATOR_VERSION = "1"
+# 2: the fp32-matmul plant slows matmuls only (a CNN's FP32 convolutions were labelled fp32-matmul,
+#    which analyze rightly does not count: cuDNN's precision is cudnn.allow_tf32's); CNNs draw no GEMM plant
+GENERATOR_VERSION = "2"
 POSITIVE_PCT = 5.0
 NEGATIVE_PCT = 1.0
 MIB = float(1 << 20)
@@ -43,6 +48,36 @@ COUNTERFACTUAL = (
 )
 PLANTABLE = COUNTERFACTUAL + ("exposed-communication", "memory-growth", "launch-bound", "idle-gpu")
 MULTI_RANK = ("straggler", "sharding-imbalance", "exposed-communication")
+TRAIN_ONLY = ("single-tensor-optimizer", "zero-grad-not-none", "memory-growth", "dataloader-bound", "allocator-churn")
+GEMM_PLANTS = ("fp32-matmul", "misaligned-gemm")  # they change matmul kernels: a CNN here has none
+
+
+class SpecError(InputError, ValueError):
+    """A job the generator cannot draw: a seed that is not an int >= 0, a pattern it cannot plant,
+    or forced patterns no one job can show together."""
+
+    def __init__(self, reason: str):
+        super().__init__(None, reason)
+
+    def __reduce__(self):
+        return (type(self), (self.reason,))
+
+
+def _check_seed(seed: Any) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise SpecError(f"seed must be an integer >= 0, not {seed!r}")
+    return int(seed)
+
+
+def _check_plants(plants: list[str]) -> list[str]:
+    unknown = sorted({str(p) for p in plants} - set(PLANTABLE))
+    if unknown:
+        raise SpecError(f"cannot plant {', '.join(unknown)}: the generator plants {', '.join(sorted(PLANTABLE))}")
+    gemm = sorted(set(plants) & set(GEMM_PLANTS))
+    if gemm and "conv-bias-before-bn" in plants:
+        raise SpecError(f"conv-bias-before-bn needs a CNN and {', '.join(gemm)} a model with matmuls (the generated "
+                        "CNNs have none): plant them in separate jobs")
+    return sorted(set(plants))
 
 GEMM_NAMES = {
     "fp32": {"volta": "volta_sgemm_128x64_nn", "ampere": "ampere_sgemm_128x64_tn", "hopper": "sm90_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas", "turing": "turing_sgemm_128x64_nn"},
@@ -207,7 +242,11 @@ def _loguniform(rng: np.random.Generator, lo: float, hi: float) -> float:
 
 
 def sample_spec(seed: int, plants: list[str] | None = None) -> JobSpec:
-    """Draw a job. `plants` forces the planted patterns (else 0-3 drawn at random)."""
+    """Draw a job. `plants` forces the planted patterns (else 0-3 drawn at random) and shapes the job
+    so that each can show; SpecError for a bad seed, an unknown pattern or patterns that conflict."""
+    seed = _check_seed(seed)
+    forced = set(_check_plants(plants)) if plants is not None else set()
+    fit = _rng(seed, "fit")  # draws for the forced patterns' needs: the unforced draws stay as they were
     params = load_params()
     rng = _rng(seed, "spec")
     names = sorted(params["profiles"])
@@ -215,12 +254,24 @@ def sample_spec(seed: int, plants: list[str] | None = None) -> JobSpec:
     dev = params["profiles"][profile].get("device") or "NVIDIA A100-SXM4-80GB"
     world = int(rng.choice([1, 1, 1, 1, 2, 2, 2, 4, 4, 8]))
     mode = "train" if rng.random() < 0.85 else "infer"
+    if forced & set(MULTI_RANK + TRAIN_ONLY):
+        mode = "train"
+    if forced & set(MULTI_RANK) and world == 1:
+        world = int(fit.choice([2, 4, 8]))
     if mode == "infer":
         world = 1
     s = JobSpec(seed=seed, profile=profile, device=dev, world=world, mode=mode)
     s.emit_ranks = list(range(world)) if (world == 1 or rng.random() < 0.75) else [0]
+    if forced & {"straggler", "sharding-imbalance"}:  # one rank's file cannot show another rank's lag
+        s.emit_ranks = list(range(world))
     s.steps = int(rng.choice([0, 1, 3, 3, 4, 4, 5])) if mode == "train" else int(rng.choice([0, 1, 1, 3]))
+    if "memory-growth" in forced:
+        s.steps = max(s.steps, 3)  # growth shows over three steps or more
     s.arch = str(rng.choice(["mlp", "transformer", "cnn"]))
+    if "conv-bias-before-bn" in forced:
+        s.arch = "cnn"
+    elif forced & set(GEMM_PLANTS) and s.arch == "cnn":
+        s.arch = str(fit.choice(["mlp", "transformer"]))
     max_layers = {1: 24, 2: 16, 4: 10, 8: 6}[world]
     s.layers = int(rng.integers(3, max_layers + 1))
     s.kscale = float(np.clip(rng.lognormal(0.4, 0.9), 0.05, 30.0))
@@ -255,6 +306,8 @@ def sample_spec(seed: int, plants: list[str] | None = None) -> JobSpec:
                                                  "dataloader-bound", "allocator-churn")]
         if s.arch != "cnn":
             pool = [p for p in pool if p != "conv-bias-before-bn"]
+        else:
+            pool = [p for p in pool if p not in GEMM_PLANTS]
         w = np.array([3.0 if (p in MULTI_RANK and world > 1) else 2.0 if p == "conv-bias-before-bn" else 1.0 for p in pool])
         plants = list(rng.choice(pool, size=min(k, len(pool)), replace=False, p=w / w.sum())) if k else []
     s.planted = sorted(str(p) for p in plants)
@@ -440,15 +493,15 @@ class JobModel:
                         dtype = "float" if fp32 else "c10::BFloat16"
                         gargs = {"Input Dims": [[n_dim], [args["M"], k_dim], [k_dim, n_dim]], "Input type": [dtype, dtype, dtype]}
                         prog.append(kop(opname, [(self._gemm_name(fp32), dur)], gargs, children))
-                    elif kind == "conv":
-                        dur = kernels[0][1] * (s.fp32_factor if fp32 else 1.0)
+                    elif kind == "conv":  # fp32-matmul leaves convolutions alone (cudnn.allow_tf32 sets theirs)
+                        dur = kernels[0][1]
                         bias = s.conv_bias and "conv-bias-before-bn" not in off
                         c = args["C"]
                         prog.append(("B", "aten::conv2d", "cpu_op", None))
                         prog.append(("B", "aten::convolution", "cpu_op",
                                      {"Input Dims": [[32, c, 56, 56], [c, c, 3, 3], [c] if s.conv_bias else []],
-                                      "Input type": ["float" if fp32 else "c10::BFloat16"] * 3}))
-                        prog.append(kop("aten::cudnn_convolution", [(CONV_NAMES["fp32" if fp32 else "fast"], dur)]))
+                                      "Input type": ["c10::BFloat16"] * 3}))
+                        prog.append(kop("aten::cudnn_convolution", [(CONV_NAMES["fast"], dur)]))
                         if bias:
                             prog.append(kop("aten::add_", [(K_ADD, kernels[0][1] * s.tags.get("bias_mult", 0.1))], rng=R["bias"]))
                         prog.append(("E",))
@@ -488,14 +541,14 @@ class JobModel:
                     for kind, opname, kernels, args, children in reversed(ops):
                         name = {"gemm": "AddmmBackward0", "conv": "ConvolutionBackward0", "bn": "CudnnBatchNormBackward0"}.get(kind, "MulBackward0")
                         prog.append(("B", f"autograd::engine::evaluate_function: {name}", "cpu_op", None))
-                        dur = kernels[0][1] * (s.fp32_factor if (fp32 and kind in ("gemm", "conv")) else 1.0)
+                        dur = kernels[0][1] * (s.fp32_factor if (fp32 and kind == "gemm") else 1.0)
                         if kind == "gemm" and misaligned[li] and "misaligned-gemm" not in off:
                             dur *= s.misaligned_factor
                         kname = kernels[0][0]
                         if kind == "gemm":
                             kname = self._gemm_name(fp32)
                         elif kind == "conv":
-                            kname = CONV_NAMES["fp32" if fp32 else "fast"]
+                            kname = CONV_NAMES["fast"]
                         prog.append(kop(name, [(kname, dur), (kname, dur)]))
                         prog.append(("E",))
                     if s.profile_memory:
@@ -567,7 +620,7 @@ class JobModel:
         tot = 0.0
         for ops in layers:
             for kind, _, kernels, _, _ in ops:
-                tot += 2 * kernels[0][1] * (s.fp32_factor if (s.precision == "fp32" and kind in ("gemm", "conv")) else 1.0)
+                tot += 2 * kernels[0][1] * (s.fp32_factor if (s.precision == "fp32" and kind == "gemm") else 1.0)
         return tot
 
     # --- running -----------------------------------------------------------------------------------------
