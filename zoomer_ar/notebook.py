@@ -54,7 +54,7 @@ def build_notebook(analysis: Analysis, *, has_patch: bool, has_spec: bool = True
     cells = [
         _markdown(_header(analysis)),
         _code(
-            "import json, pathlib, subprocess\n"
+            "import importlib.util, json, pathlib, shutil, subprocess, sys\n"
             "HERE = pathlib.Path('.').resolve()\n"
             "findings = json.loads((HERE / 'findings.json').read_text())\n"
             "for f in findings['findings']:\n"
@@ -89,24 +89,35 @@ def build_notebook(analysis: Analysis, *, has_patch: bool, has_spec: bool = True
                 "APPLY = False\n"
                 "patch = (HERE / 'patch.diff').read_text()\n"
                 "print(patch)\n"
-                "check = subprocess.run(['git', 'apply', '--check', str(HERE / 'patch.diff')], cwd=SOURCE,\n"
-                "                       capture_output=True, text=True)\n"
-                "print('applies cleanly' if check.returncode == 0 else check.stderr)\n"
-                "if APPLY and check.returncode == 0:\n"
-                "    subprocess.run(['git', 'apply', str(HERE / 'patch.diff')], cwd=SOURCE, check=True)"
+                "if shutil.which('git') is None:\n"
+                "    print('git is not on this kernel\\'s PATH: in a shell, in SOURCE, run  git apply ' + str(HERE / 'patch.diff'))\n"
+                "else:\n"
+                "    check = subprocess.run(['git', 'apply', '--check', str(HERE / 'patch.diff')], cwd=SOURCE,\n"
+                "                           capture_output=True, text=True)\n"
+                "    print('applies cleanly' if check.returncode == 0 else check.stderr)\n"
+                "    if APPLY and check.returncode == 0:\n"
+                "        subprocess.run(['git', 'apply', str(HERE / 'patch.diff')], cwd=SOURCE, check=True)"
             ),
         ]
     if has_spec:
         cells += [
             _markdown("## Relaunch\n\nThe relaunch spec lists the environment and overrides; the dry run prints the command."),
             _code(
-                "RUN = False\n"
+                ("" if has_patch else "SOURCE = pathlib.Path('.')  # the job's source tree: the relaunched command runs there\n")
+                + "RUN = False\n"
                 "# in the source tree the patch was applied to (--cwd: not the folder the trace was recorded in)\n"
-                "dry = subprocess.run(['zoomer-ar', 'relaunch', str(HERE / 'relaunch.yaml'), '--cwd', str(SOURCE), '--dry-run'],\n"
-                "                     capture_output=True, text=True)\n"
-                "print(dry.stderr + dry.stdout)\n"
-                "if RUN:\n"
-                "    subprocess.run(['zoomer-ar', 'relaunch', str(HERE / 'relaunch.yaml'), '--cwd', str(SOURCE)], cwd=SOURCE, check=True)"
+                "# zoomer-ar from PATH, else the zoomer_ar package of this kernel's Python\n"
+                "ZOOMER = ([shutil.which('zoomer-ar')] if shutil.which('zoomer-ar') else\n"
+                "          [sys.executable, '-m', 'zoomer_ar'] if importlib.util.find_spec('zoomer_ar') else None)\n"
+                "if ZOOMER is None:\n"
+                "    print('zoomer-ar is not installed where this kernel runs: in a shell, run  zoomer-ar relaunch '\n"
+                "          + str(HERE / 'relaunch.yaml') + ' --cwd ' + str(SOURCE) + ' --dry-run')\n"
+                "else:\n"
+                "    dry = subprocess.run([*ZOOMER, 'relaunch', str(HERE / 'relaunch.yaml'), '--cwd', str(SOURCE), '--dry-run'],\n"
+                "                         capture_output=True, text=True)\n"
+                "    print(dry.stderr + dry.stdout)\n"
+                "    if RUN:\n"
+                "        subprocess.run([*ZOOMER, 'relaunch', str(HERE / 'relaunch.yaml'), '--cwd', str(SOURCE)], cwd=SOURCE, check=True)"
             ),
             _markdown("Record the relaunched job (`zoomer_ar.capture`) and compare: `zoomer-ar compare BEFORE AFTER`."),
         ]
