@@ -151,7 +151,7 @@ def _repaired(data: bytes) -> tuple[bytes, int]:
         decode(data)
     got = R.repair(data, decode, err.value)
     assert not isinstance(got, BaseException), got
-    for size in (1, 7, 64):
+    for size in (1, 7, 64) if len(data) < 100_000 else (4096, 1 << 20):  # tiny feeds of a long line: each copies it
         fix, parts = R.StreamRepair(), []
         for i in range(0, len(data), size):
             parts.append(fix.feed(data[i : i + size]))
@@ -262,3 +262,73 @@ def test_traces_torch_writes_are_repaired_and_analysed_streaming(tmp_path):
         else:
             assert 'user "annot" \\ x' in names
         assert out.read_bytes().replace(b'\\"', b'"').replace(b"\\\\", b"\\") == raw
+
+
+# ---- long names: the 1 MiB limit, and texts whose reading took minutes to hours
+
+def kineto_trace(names: list[bytes]) -> bytes:
+    """torch 2.13's layout (one key a line), a user annotation per name, written raw."""
+    events = [b'  {\n    "ph": "X",\n    "cat": "user_annotation",\n    "name": "' + n + b'",\n    "pid": 1,\n'
+              b'    "tid": 1,\n    "ts": ' + str(100 + 10 * i).encode() + b',\n    "dur": 5\n  }' for i, n in enumerate(names)]
+    return b'{\n  "schemaVersion": 1,\n  "traceEvents": [\n' + b",\n".join(events) + b"\n  ]\n}\n"
+
+
+def _names_of(data: bytes) -> list[str]:
+    doc = json.loads(data)
+    return [e["name"] for e in (doc["traceEvents"] if isinstance(doc, dict) else doc) if e["ph"] == "X"]
+
+
+@pytest.mark.parametrize("layout", ["kineto", "event list"])
+def test_a_name_over_a_mib_comes_back_as_written(layout):
+    """A record_function name holding a 2 MiB config dump (quotes, backslashes): the end of a name was only
+    looked for in its first MiB, so such a file was refused."""
+    config = b'{"path": "C:\\data\\x", "layers": [1, 2]} ' * (2 << 20 >> 5)
+    raw = [b"ok(1): f", b"cfg=" + config, b'f("a")']
+    make = kineto_trace if layout == "kineto" else event_list_trace
+    data, fixed = _repaired(make(raw))
+    assert _names_of(data) == [r.decode() for r in raw]
+
+
+def test_many_keys_in_a_name_are_each_read_once(monkeypatch):
+    """A name holding many `"name":` keys: each was tested against every quote before it (each quote's
+    reading again for each key): a 26 KB text took 13 s, now each quote is read once."""
+    from zoomer_ar.load import name_end as N
+
+    reads = []
+    real = N.follows
+    monkeypatch.setattr(N, "follows", lambda *a, **k: (reads.append(a[1]), real(*a, **k))[1])
+    text = b'x"' + b'a, "name": "b' * 2000
+    data = kineto_trace([b"ok", text])
+    start = data.index(b'"name": "x') + len(b'"name": "')
+    assert N.name_end(data, start) == start + len(text)
+    assert len(reads) <= text.count(b'"') + 2  # each quote once (the valid text's end: also as a string)
+
+
+@pytest.mark.parametrize("unit", [b'", "pid": 1, "k": "v', b'\\", "pid": "'])
+def test_texts_whose_every_end_reads_far_are_read_in_linear_time(unit):
+    """Each `", "pid":` in such a text is a candidate end after which the rest of the text reads as JSON (a
+    key repeated, or one long string): each candidate's reading ran to the end of the line, so a 40 KB text
+    took 11 s and a MiB hours. A repeated key now ends a candidate's reading; 0.2 MiB is read in a blink."""
+    import time
+
+    text = b'x"' + unit * (200_000 // len(unit))
+    t = time.process_time()
+    data, _ = _repaired(kineto_trace([b"ok", text]))
+    assert time.process_time() - t < 30  # before: about 5 minutes
+    assert _names_of(data)[1] == text.decode()
+
+
+def test_a_text_too_costly_to_read_is_refused_in_seconds(tmp_path):
+    """Beyond its budget (READ_BUDGET steps of reading) a name is refused as one that cannot be told apart,
+    with the decoder's one line, instead of being read for hours."""
+    from zoomer_ar.cli import main
+    from zoomer_ar.load import name_end as N
+
+    text = b'x"' + b'", "pid": 1, "k": "v' * (3 << 20 >> 4)
+    data = kineto_trace([b"ok", text])
+    start = data.index(b'"name": "x') + len(b'"name": "')
+    with pytest.raises(N.AmbiguousName, match="too long"):
+        N.name_end(data, start)
+    src, out = tmp_path / "t.json", tmp_path / "fixed.json"
+    src.write_bytes(data)
+    assert main(["trace", "repair", str(src), str(out)]) == 2 and not out.exists()

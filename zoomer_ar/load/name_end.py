@@ -91,7 +91,7 @@ NAMES = re.compile(rb'"name":[ \t]*"()(?:(' + _CHARS + rb"(?:\\(?:[\\/bfnrt]|u[0
 
 OK, REPEATS, FOREIGN, BAD = 0, 1, 2, 3  # what `follows` makes of the bytes after a candidate end
 BACK = 4096  # how far before a name its object's `{` is looked for, on the name's line
-MAX_TEXT = 1 << 20  # the longest name text read: a `"pid":` further on is not looked for
+MAX_TEXT = 64 << 20  # the longest name text read: an end further on is not looked for (repair.MAX_LINE)
 # what the bytes read next: a member's key (FIRST_KEY: or `}`), a value (FIRST_VALUE: or `]`), a key or
 # a value (after a comma outside the name's object: an object's or an array's), a colon, or what comes
 # after a value (a comma, or the end of its object or array)
@@ -102,7 +102,7 @@ class AmbiguousName(ValueError):
     """A name the profiler did not escape whose end cannot be told apart from the members around it."""
 
 
-def follows(data: bytes, quote: int, start: int) -> int:
+def follows(data: bytes, quote: int, start: int, reading: Reading | None = None) -> int:
     """What the bytes after a name's candidate closing quote read as: OK where they are the JSON that may
     follow a member's value (more members, the end of the name's object, the events after it) up to the
     next `"name":` key (whose text is read on its own) or the end of the line - of the next line, where
@@ -111,74 +111,97 @@ def follows(data: bytes, quote: int, start: int) -> int:
     `"name"` in it included); FOREIGN where they end the name's object and reach another object's name on
     the same line while the name's object opened on an earlier line (events over several lines: such bytes
     are not the layout's; `start`: where the name's text starts); BAD otherwise. A truncated document
-    reads OK to its end."""
+    reads OK to its end. With `reading` (to whom REPEATS means BAD: any end but the valid text's), a repeated
+    key ends the reading at once, and its steps count against the name's budget (Reading)."""
     frames: list[set[bytes] | None] = [{_NAME_KEY}]  # open containers: an object's keys, or None (array)
     state, key, repeats, closed, next_line, i, n = AFTER, b"", False, False, True, quote + 1, len(data)
-    while True:
-        i = _WS.match(data, i).end()
-        if i >= n:
-            return REPEATS if repeats else OK
-        c = data[i]
-        if c == NEWLINE:  # the end of what is read, unless the name's line ends with a comma: then the next
-            if not (next_line and data[quote + 1 : i].rstrip(b" \t\r").endswith(b",")):
-                return REPEATS if repeats else OK
-            next_line, i = False, i + 1
-        elif state == AFTER:
-            if c == COMMA:
-                state = KEY_OR_VALUE if not frames else VALUE if frames[-1] is None else KEY
-            elif c in (CLOSE_OBJECT, CLOSE_ARRAY):
-                if frames and (frames.pop() is None) != (c == CLOSE_ARRAY):
-                    return BAD
-                closed = closed or not frames
-            else:
-                return BAD
-            i += 1
-        elif state == COLON_NEXT:
-            if c != COLON:
-                return BAD
-            state, i = VALUE, i + 1
-        elif c == QUOTE:
-            keyed = state in (KEY, FIRST_KEY, KEY_OR_VALUE)
-            if keyed and NAME_START.match(data, i):  # the next name: read on its own
-                keys = frames[-1] if frames else None
-                if repeats or (keys is not None and _NAME_KEY in keys):
+    early = reading is not None
+    steps, last, limit = 0, i, (reading.left if early else 0)
+    try:
+        while True:
+            if early:
+                steps += 1 + ((i - last) >> 6)  # a token, and 64 bytes of a long one (a string, blanks)
+                last = i
+                if steps >= limit:
+                    raise AmbiguousName("an event name whose end would take too long to tell apart from the "
+                                        "members around it")
+                if repeats:
                     return REPEATS
-                foreign = closed and data.find(b"\n", quote, i) < 0
-                return FOREIGN if foreign and not _opened_on_its_line(data, start) else OK
-            m = (_RAW_STRING if state == VALUE and key == _CALL_STACK_KEY else _STRING).match(data, i)
-            if m is None:  # not a string: BAD, unless the document ends in it (truncated)
-                return OK if data.find(b'"', i + 1) < 0 and data.find(b"\n", i + 1) < 0 else BAD
-            i = m.end()
-            if state == KEY_OR_VALUE:  # a key of an object around the name's, or an item of an array
-                j = _WS.match(data, i).end()
-                state = COLON_NEXT if j < n and data[j] == COLON else AFTER
-                key = m.group()
-            elif keyed:
-                keys, key = frames[-1], m.group()
-                if keys is not None:
-                    repeats = repeats or key in keys
-                    keys.add(key)
-                state = COLON_NEXT
+            i = _WS.match(data, i).end()
+            if i >= n:
+                return REPEATS if repeats else OK
+            c = data[i]
+            if c == NEWLINE:  # the end of what is read, unless the name's line ends with a comma: then the next
+                if not (next_line and _comma_before(data, quote, i)):
+                    return REPEATS if repeats else OK
+                next_line, i = False, i + 1
+            elif state == AFTER:
+                if c == COMMA:
+                    state = KEY_OR_VALUE if not frames else VALUE if frames[-1] is None else KEY
+                elif c in (CLOSE_OBJECT, CLOSE_ARRAY):
+                    if frames and (frames.pop() is None) != (c == CLOSE_ARRAY):
+                        return BAD
+                    closed = closed or not frames
+                else:
+                    return BAD
+                i += 1
+            elif state == COLON_NEXT:
+                if c != COLON:
+                    return BAD
+                state, i = VALUE, i + 1
+            elif c == QUOTE:
+                keyed = state in (KEY, FIRST_KEY, KEY_OR_VALUE)
+                if keyed and NAME_START.match(data, i):  # the next name: read on its own
+                    keys = frames[-1] if frames else None
+                    if repeats or (keys is not None and _NAME_KEY in keys):
+                        return REPEATS
+                    foreign = closed and data.find(b"\n", quote, i) < 0
+                    return FOREIGN if foreign and not _opened_on_its_line(data, start) else OK
+                m = (_RAW_STRING if state == VALUE and key == _CALL_STACK_KEY else _STRING).match(data, i)
+                if m is None:  # not a string: BAD, unless the document ends in it (truncated)
+                    return OK if data.find(b'"', i + 1) < 0 and data.find(b"\n", i + 1) < 0 else BAD
+                i = m.end()
+                if state == KEY_OR_VALUE:  # a key of an object around the name's, or an item of an array
+                    j = _WS.match(data, i).end()
+                    state = COLON_NEXT if j < n and data[j] == COLON else AFTER
+                    key = m.group()
+                elif keyed:
+                    keys, key = frames[-1], m.group()
+                    if keys is not None:
+                        repeats = repeats or key in keys
+                        keys.add(key)
+                    state = COLON_NEXT
+                else:
+                    state = AFTER
+            elif state in (KEY, FIRST_KEY):
+                if c != CLOSE_OBJECT or state != FIRST_KEY:
+                    return BAD
+                frames.pop()
+                state, i = AFTER, i + 1
+            elif c == OPEN_OBJECT:
+                frames.append(set())
+                state, i = FIRST_KEY, i + 1
+            elif c == OPEN_ARRAY:
+                frames.append(None)
+                state, i = FIRST_VALUE, i + 1
+            elif c == CLOSE_ARRAY and state == FIRST_VALUE:
+                frames.pop()
+                state, i = AFTER, i + 1
+            elif (m := _SCALAR.match(data, i)) is not None:
+                state, i = AFTER, m.end()
             else:
-                state = AFTER
-        elif state in (KEY, FIRST_KEY):
-            if c != CLOSE_OBJECT or state != FIRST_KEY:
                 return BAD
-            frames.pop()
-            state, i = AFTER, i + 1
-        elif c == OPEN_OBJECT:
-            frames.append(set())
-            state, i = FIRST_KEY, i + 1
-        elif c == OPEN_ARRAY:
-            frames.append(None)
-            state, i = FIRST_VALUE, i + 1
-        elif c == CLOSE_ARRAY and state == FIRST_VALUE:
-            frames.pop()
-            state, i = AFTER, i + 1
-        elif (m := _SCALAR.match(data, i)) is not None:
-            state, i = AFTER, m.end()
-        else:
-            return BAD
+    finally:
+        if early:
+            reading.left -= steps
+
+
+def _comma_before(data: bytes, quote: int, i: int) -> bool:
+    """Does data[quote + 1 : i] end with a comma, blanks aside (without copying a long line)?"""
+    j = i - 1
+    while j > quote and data[j] in b" \t\r":
+        j -= 1
+    return j > quote and data[j] == COMMA
 
 
 def _before(data: bytes, at: int) -> int:
@@ -209,24 +232,43 @@ def _opened_on_its_line(data: bytes, start: int) -> bool:
     return data.rfind(b"{", lo, start) > data.rfind(b"\n", lo, start)
 
 
-def _could_open(data: bytes, start: int, key: int) -> bool:
-    """Could a name whose text starts at `start` end before the `"name":` key at `key`: at a quote after
-    which the bytes read as JSON up to that key (the text then holds another event's start)?"""
-    q = data.find(b'"', start, key)
-    while q >= 0:
-        if follows(data, q, start) in (OK, FOREIGN):
-            return True
-        q = data.find(b'"', q + 1, key)
-    return False
+READ_BUDGET = 1 << 20  # follows' steps for one name, all its candidate ends together (about a second)
 
 
-def opens_another(data: bytes, start: int, end: int, checked: int | None = None) -> bool:
-    """Does the text data[start:end] of a name hold another event's start: a `"name":` key (from `checked`
-    on) before which the text could have ended (_could_open)?"""
-    for key in NAME_START.finditer(data, start if checked is None else checked, end):
-        if key_at(data, key.start()) and _could_open(data, start, key.start()):
-            return True
-    return False
+class Reading:
+    """The reading of the ends of one name whose text starts at `start` (name_end, repair's _name_at): where
+    the text was searched for another event's start so far (each `"name":` key, each quote before it, is
+    looked at once: a text holding thousands of them took minutes), and the steps `follows` may still take
+    (READ_BUDGET; beyond it AmbiguousName: a text built so that each candidate end reads far as JSON is
+    refused, where it took hours). To it, REPEATS and BAD mean the same: no end there."""
+
+    def __init__(self, data: bytes, start: int) -> None:
+        self.data, self.start = data, start
+        self.left = READ_BUDGET
+        self._keys_to = self._quotes_to = start  # the keys, and the quotes, before these were looked at
+
+    def follows(self, quote: int) -> int:
+        return follows(self.data, quote, self.start, self)
+
+    def opens_another(self, end: int) -> bool:
+        """Does the text data[start:end] hold another event's start: a `"name":` key before which the text
+        could have ended (a quote after which the bytes read as JSON up to that key)?"""
+        data = self.data
+        for key in NAME_START.finditer(data, self._keys_to, end):
+            if key_at(data, key.start()) and self._could_open(key.start()):
+                return True
+        self._keys_to = max(self._keys_to, end)
+        return False
+
+    def _could_open(self, key: int) -> bool:
+        data = self.data
+        q = data.find(b'"', self._quotes_to, key)
+        while q >= 0:  # what follows a quote does not depend on the key: those before the last key read no end
+            if self.follows(q) in (OK, FOREIGN):
+                return True
+            q = data.find(b'"', q + 1, key)
+        self._quotes_to = max(self._quotes_to, key)
+        return False
 
 
 def name_end(data: bytes, start: int) -> int | None:
@@ -244,14 +286,14 @@ def name_end(data: bytes, start: int) -> int | None:
         if got == OK:
             return as_string
         doubt, as_string = got != BAD, -1
-    checked = start  # the `"name":` keys before it cannot be another event's
+    checked, reading = start, Reading(data, start)
     for q in _ends(as_string, ends(data, start, start, min(len(data), start + MAX_TEXT))):
         if data.find(b"\n", checked, q) >= 0:  # the text of a name is on one line
             break
-        if opens_another(data, start, q, checked):
+        if reading.opens_another(q):
             return _none(doubt)
         checked = q
-        got = follows(data, q, start)
+        got = follows(data, q, start) if q == as_string else reading.follows(q)
         if got == OK:
             return q
         doubt = doubt or (got != BAD and q == as_string)

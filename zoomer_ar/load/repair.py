@@ -30,7 +30,7 @@ import re
 from collections.abc import Callable
 from typing import NamedTuple
 
-from .name_end import NAME_START, NAMES, OK, VALID, AmbiguousName, ends, follows, key_at, name_end, opens_another
+from .name_end import NAME_START, NAMES, OK, VALID, AmbiguousName, Reading, ends, key_at, name_end
 
 # a call stack (record_shapes/with_stack on old Kineto): one line, no quote inside
 _CALL_STACK = re.compile(rb'"Call stack": "([^\n"]*)"')
@@ -177,12 +177,16 @@ def _name_at(data: bytes | bytearray, at: int) -> tuple[int, int] | None:
             start = m.end()
     if start is None:
         return None
-    for m in ends(data, start, at, min(len(data), at + REACH)):
-        body = bytes(data[start : m.start()])
-        if b'"ph":' in body or b"\n  {" in body or _valid(body) or opens_another(data, start, m.start()):
-            return None
-        if follows(data, m.start(), start) == OK:
-            return start, m.start()
+    reading = Reading(data, start)
+    try:
+        for m in ends(data, start, at, min(len(data), at + REACH)):
+            body = bytes(data[start : m.start()])
+            if b'"ph":' in body or b"\n  {" in body or _valid(body) or reading.opens_another(m.start()):
+                return None
+            if reading.follows(m.start()) == OK:
+                return start, m.start()
+    except AmbiguousName:  # too long to tell apart
+        return None
     return None
 
 
