@@ -86,7 +86,8 @@ def build_analysis(job: Job, jf: JobFeatures, findings: list[Finding]) -> Analys
         if n := (tr.metadata or {}).get("repaired_names"):
             notes.append(
                 f"{Path(tr.path).name} is not valid JSON as the profiler wrote it: {n} event name{'s' if n != 1 else ''} "
-                "(Python frames recorded with with_stack) held unescaped quotes, backslashes or control characters "
+                "(such as with_stack Python frames, thread names or record_function labels) held unescaped quotes, backslashes or "
+                "control characters "
                 f"(a PyTorch/Kineto bug: pytorch/pytorch#146900). Zoomer AR re-escaped {'it' if n == 1 else 'them'} and "
                 "analysed the trace; other tools (HTA, Perfetto, json.load) refuse the file as it is: "
                 "`zoomer-ar trace repair FILE OUT.json.gz` writes a copy they open."
