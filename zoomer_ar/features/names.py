@@ -216,8 +216,13 @@ def normalise_frame_name(name: str) -> str:
     return _ADDR_RE.sub("", name)
 
 
+GPU_NOUN = "GPU"
+ACCELERATOR_NOUN = "accelerator"  # a device that is not a GPU (MTIA)
+BOTH_NOUNS = "GPU/accelerator"  # hours of GPUs and of other accelerators added up (the store's digest and history)
+
+
 def device_noun(features: dict) -> str:
     """What a job's devices are called in cost lines: "GPU", or "accelerator" where the trace's device is
     not a GPU (MTIA: no CUDA/ROCm events). The figures keep their `gpu_hours` keys either way (used by
     the reports and the store's cost attribution)."""
-    return "accelerator" if features.get("has_accelerator") and not features.get("has_gpu") else "GPU"
+    return ACCELERATOR_NOUN if features.get("has_accelerator") and not features.get("has_gpu") else GPU_NOUN

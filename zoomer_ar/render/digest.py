@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+from ..features.names import ACCELERATOR_NOUN, BOTH_NOUNS
 from ..paths import REPORTS_DIR
 from .filters import fmt_change, fmt_gh, fmt_usd, install, md_code_text, md_text, one_line
 
@@ -67,11 +68,9 @@ def render_digest(d: Digest, fmt: str = "md", *, top: int = 10) -> str:
 
 def units_note(device: str) -> str:
     """What a digest's or history's hours are when they are not (only) GPU-hours (store/devices.py)."""
-    from ..store import devices
-
-    if device == devices.ACCELERATOR:
+    if device == ACCELERATOR_NOUN:
         return "Accelerator-hours: hours of accelerators that are not GPUs (MTIA), as the analyze reports count them."
-    if device == devices.BOTH:
+    if device == BOTH_NOUNS:
         return ("GPU/accelerator-hours: the GPU-hours of GPU runs and the accelerator-hours of runs on accelerators "
                 "that are not GPUs (MTIA), added up; each job's rows name its own.")
     return ""

@@ -11,11 +11,12 @@ from __future__ import annotations
 from sqlalchemy import and_, case, func
 from sqlalchemy.sql.elements import ColumnElement
 
+from ..features.names import ACCELERATOR_NOUN as ACCELERATOR
+from ..features.names import BOTH_NOUNS as BOTH
+from ..features.names import GPU_NOUN as GPU
 from .orm import Analysis
 
-GPU = "GPU"
-ACCELERATOR = "accelerator"
-BOTH = "GPU/accelerator"
+__all__ = ["ACCELERATOR", "BOTH", "GPU", "accelerator_only", "hours_unit", "noun"]
 
 
 def accelerator_only() -> ColumnElement[int]:
