@@ -386,8 +386,9 @@ def analyze(path: Path, out_dir: Path | None, fmt: str, name: str | None, source
     if out_dir is not None and path.is_dir():  # the reports would sit among the ranks (findings.json read as one)
         refuse_out_in_job(out_dir, path)
     if annotate_out is not None:  # never over the trace itself, nor into its rank folder
-        from .annotate import annotate_targets, is_file_output
-        from .surgery.guard import refuse_dir_as_file, refuse_file_as_dir, refuse_inside, refuse_overwrite
+        from .annotate import is_file_output, refuse_own_inputs
+        from .load.job import rank_files
+        from .surgery.guard import refuse_dir_as_file, refuse_file_as_dir, refuse_inside
 
         if is_file_output(annotate_out):  # else a folder: one annotated copy per trace file in it
             refuse_dir_as_file(annotate_out)
@@ -395,9 +396,10 @@ def analyze(path: Path, out_dir: Path | None, fmt: str, name: str | None, source
             refuse_file_as_dir(annotate_out)
         if path.is_dir():
             refuse_inside(annotate_out, path, what="annotated trace")
-        else:
-            for target in annotate_targets(annotate_out, [path]):
-                refuse_overwrite(target, [path])
+        try:  # nor over a trace file of the job under another name (a rank folder of links to OUT's files)
+            refuse_own_inputs(annotate_out, rank_files(path) if path.is_dir() else [path])
+        except OSError:  # an unreadable folder: the analysis says so
+            pass
     if out_dir is not None or no_files:
         target = out_dir or default_out_dir(name, path)
     else:

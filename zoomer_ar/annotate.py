@@ -36,6 +36,7 @@ from .stream.nscount import NsCounter
 from .stream.scan import ScanResult, scan
 from .stream.source import StreamError
 from .surgery.io import Lite, TraceWriter, decode_top, encode_head, read_events
+from .surgery.guard import refuse_overwrite
 from .surgery.merge import remap_rank
 
 ZOOMER_PID = MARKER_PID  # the markers' track; a merged trace's loader leaves it out of every rank
@@ -182,10 +183,19 @@ def annotate_targets(out: Path, inputs: list[Path]) -> list[Path]:
     return [out] if is_file_output(out) else [out / p.name for p in inputs]
 
 
+def refuse_own_inputs(out: Path, inputs: list[Path]) -> None:
+    """None of the files `annotate` writes may be one of the job's trace files, under any name (a rank
+    folder of symbolic links to the files in OUT, a hard link): each is written to a temporary file
+    renamed over its target, which would replace the original with its annotated copy."""
+    for target in annotate_targets(out, inputs):
+        refuse_overwrite(target, inputs)
+
+
 def annotate(analysis: Analysis, out: str | Path) -> AnnotateReport:
     """Write the annotated trace(s) of an analysed job; see the module docstring."""
     out = Path(out)
     ranks = sorted(((r.rank, Path(r.path)) for r in analysis.job.ranks), key=lambda t: t[0])
+    refuse_own_inputs(out, list(dict.fromkeys(p for _, p in ranks)))
     by_rank = _evidence_by_rank(analysis)
     report = AnnotateReport()
     is_file = is_file_output(out)
