@@ -100,3 +100,13 @@ def test_analyze_never_writes_a_layout_the_spec_refuses(tmp_path, job):
     path = tmp_path / "relaunch.yaml"
     path.write_text(render_spec(spec))
     assert load_spec(path).command.launcher == "torchrun"
+
+
+@pytest.mark.parametrize("args", [["train.py", "--out", "runs/before"], ["train.py", "--out=runs/before"]])
+def test_the_note_on_a_replayed_out_names_the_folder_and_what_capture_does(args):
+    from zoomer_ar.relaunch.spec import _out_note
+
+    note = _out_note(args)
+    assert "--out runs/before" in note and "zoomer-ar compare" in note
+    assert "zoomer_ar.capture refuses" in note  # the capture helper no longer writes over an earlier capture
+    assert _out_note(["train.py", "--output", "x"]) is None

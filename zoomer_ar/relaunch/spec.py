@@ -422,7 +422,8 @@ def _out_note(args: list[str]) -> str | None:
             value = args[i + 1]
         if value is not None:
             return (f"The command is the recorded one: it writes where the recorded run wrote (--out {value}); "
-                    "point --out elsewhere to keep the earlier trace for `zoomer-ar compare`.")
+                    "point --out elsewhere to keep the earlier trace for `zoomer-ar compare` (a program recording "
+                    "with zoomer_ar.capture refuses a folder that holds its earlier capture).")
     return None
 
 
