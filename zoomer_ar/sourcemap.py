@@ -17,7 +17,9 @@ python_function events or call stacks, and the script job.json's argv names). On
 other files searched, and those locations are marked unconfirmed (``function`` ends with
 `` (unconfirmed)``, a note says so) and patch nothing: a folder of several programs is not
 patched on a guess. A folder that holds a single Python file is that program. User code is
-parsed, never run.
+parsed, never run; each distinct frame is located once (a finding's events mostly repeat its frame),
+each file parsed once, and a file above the fix stage's limit (``MAX_FILE_BYTES``, 5 MiB) not at all:
+its frames keep the trace's line and a note says why.
 
 patch.diff changes only the code the findings point at (:func:`files_ran`, :func:`patch_scopes`):
 the files their confirmed locations lie in, and in those files only the functions of the trace's
@@ -30,9 +32,11 @@ from __future__ import annotations
 
 import ast
 import re
+from functools import lru_cache
 from pathlib import Path, PurePosixPath
 
 from .errors import InputError
+from .fix import engine
 from .fix.api import locate, static_findings
 from .fix.engine import FixerCrash, decode, iter_python_files
 from .fix.nesting import nesting_problem
@@ -53,6 +57,10 @@ class SourceIndex:
         self._text: dict[Path, str | None] = {}
         #: frame files that several files match equally well (frame file -> those files): not resolved
         self.ambiguous: dict[str, list[Path]] = {}
+        #: resolved files too large to analyse (above the fix stage's limit): their frames keep the trace's line
+        self.too_large: list[Path] = []
+        #: each distinct frame located once: (pattern, the frame's fields) -> the located frame
+        self.mapped: dict[tuple, SourceFrame] = {}
 
     def resolve(self, frame_file: str, min_len: int = 1) -> Path | None:
         """The file whose path shares the longest suffix with ``frame_file``; on a tie, the one
@@ -90,6 +98,17 @@ class SourceIndex:
         init = PurePosixPath(frame_file.replace("\\", "/")).name == "__init__.py"
         return self.resolve(frame_file, min_len=2 if init else 1)  # 2: the file and its folder
 
+    def analysable(self, path: Path) -> bool:
+        """Whether the file is small enough to parse (the fix stage's limit: it reads no larger file,
+        and parsing one takes minutes and gigabytes); a larger one is recorded in :attr:`too_large`."""
+        try:
+            small = path.stat().st_size <= engine.MAX_FILE_BYTES
+        except OSError:
+            return False
+        if not small and path not in self.too_large:
+            self.too_large.append(path)
+        return small
+
     def text(self, path: Path) -> str | None:
         if path not in self._text:
             try:
@@ -124,15 +143,27 @@ def _best_line(text: str, rel: str, frame: SourceFrame, pattern: str) -> int:
     return function_line(text, frame)
 
 
+@lru_cache(maxsize=4)
+def _tree(text: str) -> ast.Module | None:
+    """``text`` parsed by ast, once for all the frames located in it; None when it does not parse or
+    is nested too deeply for the parser (the fix stage skips such text too). Emptied after each
+    :func:`map_sources` and :func:`patch_scopes`: a long-lived process keeps no user's code."""
+    if nesting_problem(text) is not None:
+        return None
+    try:
+        return ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
 def function_line(text: str, frame: SourceFrame) -> int:
     """The line of the frame's function in ``text``: the frame's own line when a function of
     that name starts there (its ``def`` or first decorator), else the ``def`` of the one function
     of that name (the source moved since the recording), else the frame's line."""
-    if not frame.function or frame.function == "<module>" or nesting_problem(text) is not None:
+    if not frame.function or frame.function == "<module>":
         return frame.line
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    tree = _tree(text)
+    if tree is None:
         return frame.line
     same = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == frame.function]
     if any(frame.line in {n.lineno, *(d.lineno for d in n.decorator_list)} for n in same):
@@ -141,6 +172,14 @@ def function_line(text: str, frame: SourceFrame) -> int:
 
 
 def _map_frame(index: SourceIndex, frame: SourceFrame, pattern: str) -> SourceFrame:
+    """The frame located under the folder; the same frame of several events is located once."""
+    key = (pattern, *frame.model_dump().values())
+    if key not in index.mapped:
+        index.mapped[key] = _locate_frame(index, frame, pattern)
+    return index.mapped[key]
+
+
+def _locate_frame(index: SourceIndex, frame: SourceFrame, pattern: str) -> SourceFrame:
     path = index.resolve_strict(frame.file)
     if path is None:
         return frame
@@ -148,6 +187,9 @@ def _map_frame(index: SourceIndex, frame: SourceFrame, pattern: str) -> SourceFr
     if text is None:
         return frame
     rel = index.rel(path)
+    if not index.analysable(path):  # too large to parse: the trace's line, as the fix stage leaves it unread
+        return frame.model_copy(update={"resolved_path": rel, "resolved_line": frame.line,
+                                        "snippet": _snippet(text, frame.line)})
     try:
         line = _best_line(text, rel, frame, pattern)
     except (InputError, FixerCrash):  # the file does not parse (or is too deep to analyse): keep the frame's line
@@ -165,11 +207,8 @@ def _in_function(text: str, line: int, name: str) -> bool:
     ``<module>``, outside every function. Text that does not parse: True (nothing to say otherwise)."""
     if name == "<module>":
         return enclosing_function(text, line) == "<module>"
-    if nesting_problem(text) is not None:
-        return True
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    tree = _tree(text)
+    if tree is None:
         return True
     return any(min([n.lineno, *(d.lineno for d in n.decorator_list)]) <= line <= (n.end_lineno or n.lineno)
                for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name)
@@ -193,11 +232,8 @@ def is_unconfirmed(frame: SourceFrame) -> bool:
 def enclosing_function(text: str, line: int) -> str:
     """The name of the innermost def around ``line`` (``<module>`` outside any). Text nested
     too deeply for a parser is not parsed (the fix stage skips it too): ``<module>``."""
-    if nesting_problem(text) is not None:
-        return "<module>"
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    tree = _tree(text)
+    if tree is None:
         return "<module>"
     best, best_start = "<module>", 0
     for node in ast.walk(tree):
@@ -215,7 +251,7 @@ def _static_frames(index: SourceIndex, pattern: str, paths: list[Path], confirme
         return []
     out = []
     for path in paths:
-        text = index.text(path)
+        text = index.text(path) if index.analysable(path) else None
         if text is None:
             continue
         rel = index.rel(path)
@@ -330,7 +366,10 @@ def map_sources(analysis: Analysis, source_dir: Path) -> Analysis:
     index = SourceIndex(Path(source_dir))
     ran = job_program(analysis, index)
     single = len(index.files) == 1
-    findings = [map_finding(index, f, ran, confirmed=single) for f in analysis.findings]
+    try:
+        findings = [map_finding(index, f, ran, confirmed=single) for f in analysis.findings]
+    finally:
+        _tree.cache_clear()
     notes = list(analysis.notes)
     seen: set[tuple[Path, ...]] = set()
     for frame_file, paths in index.ambiguous.items():
@@ -340,6 +379,10 @@ def map_sources(analysis: Analysis, source_dir: Path) -> Analysis:
         names = ", ".join(index.rel(p) for p in paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
         notes.append(f"source: {len(paths)} files under {source_dir} match the traced {frame_file} equally ({names}): "
                      f"none is taken for it, nothing of it is patched; give --source the folder of the program that ran")
+    for path in index.too_large:
+        notes.append(f"source: {index.rel(path)} is larger than {engine.MAX_FILE_BYTES // (1024 * 1024)} MiB: not "
+                     "analysed (as `zoomer-ar fix` leaves it unread); its findings keep the trace's line, nothing of it "
+                     "is patched")
     if not ran and not single:
         guessed = sorted({f.pattern for f in findings for fr in f.evidence.frames if is_unconfirmed(fr)})
         what = f"; the locations shown for {', '.join(guessed)} are unconfirmed static matches" if guessed else ""
@@ -387,6 +430,7 @@ def patch_scopes(analysis: Analysis, source_dir: Path) -> dict[str, list[str]]:
                 except (OSError, ValueError):
                     texts[fr.resolved_path] = None
             text = texts[fr.resolved_path]
-            if text is not None:
+            if text is not None and len(text) <= engine.MAX_FILE_BYTES:  # a larger one is not patched
                 names.add(enclosing_function(text, fr.resolved_line))
+    _tree.cache_clear()
     return {path: sorted(names) for path, names in sorted(out.items())}
