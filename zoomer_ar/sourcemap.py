@@ -31,6 +31,7 @@ reported by `zoomer-ar fix`, not patched.
 from __future__ import annotations
 
 import ast
+import json
 import re
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
@@ -310,10 +311,12 @@ def trace_frame_files(paths: list[Path], budget: int = _SCAN_BUDGET) -> list[str
                 for m in _FRAME_AT.finditer(buf):
                     lo = max(0, m.start() - 400)
                     start = max(buf.rfind(b'"', lo, m.start()), buf.rfind(b";", lo, m.start()))
-                    name = buf[start + 1:m.start() + 3]
-                    if start < 0 or b"\\" in name or b"\n" in name:
+                    if start < 0 or (buf[start] == 0x22 and _escaped(buf, start)):  # a quote inside a string
                         continue
-                    file = name.decode("utf-8", "replace").strip()
+                    file = _json_text(buf[start + 1:m.start() + 3])
+                    if file is None:
+                        continue
+                    file = file.strip()
                     if file and not is_library_file(file) and not file.startswith("<"):
                         seen.setdefault(file, None)
                 tail = buf[-_OVERLAP:]
@@ -323,6 +326,28 @@ def trace_frame_files(paths: list[Path], budget: int = _SCAN_BUDGET) -> list[str
         except (StreamAbort, OSError):
             continue
     return list(seen)
+
+
+def _escaped(buf: bytes, at: int) -> bool:
+    """Whether the byte at ``at`` is escaped: an odd run of backslashes before it."""
+    n = 0
+    while at - n - 1 >= 0 and buf[at - n - 1] == 0x5C:
+        n += 1
+    return n % 2 == 1
+
+
+def _json_text(raw: bytes) -> str | None:
+    """A piece of a JSON string as text, its escapes undone (``C:\\\\proj\\\\train.py``, as JSON writes a
+    Windows path, is ``C:\\proj\\train.py``); None for a piece that is not one (a line break, a cut escape)."""
+    if b"\n" in raw:
+        return None
+    if b"\\" not in raw:
+        return raw.decode("utf-8", "replace")
+    try:
+        text = json.loads(b'"' + raw + b'"')
+    except ValueError:
+        return None
+    return None if "\n" in text else text
 
 
 def _job_script(analysis: Analysis) -> str | None:
