@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -12,6 +13,8 @@ import msgspec
 from .analyze import analyze_path
 from .detect.combine import combined_impact
 from .detect.startup import startup_summary
+from .errors import InputError
+from .load.job import missing_reason
 from .models import Analysis
 from .render.filters import fmt_ms, fmt_num
 
@@ -47,19 +50,50 @@ def _is_findings(path: Path) -> bool:
     return "traceEvents" not in keys and any(k in keys for k in _FINDINGS_KEYS)
 
 
-def _load(path: Path) -> Analysis:
+def _findings_doc(path: Path) -> Path | None:
+    """The findings.json that `path` names (itself, or the one in its folder), None for a trace or rank folder."""
     if path.is_dir() and (path / "findings.json").is_file():
         path = path / "findings.json"
     if path.name == "findings.json" or (path.is_file() and _is_findings(path)):  # a FIFO is not opened here
-        from .findings_file import load_findings
+        return path
+    return None
 
-        return load_findings(path)
-    return analyze_path(path)
+
+#: the features compare reads (with detect.startup's summary): numbers of 0 or more, or null where not measured
+_NUMBERS = ("step_ms", "step_ms_p50", "first_step_ms", "gpu_busy_pct", "idle_startup_ms_per_step", "profiler_steps",
+            "startup_calls", "startup_compiles", "captured_launches")
+
+
+def _load_findings(path: Path) -> Analysis:
+    from .findings_file import load_findings
+
+    analysis = load_findings(path)
+    for key in _NUMBERS:  # a hand-edited value ("137", NaN) made the comparison an internal error or nonsense
+        v = (analysis.features or {}).get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0):
+            raise InputError(str(path), f"not a findings.json: features.{key}: {v!r} is not a finite number of 0 or more")
+    return analysis
+
+
+def _load(path: Path) -> Analysis:
+    doc = _findings_doc(path)
+    return _load_findings(doc) if doc is not None else analyze_path(path)
+
+
+def _load_both(before: Path, after: Path) -> tuple[Analysis, Analysis]:
+    """Both runs' analyses; what can be refused at once is refused before a trace is analysed (minutes
+    for a large one): a side that does not exist, and a findings document that is not one."""
+    for path in (before, after):
+        if not path.exists():
+            raise InputError(str(path), missing_reason(path))
+    docs = {path: _findings_doc(path) for path in (before, after)}
+    loaded = {path: _load_findings(doc) for path, doc in docs.items() if doc is not None}
+    return tuple(loaded[p] if p in loaded else analyze_path(p) for p in (before, after))  # type: ignore[return-value]
 
 
 def compare(before: Analysis, after: Analysis) -> dict:
     fb, fa = before.features, after.features
-    b_step, a_step = fb.get("step_ms") or 0.0, fa.get("step_ms") or 0.0
+    b_step, a_step = fb.get("step_ms"), fa.get("step_ms")  # None: a findings.json that does not record it
     pb = {f.pattern: f for f in before.findings}
     pa = {f.pattern: f for f in after.findings}
     resolved = set(pb) - set(pa)
@@ -68,7 +102,7 @@ def compare(before: Analysis, after: Analysis) -> dict:
         "before": before.job.name,
         "after": after.job.name,
         "step_ms": {"before": b_step, "after": a_step},
-        "speedup": (b_step / a_step) if a_step > 0 else None,
+        "speedup": (b_step / a_step) if b_step is not None and a_step else None,
         "gpu_busy_pct": {"before": fb.get("gpu_busy_pct"), "after": fa.get("gpu_busy_pct")},
         "resolved": sorted(resolved),
         "reduced": sorted(reduced),
@@ -80,7 +114,7 @@ def compare(before: Analysis, after: Analysis) -> dict:
         # what the before-run's analysis predicted for the findings the change acted on: those it
         # resolved, and those it cut to at most half (a fix that left a remainder still counts)
         "predicted_gain_ms": round(combined_impact(pb[p] for p in resolved | reduced).ms_per_step, 4),
-        "measured_gain_ms": round(b_step - a_step, 4),
+        "measured_gain_ms": round(b_step - a_step, 4) if b_step is not None and a_step is not None else None,
         "model_version": {"before": _model_version(before), "after": _model_version(after)},
         "model_note": model_note(before, after),
         "notes": run_notes(before, after),
@@ -160,7 +194,7 @@ def _ms(v: float | None) -> str:
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def compare_cmd(before: Path, after: Path, fmt: str) -> None:
     """Compare two runs (traces, rank folders, or findings.json): speedup and findings resolved."""
-    result = compare(_load(before), _load(after))
+    result = compare(*_load_both(before, after))
     if fmt == "json":
         click.echo(json.dumps(result, indent=2))
         return
