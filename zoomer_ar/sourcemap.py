@@ -8,7 +8,9 @@ Inside the function, the fix stage's `locate` finds the statement the finding is
 holds no such statement (a DataLoader built in `main` but iterated in `train`), the same file is
 searched statically for that pattern. When nothing is found, the location is the function's
 `def`: where the source moved since the recording (lines inserted above it), the line it has now
-(the function found by its name), never the trace's line, which then lies in other code.
+(the function found by its name; of several of that name, each nn.Module's `forward`, the one whose
+`def` lies nearest the recorded line, a tie going to the only one holding the finding's statement),
+never the trace's line, which then lies in other code (unless nothing tells such functions apart).
 
 A finding whose evidence has no Python frame (launch-bound's short kernels, the idle gaps of a
 trace without stacks, a memory curve) is looked for statically in the job's own program: the
@@ -144,6 +146,32 @@ def _best_line(text: str, rel: str, frame: SourceFrame, pattern: str) -> int:
     return function_line(text, frame)
 
 
+def _moved_frame(text: str, rel: str, frame: SourceFrame, pattern: str) -> SourceFrame:
+    """``frame`` at its function's ``def`` in ``text`` when the source moved since the recording and
+    several functions share its name (each nn.Module's ``forward``; one alone is found by its name):
+    the one whose ``def`` lies nearest the recorded line, and of several as near, the only one that
+    holds a statement of ``pattern``. Otherwise ``frame`` as it is (no guess between them)."""
+    defs = _defs_named(text, frame.function)
+    if len(defs) < 2 or any(frame.line in lines for lines in defs):
+        return frame
+    gap = [min(abs(line - frame.line) for line in lines) for lines in defs]
+    nearest = [lines for lines, g in zip(defs, gap) if g == min(gap)]
+    if len(nearest) > 1:
+        nearest = [lines for lines in nearest
+                   if locate(text, lines[0], pattern, function=frame.function, path=rel)]
+    return frame.model_copy(update={"line": nearest[0][0]}) if len(nearest) == 1 else frame
+
+
+def _defs_named(text: str, name: str) -> list[tuple[int, ...]]:
+    """For each function called ``name``: the lines its recorded frame may name (its ``def``'s and its
+    first decorator's, which Python gives as the function's first line), the first decorator's first."""
+    tree = _tree(text) if name and name != "<module>" else None
+    if tree is None:
+        return []
+    return [tuple(sorted({n.lineno, *(d.lineno for d in n.decorator_list[:1])}))
+            for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name]
+
+
 @lru_cache(maxsize=4)
 def _tree(text: str) -> ast.Module | None:
     """``text`` parsed by ast, once for all the frames located in it; None when it does not parse or
@@ -192,7 +220,7 @@ def _locate_frame(index: SourceIndex, frame: SourceFrame, pattern: str) -> Sourc
         return frame.model_copy(update={"resolved_path": rel, "resolved_line": frame.line,
                                         "snippet": _snippet(text, frame.line)})
     try:
-        line = _best_line(text, rel, frame, pattern)
+        line = _best_line(text, rel, _moved_frame(text, rel, frame, pattern), pattern)
     except (InputError, FixerCrash):  # the file does not parse (or is too deep to analyse): keep the frame's line
         line = frame.line
     update = {"resolved_path": rel, "resolved_line": line, "snippet": _snippet(text, line)}
