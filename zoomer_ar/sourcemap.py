@@ -21,7 +21,9 @@ other files searched, and those locations are marked unconfirmed (``function`` e
 patched on a guess. A folder that holds a single Python file is that program. User code is
 parsed, never run; each distinct frame is located once (a finding's events mostly repeat its frame),
 each file parsed once, and a file above the fix stage's limit (``MAX_FILE_BYTES``, 5 MiB) not at all:
-its frames keep the trace's line and a note says why.
+its frames keep the trace's line and a note says why. Symbolic links under the folder are not
+followed (as the fix stage neither reads nor replaces them); a traced file that only a link could hold
+is named in a note.
 
 patch.diff changes only the code the findings point at (:func:`files_ran`, :func:`patch_scopes`):
 the files their confirmed locations lie in, and in those files only the functions of the trace's
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
@@ -64,6 +67,40 @@ class SourceIndex:
         self.too_large: list[Path] = []
         #: each distinct frame located once: (pattern, the frame's fields) -> the located frame
         self.mapped: dict[tuple, SourceFrame] = {}
+        self._links: list[Path] | None = None
+
+    @property
+    def links(self) -> list[Path]:
+        """The symbolic links under the folder that are not followed: ``*.py`` files and folders (in
+        the folders the walk enters; listed on first use, for the note on frames nothing resolves)."""
+        if self._links is None:
+            self._links = []
+            for dirpath, dirnames, filenames in os.walk(self.root, followlinks=False):
+                here = Path(dirpath)
+                self._links += [here / d for d in sorted(dirnames) if (here / d).is_symlink()]
+                self._links += [here / f for f in sorted(filenames) if f.endswith(".py") and (here / f).is_symlink()]
+                dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in engine.SKIP_DIRS
+                                     and not (here / d).is_symlink() and not engine._is_venv(here / d))
+        return self._links
+
+    def link_for(self, frame_file: str) -> Path | None:
+        """A link under the folder that the traced file may lie behind: a linked ``*.py`` of its name, or a
+        linked folder holding a file at the end of its path (only the link's listing is read)."""
+        parts = PurePosixPath(frame_file.replace("\\", "/")).parts
+        if not parts:
+            return None
+        for link in self.links:
+            if link.name.endswith(".py"):
+                if link.name == parts[-1]:
+                    return link
+                continue
+            for k in range(len(parts), 0, -1):
+                try:
+                    if parts[-k] not in ("/", "..") and (link / Path(*parts[-k:])).is_file():
+                        return link
+                except (OSError, ValueError):
+                    continue
+        return None
 
     def resolve(self, frame_file: str, min_len: int = 1) -> Path | None:
         """The file whose path shares the longest suffix with ``frame_file``; on a tie, the one
@@ -432,6 +469,21 @@ def map_sources(analysis: Analysis, source_dir: Path) -> Analysis:
         names = ", ".join(index.rel(p) for p in paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
         notes.append(f"source: {len(paths)} files under {source_dir} match the traced {frame_file} equally ({names}): "
                      f"none is taken for it, nothing of it is patched; give --source the folder of the program that ran")
+    linked: dict[Path, str] = {}
+    for f in findings:
+        for fr in f.all_frames():
+            if fr.resolved_path is None and not is_unconfirmed(fr) and fr.file not in index.ambiguous:
+                link = index.link_for(fr.file)
+                if link is not None:
+                    linked.setdefault(link, fr.file)
+    for link, frame_file in linked.items():
+        try:
+            target = os.readlink(link)
+        except OSError:
+            target = "?"
+        notes.append(f"source: {index.rel(link)} under {source_dir} is a symbolic link (to {target}), not followed (as "
+                     f"`zoomer-ar fix` never reads or replaces one): the traced {frame_file} it may hold is not "
+                     "located; give --source the folder it points into")
     for path in index.too_large:
         notes.append(f"source: {index.rel(path)} is larger than {engine.MAX_FILE_BYTES // (1024 * 1024)} MiB: not "
                      "analysed (as `zoomer-ar fix` leaves it unread); its findings keep the trace's line, nothing of it "

@@ -1,0 +1,61 @@
+"""analyze --source on a folder holding symbolic links: links are not followed (as `zoomer-ar fix` never
+reads or replaces them), and a traced file that only a link under the folder could be is said to be so,
+rather than 'no Python frame of the trace resolves to a file under DIR' while the file is listed there."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from zoomer_ar.analyze import analyze_path
+from zoomer_ar.sourcemap import map_sources
+
+REPO = Path(__file__).resolve().parents[1]
+SCEN = REPO / "training_data" / "scenarios"
+SYNC = REPO / "examples" / "traces" / "sync_point"  # frames sync_point.py(28): train_step
+
+
+def _real(tmp_path: Path) -> Path:
+    real = tmp_path / "real"
+    real.mkdir()
+    for name in ("sync_point.py", "_common.py"):
+        shutil.copy(SCEN / name, real / name)
+    return real
+
+
+def _located(analysis) -> set[str | None]:
+    return {fr.resolved_path for f in analysis.findings for fr in f.all_frames()}
+
+
+def test_a_linked_file_is_named_in_a_note(tmp_path):
+    real = _real(tmp_path)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "sync_point.py").symlink_to(real / "sync_point.py")
+    shutil.copy(SCEN / "_common.py", src / "_common.py")
+    analysis = map_sources(analyze_path(SYNC), src)
+    assert _located(analysis) == {None}  # not followed
+    notes = [n for n in analysis.notes if n.startswith("source:")]
+    linked = [n for n in notes if "symbolic link" in n]
+    assert len(linked) == 1 and "sync_point.py" in linked[0] and str(real / "sync_point.py") in linked[0]
+
+
+def test_a_linked_folder_is_named_in_a_note(tmp_path):
+    real = _real(tmp_path)
+    src = tmp_path / "src"
+    (src / "pkg").mkdir(parents=True)
+    (src / "pkg" / "other.py").write_text("x = 1\n")
+    (src / "code").symlink_to(real, target_is_directory=True)
+    analysis = map_sources(analyze_path(SYNC), src)
+    assert _located(analysis) == {None}
+    linked = [n for n in analysis.notes if "symbolic link" in n]
+    assert len(linked) == 1 and "code" in linked[0] and str(real) in linked[0]
+
+
+def test_a_source_folder_that_is_itself_a_link_is_read(tmp_path):
+    real = _real(tmp_path)
+    src = tmp_path / "src"
+    src.symlink_to(real, target_is_directory=True)
+    analysis = map_sources(analyze_path(SYNC), src)
+    assert _located(analysis) == {"sync_point.py"}
+    assert not any("symbolic link" in n for n in analysis.notes)
