@@ -88,3 +88,14 @@ def test_both_sides_good_still_compare(tmp_path, capsys, saved, analyses):
     assert out["speedup"] == pytest.approx(out["step_ms"]["before"] / out["step_ms"]["after"])
     assert out["measured_gain_ms"] == pytest.approx(out["step_ms"]["before"] - out["step_ms"]["after"], abs=1e-4)
     assert analyses == [CLEAN]
+
+
+def test_the_same_run_twice_reduces_nothing(capsys):
+    # sync_point's sync-point finding has an impact of 0 ms: 0 <= half of 0 listed it as reduced
+    assert main(["compare", str(SYNC), str(SYNC), "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert any(p["before_ms"] == 0 for p in out["persisting"])  # the case at hand
+    assert out["speedup"] == 1.0 and out["resolved"] == out["reduced"] == out["new"] == []
+    assert out["predicted_gain_ms"] == out["measured_gain_ms"] == 0
+    assert main(["compare", str(SYNC), str(SYNC)]) == 0
+    assert "reduced" not in capsys.readouterr().out

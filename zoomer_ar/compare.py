@@ -97,7 +97,8 @@ def compare(before: Analysis, after: Analysis) -> dict:
     pb = {f.pattern: f for f in before.findings}
     pa = {f.pattern: f for f in after.findings}
     resolved = set(pb) - set(pa)
-    reduced = {p for p in set(pb) & set(pa) if pa[p].impact.ms_per_step <= REDUCED * pb[p].impact.ms_per_step}
+    reduced = {p for p in set(pb) & set(pa)  # a finding of no impact before (an info) is not reduced by staying so
+               if pb[p].impact.ms_per_step > 0 and pa[p].impact.ms_per_step <= REDUCED * pb[p].impact.ms_per_step}
     return {
         "before": before.job.name,
         "after": after.job.name,
