@@ -99,3 +99,20 @@ def test_the_same_run_twice_reduces_nothing(capsys):
     assert out["predicted_gain_ms"] == out["measured_gain_ms"] == 0
     assert main(["compare", str(SYNC), str(SYNC)]) == 0
     assert "reduced" not in capsys.readouterr().out
+
+
+def test_analyses_of_another_feature_schema_are_said_to_measure_differently(tmp_path, capsys, saved):
+    # feature schema 1.3.1 and 1.3.2 redefined the step (GPU side, then completion to completion): a
+    # findings.json of 1.3.0 compared with a trace analysed now set two definitions of step_ms side by side
+    saved["feature_schema_version"] = "1.3.0"
+    doc = tmp_path / "before.json"
+    doc.write_text(json.dumps(saved))
+    assert main(["compare", str(doc), str(SYNC), "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    from zoomer_ar.features import FEATURE_SCHEMA_VERSION
+
+    assert out["feature_schema_version"] == {"before": "1.3.0", "after": FEATURE_SCHEMA_VERSION}
+    said = [n for n in out["notes"] if "feature" in n]
+    assert len(said) == 1 and "1.3.0" in said[0] and FEATURE_SCHEMA_VERSION in said[0]
+    assert main(["compare", str(SYNC), str(SYNC), "--format", "json"]) == 0  # one version: nothing to say
+    assert not [n for n in json.loads(capsys.readouterr().out)["notes"] if "feature" in n]

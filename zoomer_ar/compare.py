@@ -116,6 +116,7 @@ def compare(before: Analysis, after: Analysis) -> dict:
         # resolved, and those it cut to at most half (a fix that left a remainder still counts)
         "predicted_gain_ms": round(combined_impact(pb[p] for p in resolved | reduced).ms_per_step, 4),
         "measured_gain_ms": round(b_step - a_step, 4) if b_step is not None and a_step is not None else None,
+        "feature_schema_version": {"before": before.feature_schema_version, "after": after.feature_schema_version},
         "model_version": {"before": _model_version(before), "after": _model_version(after)},
         "model_note": model_note(before, after),
         "notes": run_notes(before, after),
@@ -135,8 +136,14 @@ def _hardware(a: Analysis) -> str:
 
 
 def run_notes(before: Analysis, after: Analysis) -> list[str]:
-    """Why the two runs may not be comparable: other hardware, another world size or rank count."""
+    """Why the two runs may not be comparable: other feature definitions, other hardware, another world
+    size or rank count."""
     notes = []
+    vb, va = before.feature_schema_version, after.feature_schema_version
+    if vb != va:  # e.g. 1.3.1 and 1.3.2 redefined the step: a saved findings.json of an older zoomer-ar
+        notes.append(f"the analyses measure with different feature definitions (feature schema before {vb}, after "
+                     f"{va}): step time, GPU busy and findings may differ for that alone; analyse both traces with "
+                     "one zoomer-ar version to compare them")
     hb, ha = _hardware(before), _hardware(after)
     if hb != ha:
         notes.append(f"the runs ran on different hardware (before {hb}, after {ha}): the speedup and the findings "
