@@ -1,6 +1,7 @@
-"""analyze --source on a folder holding symbolic links: links are not followed (as `zoomer-ar fix` never
-reads or replaces them), and a traced file that only a link under the folder could be is said to be so,
-rather than 'no Python frame of the trace resolves to a file under DIR' while the file is listed there."""
+"""analyze --source on a folder holding files it cannot read: links are not followed (as `zoomer-ar fix`
+never reads or replaces them), and a traced file that only a link under the folder could be is said to be
+so, rather than 'no Python frame of the trace resolves to a file under DIR' while the file is listed there;
+a traced file that cannot be decoded is named too, not silently shown at the trace's line."""
 
 from __future__ import annotations
 
@@ -59,3 +60,15 @@ def test_a_source_folder_that_is_itself_a_link_is_read(tmp_path):
     analysis = map_sources(analyze_path(SYNC), src)
     assert _located(analysis) == {"sync_point.py"}
     assert not any("symbolic link" in n for n in analysis.notes)
+
+
+def test_a_file_that_cannot_be_decoded_is_named_in_a_note(tmp_path):
+    # a Latin-1 byte without a coding cookie: the file was silently not read, its frames shown as the trace's
+    src = tmp_path / "src"
+    src.mkdir()
+    shutil.copy(SCEN / "_common.py", src / "_common.py")
+    (src / "sync_point.py").write_bytes((SCEN / "sync_point.py").read_bytes() + b"# caf\xe9\n")
+    analysis = map_sources(analyze_path(SYNC), src)
+    assert _located(analysis) == {None}
+    said = [n for n in analysis.notes if "sync_point.py" in n and "cannot be read" in n]
+    assert len(said) == 1 and "the trace's line" in said[0]

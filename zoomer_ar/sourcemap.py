@@ -68,6 +68,9 @@ class SourceIndex:
         #: each distinct frame located once: (pattern, the frame's fields) -> the located frame
         self.mapped: dict[tuple, SourceFrame] = {}
         self._links: list[Path] | None = None
+        #: files that could not be read or decoded (path -> why); those a frame resolved to, in :attr:`unreadable`
+        self.why_not: dict[Path, str] = {}
+        self.unreadable: dict[Path, str] = {}
 
     @property
     def links(self) -> list[Path]:
@@ -150,11 +153,16 @@ class SourceIndex:
         return small
 
     def text(self, path: Path) -> str | None:
+        """The file's text (PEP 263 decoding); None for one that cannot be read (:attr:`why_not` says why)."""
         if path not in self._text:
             try:
                 self._text[path] = decode(path.read_bytes())[0]
-            except (OSError, ValueError):
+            except OSError as exc:
                 self._text[path] = None
+                self.why_not[path] = exc.strerror or str(exc)
+            except ValueError as exc:
+                self._text[path] = None
+                self.why_not[path] = f"cannot decode: {exc}"
         return self._text[path]
 
     def rel(self, path: Path) -> str:
@@ -250,7 +258,8 @@ def _locate_frame(index: SourceIndex, frame: SourceFrame, pattern: str) -> Sourc
     if path is None:
         return frame
     text = index.text(path)
-    if text is None:
+    if text is None:  # the traced file, unreadable: said in a note (map_sources)
+        index.unreadable[path] = index.why_not.get(path, "cannot read it")
         return frame
     rel = index.rel(path)
     if not index.analysable(path):  # too large to parse: the trace's line, as the fix stage leaves it unread
@@ -484,6 +493,9 @@ def map_sources(analysis: Analysis, source_dir: Path) -> Analysis:
         notes.append(f"source: {index.rel(link)} under {source_dir} is a symbolic link (to {target}), not followed (as "
                      f"`zoomer-ar fix` never reads or replaces one): the traced {frame_file} it may hold is not "
                      "located; give --source the folder it points into")
+    for path, why in index.unreadable.items():
+        notes.append(f"source: {index.rel(path)} cannot be read ({why}): its findings keep the trace's line, nothing "
+                     "of it is patched")
     for path in index.too_large:
         notes.append(f"source: {index.rel(path)} is larger than {engine.MAX_FILE_BYTES // (1024 * 1024)} MiB: not "
                      "analysed (as `zoomer-ar fix` leaves it unread); its findings keep the trace's line, nothing of it "
