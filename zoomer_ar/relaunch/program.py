@@ -24,6 +24,9 @@ Style = Literal["hydra", "argparse", "unknown"]
 #: local modules followed from the script (its own imports, transitively): enough for a helper
 #: module holding the parser, bounded so a large repository is not parsed whole
 MAX_MODULES = 40
+#: a module larger than this is not parsed (the fix stage's limit, fix.engine.MAX_FILE_BYTES): parsing and
+#: walking an 11 MB script took 40 s and 2.2 GB; a command line is not defined in such a file
+MAX_MODULE_BYTES = 5 * 1024 * 1024
 #: argparse actions whose option takes a value on the command line
 VALUE_ACTIONS = {None, "store", "append", "extend"}
 #: a recorded argument that is a Hydra-style override (``key=value``, ``+key=value``, ``~key``)
@@ -135,6 +138,7 @@ class _Scan:
     single_value: set[str] = field(default_factory=set)
     hydra_main: HydraMain | None = None
     strings: set[str] = field(default_factory=set)
+    too_large: list[str] = field(default_factory=list)  # modules not parsed (MAX_MODULE_BYTES)
 
 
 def _hydra_main_names(tree: ast.Module) -> set[str]:
@@ -234,6 +238,12 @@ def scan_program(script_file: Path, source_dir: Path | None = None) -> ProgramCl
         if path in seen:
             continue
         seen.add(path)
+        try:
+            if path.stat().st_size > MAX_MODULE_BYTES:
+                scan.too_large.append(path.name)
+                continue
+        except OSError:
+            continue
         tree = _parse(path)
         if tree is None:
             continue
@@ -249,7 +259,9 @@ def scan_program(script_file: Path, source_dir: Path | None = None) -> ProgramCl
     if scan.argparse or scan.options:
         return ProgramCli("argparse", options=dict(scan.options), evidence=f"argparse in {where}",
                           aliases=dict(scan.aliases), single_value=set(scan.single_value), **read)
-    return ProgramCli("unknown", evidence=f"no argparse or Hydra command line found in {where}", **read)
+    skipped = (f" ({', '.join(scan.too_large[:4])} not read: over {MAX_MODULE_BYTES // (1024 * 1024)} MB)"
+               if scan.too_large else "")
+    return ProgramCli("unknown", evidence=f"no argparse or Hydra command line found in {where}{skipped}", **read)
 
 
 def style_from_args(args: list[str]) -> ProgramCli:
