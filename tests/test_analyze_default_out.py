@@ -52,3 +52,33 @@ def test_the_default_output_folder_elsewhere_is_unchanged(job, tmp_path, monkeyp
     assert main(["analyze", "job", "--no-progress"]) == 0
     assert "note: the current folder" not in capsys.readouterr().err
     assert (tmp_path / "zoomer-out" / "job" / "findings.json").is_file()
+
+
+def test_the_same_rank_folder_analysed_from_three_folders_shares_one_output_folder(job, tmp_path, monkeypatch, capsys):
+    """zoomer-out/ beside the rank folder is shared by runs started from different folders; findings.json's
+    job.path is relative to the earlier run's folder (`.`, `..`, `job`), and comparing it from the current
+    folder gave job, job-2, job-3 for one input: the rank files recorded with it (names, sizes, sha256) decide."""
+    (job / "logs").mkdir()
+    for cwd, arg in [("job", "."), ("job/logs", ".."), ("", "job")]:
+        monkeypatch.chdir(tmp_path / cwd)
+        assert main(["analyze", arg, "--no-progress"]) == 0
+        capsys.readouterr()
+        assert json.loads((tmp_path / "zoomer-out" / "job" / "findings.json").read_text())["job"]["path"] == arg
+    assert sorted(p.name for p in (tmp_path / "zoomer-out").iterdir()) == ["job"]
+
+
+def test_another_rank_folder_of_the_same_name_and_sizes_gets_its_own_folder(job, tmp_path, monkeypatch, capsys):
+    """The same file names and sizes with other bytes are another input: its reports never replace the first's."""
+    monkeypatch.chdir(job)
+    assert main(["analyze", ".", "--no-progress"]) == 0
+    other = tmp_path / "elsewhere" / "job"
+    other.mkdir(parents=True)
+    for f in sorted(job.glob("*.gz")):
+        data = bytearray(f.read_bytes())
+        data[4:8] = bytes(4) if data[4:8] != bytes(4) else b"\x01\x00\x00\x00"  # the gzip header's mtime
+        (other / f.name).write_bytes(bytes(data))
+    monkeypatch.chdir(tmp_path)
+    assert main(["analyze", str(other), "--no-progress"]) == 0
+    capsys.readouterr()
+    assert json.loads((tmp_path / "zoomer-out" / "job" / "findings.json").read_text())["job"]["path"] == "."
+    assert json.loads((tmp_path / "zoomer-out" / "job-2" / "findings.json").read_text())["job"]["path"] == str(other)

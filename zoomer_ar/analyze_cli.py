@@ -18,6 +18,7 @@ from .load.reader import reading_progress
 from .progress import bar_factory
 from .render import render_html, render_markdown, render_text, write_outputs
 from .render.report import findings_json
+from .same_input import is_same_input
 from .store.options import apply_store_options, job_name, record_options, refuse_record_only  # --record and cost attribution (zoomer_ar/store)
 
 #: opt-in fixers that the job's recorded facts (the capture helper's job.json) make safe to apply:
@@ -155,7 +156,8 @@ default_job_name = job_name_of  # the job's name when --name is not given (load/
 
 def _holds_other_input(folder: Path, path: Path) -> bool:
     """True when ``folder`` holds something other than this input's earlier results: another
-    input's findings.json, or files that are not findings at all."""
+    input's findings.json (same_input.py: by path, or by its rank files when runs started from
+    different folders share zoomer-out/), or files that are not findings at all."""
     if not folder.exists():
         return False
     if not folder.is_dir():
@@ -163,10 +165,10 @@ def _holds_other_input(folder: Path, path: Path) -> bool:
     if not any(folder.iterdir()):
         return False
     try:
-        recorded = json.loads((folder / "findings.json").read_text(encoding="utf-8"))["job"]["path"]
+        recorded = json.loads((folder / "findings.json").read_text(encoding="utf-8"))["job"]
+        return not is_same_input(recorded, path)
     except (OSError, ValueError, KeyError, TypeError):
         return True
-    return Path(str(recorded)).resolve() != path.resolve()
 
 
 def refuse_out_in_job(out_dir: Path, job: Path) -> None:
