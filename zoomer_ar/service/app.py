@@ -27,6 +27,7 @@ from . import queue as Q
 from .archives import ArchiveError
 from .auth import Principal, authenticate
 from .config import Settings
+from .disk import DiskFull
 from .names import SEPARATORS, bad_chars
 from .uploads import FILE_FIELDS, MultipartReceiver, UploadError, prepare_inputs
 from .webhook import WebhookError, review_job, verify
@@ -178,7 +179,8 @@ def _err(*codes: int, **described: str) -> dict[int | str, dict[str, Any]]:
             409: "Not available in the job's current state", 413: "Upload too large", 415: "Unsupported media type",
             422: "Invalid parameters",
             429: "The team is at its limit of queued and running jobs, or of their disk space (the message says "
-                 "which); try again later (Retry-After)"}
+                 "which); try again later (Retry-After)",
+            507: "The server's disk is full: the upload was not kept (nothing of it stays on disk); try again later"}
     return {c: {"model": Error, "description": described.get(f"e{c}", text.get(c, "Error"))} for c in codes}
 
 
@@ -374,7 +376,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.post(
         "/v1/jobs", status_code=202, response_model=JobAccepted, tags=["jobs"],
-        responses=_err(400, 401, 413, 415, 422, 429, e400="Malformed upload or refused archive (the message says "
+        responses=_err(400, 401, 413, 415, 422, 429, 507, e400="Malformed upload or refused archive (the message says "
                                                              "which entry and why)"),
         openapi_extra={"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": UPLOAD_SCHEMA}}}},
     )
@@ -411,32 +413,34 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         except BaseException:
             _uploaded(uploading, who.team_id)
             raise
-        total, too_large, bad = 0, False, None
+        total, refusal = 0, None
         try:
             async for chunk in _stream(request):
                 total += len(chunk)
-                if too_large or bad is not None:
+                if refusal is not None:
                     if total > settings.drain_bytes:
                         break
                     continue  # read and drop the rest, so the client gets the answer cleanly
                 if total > settings.max_upload_bytes:
-                    too_large = True
-                    receiver.close()
-                    continue
-                try:
-                    receiver.feed(chunk)
-                except UploadError as exc:
-                    bad = str(exc)
-                    receiver.close()
-            if too_large:
-                raise HTTPException(413, f"upload too large: more than {settings.max_upload_bytes:,} bytes")
-            if bad is not None:
-                raise HTTPException(400, bad)
+                    refusal = HTTPException(413, f"upload too large: more than {settings.max_upload_bytes:,} bytes")
+                else:
+                    try:
+                        receiver.feed(chunk)
+                        continue
+                    except UploadError as exc:
+                        refusal = HTTPException(400, str(exc))
+                    except DiskFull as exc:
+                        refusal = _no_space(exc, job_dir)
+                receiver.close()
+            if refusal is not None:
+                raise refusal
             try:
                 files, fields = receiver.finish()
                 meta = JobMetadata.model_validate({k: v for k, v in fields.items() if v != ""})
             except UploadError as exc:
                 raise HTTPException(400, str(exc)) from None
+            except DiskFull as exc:
+                raise _no_space(exc, job_dir) from None
             except ValidationError as exc:
                 first = exc.errors()[0]
                 where = ".".join(str(x) for x in first.get("loc", ())) or "metadata"
@@ -445,6 +449,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 params = await run_in_threadpool(prepare_inputs, job_dir, files, settings.archive)
             except (UploadError, ArchiveError) as exc:
                 raise HTTPException(400, str(exc)) from None
+            except DiskFull as exc:
+                raise _no_space(exc, job_dir) from None
             name = meta.name or params.get("default_name") or _display_name(params)
             params.update(meta.model_dump(exclude={"name"}), name=meta.name or params.get("default_name"))
             try:
@@ -646,6 +652,16 @@ def _delivery_job_id(team: str, delivery: str) -> str:
     import hashlib
 
     return hashlib.sha256(f"github-delivery\0{team}\0{delivery}".encode()).hexdigest()[:32]
+
+
+def _no_space(exc: DiskFull, job_dir: Path) -> HTTPException:
+    """The 507 of an upload the disk refused; what it wrote is removed at once (the space is wanted), and the
+    operator reads one line in the server's log."""
+    import logging
+
+    shutil.rmtree(job_dir, ignore_errors=True)
+    logging.getLogger("zoomer_ar.service").warning("upload %s refused: %s", job_dir.name, exc)
+    return HTTPException(507, str(exc))
 
 
 def _uploaded(uploading: dict[int, int], team_id: int) -> None:

@@ -30,6 +30,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from .disk import DiskFull, disk_full, is_disk_full
+
 CHUNK = 1 << 20
 MAX_NAME = 1024
 MAX_TAR_META = 1 << 20  # one GNU long name / pax header (read whole into memory by tarfile)
@@ -133,9 +135,11 @@ def _target(dest: Path, rel: PurePosixPath, what: str) -> Path:
     return out
 
 
-def _unwritable(what: str, name: str, exc: OSError) -> ArchiveError:
+def _unwritable(what: str, name: str, exc: OSError) -> ArchiveError | DiskFull:
     """The server's filesystem refused an entry (a name too long for it...): the entry and the reason, never the
-    server's path (an OSError's message names it)."""
+    server's path (an OSError's message names it). A full disk is the server's problem, not the archive's: DiskFull."""
+    if is_disk_full(exc):
+        return disk_full(what, exc)
     return ArchiveError(f"{what}: entry {name!r} cannot be written on the server "
                         f"({exc.strerror or type(exc).__name__})")
 
@@ -148,16 +152,21 @@ def _copy(src, out: Path, budget: _Budget, name: str, limit: int | None = None) 
         fh = open(out, "wb")  # noqa: SIM115 - closed below; an OSError here is the entry's, not the archive's
     except OSError as exc:
         raise _unwritable(budget.what, name, exc) from None
-    with fh:
-        while True:
-            chunk = src.read(CHUNK)
-            if not chunk:
-                break
-            n += len(chunk)
-            if limit is not None and n > limit:
-                raise ArchiveError(f"{budget.what}: entry {name!r} holds more data than it declares")
-            budget.write(len(chunk), name)
-            fh.write(chunk)
+    try:
+        with fh:
+            while True:
+                chunk = src.read(CHUNK)
+                if not chunk:
+                    break
+                n += len(chunk)
+                if limit is not None and n > limit:
+                    raise ArchiveError(f"{budget.what}: entry {name!r} holds more data than it declares")
+                budget.write(len(chunk), name)
+                fh.write(chunk)
+    except OSError as exc:
+        if is_disk_full(exc):  # a write, not the archive's read: the server's disk, not a bad archive
+            raise disk_full(budget.what, exc) from None
+        raise
     out.chmod(0o644)
     return n
 

@@ -5,7 +5,7 @@ parser). File fields (`trace`, `ranks`, `source`) are written to `<job>/upload/<
 (the job metadata) are kept, up to 64 KiB each. The caller counts the body against the size cap.
 `prepare_inputs` then turns the received files into the job's input folder: the trace moved into
 `input/trace/`, the archives extracted (zoomer_ar.service.archives: every entry checked) into
-`input/ranks/` and `input/source/`.
+`input/ranks/` and `input/source/`. A write the disk refuses for want of space raises DiskFull (HTTP 507).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
 from .archives import ArchiveError, ArchiveLimits, safe_extract, single_root
+from .disk import DiskFull, disk_full, is_disk_full
 
 FILE_FIELDS = ("trace", "ranks", "source")
 TEXT_FIELDS = ("name", "job", "owner", "gpus", "gpu_hours", "gpu_hour_cost", "week", "record")
@@ -159,25 +160,38 @@ class MultipartReceiver:
     # --- API ----------------------------------------------------------------------------------
 
     def feed(self, chunk: bytes) -> None:
+        """UploadError for a malformed body; DiskFull when the disk refuses the file parts' bytes."""
         try:
             self._parser.write(chunk)
         except FormParserError as exc:
             raise UploadError(f"malformed multipart body: {exc}") from None
+        except OSError as exc:
+            if is_disk_full(exc):
+                raise disk_full("upload", exc) from None
+            raise
 
     def finish(self) -> tuple[dict[str, ReceivedFile], dict[str, str]]:
         try:
             self._parser.finalize()
         except FormParserError as exc:
             raise UploadError(f"malformed multipart body: {exc}") from None
+        except OSError as exc:
+            if is_disk_full(exc):
+                raise disk_full("upload", exc) from None
+            raise
         self.close()
         if not self._ended:
             raise UploadError("incomplete multipart body (no closing boundary)")
         return self.files, self.fields
 
     def close(self) -> None:
+        """Close the part being written (an upload refused or abandoned: its files are removed, so an error
+        flushing them, a full disk, is of no consequence)."""
         if self._part.fh is not None:
             try:
                 self._part.fh.close()  # type: ignore[union-attr]
+            except OSError:
+                pass
             finally:
                 self._part.fh = None
 
@@ -222,8 +236,18 @@ def _stem(filename: str) -> str:
 def prepare_inputs(job_dir: Path, files: dict[str, ReceivedFile], limits: ArchiveLimits) -> dict:
     """Move/extract the received files into `job_dir/input`; returns the job parameters that locate them.
 
-    Raises UploadError / ArchiveError (HTTP 400) with a message naming the field and the problem.
+    Raises UploadError / ArchiveError (HTTP 400) with a message naming the field and the problem, DiskFull
+    (HTTP 507) when the disk refuses a write; the caller removes `job_dir`.
     """
+    try:
+        return _prepare_inputs(job_dir, files, limits)
+    except OSError as exc:
+        if is_disk_full(exc):
+            raise disk_full("upload", exc) from None
+        raise
+
+
+def _prepare_inputs(job_dir: Path, files: dict[str, ReceivedFile], limits: ArchiveLimits) -> dict:
     if "trace" in files and "ranks" in files:
         raise UploadError("send a trace file (field 'trace') or a rank archive (field 'ranks'), not both")
     if "trace" not in files and "ranks" not in files:
@@ -270,4 +294,4 @@ def _folder_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
 
 
-__all__ = ["ArchiveError", "MultipartReceiver", "ReceivedFile", "UploadError", "prepare_inputs", "safe_filename"]
+__all__ = ["ArchiveError", "DiskFull", "MultipartReceiver", "ReceivedFile", "UploadError", "prepare_inputs", "safe_filename"]

@@ -1,0 +1,64 @@
+"""A full disk while an upload is stored: 507 with the reason in one line, nothing of the upload left on disk.
+
+The server runs as a real subprocess under a file-size limit (RLIMIT_FSIZE, set on its pid): a write past it
+fails with EFBIG, as a full disk fails with ENOSPC (zoomer_ar.service.disk treats both alike; docs/service.md
+shows the same answers measured on a 2 MB tmpfs). No mocks: the server's own writes hit the limit.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+
+import pytest
+
+from service_testutil import Server, tar_gz, upload
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="resource.prlimit is Linux's")
+
+LIMIT = 2 << 20  # the SQLite store (~150 KB) and the server's log stay well under it
+
+
+@pytest.fixture(scope="module")
+def limited_server(tmp_path_factory):
+    srv = Server(tmp_path_factory.mktemp("disk-full") / "srv", embedded_workers=0)  # no worker: the server alone writes under the limit
+    try:
+        _soft, hard = resource.prlimit(srv.proc.pid, resource.RLIMIT_FSIZE)
+        resource.prlimit(srv.proc.pid, resource.RLIMIT_FSIZE, (LIMIT, hard))
+        yield srv
+    finally:
+        srv.stop()
+
+
+def _job_folders(srv: Server) -> set[str]:
+    jobs = srv.data / "jobs"
+    return {p.name for p in jobs.iterdir()} if jobs.is_dir() else set()
+
+
+def test_upload_over_the_disk_answers_507_and_keeps_nothing(limited_server):
+    srv = limited_server
+    before = _job_folders(srv)
+    with srv.client(srv.token("ops")) as c:
+        r = upload(c, trace=os.urandom(2 * LIMIT), names={"trace": "big.json"})
+        assert r.status_code == 507, r.text
+        detail = r.json()["detail"]
+        assert detail.startswith("the server cannot store the upload: ") and "\n" not in detail
+        assert "try again later" in detail and str(srv.data) not in detail  # no server path
+        assert _job_folders(srv) == before
+        ok = upload(c, trace=b'{"traceEvents": []}', names={"trace": "small.json"})  # the server goes on
+        assert ok.status_code == 202, ok.text
+    assert "Traceback" not in srv.log.read_text(errors="replace")
+
+
+def test_archive_extracted_past_the_disk_answers_507_not_400(limited_server):
+    srv = limited_server
+    rank = os.urandom(LIMIT * 3 // 4).hex().encode()  # 1.5 * LIMIT of text, about 2:1 in gzip: the upload fits
+    archive = tar_gz({"rank0.trace.json": rank})
+    assert len(archive) < LIMIT < len(rank)
+    before = _job_folders(srv)
+    with srv.client(srv.token("ops")) as c:
+        r = upload(c, ranks=archive, names={"ranks": "ranks.tar.gz"})
+        assert r.status_code == 507, r.text
+        assert r.json()["detail"].startswith("the server cannot store the rank archive: ")
+        assert _job_folders(srv) == before

@@ -1,0 +1,31 @@
+"""A full disk while an upload is stored: HTTP 507 with the reason, never a 500 or a 400 that blames the upload.
+
+The upload's bytes go to `<data>/jobs/<id>/upload/` as they arrive and archives are extracted into
+`<data>/jobs/<id>/input/`; when the filesystem refuses a write for want of space (ENOSPC), a disk
+quota (EDQUOT) or a file-size limit on the server process (EFBIG, RLIMIT_FSIZE), the upload is
+refused with `DiskFull` and the caller removes what it wrote.
+"""
+
+from __future__ import annotations
+
+import errno
+
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+class DiskFull(Exception):
+    """The server could not store an upload for want of disk space (HTTP 507); the message says so in one line."""
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS
+
+
+def disk_full(what: str, exc: OSError) -> DiskFull:
+    """The DiskFull for `exc` (never the server's paths: an OSError's message names them)."""
+    reason = exc.strerror or errno.errorcode.get(exc.errno or 0, "no space left")
+    return DiskFull(f"the server cannot store the {what}: {reason} (its disk, or its storage limit, is full); "
+                    "nothing of the upload was kept, try again later")
+
+
+__all__ = ["DISK_FULL_ERRNOS", "DiskFull", "disk_full", "is_disk_full"]
