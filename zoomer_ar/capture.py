@@ -30,6 +30,10 @@ What is written to ``out_dir``:
   (a sub-folder, so a loader that reads every ``*.json`` in the folder as a trace never sees them)
   and ranks of one job never race on a file.
 
+A trace is exported uncompressed next to where it goes (a hidden ``.rank-{rank}.pt.trace.json.gz.*``
+file, removed once it is gzipped or the export fails), never into the system temp folder: a GPU
+trace's export runs to gigabytes, and ``out_dir`` needs that room for a moment.
+
 The folder is checked when the profiler starts, before the loop runs: one that cannot be created
 or written to, or that already holds this rank's capture from an earlier run, raises
 :class:`CaptureError` (``overwrite=True`` replaces that rank's earlier trace files and job file, so
@@ -395,8 +399,11 @@ class SteadyStateProfiler:
         return folder / trace_file_name(self.rank)
 
     def _on_trace_ready(self, prof: Any) -> None:
+        """Export the trace beside its destination (a hidden file, removed on every path), then gzip
+        it: the uncompressed export of a GPU trace runs to gigabytes, which the system temp folder (a
+        small /tmp) may not hold, while out_dir was checked writable and is where the trace goes."""
         dst = self._trace_path(self._cycles_written)
-        fd, tmp = tempfile.mkstemp(suffix=".json", prefix="zoomer-trace-")
+        fd, tmp = tempfile.mkstemp(suffix=".json.tmp", prefix=f".{dst.name}.", dir=dst.parent)
         os.close(fd)
         try:
             prof.export_chrome_trace(tmp)
