@@ -7,10 +7,11 @@ See docs/service.md; the schema is published in docs/openapi.json (`zoomer-ar op
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import shutil
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -28,6 +29,7 @@ from .archives import ArchiveError
 from .auth import Principal, authenticate
 from .config import Settings
 from .disk import DiskFull
+from .housekeeping import sweep_forever
 from .names import SEPARATORS, bad_chars
 from .uploads import FILE_FIELDS, MultipartReceiver, UploadError, prepare_inputs
 from .webhook import WebhookError, review_job, verify
@@ -322,7 +324,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
         app.state.engine = await run_in_threadpool(open_store, settings.db)
         settings.jobs_dir.mkdir(parents=True, exist_ok=True)
-        yield
+        # uploads of a server killed mid-upload, inputs left by killed workers: at start-up, then now and then
+        sweeper = asyncio.create_task(sweep_forever(app.state.engine, settings.jobs_dir, settings.retention))
+        try:
+            yield
+        finally:
+            sweeper.cancel()
+            with suppress(asyncio.CancelledError):
+                await sweeper
 
     app = FastAPI(
         title="Zoomer AR service",

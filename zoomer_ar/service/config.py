@@ -166,6 +166,13 @@ class Settings:
         return TeamQuota(max_jobs=self.max_team_jobs, max_bytes=self.max_team_bytes)
 
     @property
+    def retention(self):  # noqa: ANN201 - housekeeping.Retention
+        from .housekeeping import Retention
+
+        # an upload still arriving writes at least once a read timeout (else it is cut off and removes its folder)
+        return Retention(stale_upload_s=2 * self.read_timeout_s)
+
+    @property
     def read_limits(self):  # noqa: ANN201 - slow_clients.ReadLimits (uvicorn is imported only by `serve`)
         from .slow_clients import ReadLimits
 

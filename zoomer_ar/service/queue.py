@@ -324,6 +324,21 @@ def release(engine: Engine, c: Claim) -> bool:
     return with_retry(tx)
 
 
+# --- housekeeping -----------------------------------------------------------------------------------
+
+
+def folder_states(engine: Engine, job_ids: list[str]) -> tuple[dict[str, tuple[str, float | None]], float]:
+    """{job id: (state, finished_at)} of those of `job_ids` that are jobs, and the database clock now."""
+    out: dict[str, tuple[str, float | None]] = {}
+    with read_session(engine) as s:
+        now = db_now(s)
+        for i in range(0, len(job_ids), 500):
+            rows = s.execute(select(ServiceJob.id, ServiceJob.state, ServiceJob.finished_at)
+                             .where(ServiceJob.id.in_(job_ids[i:i + 500])))
+            out.update({jid: (state, finished) for jid, state, finished in rows})
+    return out, now
+
+
 # --- reads for the API ------------------------------------------------------------------------------
 
 
