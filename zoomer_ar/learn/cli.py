@@ -280,7 +280,8 @@ def _promote(root: Path, version: str, traces, cache, force: bool, allow_dropped
     except GateError as exc:
         raise click.ClickException(str(exc)) from None
     if rep.get("noop"):
-        click.echo(f"{version} is already the current model: nothing to do")
+        n = rep["boosters"]
+        click.echo(f"{version} is already the current model and loads ({n} booster{'s' if n != 1 else ''}): nothing to do")
         return
     real = rep.get("real") or {}
     held = rep.get("held_out") or {}
@@ -310,7 +311,8 @@ def _promote(root: Path, version: str, traces, cache, force: bool, allow_dropped
               help="Accept a version without a booster for a label the current model has one for (the rules alone there).")
 def models_promote(version, root, traces, cache, force, allow_dropped_labels) -> None:
     """Make VERSION current if it passes the gate (no real-trace label lost, no label dropped, held-out
-    macro-F1 on the common held-out cases not lower). Promoting the current version does nothing."""
+    macro-F1 on the common held-out cases not lower). Promoting the current version does nothing but check
+    that it still loads (exit 2 naming the broken file otherwise)."""
     _promote(_models_root(root), version, traces, cache, force, allow_dropped_labels)
 
 

@@ -12,7 +12,8 @@
      current model's corpus, deduplicated) and one label set (every label with both classes there),
      the candidate's macro-F1 is not below the current model's; a label a model has no booster for
      scores as the rules alone (what the ensemble does). No held-out case at all is a failure.
-Promoting the version that is already current does nothing. `rollback` returns to the version
+Promoting the version that is already current does nothing but check that it still loads (one
+error naming what is broken otherwise, --force or not). `rollback` returns to the version
 promoted before the current one (or to rules only).
 """
 
@@ -125,6 +126,17 @@ def load_version(root: Path, version: str) -> ModelBundle:
     if not schema_compatible(bundle.feature_schema_version):
         raise InputError(str(d), schema_mismatch_reason(version, bundle.feature_schema_version))
     return bundle
+
+
+def _intact(root: Path, version: str) -> int:
+    """The current version still loads as analyses load it (meta.json, every booster, a feature schema this
+    code runs): its number of boosters; else one InputError naming what is broken (--force changes nothing:
+    promoting it again would not mend it)."""
+    try:
+        return len(load_version(root, version).boosters)
+    except InputError as exc:
+        raise InputError(exc.path, f"{exc.reason}: {version} is the current model but does not load, so analyses "
+                                   "use the rules alone; mend it, `models rollback`, or promote another version") from None
 
 
 def _corpus_of(bundle: ModelBundle) -> Path:
@@ -252,7 +264,7 @@ def promote(root: Path, version: str, traces: Path, cache_dir: Path | None = DEF
     if not (root / version / "meta.json").is_file():
         raise GateError(f"no model version {version} in {root}")
     if current(root) == version:  # nothing to do: no gate, no history record (a rollback must undo a real change)
-        return {"candidate": version, "noop": True, "ok": True, "reasons": []}
+        return {"candidate": version, "noop": True, "ok": True, "reasons": [], "boosters": _intact(root, version)}
     report = gate(root, version, traces, cache_dir, allow_dropped_labels)
     if not report["ok"] and not force:
         raise GateError("promotion refused: " + " | ".join(report["reasons"]))
