@@ -206,6 +206,13 @@ def train(cfg: TrainConfig, log=print) -> Path:
     held_verdicts = sum(1 for c, t in zip(cases, test) if t and c.source == "verdict")
     log(f"train: {len(cases)} cases ({int(tr.sum())} train, {int(test.sum())} held out), {len(names)} features, "
         f"{n_verdicts} from verdicts" + (f" ({held_verdicts} on held-out traces: held out with them)" if held_verdicts else ""))
+    overruled = [(c, r) for c in verdicts_in(cases) for r in V.overruled(c)]
+    if overruled:
+        log(f"train: note: {len(overruled)} human verdict{'s' if len(overruled) != 1 else ''} overruled by a later, "
+            "contrary verdict on the same trace and pattern (the latest is trained on): "
+            + "; ".join(f"{r['pattern']} {r['verdict']} on {Path(str(c.provenance.get('trace'))).name} at {r['at']}"
+                        for c, r in overruled[:3])
+            + (" ..." if len(overruled) > 3 else ""))
     real_pairs = verdict_real_pairs(cases, tr)
     if real_pairs:
         log(f"train: warning: human verdicts on LABELS.yaml traces are trained on ({len(real_pairs)} (trace, pattern) "

@@ -6,8 +6,8 @@
 
 The features are stored with the verdict, so the verdict stays usable when the trace moves; when
 the trace is still there and the feature schema changed, `train` re-featurises it. The next
-`train` turns the verdicts of one trace into one case (the latest verdict per pattern wins),
-with weight VERDICT_WEIGHT.
+`train` turns the verdicts of one trace into one case (the latest verdict per pattern wins, and
+`train` says how many earlier verdicts that overruled: `overruled`), with weight VERDICT_WEIGHT.
 
 Grouping: a verdict joins the group of the trace it judges, whatever produced that group (one key per
 trace): the corpus group of a case with the same trace sha256 (a real trace's augmentations `real:<rel>`,
@@ -260,3 +260,11 @@ def cases(store: Path = DEFAULT_LABELS, groups: dict[str, str] | None = None, tr
             feature_schema_version=version, features=feats, labels=full_labels(labels), provenance=prov,
         ))
     return out
+
+
+def overruled(case: LabelledCase) -> list[dict[str, Any]]:
+    """The verdicts of a verdict case that a later verdict on the same trace and pattern contradicts (the
+    latest wins in cases()): what a user who labelled one trace twice, differently, should hear about."""
+    recs = (case.provenance or {}).get("verdicts") or []  # oldest first, as cases() sorted them
+    latest = {r.get("pattern"): r.get("verdict") for r in recs}
+    return [r for r in recs if r.get("verdict") != latest[r.get("pattern")]]
