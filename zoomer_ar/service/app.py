@@ -498,6 +498,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             raise HTTPException(404, f"job {job_id} not found")
         return status(job, eng)
 
+    @app.delete("/v1/jobs/{job_id}", status_code=204, tags=["jobs"], response_class=Response,
+                responses={204: {"description": "Deleted"}, **_err(
+                    401, 404, 409, e409="The job is queued or running (or its recorded run is held by a running "
+                                        "job): try again when it has finished")})
+    def delete_job(request: Request, who: Who, job_id: JobId) -> Response:
+        """Delete a done or failed job of your team: its row, its results and its uploads on disk. The run it
+        recorded stays in the store (digest, history). A queued or running job is never deleted (409)."""
+        try:
+            job = Q.delete_job(engine(request), job_id, who.team_id)
+        except Q.NotDeletable as exc:
+            raise HTTPException(409, str(exc)) from None
+        if job is None:
+            raise HTTPException(404, f"job {job_id} not found")
+        shutil.rmtree(settings.jobs_dir / job_id, ignore_errors=True)
+        return Response(status_code=204)
+
     def add_artifact_route(route: str, artifact: str, media: str) -> None:
         def download(request: Request, who: Who, job_id: JobId) -> Response:
             eng = engine(request)

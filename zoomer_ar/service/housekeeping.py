@@ -5,6 +5,8 @@ SWEEP_EVERY_S seconds, and logs one line for each folder it removes:
   `Retention.stale_upload_s` (twice the read timeout: an upload still arriving writes at least that often,
   or the read timeout cuts it off and removes its folder itself). A server killed mid-upload (SIGKILL, a
   lost host) leaves such a folder: nothing else would ever remove it.
+- **a failed job's uploads**, kept for inspection `Retention.failed_s` after the job failed (database
+  clock; 0: kept for ever). The job's row (its error) stays.
 - **a finished job's inputs** left behind (its worker was killed after it completed the job, before it
   removed them): a done job never reads them again.
 
@@ -35,6 +37,7 @@ DAY = 86_400.0
 @dataclass(frozen=True)
 class Retention:
     stale_upload_s: float  # a folder without a job, unwritten this long, is an upload that never finished
+    failed_s: float = 0.0  # a failed job's uploads are kept this long after it failed; 0: for ever
 
 
 def last_written(folder: Path) -> float:
@@ -59,6 +62,9 @@ def _why(folder: Path, row: tuple[str, float | None] | None, db_now: float, keep
     state, finished = row
     if state == Q.DONE:
         return "the inputs of a done job, left behind"
+    if state == Q.FAILED and keep.failed_s > 0 and finished is not None and db_now - finished >= keep.failed_s:
+        return (f"the uploads of a job that failed {(db_now - finished) / DAY:.1f} days ago "
+                f"(kept {keep.failed_s / DAY:g} days: --failed-retention-days)")
     return None
 
 

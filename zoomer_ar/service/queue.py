@@ -324,7 +324,38 @@ def release(engine: Engine, c: Claim) -> bool:
     return with_retry(tx)
 
 
-# --- housekeeping -----------------------------------------------------------------------------------
+# --- deletion and housekeeping --------------------------------------------------------------------------
+
+
+class NotDeletable(Exception):
+    """The job cannot be deleted now (HTTP 409); the message says why."""
+
+
+def delete_job(engine: Engine, job_id: str, team_id: int) -> ServiceJob | None:
+    """Delete a done or failed job of `team_id`, with its artifacts, in one transaction; None when there is no such
+    job (or it is another team's). NotDeletable for a queued or running job (a worker may hold it), and for a done
+    job whose recorded run is still held by a running job (its recorder: were that job to fail, nothing would keep
+    the run that this job reported). The run a job recorded stays in the store (digest, history)."""
+    def tx() -> ServiceJob | None:
+        with write_session(engine) as s:
+            job = s.execute(select(ServiceJob).where(ServiceJob.id == job_id, ServiceJob.team_id == team_id)
+                            .with_for_update()).scalar_one_or_none()
+            if job is None:
+                return None
+            if job.state in ACTIVE:
+                raise NotDeletable(f"job {job_id} is {job.state}: a job is deleted once it is done or failed")
+            if job.analysis_id is not None:
+                holder = s.execute(select(ServiceJob.id).where(ServiceJob.analysis_id == job.analysis_id,
+                                                               ServiceJob.state == RUNNING).limit(1)).first()
+                if holder is not None:
+                    raise NotDeletable(f"job {job_id}'s recorded run is still held by running job {holder[0]}; "
+                                       "try again when that job has finished")
+            s.execute(delete(ServiceArtifact).where(ServiceArtifact.job_id == job_id))
+            s.execute(delete(ServiceJob).where(ServiceJob.id == job_id))
+            s.expunge(job)
+            return job
+
+    return with_retry(tx)
 
 
 def folder_states(engine: Engine, job_ids: list[str]) -> tuple[dict[str, tuple[str, float | None]], float]:
