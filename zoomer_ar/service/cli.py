@@ -111,6 +111,8 @@ def _spawn_worker(settings, log_level: str) -> subprocess.Popen:
               help="Queued and running jobs one team may have; more uploads answer 429 (default 50; 0: no limit).")
 @click.option("--max-team-mb", type=click.FloatRange(min=0), default=None,
               help="MB of disk one team's queued and running jobs may take; more answer 429 (default 20480; 0: no limit).")
+@click.option("--max-connections", type=click.IntRange(min=0), default=None,
+              help="Connections served at once; a request on one more is answered 503 (default 1000; 0: no cap).")
 @click.option("--failed-retention-days", type=click.FloatRange(min=0), default=None,
               help="Days a failed job's uploads are kept for inspection before they are removed "
                    "(default 7; 0: kept for ever).")
@@ -127,8 +129,9 @@ def _spawn_worker(settings, log_level: str) -> subprocess.Popen:
 @GITHUB_API_OPTION
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True)
 def serve(host, port, port_file, db, data_dir, max_upload_mb, read_timeout_s, min_body_rate, max_archive_mb,
-          max_archive_entries, max_archive_ratio, max_team_jobs, max_team_mb, failed_retention_days, lease_s,
-          max_attempts, embedded_workers, webhook_secret, webhook_repos, webhook_team, webhook_post, github_api_url, log_level) -> None:
+          max_archive_entries, max_archive_ratio, max_team_jobs, max_team_mb, max_connections, failed_retention_days,
+          lease_s, max_attempts, embedded_workers, webhook_secret, webhook_repos, webhook_team, webhook_post,
+          github_api_url, log_level) -> None:
     """Run the HTTP API (FastAPI on uvicorn): uploads, job status and results, verdicts, digest, GitHub webhook."""
     _require("fastapi", "uvicorn", "python_multipart")
     import uvicorn
@@ -147,6 +150,7 @@ def serve(host, port, port_file, db, data_dir, max_upload_mb, read_timeout_s, mi
         max_bytes=int(max_archive_mb * MB) if max_archive_mb else None, max_entries=max_archive_entries,
         max_ratio=max_archive_ratio, max_team_jobs=max_team_jobs,
         max_team_bytes=int(max_team_mb * MB) if max_team_mb is not None else None,
+        max_connections=max_connections,
         failed_retention_s=failed_retention_days * 86_400.0 if failed_retention_days is not None else None,
         lease_s=lease_s,
         max_attempts=max_attempts, webhook_secret=webhook_secret,
@@ -167,7 +171,8 @@ def serve(host, port, port_file, db, data_dir, max_upload_mb, read_timeout_s, mi
         from .slow_clients import guarded_protocol
 
         config = uvicorn.Config(create_app(settings), log_level=log_level, timeout_graceful_shutdown=10,
-                                server_header=False, http=guarded_protocol(settings.read_limits))
+                                server_header=False, http=guarded_protocol(settings.read_limits),
+                                limit_concurrency=settings.limit_concurrency)
         uvicorn.Server(config).run(sockets=[sock])
     finally:
         for child in children:

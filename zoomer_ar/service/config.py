@@ -12,6 +12,7 @@
 | minimum body rate past the read timeout | `--min-body-rate` (KiB/s, 0: none) | `ZOOMER_SERVICE_MIN_BODY_RATE_KIB` | 1 KiB/s |
 | queued + running jobs per team (0: no limit) | `--max-team-jobs` | `ZOOMER_SERVICE_MAX_TEAM_JOBS` | 50 |
 | disk taken by a team's queued + running jobs' inputs (0: no limit) | `--max-team-mb` | `ZOOMER_SERVICE_MAX_TEAM_MB` | 20480 |
+| connections at once (one more is answered 503; 0: no cap) | `--max-connections` | `ZOOMER_SERVICE_MAX_CONNECTIONS` | 1000 |
 | days a failed job's uploads are kept (0: for ever) | `--failed-retention-days` | `ZOOMER_SERVICE_FAILED_RETENTION_DAYS` | 7 |
 | lease | `--lease` | `ZOOMER_SERVICE_LEASE_S` | 30 s (heartbeat every third of it) |
 | claims per job | `--max-attempts` | `ZOOMER_SERVICE_MAX_ATTEMPTS` | 3 |
@@ -95,6 +96,7 @@ class Settings:
     archive: ArchiveLimits = field(default_factory=ArchiveLimits)
     max_team_jobs: int = 50
     max_team_bytes: int = 20480 * MB
+    max_connections: int = 1000  # 0: no cap
     failed_retention_s: float = 7 * 86_400.0  # 0: failed jobs' uploads are kept for ever
     lease_s: float = 30.0
     max_attempts: int = 3
@@ -130,6 +132,7 @@ class Settings:
             ),
             max_team_jobs=int(_env_float("ZOOMER_SERVICE_MAX_TEAM_JOBS", 50)),
             max_team_bytes=int(_env_float("ZOOMER_SERVICE_MAX_TEAM_MB", 20480) * MB),
+            max_connections=int(_env_float("ZOOMER_SERVICE_MAX_CONNECTIONS", 1000)),
             failed_retention_s=_env_float("ZOOMER_SERVICE_FAILED_RETENTION_DAYS", 7.0) * 86_400.0,
             lease_s=_env_float("ZOOMER_SERVICE_LEASE_S", 30.0),
             max_attempts=int(_env_float("ZOOMER_SERVICE_MAX_ATTEMPTS", 3)),
@@ -160,6 +163,9 @@ class Settings:
         if s.max_team_jobs < 0 or s.max_team_bytes < 0:
             raise ValueError("team limits (--max-team-jobs, --max-team-mb; ZOOMER_SERVICE_MAX_TEAM_JOBS, "
                              "ZOOMER_SERVICE_MAX_TEAM_MB) must be 0 (no limit) or more")
+        if s.max_connections < 0:
+            raise ValueError(f"connection cap (--max-connections / ZOOMER_SERVICE_MAX_CONNECTIONS) {s.max_connections}: "
+                             "expected 0 (no cap) or more")
         if not (math.isfinite(s.failed_retention_s) and s.failed_retention_s >= 0):
             raise ValueError("failed jobs' retention (--failed-retention-days / ZOOMER_SERVICE_FAILED_RETENTION_DAYS) "
                              f"{s.failed_retention_s / 86_400.0!r}: expected days, 0 (for ever) or more")
@@ -177,6 +183,12 @@ class Settings:
 
         # an upload still arriving writes at least once a read timeout (else it is cut off and removes its folder)
         return Retention(stale_upload_s=2 * self.read_timeout_s, failed_s=self.failed_retention_s)
+
+    @property
+    def limit_concurrency(self) -> int | None:
+        """uvicorn's limit_concurrency for `max_connections`: uvicorn counts the connection that sends the request
+        with the others (with limit N it serves N - 1 at once), so N + 1; None: no cap."""
+        return self.max_connections + 1 if self.max_connections else None
 
     @property
     def read_limits(self):  # noqa: ANN201 - slow_clients.ReadLimits (uvicorn is imported only by `serve`)
