@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -82,3 +84,14 @@ def test_another_rank_folder_of_the_same_name_and_sizes_gets_its_own_folder(job,
     capsys.readouterr()
     assert json.loads((tmp_path / "zoomer-out" / "job" / "findings.json").read_text())["job"]["path"] == "."
     assert json.loads((tmp_path / "zoomer-out" / "job-2" / "findings.json").read_text())["job"]["path"] == str(other)
+
+
+def test_no_files_never_reads_the_output_folders(job, tmp_path):
+    """--no-files writes no folder, yet it chose one: it read zoomer-out/<job>/findings.json (and may hash the
+    input to tell whether that is this input's). A findings.json that blocks on reading (a FIFO) shows it."""
+    (tmp_path / "zoomer-out" / "job").mkdir(parents=True)
+    os.mkfifo(tmp_path / "zoomer-out" / "job" / "findings.json")
+    done = subprocess.run([sys.executable, "-m", "zoomer_ar", "analyze", "job", "--no-files", "--no-progress"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert files_under(tmp_path / "zoomer-out") == ["job", "job/findings.json"]

@@ -402,15 +402,16 @@ def analyze(path: Path, out_dir: Path | None, fmt: str, name: str | None, source
             refuse_own_inputs(annotate_out, rank_files(path) if path.is_dir() else [path])
         except OSError:  # an unreadable folder: the analysis says so
             pass
-    if out_dir is not None or no_files:
-        target = out_dir or default_out_dir(name, path)
-    else:
+    target: Path | None = None  # --no-files: no folder is chosen (that reads zoomer-out/ and may hash the input)
+    if out_dir is not None:
+        target = out_dir
+    elif not no_files:
         root, around = default_out_root(path)
         target = default_out_dir(name, path, root)
         if around is not None:
             click.echo(f"note: the current folder is inside the rank folder {around}: the reports go to {target}, "
                        "beside it, not among its rank files (--out chooses another folder)", err=True)
-    created = [] if no_files else prepare_out_dir(target)
+    created = [] if target is None else prepare_out_dir(target)
     try:
         bars = bar_factory(show)
         with reading_progress(bars):
@@ -428,7 +429,7 @@ def analyze(path: Path, out_dir: Path | None, fmt: str, name: str | None, source
         raise
     unlocked = unlocked_by_facts(recorded_job(path), _ran_on_accelerator(analysis)) if source_dir is not None else set()
     chosen, held = patch_fixers(analysis.findings, fix_select, unlocked) if source_dir is not None else ([], [])
-    if not no_files:
+    if target is not None:
         earlier = had_outputs(target)
         fix_notes: list[str] = []
         try:
@@ -461,7 +462,7 @@ def analyze(path: Path, out_dir: Path | None, fmt: str, name: str | None, source
         click.echo(render_html(analysis), nl=False)
     else:
         click.echo(render_text(analysis), nl=False)
-        if not no_files:
+        if target is not None:
             click.echo(f"\nwrote {', '.join(str(p) for p in written.values())}")
             if removed:
                 click.echo(f"removed from {target} (an earlier run's, not this one's): {', '.join(removed)}")
