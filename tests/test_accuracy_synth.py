@@ -1,0 +1,42 @@
+"""Rules against the trace generator's labels (zoomer_ar.synth): jobs drawn with a forced plant, analysed
+from their Kineto documents by the real loader and feature extraction, each rule judged against the
+label the generator gives from the plant's counterfactual cost."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from zoomer_ar.detect.rules import load_rules
+from zoomer_ar.features import extract
+from zoomer_ar.synth.documents import load_documents
+from zoomer_ar.synth.generator import GeneratedJob, generate
+
+RULES = {r.id: r for r in load_rules()}
+
+
+@lru_cache(maxsize=None)
+def _job(seed: int, plant: str) -> tuple[GeneratedJob, dict]:
+    g = generate(seed, [plant])
+    return g, extract(load_documents(g.documents, f"synth-{seed}")).vector.model_dump()
+
+
+def _fires(pattern: str, features: dict) -> bool:
+    return RULES[pattern].evaluate(features) is not None
+
+
+def test_a_heavier_rank_is_not_a_straggler():
+    """A rank with more compute (sharding-imbalance) makes the others wait at every collective of the step,
+    and with two ranks the max-minus-median imbalance is half the gap: the rule took the rest of that waiting
+    for a straggler (6 of these 24 jobs, up to 44% of the step)."""
+    jobs = [_job(s, "sharding-imbalance") for s in range(24)]
+    judged = [(g, f) for g, f in jobs if g.labels["straggler"] == "negative" and f["n_ranks"] >= 2]
+    assert len(judged) == len(jobs)  # the generator plants no straggler here
+    assert sum(f["straggler_wait_ms_per_step"] > 0.05 * f["step_ms"] for _, f in judged) >= 6  # they do wait
+    assert [g.spec.seed for g, f in judged if _fires("straggler", f)] == []
+
+
+def test_a_planted_straggler_is_still_found():
+    jobs = [_job(s, "straggler") for s in range(40)]
+    positives = [f for g, f in jobs if g.labels["straggler"] == "positive"]
+    assert len(positives) >= 5
+    assert sum(_fires("straggler", f) for f in positives) >= 0.9 * len(positives)
