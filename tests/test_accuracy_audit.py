@@ -131,14 +131,30 @@ def test_step_lasts_as_long_as_its_gpu_side():
 
 
 def test_tf32_patch_is_offered_only_on_gpus_with_tf32(shared_traces):
-    """df_index_resolver ran on V100s: its FP32 GEMMs are found, but the fixer's TF32 setting would change nothing
-    there, so no fixer or relaunch setting goes with the finding (the relaunch predicted the whole gain)."""
-    a, by = _run(shared_traces / "hta" / "df_index_resolver")
+    """trace_diff/test ran on GPUs without TF32: its FP32 GEMMs are found, but the fixer's TF32 setting would change
+    nothing there, so no fixer or relaunch setting goes with the finding (the relaunch predicted the whole gain)."""
+    a, by = _run(shared_traces / "hta" / "trace_diff" / "test")
     assert a.features["tf32_capable"] is False
     f = by["fp32-matmul"]
     assert f.fixers == [] and not f.relaunch and "no TF32" in f.recommendation
-    h, hby = _run(REPO / "examples" / "gpu" / "fp32_matmul")  # H200: the patch is offered
+    h, hby = _run(REPO / "examples" / "gpu" / "launch_bound_clean")  # H200: the patch is offered
     assert h.features["tf32_capable"] is True and hby["fp32-matmul"].fixers == ["fp32-matmul"]
+
+
+def test_fp32_gemms_save_nothing_where_the_gpu_waits_for_launches(shared_traces):
+    """A faster GEMM in a launch-bound step only lengthens the GPU's wait for the next launch. df_index_resolver
+    (V100s): 80 ms of FP32 GEMMs per 348 ms step while the GPU waits 143 ms for the host; examples/gpu/fp32_matmul
+    (H200, GPU busy 8%): the FP32 GEMMs were reported as 11.5% and 2.0% of the step. trace_diff/test, busy 96%,
+    keeps its finding at half its FP32 GEMM time less its 0.05 ms of waiting."""
+    for path in (shared_traces / "hta" / "df_index_resolver", REPO / "examples" / "gpu" / "fp32_matmul"):
+        a, by = _run(path)
+        f = a.features
+        assert f["fp32_gemm_share"] == 1.0 and f["idle_host_ms_per_step"] > f["fp32_gemm_ms_per_step"] * 0.5
+        assert "fp32-matmul" not in by, path
+    a, by = _run(shared_traces / "hta" / "trace_diff" / "test")
+    f = a.features
+    assert f["gpu_busy_pct"] > 95 and by["fp32-matmul"].impact.ms_per_step == pytest.approx(
+        f["fp32_gemm_ms_per_step"] * 0.5 - f["idle_host_ms_per_step"], abs=1e-3)
 
 
 def test_fix_when_must_name_features(tmp_path):

@@ -40,3 +40,15 @@ def test_a_planted_straggler_is_still_found():
     positives = [f for g, f in jobs if g.labels["straggler"] == "positive"]
     assert len(positives) >= 5
     assert sum(_fires("straggler", f) for f in positives) >= 0.9 * len(positives)
+
+
+def test_fp32_gemms_that_cost_no_wall_time_are_not_reported():
+    """Jobs with FP32 GEMMs planted, labelled by the wall time the job loses to them: where the GPU waits for
+    launches, faster GEMMs only wait longer. The rule counted half the FP32 GEMM time whatever the GPU waited,
+    and fired on 10 of the 11 jobs of these 64 whose FP32 GEMMs cost under 1% of the wall time (now 1)."""
+    jobs = [_job(s, "fp32-matmul") for s in range(64)]
+    negatives = [f for g, f in jobs if g.labels["fp32-matmul"] == "negative"]
+    positives = [f for g, f in jobs if g.labels["fp32-matmul"] == "positive"]
+    assert len(negatives) >= 10 and all(f["fp32_gemm_share"] == 1.0 for f in negatives)
+    assert sum(_fires("fp32-matmul", f) for f in negatives) <= 0.1 * len(negatives)
+    assert sum(_fires("fp32-matmul", f) for f in positives) >= 0.95 * len(positives)
