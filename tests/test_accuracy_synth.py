@@ -52,3 +52,16 @@ def test_fp32_gemms_that_cost_no_wall_time_are_not_reported():
     assert len(negatives) >= 10 and all(f["fp32_gemm_share"] == 1.0 for f in negatives)
     assert sum(_fires("fp32-matmul", f) for f in negatives) <= 0.1 * len(negatives)
     assert sum(_fires("fp32-matmul", f) for f in positives) >= 0.95 * len(positives)
+
+
+def test_a_dataloader_stall_before_the_first_kernel_is_found():
+    """A trace without ProfilerStep marks (here one training iteration) loads its batch before the GPU's first
+    op: the stall lies outside the GPU span, where the GPU idle overlapping __next__ is measured, and the rule
+    measured 0 on every such job the generator labels dataloader-bound."""
+    jobs = [_job(s, "dataloader-bound") for s in range(120)]
+    zero_step = [(g, f) for g, f in jobs if f["profiler_steps"] == 0 and f["has_gpu"]]
+    positives = [f for g, f in zero_step if g.labels["dataloader-bound"] == "positive"]
+    negatives = [f for g, f in zero_step if g.labels["dataloader-bound"] == "negative"]
+    assert len(positives) >= 5 and all(f["idle_data_ms_per_step"] == 0 for f in positives)
+    assert sum(_fires("dataloader-bound", f) for f in positives) >= 0.9 * len(positives)
+    assert not any(_fires("dataloader-bound", f) for f in negatives)
