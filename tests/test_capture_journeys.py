@@ -182,6 +182,19 @@ def test_ctrl_c_mid_run_leaves_no_half_written_file(counted_step, tmp_path):
     the folder holds no job.json and no temporary file."""
     import torch
 
+    # Python's own Ctrl-C handler: a process started in the background by a non-interactive shell (`cmd &`,
+    # as CI scripts may run the suite) inherits SIGINT ignored, and the signal would never arrive
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _interrupt_mid_run(counted_step, tmp_path)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert not torch.autograd.profiler._is_profiler_enabled
+    assert not (tmp_path / "job.json").exists()
+    assert not [p for p in tmp_path.rglob("*") if p.name.endswith(".tmp") or p.name.startswith(".")]
+
+
+def _interrupt_mid_run(counted_step, tmp_path):
     with pytest.raises(KeyboardInterrupt):
         with SteadyStateProfiler(tmp_path, skip_first=1, warmup=1, active=3) as prof:
             for i in range(10):
@@ -189,9 +202,6 @@ def test_ctrl_c_mid_run_leaves_no_half_written_file(counted_step, tmp_path):
                 prof.step()
                 if i == 3:
                     os.kill(os.getpid(), signal.SIGINT)  # a real Ctrl-C, delivered to this process
-    assert not torch.autograd.profiler._is_profiler_enabled
-    assert not (tmp_path / "job.json").exists()
-    assert not [p for p in tmp_path.rglob("*") if p.name.endswith(".tmp") or p.name.startswith(".")]
 
 
 def test_an_interrupted_gzip_leaves_no_temporary_file(tmp_path, monkeypatch):
