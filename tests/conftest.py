@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -77,3 +78,14 @@ def one_error_line(capsys, *parts: str) -> str:
 def files_under(folder: Path) -> list[str]:
     """Every path below `folder`, relative to it, sorted (what a command left behind)."""
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+SYNC_POINT_SOURCES = ("sync_point.py", "_common.py")  # what examples/traces/sync_point's frames name
+
+
+def copy_scenario_sources(folder: Path, names: tuple[str, ...] = SYNC_POINT_SOURCES) -> Path:
+    """`folder` created, holding copies of the scenario programs `names` (training_data/scenarios)."""
+    folder.mkdir()
+    for name in names:
+        shutil.copy(REPO / "training_data" / "scenarios" / name, folder / name)
+    return folder

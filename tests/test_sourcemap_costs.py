@@ -4,10 +4,10 @@ frame again, are located once each (a 720 kB file took 48 s for 12 copies of two
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from zoomer_ar import sourcemap
+from conftest import copy_scenario_sources
 from zoomer_ar.analyze import analyze_path
 from zoomer_ar.fix import engine
 from zoomer_ar.sourcemap import map_sources
@@ -18,11 +18,7 @@ SYNC = REPO / "examples" / "traces" / "sync_point"  # frames sync_point.py(28): 
 
 
 def _source(tmp_path: Path) -> Path:
-    src = tmp_path / "src"
-    src.mkdir()
-    for name in ("sync_point.py", "_common.py"):
-        shutil.copy(SCEN / name, src / name)
-    return src
+    return copy_scenario_sources(tmp_path / "src")
 
 
 def test_a_file_above_the_size_limit_keeps_the_trace_line_and_says_why(tmp_path, monkeypatch):

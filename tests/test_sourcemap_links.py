@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from conftest import copy_scenario_sources
 from zoomer_ar.analyze import analyze_path
 from zoomer_ar.sourcemap import map_sources
 
@@ -17,11 +18,7 @@ SYNC = REPO / "examples" / "traces" / "sync_point"  # frames sync_point.py(28): 
 
 
 def _real(tmp_path: Path) -> Path:
-    real = tmp_path / "real"
-    real.mkdir()
-    for name in ("sync_point.py", "_common.py"):
-        shutil.copy(SCEN / name, real / name)
-    return real
+    return copy_scenario_sources(tmp_path / "real")
 
 
 def _located(analysis) -> set[str | None]:

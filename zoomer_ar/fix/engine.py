@@ -663,21 +663,12 @@ def write_atomic(path: Path, data: bytes, mode: int | None = None, owner: tuple[
         st = path.stat()
         mode = stat.S_IMODE(st.st_mode) if mode is None else mode
         owner = (st.st_uid, st.st_gid) if owner is None else owner
-    # the name shortened: a file whose own name is near the 255-byte limit must still get a temp file
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:40]}.", suffix=".zoomer-tmp", dir=path.parent)
+    tmp = _synced_copy(path, data, ".zoomer-tmp", owner)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-            _keep_owner(fh.fileno(), owner)
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        _unlink_quietly(tmp)
         raise
 
 
@@ -688,15 +679,7 @@ def write_in_place(path: Path, data: bytes) -> None:
     old ones are written back and the copy deleted; should that fail too, the error names the
     copy, which is kept."""
     original = path.read_bytes()
-    fd, backup = tempfile.mkstemp(prefix=f".{path.name[:40]}.", suffix=".zoomer-backup", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(original)
-            fh.flush()
-            os.fsync(fh.fileno())
-    except BaseException:
-        _unlink_quietly(backup)
-        raise
+    backup = _synced_copy(path, original, ".zoomer-backup")
     try:
         _overwrite(path, data)
     except BaseException as exc:
@@ -708,6 +691,24 @@ def write_in_place(path: Path, data: bytes) -> None:
         _unlink_quietly(backup)
         raise
     _unlink_quietly(backup)
+
+
+def _synced_copy(path: Path, data: bytes, suffix: str, owner: tuple[int, int] | None = None) -> str:
+    """A hidden file beside ``path`` holding ``data``, synced to disk (given ``owner``, where this process
+    may set it); removed again if writing it fails."""
+    # the name shortened: a file whose own name is near the 255-byte limit must still get a temp file
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:40]}.", suffix=suffix, dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+            if owner is not None:
+                _keep_owner(fh.fileno(), owner)
+    except BaseException:
+        _unlink_quietly(tmp)
+        raise
+    return tmp
 
 
 def _overwrite(path: Path, data: bytes) -> None:
