@@ -60,7 +60,7 @@ def test_extra_copy_names_only_dtod_memcpy_sources_as_its_gpu_impact():
 
 
 def test_extra_copy_planted_gpu_case_is_signature_only_and_the_rule_says_so():
-    """examples/gpu/extra_copy: one DtoD memcpy per step (its .clone()), 2 us of a 2.9 ms step; the
+    """examples/gpu/extra_copy: one DtoD memcpy per step (its .clone()), 2 us of a 3.0 ms step; the
     0.25 ms of host copy-op time is not counted on a GPU, and the explanation says the case stays
     under the threshold."""
     feats = _features("extra_copy")
