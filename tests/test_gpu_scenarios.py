@@ -35,8 +35,11 @@ PLANTED = sorted(n for n, e in ALL.items() if e["pattern"] != "clean")
 
 # Patterns every small model shows on an H200 (a 1-10 ms step of microsecond kernels leaves the GPU
 # idle while Python launches the next one), with or without the planted statement; and
-# fp32-matmul, which every fp32 model shows once its GEMMs reach 2% of such a step (as on the
-# CPU, where MANIFEST.yaml lists it as incidental): judged only on the fp32_matmul pair.
+# fp32-matmul, true of every fp32 model but reported only where its GEMMs are on the step's critical
+# path: its impact is half the FP32 GEMM time less the GPU's wait for the host, nothing in these
+# launch-bound steps, so of these recordings only launch_bound_clean (a CUDA-graph replay that keeps
+# the GPU busy) shows it (on the CPU, where MANIFEST.yaml lists it as incidental, most do); judged
+# only on the fp32_matmul pair.
 INCIDENTAL = {"idle-gpu", "launch-bound", "fp32-matmul"}
 # Planted, present in the trace, but below the rule's threshold on this GPU: the feature that
 # carries the signature, its value on the planted program, and on the twin.
