@@ -335,7 +335,7 @@ model = Net().cuda()
             )
             return
         if anchor is None or alias is None or not _imports_torch_before(ctx, anchor, alias):
-            yield self.report(anchor or evidence, message + "; add `import torch` and torch.set_float32_matmul_precision(\"high\")")
+            yield self.report(anchor or evidence, message + _where_to_call(ctx))
             return
         new = h.simple_stmt(f'{alias}.set_float32_matmul_precision("high")\n')
         yield self.replace(anchor, message + f'; call {alias}.set_float32_matmul_precision("high")', h.insert_after(anchor, [new]))
@@ -423,6 +423,42 @@ def _does_work(ctx: Context, defined: dict[str, cst.FunctionDef], fn: cst.Functi
             if isinstance(n.func, cst.Name) and n.func.value in defined and _does_work(ctx, defined, defined[n.func.value], seen):
                 return True
     return False
+
+
+def _torch_import(ctx: Context) -> tuple[cst.Import, str] | None:
+    """The file's first ``import torch`` (or ``import torch as th``), wherever it is, and the name it
+    binds."""
+    found = []
+    for imp in ctx.nodes(cst.Import):
+        for a in imp.names:
+            if ctx.code(a.name) != "torch":
+                continue
+            if a.asname is None:
+                found.append((imp, "torch"))
+            elif isinstance(a.asname.name, cst.Name):
+                found.append((imp, a.asname.name.value))
+    return min(found, key=lambda f: ctx.order(f[0])) if found else None
+
+
+def _where_to_call(ctx: Context) -> str:
+    """What the user should do where the call cannot go after the file's leading imports: add
+    ``import torch`` when the file has none; else put the call right after the import it has, which
+    comes after other code (the insertion point is the end of the leading imports) or inside a
+    function or block."""
+    found = _torch_import(ctx)
+    if found is None:
+        return '; add `import torch` and `torch.set_float32_matmul_precision("high")` after the imports'
+    imp, name = found
+    line = ctx.pos(imp).start.line
+    call = f'`{name}.set_float32_matmul_precision("high")`'
+    function = next((a for a in ctx.ancestors(imp) if isinstance(a, cst.FunctionDef)), None)
+    if function is not None:
+        where = f"inside `{function.name.value}()`"
+    elif any(isinstance(a, cst.BaseCompoundStatement) for a in ctx.ancestors(imp)):
+        where = "inside a block, not at the file's top level"
+    else:
+        where = "after other code (the call is inserted only after the imports the file begins with)"
+    return f"; not changed: torch is imported at line {line}, {where}: add {call} right after that import"
 
 
 def _imports_torch_before(ctx: Context, anchor: cst.SimpleStatementLine, alias: str) -> bool:
