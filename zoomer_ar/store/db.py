@@ -60,6 +60,18 @@ class NewerStoreError(InputError, StoreError):
     exit_code = 2
 
 
+class StoreFullError(StoreError):
+    """The store could not be written for want of space: its disk (or, for SQLite, this process's file-size limit,
+    RLIMIT_FSIZE) is full. `reason` says what the database reported, in a few words and no paths."""
+
+    def __init__(self, message: str, reason: str):
+        self.reason = reason
+        super().__init__(message)
+
+    def __reduce__(self):
+        return (type(self), (str(self), self.reason))
+
+
 class BadStoreURLError(InputError, StoreError):
     """`--db` (or ZOOMER_DB) is not a URL SQLAlchemy can parse or has no dialect for: bad input, exit 2."""
 
@@ -394,11 +406,65 @@ def ensure_schema(engine: Engine) -> None:
     _migrated.add(key)
 
 
+SQLITE_FULL = 13  # "database or disk is full": a write the disk refused (ENOSPC, or a short write)
+SQLITE_IOERR_WRITE = 778  # "disk I/O error" of a write: EFBIG past RLIMIT_FSIZE, EDQUOT, or a failing disk
+SQLITE_IOERR_SHMSIZE = 4874  # "disk I/O error" growing the -shm file of a WAL store (a full disk at open)
+PG_DISK_FULL = "53100"
+LOW_SPACE_BYTES = 1 << 20
+
+
+def disk_full_reason(engine: Engine, exc: BaseException) -> str | None:
+    """Why `exc`, a database error, is the store's disk being full, in a few words without paths; None when it is
+    not. SQLite says "database or disk is full" only for ENOSPC: past a file-size limit (EFBIG) or a quota, and
+    when the -shm file cannot grow, it says "disk I/O error", taken as a full disk only when this process has a
+    file-size limit or the store's filesystem has under 1 MiB free (a failing disk says the same)."""
+    if not isinstance(exc, DBAPIError) or exc.orig is None:
+        return None
+    orig = exc.orig
+    if engine.dialect.name == "postgresql":
+        code = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+        return "the database server's disk is full" if code == PG_DISK_FULL else None
+    code = getattr(orig, "sqlite_errorcode", None)
+    if code == SQLITE_FULL:
+        return "database or disk is full"
+    if code not in (SQLITE_IOERR_WRITE, SQLITE_IOERR_SHMSIZE):
+        return None
+    if _file_size_limited():
+        return "disk I/O error: a write passed the file-size limit of the process (RLIMIT_FSIZE)"
+    path = sqlite_path(engine.url)
+    free = _free_bytes(path.parent) if path is not None else None
+    if free is not None and free < LOW_SPACE_BYTES:
+        return f"disk I/O error with {free:,} bytes free on the store's disk"
+    return None
+
+
+def _file_size_limited() -> bool:
+    try:
+        import resource
+    except ImportError:  # Windows
+        return False
+    soft, _hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    return soft != resource.RLIM_INFINITY
+
+
+def _free_bytes(folder: Path) -> int | None:
+    import shutil
+
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return None
+
+
 def store_error(engine: Engine, exc: DatabaseError, doing: str = "open") -> StoreError:
     """One line for a database error while opening the store (or, `doing`, using it): a SQLite file that is
     not a database (or is corrupt) is bad input (NotAStoreError, exit 2); anything else (unreachable server,
     a server gone mid-run...) a StoreError."""
     orig = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else str(exc).splitlines()[0]
+    full = disk_full_reason(engine, exc)
+    if full is not None:
+        return StoreFullError(f"cannot {doing} the store {_url_for_messages(engine)}: {full} (its disk, or its "
+                              "storage limit, is full): nothing was written; free some space and try again", full)
     sqlite_bad = engine.dialect.name == "sqlite" and not isinstance(exc, OperationalError)
     if sqlite_bad or "not a database" in orig or "malformed" in orig:
         return NotAStoreError(store_name(engine), f"not a usable SQLite store ({orig})")
@@ -407,8 +473,12 @@ def store_error(engine: Engine, exc: DatabaseError, doing: str = "open") -> Stor
         orig += " (the store is read-only here: this user cannot write the file or its folder)"
     elif path is not None and not path.exists() and path.parent.is_dir() and not os.access(path.parent, os.W_OK):
         orig += f" (no store there, and none can be made: this user cannot write {path.parent})"
-    url = f"sqlite:///{path}" if path is not None else redact(str(engine.url))
-    return StoreError(f"cannot {doing} the store {url}: {orig}")
+    return StoreError(f"cannot {doing} the store {_url_for_messages(engine)}: {orig}")
+
+
+def _url_for_messages(engine: Engine) -> str:
+    path = sqlite_path(engine.url)
+    return f"sqlite:///{path}" if path is not None else redact(str(engine.url))
 
 
 def sqlite_path(url: URL) -> Path | None:
