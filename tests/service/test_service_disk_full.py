@@ -62,3 +62,44 @@ def test_archive_extracted_past_the_disk_answers_507_not_400(limited_server):
         assert r.status_code == 507, r.text
         assert r.json()["detail"].startswith("the server cannot store the rank archive: ")
         assert _job_folders(srv) == before
+
+
+STORE_LIMIT = 1024  # a tiny upload fits; no page of the SQLite store's WAL does (4 KiB each)
+
+
+def _set_fsize(pid: int, limit: int) -> None:
+    _soft, hard = resource.prlimit(pid, resource.RLIMIT_FSIZE)
+    resource.prlimit(pid, resource.RLIMIT_FSIZE, (limit, hard))
+
+
+def _job_rows(srv: Server) -> list[tuple[str, str]]:
+    import sqlite3
+
+    con = sqlite3.connect(srv.root / "store.db")
+    try:
+        return con.execute("SELECT id, state FROM service_jobs ORDER BY id").fetchall()
+    finally:
+        con.close()
+
+
+def test_job_the_store_cannot_take_answers_507_and_leaves_nothing(tmp_path):
+    # the upload is stored, then the job's row cannot be written ("database or disk is full", or "disk I/O error"
+    # past the file-size limit): one line, 507, no folder, no row; the server goes on once there is space
+    srv = Server(tmp_path / "srv", embedded_workers=0)
+    try:
+        token = srv.token("ops")
+        rows = _job_rows(srv)
+        _set_fsize(srv.proc.pid, STORE_LIMIT)
+        with srv.client(token) as c:
+            r = upload(c, trace=b'{"traceEvents": []}', names={"trace": "small.json"})
+            assert r.status_code == 507, r.text
+            detail = r.json()["detail"]
+            assert detail.startswith("the server cannot queue the job: its store could not be written (") and "\n" not in detail
+            assert "try again later" in detail and str(srv.root) not in detail  # no server path
+            assert _job_folders(srv) == set() and _job_rows(srv) == rows
+            _set_fsize(srv.proc.pid, resource.RLIM_INFINITY)
+            ok = upload(c, trace=b'{"traceEvents": []}', names={"trace": "small.json"})
+            assert ok.status_code == 202, ok.text
+            assert [jid for jid, _ in _job_rows(srv)] == sorted([*(j for j, _ in rows), ok.json()["id"]])
+    finally:
+        srv.stop()

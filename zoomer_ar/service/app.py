@@ -22,13 +22,15 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field, ValidationError, field_validator
+from sqlalchemy.exc import DBAPIError
 
 from .. import __version__
+from ..store.db import disk_full_reason
 from . import queue as Q
 from .archives import ArchiveError
 from .auth import Principal, authenticate
 from .config import Settings
-from .disk import DiskFull
+from .disk import DiskFull, store_full
 from .housekeeping import sweep_forever
 from .names import SEPARATORS, bad_chars
 from .uploads import FILE_FIELDS, MultipartReceiver, UploadError, prepare_inputs
@@ -351,6 +353,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         client; the server's log has it)."""
         import logging
 
+        full = disk_full_reason(request.app.state.engine, exc) if isinstance(exc, DBAPIError) else None
+        if full is not None:  # the store's disk is full: the request's transaction was rolled back
+            logging.getLogger("zoomer_ar.service").warning("%s %s refused: the store's disk is full (%s)",
+                                                            request.method, request.url.path, full)
+            return JSONResponse({"detail": str(store_full("do this now", full))}, status_code=507)
         logging.getLogger("zoomer_ar.service").error("internal error on %s %s", request.method, request.url.path,
                                                       exc_info=exc)
         return JSONResponse({"detail": f"internal error ({type(exc).__name__}); the server's log has the details"},
@@ -468,6 +475,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                         max_attempts=settings.max_attempts, quota=quota)
             except Q.TooLargeForQuota as exc:
                 raise HTTPException(413, str(exc)) from None
+            except DBAPIError as exc:
+                full = disk_full_reason(engine(request), exc)
+                if full is None:
+                    raise
+                raise _no_space(store_full("queue the job", full), job_dir) from None
             except Q.QuotaExceeded as exc:
                 raise HTTPException(429, str(exc), headers=RETRY_AFTER) from None
         except BaseException:

@@ -3,7 +3,9 @@
 The upload's bytes go to `<data>/jobs/<id>/upload/` as they arrive and archives are extracted into
 `<data>/jobs/<id>/input/`; when the filesystem refuses a write for want of space (ENOSPC), a disk
 quota (EDQUOT) or a file-size limit on the server process (EFBIG, RLIMIT_FSIZE), the upload is
-refused with `DiskFull` and the caller removes what it wrote.
+refused with `DiskFull` and the caller removes what it wrote. A job whose upload fits but whose row the
+store cannot take (a SQLite store on the same full disk: "database or disk is full") is refused the same
+way (`store_full`), the store's transaction rolled back.
 """
 
 from __future__ import annotations
@@ -28,4 +30,10 @@ def disk_full(what: str, exc: OSError) -> DiskFull:
                     "nothing of the upload was kept, try again later")
 
 
-__all__ = ["DISK_FULL_ERRNOS", "DiskFull", "disk_full", "is_disk_full"]
+def store_full(doing: str, reason: str) -> DiskFull:
+    """The DiskFull of a store write refused for want of space (`reason`: store.db.disk_full_reason, no paths)."""
+    return DiskFull(f"the server cannot {doing}: its store could not be written ({reason}; its disk, or its storage "
+                    "limit, is full); nothing was kept, try again later")
+
+
+__all__ = ["DISK_FULL_ERRNOS", "DiskFull", "disk_full", "is_disk_full", "store_full"]
