@@ -25,11 +25,11 @@ def _why(rule_id: str) -> str:
 
 def test_fp32_matmul_says_it_subtracts_the_gpus_wait_for_the_host_on_every_gpu():
     rule = get_rule("fp32-matmul")
-    assert "idle_host_ms_per_step" in rule.impact_ms
+    assert "idle_host_ms_per_step" in rule.impact_ms and "idle_startup_host_ms_per_step" in rule.impact_ms
     for text in (rule.explanation, rule.on_rocm.explanation):
         words = " ".join(text.split())
         assert "less the time the GPU already idles waiting for the host" in words
-        assert "`idle_host_ms_per_step`, start-up work in the profile included" in words
+        assert "`idle_host_ms_per_step`, less the start-up calls' part of it, `idle_startup_host_ms_per_step`" in words
     # a CPU trace has no such wait: its wording keeps the plain half
     assert "idle" not in " ".join(rule.on_cpu.explanation.split())
 
