@@ -13,7 +13,8 @@ import sys
 
 import pytest
 
-from service_testutil import Server, tar_gz, upload
+from service_testutil import (EXAMPLE_DL, Server, create_pg_database, pg_server_url, tar_gz, trace_file, unique_trace,
+                              upload, wait_job)
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="resource.prlimit is Linux's")
 
@@ -103,3 +104,47 @@ def test_job_the_store_cannot_take_answers_507_and_leaves_nothing(tmp_path):
             assert [jid for jid, _ in _job_rows(srv)] == sorted([*(j for j, _ in rows), ok.json()["id"]])
     finally:
         srv.stop()
+
+
+REPORT_LIMIT = 8 << 10  # under the worker's findings.json of the example (about 15 kB)
+
+
+def test_worker_out_of_space_for_the_reports_fails_the_job_in_one_line(tmp_path):
+    # the store is PostgreSQL (no file of the worker's), so the worker's file-size limit hits its reports alone;
+    # the job fails with one line naming the full disk (before: "cannot write <server path>/findings.json: File
+    # too large"), its recorded run is undone, and no report is served; with room again the next job is done
+    url, drop = create_pg_database(pg_server_url())
+    srv = Server(tmp_path / "srv", db=url, embedded_workers=0)
+    try:
+        token = srv.token("ops")
+        worker = srv.worker()
+        _set_fsize(worker.pid, REPORT_LIMIT)
+        with srv.client(token) as c:
+            r = upload(c, trace=unique_trace(trace_file(EXAMPLE_DL)), names={"trace": "dl.json.gz"})
+            assert r.status_code == 202, r.text
+            job = wait_job(c, r.json()["id"], server=srv)
+            assert job["state"] == "failed", job
+            error = job["error"]
+            assert error.startswith("the server's disk is full: this job's findings.json could not be written ("), error
+            assert "upload it again later" in error and "\n" not in error
+            assert str(srv.root) not in error and "/tmp" not in error  # no server path
+            assert job["artifacts"] == [] and c.get(f"/v1/jobs/{job['id']}/report.md").status_code == 409
+            assert _recorded_runs(url) == 0  # the run it recorded before its reports was undone
+            _set_fsize(worker.pid, resource.RLIM_INFINITY)
+            r = upload(c, trace=unique_trace(trace_file(EXAMPLE_DL)), names={"trace": "dl.json.gz"})
+            done = wait_job(c, r.json()["id"], server=srv)
+            assert done["state"] == "done", done
+            assert c.get(f"/v1/jobs/{done['id']}/findings").json()["findings"]
+            assert _recorded_runs(url) == 1
+    finally:
+        srv.stop()
+        drop()
+
+
+def _recorded_runs(url: str) -> int:
+    from sqlalchemy import text
+
+    from zoomer_ar.store.db import get_engine
+
+    with get_engine(url).connect() as conn:
+        return conn.execute(text("SELECT count(*) FROM analyses")).scalar_one()

@@ -13,6 +13,7 @@ transaction (queue.complete). Job kinds:
   review.md, review.sarif, and optionally the review posted on GitHub.
 
 Bad input (a trace that is not a trace) fails the job with the one-line reason; it is not retried.
+A full disk (scratch files, the store) fails it with one line saying so, without server paths (job_errors).
 A worker killed mid-job leaves a lease that expires; another worker claims the job again.
 SIGTERM/SIGINT: the worker finishes its current job, then exits.
 
@@ -37,10 +38,13 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError
 
 from ..errors import ZoomerError
+from ..store.db import disk_full_reason
 from . import queue as Q
 from .config import Settings
+from .job_errors import disk_full_error
 from .names import store_job_name
 
 log = logging.getLogger("zoomer_ar.service.worker")
@@ -286,14 +290,8 @@ class Worker:
             state = "done" if ok else "lost"
         except Q.LeaseLost:  # another worker holds the job now (its recording, if any, was rolled back)
             state = "lost"
-        except ZoomerError as exc:  # bad input: the reason, with paths relative to the job's inputs
-            msg = str(exc).replace(f"{c.input_dir}/", "") if c.input_dir else str(exc)
-            ok = Q.fail(self.engine, c, msg, result={"worker": self.id})
-            state = "failed" if ok else "lost"
         except Exception as exc:  # noqa: BLE001 - the job fails with the reason; the worker goes on
-            log.error("job %s: internal error\n%s", c.job_id, traceback.format_exc())
-            ok = Q.fail(self.engine, c, f"internal error: {type(exc).__name__}: {exc}", result={"worker": self.id})
-            state = "failed" if ok else "lost"
+            state = self._fail(c, exc)
         finally:
             hb.stop.set()
             hb.join(timeout=5)
@@ -304,6 +302,29 @@ class Worker:
                  time.perf_counter() - t0)
         self.done += 1
         return state
+
+    def _fail(self, c: Q.Claim, exc: Exception) -> str:
+        """Fail the job with the reason of `exc` in one line ('failed'; 'lost' when the lease was lost, or when
+        the store's disk is too full to take even that: the lease then expires and the job is claimed again)."""
+        full = disk_full_error(exc, self.engine)
+        if full is not None:  # the server's disk, not the job: no server paths, no stack trace
+            log.warning("job %s: %s", c.job_id, full)
+            msg = full
+        elif isinstance(exc, ZoomerError):  # bad input: the reason, with paths relative to the job's inputs
+            msg = str(exc).replace(f"{c.input_dir}/", "") if c.input_dir else str(exc)
+        else:
+            log.error("job %s: internal error\n%s", c.job_id, "".join(traceback.format_exception(exc)))
+            msg = f"internal error: {type(exc).__name__}: {exc}"
+        try:
+            ok = Q.fail(self.engine, c, msg, result={"worker": self.id})
+        except DBAPIError as fail_exc:
+            reason = disk_full_reason(self.engine, fail_exc)
+            if reason is None:
+                raise
+            log.warning("job %s: cannot be marked failed, the store's disk is full (%s); it stays running until its "
+                        "lease expires, then it is claimed again", c.job_id, reason)
+            return "lost"
+        return "failed" if ok else "lost"
 
     def run_once(self) -> str | None:
         c = Q.claim(self.engine, self.id, self.settings.lease_s)
