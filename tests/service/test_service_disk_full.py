@@ -148,3 +148,48 @@ def _recorded_runs(url: str) -> int:
 
     with get_engine(url).connect() as conn:
         return conn.execute(text("SELECT count(*) FROM analyses")).scalar_one()
+
+
+def test_worker_on_a_full_store_leaves_the_job_queued_and_says_why_in_one_line(tmp_path):
+    # the worker cannot even claim (a claim is a write to the SQLite store, refused past its file-size limit): the
+    # job stays queued, untouched, and each retry is one log line naming the full disk (before: two lines, the
+    # driver's message and SQLAlchemy's "Background on this error"); with room again, the job is done
+    import subprocess
+    import threading
+    import time
+
+    from service_testutil import PY, REPO, env_for_subprocess
+
+    srv = Server(tmp_path / "srv", embedded_workers=0)
+    proc = None
+    try:
+        with srv.client(srv.token("ops")) as c:
+            r = upload(c, trace=trace_file(EXAMPLE_DL))
+            assert r.status_code == 202, r.text
+            job_id = r.json()["id"]
+            # its log goes through a pipe: a log file would be the worker's own, under the same limit
+            proc = subprocess.Popen([PY, "-m", "zoomer_ar.cli", "worker", "--db", srv.db, "--data", str(srv.data),
+                                     "--poll", "0.2", "--log-level", "info"], stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env_for_subprocess(),
+                                    cwd=REPO, text=True)
+            _set_fsize(proc.pid, STORE_LIMIT)
+            lines: list[str] = []
+            reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+            reader.start()
+            deadline = time.monotonic() + 60
+            while sum("cannot claim" in ln for ln in lines) < 2:
+                assert time.monotonic() < deadline and proc.poll() is None, "".join(lines[-20:])
+                time.sleep(0.1)
+            claims = [ln for ln in lines if "cannot claim" in ln]
+            assert all("cannot claim (the store's disk is full: " in ln for ln in claims), claims
+            assert not any("Background on this error" in ln or "Traceback" in ln for ln in lines), "".join(lines)
+            assert c.get(f"/v1/jobs/{job_id}").json()["state"] == "queued"
+            _set_fsize(proc.pid, resource.RLIM_INFINITY)
+            done = wait_job(c, job_id, server=srv)
+            assert done["state"] == "done" and done["attempts"] == 1, done
+            assert c.get(f"/v1/jobs/{job_id}/findings").json()["findings"]
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=30)
+        srv.stop()

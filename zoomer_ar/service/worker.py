@@ -79,7 +79,16 @@ class _Heartbeat(threading.Thread):
                     self.lost.set()
                     return
             except Exception as exc:  # noqa: BLE001 - a missed beat is retried; the lease has slack
-                log.warning("job %s: heartbeat failed: %s", self.claim.job_id, exc)
+                log.warning("job %s: heartbeat failed: %s", self.claim.job_id, store_problem(self.engine, exc))
+
+
+def store_problem(engine: Engine, exc: Exception) -> str:
+    """A store error for the worker's log, in one line (SQLAlchemy's messages add a line of "Background")."""
+    full = disk_full_reason(engine, exc)
+    if full is not None:
+        return f"the store's disk is full: {full}"
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
 
 
 def _delay_for_tests(hb: _Heartbeat) -> None:
@@ -351,7 +360,7 @@ class Worker:
                 errors = 0
             except Exception as exc:  # noqa: BLE001 - the store is unreachable: wait and retry
                 errors += 1
-                log.warning("worker %s: cannot claim (%s); retrying", self.id, exc)
+                log.warning("worker %s: cannot claim (%s); retrying", self.id, store_problem(self.engine, exc))
                 self.stop.wait(min(30.0, self.settings.poll_s * 2 ** min(errors, 5)))
                 continue
             if state is None:
