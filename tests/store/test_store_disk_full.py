@@ -66,7 +66,8 @@ def _assert_disk_full_line(r: subprocess.CompletedProcess) -> None:
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1, r.stderr
     assert lines[0].startswith("zoomer-ar: error: cannot "), lines
-    assert "(its disk, or its storage limit, is full)" in lines[0] and "RLIMIT_FSIZE" in lines[0], lines
+    assert "(its disk, or its storage limit, is full): nothing was recorded; " in lines[0], lines
+    assert "RLIMIT_FSIZE" in lines[0], lines
     assert "Traceback" not in r.stderr
 
 

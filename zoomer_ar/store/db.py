@@ -464,7 +464,7 @@ def store_error(engine: Engine, exc: DatabaseError, doing: str = "open") -> Stor
     full = disk_full_reason(engine, exc)
     if full is not None:
         return StoreFullError(f"cannot {doing} the store {_url_for_messages(engine)}: {full} (its disk, or its "
-                              "storage limit, is full): nothing was written; free some space and try again", full)
+                              "storage limit, is full): nothing was recorded; free some space and try again", full)
     sqlite_bad = engine.dialect.name == "sqlite" and not isinstance(exc, OperationalError)
     if sqlite_bad or "not a database" in orig or "malformed" in orig:
         return NotAStoreError(store_name(engine), f"not a usable SQLite store ({orig})")
