@@ -193,3 +193,38 @@ def test_worker_on_a_full_store_leaves_the_job_queued_and_says_why_in_one_line(t
             proc.terminate()
             proc.wait(timeout=30)
         srv.stop()
+
+
+def test_webhook_delivery_the_store_cannot_take_answers_507(tmp_path):
+    # any request whose store write is refused for want of space (here a GitHub delivery queueing a review job) is
+    # a 507 in one line, not a 500; GitHub's redelivery of it queues the job once there is room
+    import json
+    import uuid
+
+    import httpx
+
+    from zoomer_ar.service.webhook import sign
+
+    secret, clone = "hook-secret", tmp_path / "clone"
+    clone.mkdir()
+    srv = Server(tmp_path / "srv", embedded_workers=0, args=(
+        "--webhook-secret", secret, "--webhook-repo", f"acme/trainer={clone}", "--webhook-team", "platform"))
+    try:
+        srv.token("platform")
+        rows = _job_rows(srv)
+        body = json.dumps({"action": "opened", "number": 7, "repository": {"full_name": "acme/trainer"},
+                           "pull_request": {"number": 7, "base": {"sha": "a" * 40, "ref": "main"},
+                                            "head": {"sha": "b" * 40, "ref": "feature"}}}).encode()
+        headers = {"X-GitHub-Event": "pull_request", "X-GitHub-Delivery": str(uuid.uuid4()),
+                   "Content-Type": "application/json", "X-Hub-Signature-256": sign(secret, body)}
+        _set_fsize(srv.proc.pid, STORE_LIMIT)
+        r = httpx.post(srv.url + "/v1/github/webhook", content=body, headers=headers, timeout=30)
+        assert r.status_code == 507, r.text
+        detail = r.json()["detail"]
+        assert detail.startswith("the server cannot do this now: its store could not be written (") and "\n" not in detail
+        assert str(srv.root) not in detail and _job_rows(srv) == rows
+        _set_fsize(srv.proc.pid, resource.RLIM_INFINITY)
+        again = httpx.post(srv.url + "/v1/github/webhook", content=body, headers=headers, timeout=30)
+        assert again.status_code == 202 and again.json()["status"] == "queued", again.text
+    finally:
+        srv.stop()
