@@ -7,6 +7,7 @@ PostgreSQL variant is skipped locally with the reason, and fails under CI (env C
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import subprocess
@@ -59,14 +60,28 @@ def _with_database(url: str, name: str) -> str:
 @pytest.fixture
 def pg_url(pg_server_url):
     """A fresh, empty PostgreSQL database for one test (dropped afterwards)."""
+    with fresh_pg_database(pg_server_url, f"zt_{uuid.uuid4().hex[:16]}") as url:
+        yield url
+
+
+@contextlib.contextmanager
+def fresh_pg_database(pg_server_url: str, name: str, options: str = "", skip_if_refused: str = ""):
+    """A PostgreSQL database `name` created with `options` (after CREATE DATABASE), its URL yielded, dropped
+    afterwards; where the server refuses it and `skip_if_refused` is given, the test is skipped with that reason."""
     from sqlalchemy import create_engine
+    from sqlalchemy.exc import DBAPIError
 
     from zoomer_ar.store.db import dispose_engine, resolve_url
 
-    name = f"zt_{uuid.uuid4().hex[:16]}"
     admin = create_engine(resolve_url(pg_server_url), isolation_level="AUTOCOMMIT")
-    with admin.connect() as c:
-        c.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    try:
+        with admin.connect() as c:
+            c.exec_driver_sql(f'CREATE DATABASE "{name}" {options}'.rstrip())
+    except DBAPIError as exc:
+        admin.dispose()
+        if not skip_if_refused:
+            raise
+        pytest.skip(f"{skip_if_refused}: {str(exc.orig).splitlines()[0]}")
     url = _with_database(pg_server_url, name)
     try:
         yield url

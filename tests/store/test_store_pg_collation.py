@@ -7,15 +7,12 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from sqlalchemy import create_engine
-from sqlalchemy.exc import DBAPIError
 
 from zoomer_ar.cli import main
-from zoomer_ar.store.db import dispose_engine, resolve_url
 from zoomer_ar.store.digest import build_digest
 from zoomer_ar.store.record import RecordOptions, record_analysis
 
-from store_support import _with_database, make_analysis, pg_server_url, sqlite_url  # noqa: F401 - fixtures
+from store_support import fresh_pg_database, make_analysis, pg_server_url, sqlite_url  # noqa: F401 - fixtures
 
 NAMES = ["alice", "Bob", "Zed", "émile", "eve"]
 
@@ -23,23 +20,10 @@ NAMES = ["alice", "Bob", "Zed", "émile", "eve"]
 @pytest.fixture
 def pg_icu_url(pg_server_url):
     """A fresh PostgreSQL database collating in ICU's en-US (skipped where the server has no ICU)."""
-    name = f"zt_icu_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(resolve_url(pg_server_url), isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as c:
-            c.exec_driver_sql(f"CREATE DATABASE \"{name}\" TEMPLATE template0 ENCODING 'UTF8' LOCALE_PROVIDER icu "
-                              "ICU_LOCALE 'en-US' LOCALE 'C'")
-    except DBAPIError as exc:
-        admin.dispose()
-        pytest.skip(f"no ICU collation on this PostgreSQL server: {str(exc.orig).splitlines()[0]}")
-    url = _with_database(pg_server_url, name)
-    try:
+    with fresh_pg_database(pg_server_url, f"zt_icu_{uuid.uuid4().hex[:12]}",
+                           "TEMPLATE template0 ENCODING 'UTF8' LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C'",
+                           skip_if_refused="no ICU collation on this PostgreSQL server") as url:
         yield url
-    finally:
-        dispose_engine(url)
-        with admin.connect() as c:
-            c.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.dispose()
 
 
 def _seed(url: str) -> None:
