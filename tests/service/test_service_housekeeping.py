@@ -84,6 +84,11 @@ def test_restart_sweeps_a_killed_upload_and_keeps_live_folders(tmp_path):
     fresh = jobs / uuid.uuid4().hex  # written just now: perhaps an upload arriving on another server
     (fresh / "upload").mkdir(parents=True)
     (fresh / "upload" / "trace").write_bytes(b"{")
+    # "just now" whatever the second server's start-up takes (seconds on a loaded 2-core CI machine, past the
+    # 2 s a folder stays fresh here): its writes are dated a minute ahead, as a write still going on would be
+    ahead = time.time() + 60
+    for p in (fresh / "upload" / "trace", fresh / "upload", fresh):
+        os.utime(p, (ahead, ahead))
     other = jobs / "not-a-job"
     other.mkdir()
 
