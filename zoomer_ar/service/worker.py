@@ -6,7 +6,8 @@ transaction (queue.complete). Job kinds:
 
 - `analyze`: the uploaded trace or rank folder through the same pipeline as `zoomer-ar analyze`
   (sources mapped with the uploaded source archive, recorded in the store under the job's team,
-  findings.json, report.md, report.html, patch.diff, relaunch.yaml, optimize.ipynb). A job that
+  findings.json, report.md, report.html, patch.diff, relaunch.yaml, optimize.ipynb; the reports and the
+  store name the uploads as the client sent them, never the server's folders: client_paths). A job that
   fails after recording has its run deleted again when it is marked failed (queue.fail), so a
   failed job never counts in the digest;
 - `review`: `zoomer_ar.review.review` on a pull request (from the GitHub webhook): review.json,
@@ -43,6 +44,7 @@ from sqlalchemy.exc import DBAPIError
 from ..errors import ZoomerError
 from ..store.db import disk_full_reason
 from . import queue as Q
+from .client_paths import ClientPaths
 from .config import Settings
 from .job_errors import disk_full_error
 from .names import store_job_name
@@ -122,6 +124,9 @@ def run_analyze(claim: Q.Claim, settings: Settings, engine: Engine) -> tuple[dic
         from ..sourcemap import map_sources
 
         analysis = map_sources(analysis, source)
+    # what the client is shown and what the store records name its uploads, never the server's folders;
+    # the relaunch spec (write_fix_outputs) still reads job.json beside the files themselves
+    shown = ClientPaths(str(root), p).analysis(analysis)
     chash = content_hash(analysis)
     analysis_id = None
     notes: list[str] = []
@@ -136,7 +141,7 @@ def run_analyze(claim: Q.Claim, settings: Settings, engine: Engine) -> tuple[dic
                 gpu_hours=p.get("gpu_hours"), gpu_hour_cost=p.get("gpu_hour_cost"), week=p.get("week"),
             )
             for _ in range(5):
-                rr = record_analysis(analysis, opts, db=engine,
+                rr = record_analysis(shown, opts, db=engine,
                                      on_recorded=lambda s, r: Q.mark_recorded(s, claim, r.analysis_id))
                 # a run recorded before: hold on to it (its recorder may still fail); gone already: record again
                 if rr.status == "recorded" or Q.link_recorded(engine, claim, rr.analysis_id, chash):
@@ -155,12 +160,12 @@ def run_analyze(claim: Q.Claim, settings: Settings, engine: Engine) -> tuple[dic
     if cost is None:
         cost = cost_attribution(analysis.features, analysis.findings, gpus=p.get("gpus"), gpu_hours=p.get("gpu_hours"),
                                 gpu_hour_cost=p.get("gpu_hour_cost"))
-    analysis.features["cost_attribution"] = cost
+    analysis.features["cost_attribution"] = shown.features["cost_attribution"] = cost
     tmp_root = settings.data_dir / "tmp"
     tmp_root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=tmp_root, prefix=f"{claim.job_id}-") as tmp:
         out = Path(tmp)
-        written = dict(write_outputs(analysis, out))
+        written = dict(write_outputs(shown, out))
         written.update(write_fix_outputs(analysis, out, source, trace))
         artifacts = _read_artifacts(out, written)
     summary = {
@@ -319,8 +324,8 @@ class Worker:
         if full is not None:  # the server's disk, not the job: no server paths, no stack trace
             log.warning("job %s: %s", c.job_id, full)
             msg = full
-        elif isinstance(exc, ZoomerError):  # bad input: the reason, with paths relative to the job's inputs
-            msg = str(exc).replace(f"{c.input_dir}/", "") if c.input_dir else str(exc)
+        elif isinstance(exc, ZoomerError):  # bad input: the reason, naming the uploads as the client named them
+            msg = ClientPaths(c.input_dir, c.params).text(str(exc)) if c.input_dir else str(exc)
         else:
             log.error("job %s: internal error\n%s", c.job_id, "".join(traceback.format_exception(exc)))
             msg = f"internal error: {type(exc).__name__}: {exc}"
