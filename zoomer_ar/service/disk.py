@@ -23,9 +23,14 @@ def is_disk_full(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS
 
 
+def os_reason(exc: OSError) -> str:
+    """`exc`'s reason without its paths ("No space left on device"): an OSError's message names the file."""
+    return exc.strerror or errno.errorcode.get(exc.errno or 0, "no space left")
+
+
 def disk_full(what: str, exc: OSError) -> DiskFull:
     """The DiskFull for `exc` (never the server's paths: an OSError's message names them)."""
-    reason = exc.strerror or errno.errorcode.get(exc.errno or 0, "no space left")
+    reason = os_reason(exc)
     return DiskFull(f"the server cannot store the {what}: {reason} (its disk, or its storage limit, is full); "
                     "nothing of the upload was kept, try again later")
 
@@ -36,4 +41,4 @@ def store_full(doing: str, reason: str) -> DiskFull:
                     "limit, is full); nothing was kept, try again later")
 
 
-__all__ = ["DISK_FULL_ERRNOS", "DiskFull", "disk_full", "is_disk_full", "store_full"]
+__all__ = ["DISK_FULL_ERRNOS", "DiskFull", "disk_full", "is_disk_full", "os_reason", "store_full"]

@@ -8,7 +8,6 @@ recording undone (queue.fail): nothing half-written is kept or served.
 
 from __future__ import annotations
 
-import errno
 import os
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from sqlalchemy.exc import DBAPIError
 
 from ..errors import OutputError
 from ..store.db import StoreFullError, disk_full_reason
-from .disk import DISK_FULL_ERRNOS, is_disk_full
+from .disk import DISK_FULL_ERRNOS, is_disk_full, os_reason
 
 _DISK_FULL_REASONS = frozenset(os.strerror(e) for e in DISK_FULL_ERRNOS)
 AGAIN = "nothing of its results was kept; upload it again later"
@@ -37,8 +36,7 @@ def disk_full_error(exc: BaseException, engine: Engine) -> str | None:
                 f"{AGAIN}")
     if is_disk_full(exc):
         assert isinstance(exc, OSError)
-        reason = exc.strerror or errno.errorcode.get(exc.errno or 0, "no space left")
-        return f"the server's disk is full: this job's reports could not be written ({reason}); {AGAIN}"
+        return f"the server's disk is full: this job's reports could not be written ({os_reason(exc)}); {AGAIN}"
     return None
 
 
