@@ -1,8 +1,9 @@
-"""The connection cap (`--max-connections`, uvicorn's limit_concurrency) on a real server: N connections are served
-at once, a request on one more is answered 503 and its connection closed, and a place freed is taken again."""
+"""The connection cap (`--max-connections`) on a real server: N connections are served at once, a request on one
+more is answered 503 in the API's JSON error shape and its connection closed, and a place freed is taken again."""
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 
@@ -51,7 +52,14 @@ def test_past_the_cap_a_request_gets_503(server):
         extra = _connect(server)
         answer = _get(extra)
         assert answer.startswith(b"HTTP/1.1 503 "), answer
-        assert b"connection: close" in answer.lower()
+        head, _, body = answer.partition(b"\r\n\r\n")
+        headers = dict(line.lower().split(b": ", 1) for line in head.split(b"\r\n")[1:])
+        assert headers[b"connection"] == b"close"
+        # the API's error shape, as every other error (before: uvicorn's plain-text "Service Unavailable")
+        assert headers[b"content-type"] == b"application/json", answer
+        detail = json.loads(body)["detail"]
+        assert f"limit of {CAP} connections" in detail and "--max-connections" in detail, detail
+        assert int(headers[b"retry-after"]) > 0 and headers[b"x-content-type-options"] == b"nosniff"
         assert extra.recv(1) == b""  # closed by the server
         extra.close()
         assert _get(held[0]).startswith(b"HTTP/1.1 200 ")  # those within the cap go on being served

@@ -171,8 +171,8 @@ def serve(host, port, port_file, db, data_dir, max_upload_mb, read_timeout_s, mi
         from .slow_clients import guarded_protocol
 
         config = uvicorn.Config(create_app(settings), log_level=log_level, timeout_graceful_shutdown=10,
-                                server_header=False, http=guarded_protocol(settings.read_limits),
-                                limit_concurrency=settings.limit_concurrency)
+                                server_header=False,
+                                http=guarded_protocol(settings.read_limits, settings.max_connections))
         uvicorn.Server(config).run(sockets=[sock])
     finally:
         for child in children:

@@ -185,12 +185,6 @@ class Settings:
         return Retention(stale_upload_s=2 * self.read_timeout_s, failed_s=self.failed_retention_s)
 
     @property
-    def limit_concurrency(self) -> int | None:
-        """uvicorn's limit_concurrency for `max_connections`: uvicorn counts the connection that sends the request
-        with the others (with limit N it serves N - 1 at once), so N + 1; None: no cap."""
-        return self.max_connections + 1 if self.max_connections else None
-
-    @property
     def read_limits(self):  # noqa: ANN201 - slow_clients.ReadLimits (uvicorn is imported only by `serve`)
         from .slow_clients import ReadLimits
 

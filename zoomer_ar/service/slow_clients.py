@@ -16,6 +16,12 @@ A request that misses its deadline is answered **408** `{"detail": "..."}` with 
 (when no response was started; a connection that sent nothing is closed without an answer) and
 the connection is closed; the handler waiting for the body sees a disconnect and removes what it wrote.
 Once the body is complete the handler may take as long as it needs (archive checks, the database).
+
+The same protocol keeps the connection cap (`max_connections`, `--max-connections`): a request on a
+connection past it is answered **503** in the service's JSON error shape (`{"detail": "..."}`, with
+`Retry-After` and `Connection: close`) and the connection closed. uvicorn's own cap
+(`limit_concurrency`) answered a plain-text `Service Unavailable` that a client parsing the API's
+errors as JSON could not read; it is left unset.
 """
 
 from __future__ import annotations
@@ -39,6 +45,9 @@ class ReadLimits:
     min_rate: float = 1024.0  # bytes/s a body must average past its first timeout_s; 0: no minimum rate
 
 
+CAP_RETRY_AFTER_S = 5  # connections free up as requests finish: a client may try again soon
+
+
 def _answer_408(detail: str) -> bytes:
     body = json.dumps({"detail": detail}).encode()
     head = ("HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
@@ -46,10 +55,43 @@ def _answer_408(detail: str) -> bytes:
     return head.encode("ascii") + body
 
 
+def _over_the_cap(cap: int) -> bytes:
+    """The body of the 503 past the connection cap: the API's error shape."""
+    return json.dumps({"detail": f"the server is serving its limit of {cap} connection{'s' if cap != 1 else ''} "
+                                 "at once (--max-connections); try again in a few seconds"}).encode()
+
+
 class _GuardedH11(H11Protocol):
-    """H11Protocol with read deadlines (see the module docstring); `limits` is set by guarded_protocol."""
+    """H11Protocol with read deadlines and the connection cap (see the module docstring); `limits` and
+    `max_connections` (0: no cap) are set by guarded_protocol."""
 
     limits: ReadLimits = ReadLimits()
+    max_connections: int = 0
+
+    def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003 - uvicorn's protocol arguments
+        super().__init__(*args, **kwargs)
+        self.limit_concurrency = None  # the cap is this class's (a JSON 503), never uvicorn's plain-text one
+        if self.max_connections:
+            self.app = self._capped(self.app)
+
+    def _capped(self, app):  # noqa: ANN001, ANN202 - ASGI apps
+        cap = self.max_connections
+
+        async def capped(scope, receive, send) -> None:  # noqa: ANN001 - ASGI
+            # this connection and this request's task count with the others: past `cap` of either, refused
+            if scope["type"] == "http" and (len(self.connections) > cap or len(self.tasks) > cap):
+                log.warning("Exceeded concurrency limit: %d connections open, %d requests running (cap %d); "
+                            "answered 503", len(self.connections), len(self.tasks), cap)
+                body = _over_the_cap(cap)
+                await send({"type": "http.response.start", "status": 503, "headers": [
+                    (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                    (b"retry-after", str(CAP_RETRY_AFTER_S).encode()), (b"connection", b"close"),
+                    (b"x-content-type-options", b"nosniff")]})
+                await send({"type": "http.response.body", "body": body, "more_body": False})
+                return
+            await app(scope, receive, send)
+
+        return capped
 
     # --- the clock -------------------------------------------------------------------------------
 
@@ -156,6 +198,7 @@ class _GuardedH11(H11Protocol):
         super().connection_lost(exc)
 
 
-def guarded_protocol(limits: ReadLimits) -> type[H11Protocol]:
-    """The h11 protocol class with `limits`, for uvicorn.Config(http=...)."""
-    return type("GuardedH11Protocol", (_GuardedH11,), {"limits": limits})
+def guarded_protocol(limits: ReadLimits, max_connections: int = 0) -> type[H11Protocol]:
+    """The h11 protocol class with `limits` and the connection cap (0: none), for uvicorn.Config(http=...);
+    uvicorn's own `limit_concurrency` stays unset."""
+    return type("GuardedH11Protocol", (_GuardedH11,), {"limits": limits, "max_connections": max_connections})
