@@ -32,7 +32,12 @@ What is written to ``out_dir``:
 
 A trace is exported uncompressed next to where it goes (a hidden ``.rank-{rank}.pt.trace.json.gz.*``
 file, removed once it is gzipped or the export fails), never into the system temp folder: a GPU
-trace's export runs to gigabytes, and ``out_dir`` needs that room for a moment.
+trace's export runs to gigabytes, and ``out_dir`` needs that room for a moment. A capture killed
+mid-export (SIGKILL, the OOM killer) cannot remove its temporary; the next capture of that rank into
+the folder removes it (with a ``RuntimeWarning`` naming it) once it is over 6 hours old and its writer
+is gone: each writer holds an ``flock`` on its temporary and names it with its pid and host
+(``.rank-0.pt.trace.json.gz.zoomer-{pid}@{host}.*``), so one a running process holds is never
+touched (:mod:`zoomer_ar.capture_temp`).
 
 The folder is checked when the profiler starts, before the loop runs: one that cannot be created
 or written to, or that already holds this rank's capture from an earlier run, raises
@@ -65,6 +70,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from .capture_temp import held_temp, remove_stale
 
 __all__ = [
     "CAPTURE_SCHEMA",
@@ -144,23 +151,20 @@ def detect_rank(rank: int | None = None) -> tuple[int, str]:
     return 0, "default"
 
 
-def _gzip_file(src: str, dst: Path) -> None:
-    """Gzip src into dst atomically, with a fixed header (mtime 0) so equal traces give equal bytes."""
-    tmp = dst.with_name(dst.name + ".tmp")
-    try:
+def _gzip_file(src: Path, dst: Path) -> None:
+    """Gzip src into dst atomically, with a fixed header (mtime 0) so equal traces give equal bytes; the
+    half-written file is a held temporary (capture_temp), removed on every path a process survives."""
+    with held_temp(dst, ".gz.tmp") as tmp:
         with open(src, "rb") as fin, open(tmp, "wb") as raw:
             with gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=9, mtime=0) as fout:
                 shutil.copyfileobj(fin, fout, 1 << 20)
         os.replace(tmp, dst)
-    except BaseException:  # Ctrl-C or a full disk mid-write: no half-written file is left behind
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    with held_temp(path, ".json.tmp") as tmp:
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
 
 
 #: /proc/cpuinfo flags that mean bf16 matmuls run natively (x86: AVX512_BF16, AMX; Arm: BF16)
@@ -356,6 +360,24 @@ class SteadyStateProfiler:
                                "pass overwrite=True to replace it, or choose another out_dir")
         for p in earlier:
             p.unlink()
+        self._remove_stale_temporaries()
+
+    def _remove_stale_temporaries(self) -> None:
+        """Remove what an earlier capture of this rank left when it was killed mid-export (its hidden
+        temporaries: gigabytes for a GPU trace), once they are old and their writer is gone
+        (capture_temp.remove_stale); another process's temporary in use is never touched."""
+        name, job = trace_file_name(self.rank), self._job_path()
+        folders = [(self.out_dir, [name] + ([job.name] if job.parent == self.out_dir else []))]
+        folders += [(d, [name]) for d in sorted(self.out_dir.glob("cycle-*")) if d.is_dir()]
+        if job.parent != self.out_dir:
+            folders.append((job.parent, [job.name]))
+        removed = [p for folder, names in folders for p in remove_stale(folder, names)]
+        if removed:
+            shown = ", ".join(str(p.relative_to(self.out_dir)) for p in removed[:3])
+            more = f" and {len(removed) - 3} more" if len(removed) > 3 else ""
+            warnings.warn(f"zoomer_ar.capture: removed {len(removed)} temporary file(s) an earlier capture of rank "
+                          f"{self.rank} left in {self.out_dir} when it was stopped mid-export: {shown}{more}",
+                          RuntimeWarning, stacklevel=4)
 
     def step(self) -> None:
         """Mark the end of one training step (calls ``prof.step()``)."""
@@ -403,16 +425,9 @@ class SteadyStateProfiler:
         it: the uncompressed export of a GPU trace runs to gigabytes, which the system temp folder (a
         small /tmp) may not hold, while out_dir was checked writable and is where the trace goes."""
         dst = self._trace_path(self._cycles_written)
-        fd, tmp = tempfile.mkstemp(suffix=".json.tmp", prefix=f".{dst.name}.", dir=dst.parent)
-        os.close(fd)
-        try:
-            prof.export_chrome_trace(tmp)
+        with held_temp(dst, ".json.tmp") as tmp:
+            prof.export_chrome_trace(str(tmp))
             _gzip_file(tmp, dst)
-        finally:
-            try:
-                os.unlink(tmp)
-            except OSError:  # pragma: no cover
-                pass
         self.traces.append(dst)
         self._cycles_written += 1
 
