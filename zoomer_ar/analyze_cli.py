@@ -329,7 +329,8 @@ def _sigterm_unwinds(command):
 @click.command()
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
-              help="Folder for findings.json, report.md and report.html (default: zoomer-out/<job>, "
+              help="Folder for findings.json, report.md, report.html, relaunch.yaml, optimize.ipynb and, with "
+                   "--source, patch.diff (default: zoomer-out/<job>, "
                    "or <job>-2, -3... when that holds another input's results; zoomer-out/ goes beside the "
                    "rank folder when the current folder is inside it).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "md", "html"]), default="text", show_default=True,
@@ -340,7 +341,7 @@ def _sigterm_unwinds(command):
               help="The training code: map findings to source lines.")
 @click.option("--fix-select", default=None, metavar="IDS",
               help="Also apply these fixers (names or pattern ids, comma-separated) in patch.diff, opt-in ones included.")
-@click.option("--no-files", is_flag=True, help="Print only; write no report files.")
+@click.option("--no-files", is_flag=True, help="Print only; write no files (no --out folder, no zoomer-out/).")
 @click.option("--progress/--no-progress", default=None, help="Progress bar on long loads (default: when stderr is a terminal).")
 # --- hook (docs/huge-traces.md): streaming path and annotated trace
 @click.option("--stream/--no-stream", "stream", default=None,
