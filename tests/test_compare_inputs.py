@@ -28,15 +28,16 @@ def saved(tmp_path, capsys) -> dict:
 
 @pytest.fixture
 def analyses(monkeypatch) -> list[Path]:
-    """The traces compare analyses (the real analysis, counted)."""
+    """The traces compare analyses (the real analysis, counted: compare analyses a trace through
+    _analyse_trace, which keeps the names program_match reads)."""
     seen: list[Path] = []
-    real = compare_mod.analyze_path
+    real = compare_mod._analyse_trace
 
     def counted(path, *args, **kwargs):
         seen.append(Path(path))
         return real(path, *args, **kwargs)
 
-    monkeypatch.setattr(compare_mod, "analyze_path", counted)
+    monkeypatch.setattr(compare_mod, "_analyse_trace", counted)
     return seen
 
 

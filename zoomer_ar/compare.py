@@ -16,6 +16,7 @@ from .detect.startup import startup_summary
 from .errors import InputError
 from .load.job import missing_reason
 from .models import Analysis
+from .program_match import ProgramNames, mismatch_note, program_names
 from .render.filters import fmt_ms, fmt_num
 
 
@@ -80,18 +81,37 @@ def _load(path: Path) -> Analysis:
     return _load_findings(doc) if doc is not None else analyze_path(path)
 
 
-def _load_both(before: Path, after: Path) -> tuple[Analysis, Analysis]:
-    """Both runs' analyses; what can be refused at once is refused before a trace is analysed (minutes
-    for a large one): a side that does not exist, and a findings document that is not one."""
+def _analyse_trace(path: Path) -> tuple[Analysis, ProgramNames | None]:
+    """A trace's (or rank folder's) analysis, as analyze_path makes it, with the names that identify its
+    program (None for a job read in a streaming pass: its events are not kept)."""
+    from .analyze import analyze_job
+    from .load import load_job
+    from .stream import should_stream
+
+    if should_stream(path):
+        return analyze_path(path), None
+    job = load_job(path)
+    names = program_names(job.ranks)
+    return analyze_job(job), names
+
+
+def _load_both(before: Path, after: Path) -> tuple[tuple[Analysis, Analysis], tuple[ProgramNames | None, ProgramNames | None]]:
+    """Both runs' analyses, and the names of their programs (None for a findings document); what can be
+    refused at once is refused before a trace is analysed (minutes for a large one): a side that does
+    not exist, and a findings document that is not one."""
     for path in (before, after):
         if not path.exists():
             raise InputError(str(path), missing_reason(path))
     docs = {path: _findings_doc(path) for path in (before, after)}
-    loaded = {path: _load_findings(doc) for path, doc in docs.items() if doc is not None}
-    return tuple(loaded[p] if p in loaded else analyze_path(p) for p in (before, after))  # type: ignore[return-value]
+    loaded: dict[Path, tuple[Analysis, ProgramNames | None]] = {
+        path: (_load_findings(doc), None) for path, doc in docs.items() if doc is not None}
+    (b, nb), (a, na) = (loaded[p] if p in loaded else _analyse_trace(p) for p in (before, after))
+    return (b, a), (nb, na)
 
 
-def compare(before: Analysis, after: Analysis) -> dict:
+def compare(before: Analysis, after: Analysis, programs: tuple[ProgramNames | None, ProgramNames | None] = (None, None)) -> dict:
+    """The comparison; ``programs`` (the traces' names, :func:`program_match.program_names`) adds the
+    warning that the two sides do not look like runs of one program."""
     fb, fa = before.features, after.features
     b_step, a_step = fb.get("step_ms"), fa.get("step_ms")  # None: a findings.json that does not record it
     pb = {f.pattern: f for f in before.findings}
@@ -119,6 +139,8 @@ def compare(before: Analysis, after: Analysis) -> dict:
         "feature_schema_version": {"before": before.feature_schema_version, "after": after.feature_schema_version},
         "model_version": {"before": _model_version(before), "after": _model_version(after)},
         "model_note": model_note(before, after),
+        # one line when the traces look like two programs (None otherwise, or when it cannot be told)
+        "program_warning": mismatch_note(*programs),
         "notes": run_notes(before, after),
     }
 
@@ -202,10 +224,13 @@ def _ms(v: float | None) -> str:
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def compare_cmd(before: Path, after: Path, fmt: str) -> None:
     """Compare two runs (traces, rank folders, or findings.json): speedup and findings resolved."""
-    result = compare(*_load_both(before, after))
+    analyses, programs = _load_both(before, after)
+    result = compare(*analyses, programs=programs)
     if fmt == "json":
         click.echo(json.dumps(result, indent=2))
         return
+    if result["program_warning"]:
+        click.echo(f"warning     {result['program_warning']}")
     s = result["step_ms"]
     sp = result["speedup"]
     click.echo(f"step time   {_ms(s['before'])} -> {_ms(s['after'])}" + (f"  ({sp:.2f}x)" if sp else ""))

@@ -1,0 +1,101 @@
+"""`zoomer-ar compare A B` of two unrelated programs gave a before/after table (a speedup, findings
+"resolved") without a word that the two sides were different programs. It now says so in one line, in
+the text and the JSON output, from what the traces carry (nn.Module classes, GPU kernel families, CPU
+operators: zoomer_ar/program_match.py), and still compares; real before/after pairs stay quiet."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from zoomer_ar.compare import compare_cmd
+from zoomer_ar.load import load_job
+from zoomer_ar.program_match import kernel_family, mismatch_note, program_names
+
+REPO = Path(__file__).resolve().parents[1]
+WARNING = "the two sides do not look like runs of the same program"
+
+
+def _names(path: Path):
+    return program_names(load_job(path).ranks)
+
+
+def _run(before: Path, after: Path, *args: str) -> str:
+    out = CliRunner().invoke(compare_cmd, [str(before), str(after), *args])
+    assert out.exit_code == 0, out.output
+    return out.output
+
+
+def test_two_programs_are_said_to_be_two_in_text_and_json(shared_traces):
+    """A recsys job on A100s and a ResNet-50 (kernel families: 6 of 101 shared)."""
+    before = shared_traces / "hta/trace_diff/control"
+    after = shared_traces / "kineto/resnet50_num_workers_4"
+    text = _run(before, after).splitlines()
+    assert text[0].startswith(f"warning     {WARNING}: they share ") and "GPU kernel families" in text[0]
+    assert sum(WARNING in line for line in text) == 1
+    assert any(line.startswith("step time ") for line in text)  # still compared
+    result = json.loads(_run(before, after, "--format", "json"))
+    assert result["program_warning"].startswith(WARNING) and "\n" not in result["program_warning"]
+    assert result["step_ms"]["before"] and result["step_ms"]["after"]
+
+
+@pytest.mark.parametrize(("before", "after", "basis"), [
+    ("examples/gpu/sync_point", "tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz", "nn.Module classes"),
+    ("hta/mtia_trace_single_rank/mtia_rank_0.json.gz", "examples/traces/extra_copy", "CPU operators"),
+])
+def test_each_basis_tells_two_programs_apart(shared_traces, before, after, basis):
+    side = lambda p: REPO / p if p.startswith("examples/") else shared_traces / p  # noqa: E731
+    note = mismatch_note(_names(side(before)), _names(side(after)))
+    assert note is not None and note.startswith(WARNING) and basis in note
+
+
+def test_runs_of_one_program_on_other_gpus_are_not_warned_about(shared_traces):
+    """hta/trace_diff: the same recsys program on an A100 (rank 3 of 8) and a V100 (rank 1 of 2), one side
+    partly compiled; kineto's resnet50 with 0 and 4 DataLoader workers."""
+    for a, b in (("hta/trace_diff/control", "hta/trace_diff/test"),
+                 ("kineto/resnet50_num_workers_0", "kineto/resnet50_num_workers_4")):
+        assert mismatch_note(_names(shared_traces / a), _names(shared_traces / b)) is None, (a, b)
+    output = _run(shared_traces / "hta/trace_diff/control", shared_traces / "hta/trace_diff/test", "--format", "json")
+    assert json.loads(output)["program_warning"] is None
+
+
+@pytest.mark.parametrize("folder", ["examples/traces", "examples/gpu"])
+def test_a_scenario_and_its_clean_twin_are_one_program(folder):
+    twins = sorted(p for p in (REPO / folder).glob("*_clean") if p.is_dir())
+    assert len(twins) >= 9
+    for twin in twins:
+        planted = twin.with_name(twin.name.removesuffix("_clean"))
+        assert mismatch_note(_names(planted), _names(twin)) is None, planted.name
+        assert mismatch_note(_names(twin), _names(planted)) is None, planted.name
+
+
+def test_cpu_and_gpu_recordings_of_a_scenario_are_one_program():
+    for cpu in sorted(p for p in (REPO / "examples/traces").iterdir() if p.is_dir()):
+        gpu = REPO / "examples/gpu" / cpu.name
+        assert mismatch_note(_names(cpu), _names(gpu)) is None, cpu.name
+
+
+def test_the_text_output_of_a_real_pair_has_no_warning():
+    out = _run(REPO / "examples/traces/sync_point", REPO / "examples/traces/sync_point_clean")
+    assert WARNING not in out and "warning" not in out
+
+
+def test_a_findings_document_side_is_not_judged(tmp_path):
+    """A saved findings.json keeps no operator or kernel names: nothing is said either way."""
+    from zoomer_ar.cli import main
+
+    saved = tmp_path / "before"
+    assert main(["analyze", str(REPO / "examples/traces/conv_bias_before_bn"), "--out", str(saved), "--no-progress"]) == 0
+    result = json.loads(_run(saved / "findings.json", REPO / "examples/traces/sync_point", "--format", "json"))
+    assert result["program_warning"] is None
+
+
+def test_kernel_family_drops_arguments_and_architecture():
+    assert kernel_family("void at::native::vectorized_elementwise_kernel<4, float>(int, float*)") == \
+        "at::native::vectorized_elementwise_kernel"
+    assert kernel_family("void at::native::(anonymous namespace)::reduce<float>(float*)") == "at::native::reduce"
+    assert kernel_family("sm80_xmma_gemm_f32f32_nn") == kernel_family("sm90_xmma_gemm_f32f32_nn") == "xmma_gemm_f32f32_nn"
+    assert kernel_family("volta_sgemm_128x64_nn") == kernel_family("ampere_sgemm_128x64_nn") == "sgemm_128x64_nn"

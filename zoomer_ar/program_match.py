@@ -1,0 +1,121 @@
+"""Whether two traces look like runs of one program: `compare` warns when they do not (a before and an
+after of two unrelated jobs give a speedup that means nothing).
+
+What the traces carry that a change to a program keeps and another program does not share, in the
+order it is trusted:
+
+1. the ``nn.Module`` classes (``with_modules`` frames ``nn.Module: Linear_0`` -> ``Linear``): at least
+   3 on each side; another program when under :data:`MIN_MODULE_SHARE` of them are shared;
+2. else the GPU kernels' families (the name up to its template arguments, without the architecture
+   prefix: ``sm80_``, ``ampere_``, ``volta_``...): at least 8 on each side; another program under
+   :data:`MIN_KERNEL_SHARE`;
+3. else the CPU operators' names (``aten::mm``...): at least 8 on each side; another program under
+   :data:`MIN_OP_SHARE` (every PyTorch program runs many of the same aten operators, so only a
+   large difference counts).
+
+A side that runs compiled code (torch.compile's ``CompiledFunction``/``Torch-Compiled Region``,
+triton kernels, a CUDA graph's replay) when the other does not is not called another program on its
+kernels or operators: the change may be the compilation, which renames most of them.
+
+Measured 2026-12-02 on ../shared/traces and the bundled scenario traces (examples/traces,
+examples/gpu), every pair of traces from different folders: no warning on the 44 pairs of one
+program (hta/trace_diff's control and test, on an A100 and a V100, one partly compiled: kernel
+families 72% shared; kineto's resnet50 with 0 and 4 loader workers: 87%; each scenario program and
+its clean twin, on the CPU and on a GPU, and each scenario's CPU and GPU recordings: modules 100%);
+1,559 of the 2,153 pairs of unrelated traces large enough to judge are called two programs (most
+of the rest are small programs much alike, such as param/linear_kineto and the scenario MLPs, or a
+compiled side). Traces too small to judge (a handful of operators) say nothing, as does a side read
+in a streaming pass (its events are not kept) or a saved findings.json (it keeps no names).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from .features import names as N
+from .load.columns import RankTrace
+
+__all__ = ["ProgramNames", "mismatch_note", "program_names"]
+
+MIN_MODULE_SHARE = 0.25
+MIN_KERNEL_SHARE = 0.2
+MIN_OP_SHARE = 0.3
+MIN_MODULES = 3
+MIN_NAMES = 8
+
+_MODULE_FRAME = re.compile(r"^nn\.Module: (.+?)(?:_\d+)?$")
+_ARCH_PREFIX = re.compile(r"\b(?:sm\d+|ampere|volta|turing|hopper|ada|blackwell)_")
+_COMPILED = re.compile(r"^triton_|CompiledFunction|Torch-Compiled Region|cudaGraphLaunch|hipGraphLaunch")
+
+
+@dataclass(frozen=True)
+class ProgramNames:
+    """The names that identify a program in its trace (all ranks together)."""
+
+    modules: frozenset[str]
+    kernels: frozenset[str]
+    ops: frozenset[str]
+    compiled: bool
+
+
+def kernel_family(name: str) -> str:
+    """``void at::native::vectorized_elementwise_kernel<4, ...>(...)`` -> ``at::native::vectorized_elementwise_kernel``;
+    ``sm80_xmma_gemm_f32f32_...`` -> ``xmma_gemm_f32f32_...``: the same kernel on another GPU or dtype."""
+    name = name.removeprefix("void ").replace("(anonymous namespace)::", "")
+    return _ARCH_PREFIX.sub("", re.split(r"[<(]", name, maxsplit=1)[0]).strip()
+
+
+def _names_of(trace: RankTrace, cats: tuple[str, ...]) -> set[str]:
+    codes = trace.cat_code(*cats)
+    if not codes or not len(trace):
+        return set()
+    present = np.unique(trace.name[np.isin(trace.cat, codes)])
+    return {trace.names[int(c)] for c in present if 0 <= int(c) < len(trace.names)}
+
+
+def program_names(ranks: list) -> ProgramNames | None:
+    """The program's names from a job's loaded ranks; None when no rank kept its events (a streamed job)."""
+    traces = [r for r in ranks if isinstance(r, RankTrace)]
+    if not traces:
+        return None
+    modules: set[str] = set()
+    kernels: set[str] = set()
+    ops: set[str] = set()
+    for t in traces:
+        for frame in _names_of(t, ("python_function",)):
+            m = _MODULE_FRAME.match(frame)
+            if m:
+                modules.add(m.group(1))
+        kernels |= {kernel_family(k) for k in _names_of(t, N.KERNEL_CATS)}
+        ops |= _names_of(t, N.CPU_OP_CATS)
+    raw_kernels = set().union(*(_names_of(t, N.KERNEL_CATS) for t in traces))
+    compiled = any(_COMPILED.search(n) for n in ops | raw_kernels)
+    return ProgramNames(frozenset(modules), frozenset(kernels), frozenset(ops), compiled)
+
+
+def _share(a: frozenset[str], b: frozenset[str]) -> float:
+    return len(a & b) / len(a | b)
+
+
+def mismatch_note(before: ProgramNames | None, after: ProgramNames | None) -> str | None:
+    """One line when the two traces do not look like runs of one program, else None (also when they
+    are too small to tell, or a side's names are unknown)."""
+    if before is None or after is None:
+        return None
+    if len(before.modules) >= MIN_MODULES and len(after.modules) >= MIN_MODULES:
+        basis, a, b, least = "nn.Module classes", before.modules, after.modules, MIN_MODULE_SHARE
+    elif len(before.kernels) >= MIN_NAMES and len(after.kernels) >= MIN_NAMES:
+        basis, a, b, least = "GPU kernel families", before.kernels, after.kernels, MIN_KERNEL_SHARE
+    elif len(before.ops) >= MIN_NAMES and len(after.ops) >= MIN_NAMES:
+        basis, a, b, least = "CPU operators", before.ops, after.ops, MIN_OP_SHARE
+    else:
+        return None
+    share = _share(a, b)
+    if share >= least or (before.compiled != after.compiled and basis != "nn.Module classes"):
+        return None
+    return (f"the two sides do not look like runs of the same program: they share {len(a & b)} of their "
+            f"{len(a | b)} {basis} ({share:.0%}); the speedup and the findings compare two programs, "
+            "not a before and an after")
