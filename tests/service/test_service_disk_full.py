@@ -228,3 +228,51 @@ def test_webhook_delivery_the_store_cannot_take_answers_507(tmp_path):
         assert again.status_code == 202 and again.json()["status"] == "queued", again.text
     finally:
         srv.stop()
+
+
+def test_job_the_full_store_cannot_mark_failed_says_the_disk_was_full_not_abandoned(tmp_path):
+    # the worker claims the job, then its store fills up: the run cannot be recorded and the job cannot even be
+    # marked failed. Once there is room, the job fails saying the store's disk was full (before: the lease ran out
+    # and the next claim failed it as "abandoned: ... its worker stopped each time", a wrong lead for the operator)
+    import subprocess
+    import threading
+    import time
+
+    from service_testutil import PY, REPO, env_for_subprocess
+
+    srv = Server(tmp_path / "srv", embedded_workers=0, args=("--max-attempts", "1"))
+    proc = None
+    try:
+        with srv.client(srv.token("ops")) as c:
+            r = upload(c, trace=unique_trace(trace_file(EXAMPLE_DL)), names={"trace": "dl.json.gz"})
+            assert r.status_code == 202, r.text
+            job_id = r.json()["id"]
+            # claims, then waits 8 s before running the job; its log goes through a pipe (a file would be under
+            # the limit too); a lease of 1 s, which runs out while the store refuses the heartbeats
+            proc = subprocess.Popen([PY, "-m", "zoomer_ar.cli", "worker", "--db", srv.db, "--data", str(srv.data),
+                                     "--poll", "0.2", "--lease", "1", "--log-level", "info"], stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO, text=True,
+                                    env=env_for_subprocess({"ZOOMER_SERVICE_TEST_DELAY_S": "8"}))
+            lines: list[str] = []
+            threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
+            wait_job(c, job_id, states=("running",), server=srv)
+            _set_fsize(proc.pid, STORE_LIMIT)  # from here on the worker's writes to the store are refused
+            deadline = time.monotonic() + 120
+            while not any("cannot be marked failed" in ln for ln in lines):
+                assert time.monotonic() < deadline and proc.poll() is None, "".join(lines[-20:])
+                time.sleep(0.2)
+            time.sleep(2.0)  # past its lease, which nobody could extend
+            _set_fsize(proc.pid, resource.RLIM_INFINITY)
+            job = wait_job(c, job_id, server=srv)
+            assert job["state"] == "failed", job
+            error = job["error"]
+            assert error.startswith("the server's disk is full: this job's run could not be recorded in the store ("), (
+                error, "".join(lines[-20:]))
+            assert "abandoned" not in error and "\n" not in error and str(srv.root) not in error
+            assert job["attempts"] == 1 and _job_rows(srv) == [(job_id, "failed")]
+            assert not any("Traceback" in ln for ln in lines), "".join(lines)
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=30)
+        srv.stop()

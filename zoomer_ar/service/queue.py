@@ -167,8 +167,9 @@ def claim(engine: Engine, worker: str, lease_s: float, *, kinds: tuple[str, ...]
                     return None
                 if job.attempts >= job.max_attempts:
                     job.state, job.finished_at, job.lease_token, job.lease_expires_at = FAILED, now, None, None
-                    job.error = (f"abandoned: claimed {job.attempts} times and its worker stopped each time "
-                                 "(lease expired without a result)")
+                    job.error = (f"abandoned: claimed {job.attempts} time{'s' if job.attempts != 1 else ''} and "
+                                 "each lease expired without a result (its worker died or was stopped, or the store "
+                                 "refused its writes: see the workers' logs)")
                     s.flush()
                     _undo_recording(s, job.id)
                     s.expire(job)

@@ -15,6 +15,9 @@ transaction (queue.complete). Job kinds:
 
 Bad input (a trace that is not a trace) fails the job with the one-line reason; it is not retried.
 A full disk (scratch files, the store) fails it with one line saying so, without server paths (job_errors).
+A failure the store cannot take yet (its disk is full, or it is unreachable) is kept by the worker and
+written before its next claim, once the store takes writes again (the job is not left to be claimed
+again and failed as "abandoned", which would send the operator after a dying worker, not a full disk).
 A worker killed mid-job leaves a lease that expires; another worker claims the job again.
 SIGTERM/SIGINT: the worker finishes its current job, then exits.
 
@@ -266,6 +269,7 @@ class Worker:
         self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.stop = threading.Event()
         self.done = 0
+        self.unmarked: dict[str, tuple[Q.Claim, str]] = {}  # job id -> (claim, error): failures the store refused
         self._sweep_tmp()
 
     def _sweep_tmp(self, older_than_s: float = 86_400.0) -> None:
@@ -309,6 +313,11 @@ class Worker:
         finally:
             hb.stop.set()
             hb.join(timeout=5)
+        if state == "unmarked":
+            log.info("job %s: failed in %.2f s; marked failed once the store takes writes again", c.job_id,
+                     time.perf_counter() - t0)
+            self.done += 1
+            return state
         if state == "done" and c.input_dir:  # the uploads are no longer needed (failed jobs keep them)
             folder = Path(c.input_dir)
             shutil.rmtree(folder.parent if folder.parent.name == c.job_id else folder, ignore_errors=True)
@@ -318,8 +327,9 @@ class Worker:
         return state
 
     def _fail(self, c: Q.Claim, exc: Exception) -> str:
-        """Fail the job with the reason of `exc` in one line ('failed'; 'lost' when the lease was lost, or when
-        the store's disk is too full to take even that: the lease then expires and the job is claimed again)."""
+        """Fail the job with the reason of `exc` in one line: 'failed'; 'lost' when the lease was lost; 'unmarked'
+        when the store cannot take even that (its disk is full, it is unreachable): the failure is kept in
+        `unmarked` and written before the next claim (mark_unmarked)."""
         full = disk_full_error(exc, self.engine)
         if full is not None:  # the server's disk, not the job: no server paths, no stack trace
             log.warning("job %s: %s", c.job_id, full)
@@ -332,13 +342,26 @@ class Worker:
         try:
             ok = Q.fail(self.engine, c, msg, result={"worker": self.id})
         except DBAPIError as fail_exc:
-            reason = disk_full_reason(self.engine, fail_exc)
-            if reason is None:
-                raise
-            log.warning("job %s: cannot be marked failed, the store's disk is full (%s); it stays running until its "
-                        "lease expires, then it is claimed again", c.job_id, reason)
-            return "lost"
+            log.warning("job %s: cannot be marked failed now (%s); it is, with its reason, once the store takes "
+                        "writes again", c.job_id, store_problem(self.engine, fail_exc))
+            self.unmarked[c.job_id] = (c, msg)
+            return "unmarked"
         return "failed" if ok else "lost"
+
+    def mark_unmarked(self) -> None:
+        """Write the failures the store refused (`unmarked`), each under the lease it was claimed with: a job
+        another worker claimed since (its lease ran out meanwhile) is that worker's, and its failure is dropped."""
+        for job_id, (c, msg) in list(self.unmarked.items()):
+            try:
+                ok = Q.fail(self.engine, c, msg, result={"worker": self.id})
+            except Exception as exc:  # noqa: BLE001 - the store still refuses: kept, tried again later
+                log.warning("job %s: still cannot be marked failed (%s)", job_id, store_problem(self.engine, exc))
+                return
+            del self.unmarked[job_id]
+            if ok:
+                log.info("job %s: marked failed: %s", job_id, msg)
+            else:
+                log.info("job %s: claimed again by another worker meanwhile; its failure here is dropped", job_id)
 
     def run_once(self) -> str | None:
         c = Q.claim(self.engine, self.id, self.settings.lease_s)
@@ -360,16 +383,26 @@ class Worker:
                 break
             if max_jobs is not None and self.done >= max_jobs:
                 break
+            backoff = min(30.0, self.settings.poll_s * 2 ** min(errors + 1, 5))
+            self.mark_unmarked()  # before claiming: a claim could take one of these jobs again, or abandon it
+            if self.unmarked:  # the store still refuses them: no new job until it takes them
+                errors += 1
+                self.stop.wait(backoff)
+                continue
             try:
                 state = self.run_once()
                 errors = 0
             except Exception as exc:  # noqa: BLE001 - the store is unreachable: wait and retry
                 errors += 1
                 log.warning("worker %s: cannot claim (%s); retrying", self.id, store_problem(self.engine, exc))
-                self.stop.wait(min(30.0, self.settings.poll_s * 2 ** min(errors, 5)))
+                self.stop.wait(backoff)
                 continue
             if state is None:
                 if exit_when_idle:
                     break
                 self.stop.wait(self.settings.poll_s)
+        self.mark_unmarked()
+        for job_id in self.unmarked:
+            log.warning("job %s: stopping without marking it failed (the store refuses writes); it is claimed again "
+                        "once its lease has expired", job_id)
         return self.done
