@@ -57,9 +57,9 @@ def _absolute(p: Path) -> Path:
 def relaunch(spec_path: Path, dry_run: bool, cwd: Path | None) -> None:
     """Relaunch the job with the spec's environment, launcher arguments and overrides.
 
-    The patch is applied and the command started in --cwd, else in the spec's ``cwd`` (where the
-    recorded job ran), else in the current folder. The dry run prints the steps: ``cd FOLDER``
-    (on stderr, when that folder is not the current one), then ``git apply PATCH`` and the command
+    The patch is applied and the command started in --cwd, else in the spec's `cwd` (where the
+    recorded job ran), else in the current folder. The dry run prints the steps: `cd FOLDER`
+    (on stderr, when that folder is not the current one), then `git apply PATCH` and the command
     on stdout."""
     spec = load_spec(spec_path)
     workdir = cwd or (Path(spec.cwd) if spec.cwd else Path.cwd())
