@@ -118,3 +118,36 @@ def test_a_failed_job_names_the_upload(server):
         job = wait_job(c, r.json()["id"], server=server)
     assert job["state"] == "failed" and "mine.json" in job["error"], job
     assert "trace/mine.json" not in job["error"] and str(server.data) not in job["error"], job["error"]
+
+
+@pytest.mark.parametrize("sent, job_name", [
+    ("rank3 (retry).pt.trace.json.gz", "rank3 (retry)"),  # spaces, parentheses: kept, not 'rank3_retry_'
+    ("résumé-run.json", "résumé-run"),  # gzip content under a .json name, and a name that is not ASCII
+    ("run 7.txt", "run 7.txt"),  # no trace suffix: stored as trace.json.gz on the server, shown as sent
+])
+def test_a_trace_renamed_by_the_client_is_read_by_content_and_shown_as_sent(server, sent, job_name):
+    # the server stores the upload under a safe name of its own (ASCII, a trace suffix); the trace is read by its
+    # content (gzip under a .json name too), and the job, its reports and the store name it as the client sent it
+    # (before: 'rank3_retry_.pt.trace.json.gz', 'r_sum_-run.json', and 'trace.json.gz' for 'run 7.txt')
+    trace = unique_trace(trace_file(EXAMPLE_DL))  # gzip
+    job, texts = _done(server, trace=trace, names={"trace": sent}, record="false")
+    _no_server_path(server, job["id"], texts)
+    findings = json.loads(texts["findings"])
+    assert findings["job"]["name"] == job_name and job["name"] == job_name, (findings["job"], job["name"])
+    assert findings["job"]["path"] == sent and [r["path"] for r in findings["job"]["ranks"]] == [sent]
+    assert f"| Trace | `{sent}` (1 rank file" in texts["report.md"]
+    assert "dataloader-bound" in job["result"]["patterns"]  # read as the gzip it is
+
+
+def test_a_trace_sent_without_a_file_name_is_read_and_named_trace(server):
+    import gzip
+
+    body = gzip.decompress(unique_trace(trace_file(EXAMPLE_DL)))  # plain JSON, no file name in the part
+    with server.client(server.team_token) as c:
+        r = c.post("/v1/jobs", content=b'--b\r\nContent-Disposition: form-data; name="trace"\r\n\r\n' + body
+                   + b"\r\n--b--\r\n", headers={"Content-Type": "multipart/form-data; boundary=b"})
+        assert r.status_code == 202, r.text
+        job = wait_job(c, r.json()["id"], server=server)
+        assert job["state"] == "done" and job["name"] == "trace", job
+        info = c.get(f"/v1/jobs/{job['id']}/findings").json()["job"]
+    assert info["path"] == "trace" and info["name"] == "trace"

@@ -2,8 +2,8 @@
 
 The worker analyses `<data>/jobs/<id>/input/trace/<file>` or `<data>/jobs/<id>/input/ranks/[<folder>/]...`
 (zoomer_ar.service.uploads); the client knows `<file>`, its archive's entries and its archive's name.
-`ClientPaths` rewrites every path under the job's input folder to those names: the trace as its file
-name, a rank archive's entries as they were in the archive (`dataloader_bound/rank-0.json`), the
+`ClientPaths` rewrites every path under the job's input folder to those names: the trace as the file
+name the client sent (`weird name (1).txt`, not the server's `trace.json.gz`), a rank archive's entries as they were in the archive (`dataloader_bound/rank-0.json`), the
 archive's own folder, when it had no single top folder, as the archive's file name, the source
 archive's entries as `source/...`. The reports, findings.json and the store's records of the run
 (traces.path, the analysis' notes) all show these names.
@@ -33,9 +33,13 @@ class ClientPaths:
         """The server prefixes (each spelling of the input folder: as stored, absolute, resolved), the longest
         first, and the client name each stands for."""
         kind = self.params.get("input")
-        archive = ((self.params.get("uploads") or {}).get("ranks") or {}).get("filename") or "ranks"
+        uploads = self.params.get("uploads") or {}
+        archive = (uploads.get("ranks") or {}).get("filename") or "ranks"
+        trace = (uploads.get("trace") or {}).get("filename")
         names: dict[str, str] = {}
         for inp in {self.input_dir, os.path.abspath(self.input_dir), str(Path(self.input_dir).resolve())}:
+            if kind == "trace" and trace and self.params.get("path"):  # the file as the client named it
+                names[os.path.join(inp, *str(self.params["path"]).split("/"))] = trace
             if kind in ("trace", "ranks"):
                 kind_dir = f"{inp}{os.sep}{kind}"
                 names[kind_dir + os.sep] = ""

@@ -6,6 +6,11 @@ parser). File fields (`trace`, `ranks`, `source`) are written to `<job>/upload/<
 `prepare_inputs` then turns the received files into the job's input folder: the trace moved into
 `input/trace/`, the archives extracted (zoomer_ar.service.archives: every entry checked) into
 `input/ranks/` and `input/source/`. A write the disk refuses for want of space raises DiskFull (HTTP 507).
+
+Each upload keeps two names: the file on disk gets a safe one (`safe_filename`: ASCII letters, digits,
+`._-`), while the job's parameters keep the name the client sent (`client_filename`: its last path
+component, unprintable characters as `_`), which is what the job's name, its reports and the store
+show (client_paths). A trace's content decides how it is read (gzip or not), never its name.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 
 from .archives import ArchiveError, ArchiveLimits, safe_extract, single_root
 from .disk import DiskFull, disk_full, is_disk_full
+from .names import bad_chars
 
 FILE_FIELDS = ("trace", "ranks", "source")
 TEXT_FIELDS = ("name", "job", "owner", "gpus", "gpu_hours", "gpu_hour_cost", "week", "record")
@@ -36,6 +42,16 @@ def safe_filename(name: str | None, default: str) -> str:
     base = (name or "").replace("\\", "/").rsplit("/", 1)[-1]
     base = _UNSAFE.sub("_", base).lstrip(".")[:120]
     return base or default
+
+
+def client_filename(name: str | None, default: str) -> str:
+    """The upload's file name as the client sent it, for what the client is shown: its last path component
+    (a browser may send `C:\\x\\t.json`), unprintable characters as '_', at most 200 characters; `default`
+    when nothing is left."""
+    base = (name or "").replace("\\", "/").rsplit("/", 1)[-1]
+    bad = set(bad_chars(base))
+    base = "".join("_" if ch in bad else ch for ch in base).strip()[:200].strip()
+    return default if base in ("", ".", "..") else base
 
 
 @dataclass
@@ -226,7 +242,7 @@ def _has_trace_files(root: Path) -> bool:
 
 
 def _stem(filename: str) -> str:
-    name = safe_filename(filename, "job")
+    name = client_filename(filename, "job")
     for suffix in (".tar.gz", ".tgz", ".zip", ".tar", ".json.gz", ".json", ".gz"):
         if name.endswith(suffix):
             return name[: -len(suffix)] or "job"
@@ -257,7 +273,8 @@ def _prepare_inputs(job_dir: Path, files: dict[str, ReceivedFile], limits: Archi
             raise UploadError(f"{rf.field}: the uploaded file is empty")
     inp = job_dir / "input"
     inp.mkdir(parents=True, exist_ok=True)
-    params: dict = {"uploads": {k: {"filename": safe_filename(v.filename, k), "bytes": v.size} for k, v in files.items()}}
+    params: dict = {"uploads": {k: {"filename": client_filename(v.filename, k), "bytes": v.size}
+                                for k, v in files.items()}}
     if "trace" in files:
         rf = files["trace"]
         name = safe_filename(rf.filename, "trace.json")
@@ -267,7 +284,12 @@ def _prepare_inputs(job_dir: Path, files: dict[str, ReceivedFile], limits: Archi
             name = "trace.json.gz" if gz else "trace.json"
         (inp / "trace").mkdir()
         shutil.move(str(rf.path), inp / "trace" / name)
-        params.update(input="trace", path=f"trace/{name}", default_name=None)
+        # the job is named from the client's file name, as `analyze <file>` names it (the trace suffixes go);
+        # a path under input/trace/ other than the file is never a folder (job_name_of looks)
+        from ..load.job import job_name_of
+
+        shown = params["uploads"]["trace"]["filename"]
+        params.update(input="trace", path=f"trace/{name}", default_name=job_name_of(inp / "trace" / shown))
     else:
         rf = files["ranks"]
         dest = inp / "ranks"
