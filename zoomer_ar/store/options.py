@@ -106,8 +106,12 @@ def job_options(f: Callable) -> Callable:
 
 
 def record_options(f: Callable) -> Callable:
-    """All store options of `analyze`: --record plus job_options."""
+    """All store options of `analyze`: --record plus job_options, those of RECORD_ONLY saying in their
+    help that they need --record (refuse_record_only refuses them without it)."""
     f = job_options(f)
+    for param in getattr(f, "__click_params__", []):
+        if param.name in RECORD_ONLY:
+            param.help = f"{param.help} Needs --record."
     return click.option("--record", is_flag=True, help="Store the analysis (see `zoomer-ar digest`, `zoomer-ar history`).")(f)
 
 
