@@ -115,7 +115,7 @@ def test_a_temporary_locked_on_another_host_is_kept_until_its_lock_goes(tmp_path
     pytest.importorskip("fcntl")
     from zoomer_ar.capture_temp import remove_stale
 
-    tmp = tmp_path / ".rank-0.pt.trace.json.gz.zoomer-4242@other-host.example.k3j4h5g6.json.tmp"
+    tmp = tmp_path / ".rank-0.pt.trace.json.gz.zoomer-4242@other-host.example.0a1b2c3d.json.tmp"
     tmp.write_text("{}")
     _age(tmp, 7)
     holder = subprocess.Popen(
@@ -135,12 +135,25 @@ def test_a_dead_writer_on_this_host_is_told_by_its_pid(tmp_path):
     """Named for this host and a process that is running (this one): kept even without a lock."""
     from zoomer_ar.capture_temp import _host, remove_stale
 
-    mine = tmp_path / f".job.json.zoomer-{os.getpid()}@{_host()}.abcdefgh.json.tmp"
+    mine = tmp_path / f".job.json.zoomer-{os.getpid()}@{_host()}.9f8e7d6c.json.tmp"
     mine.write_text("{}")
     _age(mine, 7)
     assert remove_stale(tmp_path, ["job.json"]) == [] and mine.exists()
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    dead = tmp_path / f".job.json.zoomer-{gone.stdout.strip()}@{_host()}.abcdefgh.json.tmp"
+    dead = tmp_path / f".job.json.zoomer-{gone.stdout.strip()}@{_host()}.9f8e7d6c.json.tmp"
     dead.write_text("{}")
     _age(dead, 7)
     assert remove_stale(tmp_path, ["job.json"]) == [dead]
+
+
+@pytest.mark.torch
+def test_the_trace_and_job_file_keep_the_mode_a_plain_write_gives(tmp_path):
+    """They are written as temporaries and renamed: created 0600 (tempfile.mkstemp's mode), a trace in a
+    shared folder became unreadable to the others who read it; now 0666 less the umask, as open() gives."""
+    old = os.umask(0o022)
+    try:
+        _capture(tmp_path / "run")
+    finally:
+        os.umask(old)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "run").iterdir()}
+    assert modes == {"job.json": 0o644, "rank-0.pt.trace.json.gz": 0o644}

@@ -17,8 +17,8 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import secrets
 import socket
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -45,14 +45,27 @@ def _prefix(dst: Path) -> str:
     return f".{dst.name}.zoomer-{os.getpid()}@{_host()}."
 
 
+def _create(dst: Path, suffix: str) -> tuple[int, Path]:
+    """A new file beside dst, created with the mode a plain open() gives (0666 less the umask): it is
+    renamed into the trace or job file, which others (a shared folder, the service) must read as
+    before (tempfile.mkstemp's 0600 would carry over)."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        path = dst.parent / f"{_prefix(dst)}{secrets.token_hex(4)}{suffix}"
+        try:
+            return os.open(path, flags, 0o666), path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{dst.parent}: no free temporary name for {dst.name}")  # pragma: no cover
+
+
 @contextlib.contextmanager
 def held_temp(dst: Path, suffix: str) -> Iterator[Path]:
     """A new empty temporary beside ``dst``, locked while the block runs and removed after it on
     every path (an exception, Ctrl-C)."""
     if suffix not in _SUFFIXES:
         raise ValueError(f"suffix must be one of {_SUFFIXES}, not {suffix!r}")
-    fd, name = tempfile.mkstemp(suffix=suffix, prefix=_prefix(dst), dir=dst.parent)
-    path = Path(name)
+    fd, path = _create(dst, suffix)
     try:
         if fcntl is not None:
             with contextlib.suppress(OSError):  # a file system without locks: the name and the age still guard it
@@ -67,7 +80,7 @@ def held_temp(dst: Path, suffix: str) -> Iterator[Path]:
 def _temp_pattern(dst_name: str) -> re.Pattern[str]:
     d = re.escape(dst_name)
     return re.compile(
-        rf"^(?:\.{d}\.zoomer-(?P<pid>\d+)@(?P<host>[A-Za-z0-9._-]+)\.[A-Za-z0-9_]+(?:\.json|\.gz)\.tmp"
+        rf"^(?:\.{d}\.zoomer-(?P<pid>\d+)@(?P<host>[A-Za-z0-9._-]+)\.[0-9a-f]{{8}}(?:\.json|\.gz)\.tmp"
         rf"|\.{d}\.[A-Za-z0-9_]{{8}}\.json\.tmp"  # earlier versions' export: .rank-0.pt.trace.json.gz.ab12cd34.json.tmp
         rf"|{d}\.tmp)$"  # earlier versions' gzip and job file: rank-0.pt.trace.json.gz.tmp, job.json.tmp
     )
