@@ -29,3 +29,28 @@ def test_analyze_help_says_which_store_options_need_record(option):
     assert len(STORE_OPTIONS) == 10
     says = option.help.endswith("Needs --record.")
     assert says == _refused_without_record(option.name), option.opts[0]
+
+
+def test_a_finding_an_opt_in_fixer_could_fix_is_not_called_unfixable(tmp_path, capsys):
+    """fp32-matmul on the CPU recording: matmul-precision (CUDA only) changes nothing, and the opt-in
+    cpu-autocast, which does rewrite the program, is held back. The note said 'no automatic fix for
+    fp32-matmul ... its recommendation says what to do' just above the line naming cpu-autocast as
+    left out; it now names the opt-in fixer and the option that adds it, and that option does."""
+    import shutil
+    from pathlib import Path
+
+    from zoomer_ar.cli import main
+
+    repo = Path(__file__).resolve().parents[1]
+    src = tmp_path / "src"
+    shutil.copytree(repo / "training_data" / "scenarios", src)
+    trace = repo / "examples" / "traces" / "fp32_matmul"
+    assert main(["analyze", str(trace), "--source", str(src), "--out", str(tmp_path / "a"), "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert "no automatic fix for fp32-matmul" not in err
+    assert ("patch.diff has no fix for fp32-matmul: matmul-precision found nothing to change in fp32_matmul.py; "
+            "the opt-in cpu-autocast was left out (--fix-select cpu-autocast adds it)") in err
+    assert not (tmp_path / "a" / "patch.diff").exists()
+    assert main(["analyze", str(trace), "--source", str(src), "--out", str(tmp_path / "b"), "--no-progress",
+                 "--fix-select", "cpu-autocast"]) == 0
+    assert "torch.autocast" in (tmp_path / "b" / "patch.diff").read_text()

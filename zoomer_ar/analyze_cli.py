@@ -106,8 +106,12 @@ def write_fix_outputs(analysis, target: Path, source_dir: Path | None, trace_pat
             for f in analysis.findings:  # a finding's `fixers` are pattern ids; patch.diff ran fixer names
                 ran = sorted({fx.name for p in f.fixers for fx in reg.by_pattern(p) if fx.name in fixers})
                 if ran and read and f.pattern not in patched:
-                    notes.append(f"no automatic fix for {f.pattern}: {', '.join(ran)} found nothing to change in "
-                                 f"{where}; its recommendation says what to do")
+                    held = sorted({fx.name for p in f.fixers for fx in reg.by_pattern(p)
+                                   if fx.opt_in and fx.name not in fixers})
+                    lead, rest = ((f"patch.diff has no fix for {f.pattern}",  # an opt-in one may make one
+                                   f"the opt-in {', '.join(held)} was left out (--fix-select {','.join(held)} adds it)")
+                                  if held else (f"no automatic fix for {f.pattern}", "its recommendation says what to do"))
+                    notes.append(f"{lead}: {', '.join(ran)} found nothing to change in {where}; {rest}")
     spec = spec_from_analysis(analysis, argv=_recorded_argv(job), patch=patch_name, source_dir=source_dir,
                               **_recorded_launch(job),
                               patched=patched)
