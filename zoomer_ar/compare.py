@@ -61,7 +61,7 @@ def _findings_doc(path: Path) -> Path | None:
 
 
 #: the features compare reads (with detect.startup's summary): numbers of 0 or more, or null where not measured
-_NUMBERS = ("step_ms", "step_ms_p50", "first_step_ms", "gpu_busy_pct", "idle_startup_ms_per_step", "profiler_steps",
+_NUMBERS = ("step_ms", "step_ms_p50", "step_ms_p95", "step_ms_cv", "first_step_ms", "gpu_busy_pct", "idle_startup_ms_per_step", "profiler_steps",
             "startup_calls", "startup_compiles", "captured_launches")
 
 
@@ -185,7 +185,40 @@ def run_notes(before: Analysis, after: Analysis) -> list[str]:
         median = (f"; median steps: before {pb:,.2f} ms, after {pa:,.2f} ms, {pb / pa:.2f}x" if pb and pa else "")
         notes.append(f"start-up inside the profile: {which} - the mean step time, and with it the speedup, "
                      f"counts one-off work{median}. Profile both runs after the same warm-up to compare them")
+    uneven = uneven_steps_note(before, after, started=(bool(sb), bool(sa)))
+    if uneven:
+        notes.append(uneven)
     return notes
+
+
+#: a run whose step times vary more than this (coefficient of variation) is measured on uneven steps: the
+#: real-trace corpus's steadiest-to-noisiest runs span 0 to 0.16, and the scenario traces (recorded on a
+#: quiet machine) stay under 0.21 but for one whose DataLoader workers deliver in bursts (0.55)
+UNEVEN_STEP_CV = 0.3
+
+
+def uneven_steps_note(before: Analysis, after: Analysis, started: tuple[bool, bool] = (False, False)) -> str | None:
+    """Why the speedup may be noise: a side's step times vary widely (a busy machine, a loader that
+    delivers in bursts), so the mean over its few profiled steps is uncertain. A side whose spread the
+    start-up note explains already is left to it."""
+    sides = []
+    for name, a, said in (("before", before, started[0]), ("after", after, started[1])):
+        f = a.features or {}
+        cv = f.get("step_ms_cv")
+        if said or cv is None or cv < UNEVEN_STEP_CV:
+            continue
+        spread = ", ".join(x for x in (
+            f"median {_ms(f.get('step_ms_p50'))}" if f.get("step_ms_p50") is not None else "",
+            f"p95 {_ms(f.get('step_ms_p95'))}" if f.get("step_ms_p95") is not None else "",
+            f"{f['profiler_steps']} steps" if f.get("profiler_steps") else "") if x)
+        sides.append(f"{name} varies {cv:.0%} around its mean" + (f" ({spread})" if spread else ""))
+    if not sides:
+        return None
+    pb, pa = (before.features or {}).get("step_ms_p50"), (after.features or {}).get("step_ms_p50")
+    median = f"; the medians give {pb / pa:.2f}x" if pb and pa else ""
+    return (f"uneven step times: {' and '.join(sides)} - the speedup may be the machine's (or the input "
+            f"pipeline's) as much as the change's{median}. Record both runs on a quiet machine, with more "
+            "profiled steps, to compare them")
 
 
 def _model_version(a: Analysis) -> str | None:
