@@ -1,5 +1,5 @@
 """`compare` gave a speedup from the mean of a few profiled steps without a word when those steps were
-uneven (a busy machine: a before-run at cv 49% made a 5.5x "speedup" of a fix worth 1.8x by its
+uneven (a busy machine: a before-run at cv 49% made a 5.5x "speedup" of a fix worth 1.4x by its
 prediction). It now says which side's steps vary, how (median, p95, steps) and what the medians give."""
 
 from __future__ import annotations
