@@ -83,3 +83,25 @@ def test_bad_cap_exits_2(tmp_path):
     r = zoomer("serve", "--port", "0", "--data", str(tmp_path / "d"), env={"ZOOMER_SERVICE_MAX_CONNECTIONS": "-3",
                                                                             "ZOOMER_DB": f"sqlite:///{tmp_path}/s.db"})
     assert r.returncode == 2 and "ZOOMER_SERVICE_MAX_CONNECTIONS" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("request_bytes, status, said", [
+    (b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n", 400, "bad Content-Length"),
+    (b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n", 400,
+     "conflicting Content-Length headers"),
+    (b"GARBAGE\r\n\r\n", 400, "illegal request line: 'GARBAGE'"),
+    (b"GET /v1/health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (20 << 10), 431, "request line and headers too large"),
+])
+def test_a_request_http_cannot_parse_gets_the_json_error_shape(server, request_bytes, status, said):
+    # before: uvicorn's plain-text "Invalid HTTP request received." (always 400), unreadable as the API's JSON errors
+    with _connect(server) as sock:
+        sock.sendall(request_bytes)
+        answer = b""
+        while chunk := sock.recv(65536):  # the server answers and closes the connection
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(f"HTTP/1.1 {status} ".encode()), answer
+    headers = dict(line.lower().split(b": ", 1) for line in head.split(b"\r\n")[1:])
+    assert headers[b"content-type"] == b"application/json" and headers[b"connection"] == b"close", answer
+    detail = json.loads(body)["detail"]
+    assert said in detail and "\n" not in detail, detail

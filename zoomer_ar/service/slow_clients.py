@@ -21,7 +21,11 @@ The same protocol keeps the connection cap (`max_connections`, `--max-connection
 connection past it is answered **503** in the service's JSON error shape (`{"detail": "..."}`, with
 `Retry-After` and `Connection: close`) and the connection closed. uvicorn's own cap
 (`limit_concurrency`) answered a plain-text `Service Unavailable` that a client parsing the API's
-errors as JSON could not read; it is left unset.
+errors as JSON could not read; it is left unset. A request h11 cannot parse (a bad or repeated
+`Content-Length`, a malformed request line or chunk, headers past h11's buffer) is answered in the
+same JSON shape (`{"detail": "invalid HTTP request: bad Content-Length"}`, 400, or h11's hint: 431
+for headers too large) with `Connection: close`, where uvicorn answered a plain-text
+`Invalid HTTP request received.`
 """
 
 from __future__ import annotations
@@ -29,7 +33,10 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
+import sys
 from dataclasses import dataclass
+from http import HTTPStatus
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -164,6 +171,27 @@ class _GuardedH11(H11Protocol):
             self._start(BODY if self.conn.their_state is h11.SEND_BODY else HANDLER)
         elif self._phase == BODY and self.conn.their_state is not h11.SEND_BODY:
             self._start(HANDLER)  # the body is complete
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to a request h11 cannot parse (it calls this in its `except h11.RemoteProtocolError`),
+        in the API's JSON error shape, with h11's reason and status hint (431 for headers too large)."""
+        exc = sys.exc_info()[1]
+        status, why = 400, msg
+        if isinstance(exc, h11.RemoteProtocolError):
+            status = exc.error_status_hint
+            reason = re.sub(r"bytearray\(b('.*?')\)", r"\1", str(exc))[:200]  # h11 shows the bytes' repr
+            why = ("request line and headers too large" if status == 431 else f"invalid HTTP request: {reason}")
+        body = json.dumps({"detail": why}).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                   (b"connection", b"close"), (b"x-content-type-options", b"nosniff")]
+        phrase = HTTPStatus(status).phrase.encode() if status in HTTPStatus._value2member_map_ else b""
+        try:
+            for event in (h11.Response(status_code=status, headers=headers, reason=phrase), h11.Data(data=body),
+                          h11.EndOfMessage()):
+                self.transport.write(self.conn.send(event))
+        except h11.LocalProtocolError:  # a response was already under way: the connection is only closed
+            pass
+        self.transport.close()
 
     # --- uvicorn's hooks -------------------------------------------------------------------------
 
