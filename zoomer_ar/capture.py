@@ -219,7 +219,10 @@ class SteadyStateProfiler:
     idle steps, ``warmup`` steps traced but discarded, ``active`` steps recorded; ``repeat`` cycles.
     ``total_steps`` is how many steps the loop must run for everything to be recorded.
     ``overwrite=True`` replaces this rank's capture from an earlier run in ``out_dir`` (without it
-    :meth:`start` raises :class:`CaptureError`).
+    :meth:`start` raises :class:`CaptureError`). ``enabled=False`` switches the capture off (for the runs
+    or ranks that should not be profiled: ``enabled=rank == 0``): the loop runs as it would without the
+    helper, :meth:`step` and :attr:`done` still count steps, and ``out_dir`` is neither made, checked
+    nor written (the result lists no trace and no job file).
     """
 
     def __init__(
@@ -298,6 +301,11 @@ class SteadyStateProfiler:
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> SteadyStateProfiler:
+        self._started_at = _utc_now()
+        self._t0 = time.perf_counter()
+        if not self.enabled:  # a switched-off capture touches nothing: no folder, no check, no file
+            self.rank, self.rank_source = (self._rank_arg, "argument") if self._rank_arg is not None else (0, "disabled")
+            return self
         self.rank, self.rank_source = detect_rank(self._rank_arg)
         self._prepare_out_dir()  # before torch is imported, before the loop runs
 
@@ -306,8 +314,6 @@ class SteadyStateProfiler:
 
         self._started_at = _utc_now()
         self._t0 = time.perf_counter()
-        if not self.enabled:
-            return self
         activities = [ProfilerActivity.CPU]
         if torch.cuda.is_available():
             activities.append(ProfilerActivity.CUDA)
@@ -432,6 +438,9 @@ class SteadyStateProfiler:
         self._cycles_written += 1
 
     def _finish(self) -> CaptureResult:
+        if not self.enabled:
+            self.result = CaptureResult(out_dir=self.out_dir, rank=self.rank, steps_run=self.steps_run)
+            return self.result
         import torch
 
         _, world_size, backend = _dist_info()
