@@ -78,7 +78,7 @@ def _done(st: ops.Stats) -> None:
 @click.group(name="trace")
 @click.pass_context
 def trace(ctx: click.Context) -> None:
-    """Streaming trace surgery: cut, filter, sample, split, merge and recompress Kineto traces.
+    """Streaming trace surgery: cut, filter, sample, split, merge, recompress, repair and check Kineto traces.
 
     Inputs and outputs may be .json, .json.gz or (with the `zstandard` package) .json.zst; files of
     any size stream through. Outputs are valid Chrome traces (this tool, HTA and Perfetto open them):
