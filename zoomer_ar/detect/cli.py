@@ -19,7 +19,8 @@ def rules() -> None:
 
 @rules.command("list")
 def list_rules() -> None:
-    """One line per rule: id, category, title."""
+    """One line per rule: id, category, title and, for a rule with an automatic fix, [fix: IDS]
+    (`zoomer-ar fix DIR --select IDS` runs its fixers; `rules explain ID` says more)."""
     rs = load_rules()
     width = max(len(r.id) for r in rs)
     for r in rs:
