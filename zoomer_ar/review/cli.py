@@ -61,7 +61,8 @@ def review_cmd(files, repo, base, head, fmt, output, trace, db, db_week, select,
     zoomer-ar review --base "$BASE_SHA" --head "$HEAD_SHA" --post --fail-on high
 
     Exit status: 0 reviewed; 1 a finding at or above --fail-on (or GitHub refused the post);
-    2 bad input (not a repository, unknown ref, a FILE that does not exist, invalid [tool.zoomer-ar]).
+    2 bad input (not a repository, unknown ref, a FILE that does not exist, invalid [tool.zoomer-ar],
+    --post without its GitHub settings: token, repository, pull request).
     """
     from . import engine, render
     from .safe_text import quoted_path, readable, readable_all
