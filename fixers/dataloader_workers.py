@@ -10,43 +10,7 @@ from zoomer_ar.fix import flow
 from zoomer_ar.fix import helpers as h
 from zoomer_ar.fix.base import Context, Edit, Example, Fixer
 from zoomer_ar.fix.datasets import ITERABLE, UNKNOWN, datasets_of, loader_verdict
-
-
-def _unpicklable_callable(ctx: Context, call: cst.Call) -> str | None:
-    """Why the loader's `collate_fn` / `worker_init_fn` cannot be pickled, else None: a lambda, a
-    name bound to a lambda or to a function defined inside a function (seen from the call's
-    function), or functools.partial of one. Workers get these callables pickled under spawn."""
-    for key in ("collate_fn", "worker_init_fn"):
-        arg = h.kwarg(call, key)
-        if arg is None:
-            continue
-        value = arg.value
-        while isinstance(value, cst.Call) and h.last_name(value.func) == "partial" and value.args:
-            value = value.args[0].value
-        if isinstance(value, cst.Lambda):
-            return f"its {key} is a lambda"
-        if isinstance(value, cst.Name) and _local_callable(ctx, call, value.value):
-            return f"its {key} `{value.value}` is a function defined inside a function (or a lambda)"
-    return None
-
-
-def _local_callable(ctx: Context, call: cst.Call, name: str) -> bool:
-    """`name` is bound to a lambda (anywhere: pickle finds no lambda by name) or, in a function
-    around `call`, by a nested `def name`."""
-    def function_of(node: cst.CSTNode) -> cst.CSTNode | None:
-        return next((a for a in ctx.ancestors(node) if isinstance(a, cst.FunctionDef)), None)
-
-    around = {id(a) for a in ctx.ancestors(call) if isinstance(a, cst.FunctionDef)}
-    for node in ctx.nodes(cst.FunctionDef):
-        if node.name.value == name and id(function_of(node)) in around:
-            return True
-    for node in ctx.nodes(cst.Assign):
-        if isinstance(node.value, cst.Lambda) and any(isinstance(t.target, cst.Name) and t.target.value == name
-                                                      for t in node.targets):
-            scope = function_of(node)
-            if scope is None or id(scope) in around:
-                return True
-    return False
+from zoomer_ar.fix.loader_workers import workers_refusal
 
 
 def _chosen_workers(ctx: Context, call: cst.Call) -> bool:
@@ -133,7 +97,13 @@ It reports only, too, in a test module (`test_*.py`, `*_test.py`, `conftest.py`:
 change what the test exercises, and start for every small loader of the run) and when the
 loader's `collate_fn` or `worker_init_fn` is a lambda or a function defined inside a function
 (also through `functools.partial`): workers started by spawn (macOS, Windows; Linux's default from
-Python 3.14) receive them pickled, and pickle cannot find those by name.
+Python 3.14) receive them pickled, and pickle cannot find those by name. So is every loader of a
+script that runs its training as it is imported: a loop over a loader made at its top level, or a
+call of one of its functions (or of a method of one of its classes) that loops, outside every
+function and an `if __name__ == "__main__":` block. Those workers import the script again, run
+the training themselves and try to start workers of their own while starting (RuntimeError: "An
+attempt has been made to start a new process before the current process has finished its
+bootstrapping phase"); put that code under such a block first.
 
 ## Why is this bad?
 With `num_workers=0` every batch is loaded, decoded and collated in the training process,
@@ -143,8 +113,9 @@ processes prefetch batches while the GPU computes; pinned (page-locked) batches 
 to the GPU asynchronously; persistent workers avoid re-forking the workers every epoch.
 
 ## Caveats
-Workers are separate processes: the dataset must be picklable and, on platforms that `spawn`
-(macOS, Windows), the script needs an `if __name__ == "__main__":` guard. The number of workers
+Workers are separate processes: the dataset must be picklable, and workers started by spawn
+(macOS, Windows; Linux's default from Python 3.14) import the script again: a script that trains
+as it is imported is reported, not changed (see above). The number of workers
 is a starting point: size it from the trace (option `num_workers`) and the CPU count.
 Calls with `*args`/`**kwargs` or with `num_workers` passed positionally are reported, not changed.
 A dataset whose kind is not visible in the file is assumed map-style unless the file or its
@@ -299,6 +270,31 @@ loader = DataLoader(dataset, batch_size=64, shuffle=True, num_workers=4, pin_mem
             "loader = DataLoader(ds, shuffle=True, collate_fn=pad, num_workers=4, pin_memory=True, persistent_workers=True, prefetch_factor=2)\n",
             message_contains="no num_workers",
         ),
+        # a script that trains as it is imported (no __main__ block): workers started by spawn import
+        # it again and start workers of their own while starting (RuntimeError)
+        Example(
+            "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n\n"
+            "loader = DataLoader(TensorDataset(torch.zeros(8, 4)), batch_size=2, shuffle=True)\n"
+            "for epoch in range(3):\n    for i, (x,) in enumerate(loader):\n        print(x.sum())\n",
+            None,
+            message_contains="runs its training as it is imported (`for ... in enumerate(loader)` at line 6",
+        ),
+        Example(
+            "from torch.utils.data import DataLoader\n\n\nclass Trainer:\n    def fit(self, ds):\n"
+            "        self.epoch(DataLoader(ds, batch_size=8, shuffle=True))\n\n    def epoch(self, loader):\n"
+            "        for batch in loader:\n            print(batch)\n\n\nTrainer().fit(ds)\n",
+            None,
+            message_contains="(`Trainer().fit(ds)` at line 13",
+        ),
+        # the same program under a __main__ block (the workers import the file without running it): fixed
+        Example(
+            "from torch.utils.data import DataLoader\n\nloader = DataLoader(ds, batch_size=8, shuffle=True)\n\n\n"
+            "def main():\n    for batch in loader:\n        print(batch)\n\n\nif __name__ == \"__main__\":\n    main()\n",
+            "from torch.utils.data import DataLoader\n\nloader = DataLoader(ds, batch_size=8, shuffle=True, num_workers=4, "
+            "pin_memory=True, persistent_workers=True, prefetch_factor=2)\n\n\n"
+            "def main():\n    for batch in loader:\n        print(batch)\n\n\nif __name__ == \"__main__\":\n    main()\n",
+            message_contains="no num_workers",
+        ),
         # shuffle=True rules out an IterableDataset (DataLoader raises ValueError for one)
         Example(
             "from torch.utils.data import DataLoader, IterableDataset\nloader = DataLoader(ds, batch_size=8, shuffle=True)\n",
@@ -338,15 +334,9 @@ loader = DataLoader(dataset, batch_size=64, shuffle=True, num_workers=4, pin_mem
             arg = h.kwarg(call, "num_workers")
             what = "num_workers=0" if arg is not None else "no num_workers"
             message = f"DataLoader with {what} loads every batch in the training process; use worker processes (num_workers={workers}) and pinned memory"
-            if ctx.test_module():
-                yield self.report(call, message + "; not changed: a test module (worker processes would change what the "
-                                  "test exercises, and start for every small loader of the run)")
-                continue
-            local = _unpicklable_callable(ctx, call)
-            if local is not None:
-                yield self.report(call, message + f"; not changed: {local}, which worker processes started by spawn "
-                                  "(macOS, Windows; Linux's default from Python 3.14) cannot pickle: define it at "
-                                  "module level first")
+            refusal = workers_refusal(ctx, call)
+            if refusal is not None:
+                yield self.report(call, f"{message}; {refusal}")
                 continue
             new = call
             if arg is not None:

@@ -17,8 +17,9 @@ from torch.utils.data import DataLoader
 
 loader = DataLoader(ds, batch_size=8)
 opt = torch.optim.Adam(model.parameters(), foreach=False)
-for x in loader:
-    torch.cuda.empty_cache()
+if __name__ == "__main__":  # unguarded, spawned workers would rerun the loop: the loader keeps no workers
+    for x in loader:
+        torch.cuda.empty_cache()
 """
 
 

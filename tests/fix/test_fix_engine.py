@@ -23,13 +23,14 @@ from torch.utils.data import DataLoader
 
 loader = DataLoader(ds, batch_size=8)  # the loader
 opt = torch.optim.SGD(model.parameters(), lr=0.1, foreach=False)
-for i, (x, y) in enumerate(loader):
-    x = x.to("cuda")
-    loss = model(x).sum()
-    loss.backward()
-    opt.zero_grad(set_to_none=False)
-    torch.cuda.empty_cache()
-    print(loss.item())
+if __name__ == "__main__":  # spawned loader workers import the script: the loop must not run then
+    for i, (x, y) in enumerate(loader):
+        x = x.to("cuda")
+        loss = model(x).sum()
+        loss.backward()
+        opt.zero_grad(set_to_none=False)
+        torch.cuda.empty_cache()
+        print(loss.item())
 """
 
 MODEL = """\
@@ -280,7 +281,7 @@ def test_combined_fix_pins_loader_and_adds_non_blocking(project: Path):
     text = (project / "train.py").read_text()
     assert "pin_memory=True" in text
     assert 'x = x.to("cuda", non_blocking=True)' in text
-    assert "    if i % 100 == 0:\n        print(loss.item())\n" in text
+    assert "        if i % 100 == 0:\n            print(loss.item())\n" in text
     assert "empty_cache" not in text
     assert "set_to_none=True" in text
     assert "# the loader" in text
@@ -318,10 +319,34 @@ def test_non_blocking_is_not_added_for_a_loader_the_workers_fixer_leaves_unpinne
     (tmp_path / "train.py").write_text(
         "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n\n"
         "loader = DataLoader(TensorDataset(torch.zeros(8, 4)), batch_size=2)\n"
-        "for (x,) in loader:\n    x = x.to('cuda')\n"
+        "if __name__ == '__main__':\n    for (x,) in loader:\n        x = x.to('cuda')\n"
     )
     both = engine.run(tmp_path, fix=True, select="dataloader-workers,non-blocking-h2d")
     diff = both.diff()
     assert "pin_memory=True" in diff and "non_blocking=True" in diff
     said = [m.message for f in both.files for m in f.findings if m.fixer == "non-blocking-h2d"]
     assert said and all("in the same fix (dataloader-workers)" in m for m in said), said  # not yet pinned
+
+
+@pytest.mark.parametrize(("name", "source"), [
+    # a test module: dataloader-workers reports its loaders (workers would change what the test exercises)
+    ("test_loader_speed.py",
+     "from torch.utils.data import DataLoader\n\n\ndef test_epoch(ds, model):\n"
+     "    loader = DataLoader(ds, batch_size=8, shuffle=True)\n    for x, y in loader:\n"
+     "        model(x.to('cuda'))\n"),
+    # a script that trains as it is imported: spawned workers would import it and rerun the loop
+    ("train.py",
+     "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n\n"
+     "loader = DataLoader(TensorDataset(torch.zeros(8, 4)), batch_size=2)\n"
+     "for (x,) in loader:\n    x = x.to('cuda')\n"),
+])
+def test_non_blocking_waits_for_a_pin_the_workers_fixer_does_not_make(tmp_path: Path, name: str, source: str):
+    """non-blocking-h2d added non_blocking=True, saying "the loader gets pin_memory=True in the same fix
+    (dataloader-workers)", where dataloader-workers reports the loader and leaves it unpinned."""
+    (tmp_path / name).write_text(source)
+    result = engine.run(tmp_path, fix=True, select="dataloader-workers,non-blocking-h2d")
+    assert result.diff() == ""
+    said = {m.fixer: m for f in result.files for m in f.findings}
+    assert not said["dataloader-workers"].fixable and "not changed" in said["dataloader-workers"].message
+    assert not said["non-blocking-h2d"].fixable
+    assert "same fix" not in said["non-blocking-h2d"].message

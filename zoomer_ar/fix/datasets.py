@@ -15,6 +15,7 @@ import libcst as cst
 
 from . import helpers as h
 from .base import Context
+from .loader_workers import workers_refusal
 
 # -- iterable-style datasets -------------------------------------------------------------------
 # Every DataLoader worker iterates its own copy of an IterableDataset: unless the dataset's
@@ -279,11 +280,13 @@ def loader_verdict(ctx: Context, call: cst.Call) -> tuple[str, str | None]:
 
 def workers_rewritable(ctx: Context, call: cst.Call) -> bool:
     """The dataloader-workers fixer rewrites this call (workers and pin_memory=True): a serial loader,
-    no */** arguments, num_workers not positional, over a dataset taken for map-style."""
+    no */** arguments, num_workers not positional, over a dataset taken for map-style, and nothing
+    that loader_workers.workers_refusal reports (a test module, an unpicklable collate_fn, training
+    run at import)."""
     if not (h.dataloader_is_serial(call) and h.dataloader_fixable(call)):
         return False
     kind, why = loader_verdict(ctx, call)
-    return kind == MAP or (kind == UNKNOWN and why is None)
+    return (kind == MAP or (kind == UNKNOWN and why is None)) and workers_refusal(ctx, call) is None
 
 
 def datasets_of(ctx: Context) -> "Datasets":

@@ -1,0 +1,195 @@
+"""When a DataLoader may not be given worker processes although its dataset allows them.
+
+Shared by fixers/dataloader_workers.py (which reports such a loader instead of rewriting it) and,
+through datasets.workers_rewritable, fixers/non_blocking_h2d.py (which counts on the rewrite's
+pin_memory=True only where it happens). Workers started by spawn (macOS, Windows; forkserver,
+Linux's default from Python 3.14, likewise) import the main module again and receive the loader's
+callables pickled, so:
+
+* a test module is left alone: workers would change what the test exercises;
+* a `collate_fn`/`worker_init_fn` that pickle cannot find by name (a lambda, a function defined in
+  a function, a partial of one) would fail in the workers;
+* a script that runs its training as it is imported (a loop over a loader, or a call of one of its
+  own looping functions, outside every function and an `if __name__ == "__main__":` block) would
+  run it again in every worker, whose loader then tries to start workers of its own while the
+  worker is still starting: RuntimeError ("An attempt has been made to start a new process before
+  the current process has finished its bootstrapping phase").
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from . import helpers as h
+from .base import SCOPE_BOUNDARIES, Context, _is_main_guard
+
+SPAWN = "worker processes started by spawn (macOS, Windows; Linux's default from Python 3.14)"
+
+
+def workers_refusal(ctx: Context, call: cst.Call) -> str | None:
+    """Why the DataLoader ``call`` is reported rather than given workers (the tail of the finding's
+    message, from "not changed: "), else None."""
+    if ctx.test_module():
+        return ("not changed: a test module (worker processes would change what the "
+                "test exercises, and start for every small loader of the run)")
+    local = _unpicklable_callable(ctx, call)
+    if local is not None:
+        return f"not changed: {local}, which {SPAWN} cannot pickle: define it at module level first"
+    program = program_at_import(ctx)
+    if program is not None:
+        return (f"not changed: the file runs its training as it is imported ({program}, outside an "
+                f"`if __name__ == \"__main__\":` block); {SPAWN} import it again and would start workers "
+                "of their own while starting (RuntimeError): move that code under such a block first")
+    return None
+
+
+# -- callables the workers receive pickled ------------------------------------------------------
+
+def _unpicklable_callable(ctx: Context, call: cst.Call) -> str | None:
+    """Why the loader's `collate_fn` / `worker_init_fn` cannot be pickled, else None: a lambda, a
+    name bound to a lambda or to a function defined inside a function (seen from the call's
+    function), or functools.partial of one. Workers get these callables pickled under spawn."""
+    for key in ("collate_fn", "worker_init_fn"):
+        arg = h.kwarg(call, key)
+        if arg is None:
+            continue
+        value = arg.value
+        while isinstance(value, cst.Call) and h.last_name(value.func) == "partial" and value.args:
+            value = value.args[0].value
+        if isinstance(value, cst.Lambda):
+            return f"its {key} is a lambda"
+        if isinstance(value, cst.Name) and _local_callable(ctx, call, value.value):
+            return f"its {key} `{value.value}` is a function defined inside a function (or a lambda)"
+    return None
+
+
+def _local_callable(ctx: Context, call: cst.Call, name: str) -> bool:
+    """`name` is bound to a lambda (anywhere: pickle finds no lambda by name) or, in a function
+    around `call`, by a nested `def name`."""
+    def function_of(node: cst.CSTNode) -> cst.CSTNode | None:
+        return next((a for a in ctx.ancestors(node) if isinstance(a, cst.FunctionDef)), None)
+
+    around = {id(a) for a in ctx.ancestors(call) if isinstance(a, cst.FunctionDef)}
+    for node in ctx.nodes(cst.FunctionDef):
+        if node.name.value == name and id(function_of(node)) in around:
+            return True
+    for node in ctx.nodes(cst.Assign):
+        if isinstance(node.value, cst.Lambda) and any(isinstance(t.target, cst.Name) and t.target.value == name
+                                                      for t in node.targets):
+            scope = function_of(node)
+            if scope is None or id(scope) in around:
+                return True
+    return False
+
+
+# -- training run as the module is imported ---------------------------------------------------
+
+def program_at_import(ctx: Context) -> str | None:
+    """What runs the file's training as it is imported (``"`for ... in enumerate(train_loader)` at
+    line 115"``, ``"`main()` at line 40"``), else None: outside every function, class and
+    `__main__` block, a loop over a name bound to a DataLoader there, or a call of a function of
+    the file (a method of one of its classes, on an instance made there) that runs a loop. A
+    notebook is no module that workers import."""
+    cached = ctx.__dict__.get("_zoomer_program_at_import", False)
+    if cached is not False:
+        return cached
+    found = None if ctx.notebook() else _find_program(ctx)
+    ctx.__dict__["_zoomer_program_at_import"] = found
+    return found
+
+
+def _at_import(ctx: Context, node: cst.CSTNode) -> bool:
+    """``node`` runs as the module is imported: outside every function, class and lambda, and not
+    in the body of an ``if __name__ == "__main__":`` (its ``else`` runs on import)."""
+    child = node
+    for a in ctx.ancestors(node):
+        if isinstance(a, SCOPE_BOUNDARIES):
+            return False
+        if isinstance(a, cst.If) and child is a.body and _is_main_guard(a.test):
+            return False
+        child = a
+    return True
+
+
+def _find_program(ctx: Context) -> str | None:
+    functions = {s.name.value: s for s in ctx.module.body if isinstance(s, cst.FunctionDef)}
+    classes = {s.name.value: s for s in ctx.module.body if isinstance(s, cst.ClassDef)}
+    loader_calls = {id(c) for c in h.dataloader_calls(ctx)}
+    loaders: set[str] = set()  # names bound to a DataLoader at import
+    instances: dict[str, cst.ClassDef] = {}  # names bound to an instance of a class of the file at import
+    for assign in ctx.nodes(cst.Assign):
+        if not _at_import(ctx, assign):
+            continue
+        names = [t.target.value for t in assign.targets if isinstance(t.target, cst.Name)]
+        value = assign.value
+        if isinstance(value, cst.Call) and id(value) in loader_calls:
+            loaders.update(names)
+        elif isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in classes:
+            instances.update((n, classes[value.func.value]) for n in names)
+    for node in ctx.nodes(cst.For, cst.CompFor, cst.Call):
+        if not _at_import(ctx, node):
+            continue
+        if isinstance(node, (cst.For, cst.CompFor)):
+            if any(isinstance(n, cst.Name) and n.value in loaders for n in h.walk(node.iter)):
+                return f"`for ... in {_short(ctx, node.iter)}` at line {ctx.pos(node).start.line}"
+            continue
+        fn = _callee(node, functions, classes, instances)
+        if fn is not None and _loops(fn, functions, _class_of(ctx, fn), set()):
+            return f"`{_short(ctx, node)}` at line {ctx.pos(node).start.line}"
+    return None
+
+
+def _callee(call: cst.Call, functions: dict[str, cst.FunctionDef], classes: dict[str, cst.ClassDef],
+            instances: dict[str, cst.ClassDef]) -> cst.FunctionDef | None:
+    """The function of the file that ``call`` runs: ``name(...)`` of a top-level function,
+    ``obj.method(...)`` with ``obj`` an instance of one of its classes, or ``Class(...).method(...)``."""
+    if isinstance(call.func, cst.Name):
+        return functions.get(call.func.value)
+    if not isinstance(call.func, cst.Attribute):
+        return None
+    receiver = call.func.value
+    cls = None
+    if isinstance(receiver, cst.Name):
+        cls = instances.get(receiver.value)
+    elif isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Name):
+        cls = classes.get(receiver.func.value)
+    return _method(cls, call.func.attr.value) if cls is not None else None
+
+
+def _method(cls: cst.ClassDef, name: str) -> cst.FunctionDef | None:
+    return next((s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == name), None)
+
+
+def _class_of(ctx: Context, fn: cst.FunctionDef) -> cst.ClassDef | None:
+    parent = ctx.parent(ctx.parent(fn))  # FunctionDef -> IndentedBlock -> ClassDef
+    return parent if isinstance(parent, cst.ClassDef) else None
+
+
+def _loops(fn: cst.FunctionDef, functions: dict[str, cst.FunctionDef], cls: cst.ClassDef | None,
+           seen: set[int]) -> bool:
+    """``fn`` runs a loop (``for``/``while``), itself or through the file's functions it calls by
+    name and its class's methods it calls on ``self``."""
+    if id(fn) in seen:
+        return False
+    seen.add(id(fn))
+    for n in h.walk(fn.body, into_scopes=False):
+        if isinstance(n, (cst.For, cst.While)):
+            return True
+        if not isinstance(n, cst.Call):
+            continue
+        callee = None
+        if isinstance(n.func, cst.Name):
+            callee = functions.get(n.func.value)
+        elif cls is not None and isinstance(n.func, cst.Attribute) and h.dotted(n.func.value) == "self":
+            callee = _method(cls, n.func.attr.value)
+            if callee is not None and _loops(callee, functions, cls, seen):
+                return True
+            continue
+        if callee is not None and _loops(callee, functions, None, seen):
+            return True
+    return False
+
+
+def _short(ctx: Context, node: cst.CSTNode) -> str:
+    text = " ".join(ctx.code(node).split())
+    return text if len(text) <= 40 else text[:37] + "..."
