@@ -225,3 +225,28 @@ def test_an_interrupted_gzip_leaves_no_temporary_file(tmp_path, monkeypatch):
     capture._gzip_file(str(src), dst)
     with gzip.open(dst, "rt") as fh:
         assert json.load(fh)["traceEvents"][0]["name"] == "x" * 100
+
+
+@pytest.mark.torch
+def test_overwrite_keeps_the_earlier_capture_until_a_new_trace_is_written(counted_step, tmp_path):
+    """overwrite=True deleted the earlier run's files when the profiler started: a new run that then failed
+    (an OOM, a bug, Ctrl-C) before its first recorded step left the folder with neither run's capture,
+    and one too short to record wrote a job.json over the earlier run's, beside its trace."""
+    profile_steps(counted_step, out_dir=tmp_path, warmup=0, active=1, repeat=2, job_name="first")
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+
+    with pytest.raises(ZeroDivisionError):
+        with SteadyStateProfiler(tmp_path, skip_first=2, warmup=0, active=1, overwrite=True) as prof:
+            for i in range(5):
+                if i == 1:
+                    1 / 0  # the new run fails before its first recorded step (step 2)
+                counted_step(i)
+                prof.step()
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+
+    with pytest.warns(RuntimeWarning, match=r"no step recorded .*; the earlier capture there is kept \(rank-0"):
+        with SteadyStateProfiler(tmp_path, skip_first=5, warmup=0, active=1, overwrite=True) as prof:
+            for i in range(2):
+                counted_step(i)
+                prof.step()
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before

@@ -42,7 +42,8 @@ touched (:mod:`zoomer_ar.capture_temp`).
 The folder is checked when the profiler starts, before the loop runs: one that cannot be created
 or written to, or that already holds this rank's capture from an earlier run, raises
 :class:`CaptureError` (``overwrite=True`` replaces that rank's earlier trace files and job file, so
-two runs never mix in one folder). Bad schedule arguments raise ``TypeError``/``ValueError`` at
+two runs never mix in one folder, once the new run has written its first trace: a run that fails or
+stops before that keeps them, and writes no job file over theirs). Bad schedule arguments raise ``TypeError``/``ValueError`` at
 construction. A loop that stops before the first recorded step (a schedule longer than the run)
 writes no trace and warns (``RuntimeWarning``); ``job.json`` says ``complete: false``.
 
@@ -219,7 +220,8 @@ class SteadyStateProfiler:
     idle steps, ``warmup`` steps traced but discarded, ``active`` steps recorded; ``repeat`` cycles.
     ``total_steps`` is how many steps the loop must run for everything to be recorded.
     ``overwrite=True`` replaces this rank's capture from an earlier run in ``out_dir`` (without it
-    :meth:`start` raises :class:`CaptureError`). ``enabled=False`` switches the capture off (for the runs
+    :meth:`start` raises :class:`CaptureError`) once this run writes its first trace: a run that fails
+    or stops before that leaves the earlier capture as it was. ``enabled=False`` switches the capture off (for the runs
     or ranks that should not be profiled: ``enabled=rank == 0``): the loop runs as it would without the
     helper, :meth:`step` and :attr:`done` still count steps, and ``out_dir`` is neither made, checked
     nor written (the result lists no trace and no job file).
@@ -270,6 +272,7 @@ class SteadyStateProfiler:
         self.steps_run = 0
         self.traces: list[Path] = []
         self._cycles_written = 0
+        self._replaced: list[Path] = []  # overwrite=True: the earlier run's files, removed once a new trace is written
         self._prof: Any = None
         self._started_at: str | None = None
         self._t0 = 0.0
@@ -364,8 +367,7 @@ class SteadyStateProfiler:
             shown = ", ".join(str(p.relative_to(out)) for p in earlier[:3])
             raise CaptureError(f"{out}: already holds a capture of rank {self.rank} ({shown}): "
                                "pass overwrite=True to replace it, or choose another out_dir")
-        for p in earlier:
-            p.unlink()
+        self._replaced = earlier  # kept until this run writes its first trace: a run that fails before keeps them
         self._remove_stale_temporaries()
 
     def _remove_stale_temporaries(self) -> None:
@@ -397,11 +399,13 @@ class SteadyStateProfiler:
             prof.stop()
         if self.enabled and not self.traces:
             first = self.recorded_steps(0)[0]
+            kept = (f"; the earlier capture there is kept ({', '.join(str(p.relative_to(self.out_dir)) for p in self._replaced[:3])})"
+                    if self._replaced else "")
             warnings.warn(
                 f"zoomer_ar.capture: no step recorded in {self.out_dir}: the loop ran {self.steps_run} step(s) and "
                 f"stopped before step {first}, the first the schedule records (skip_first {self.skip_first} + "
-                f"wait {self.wait} + warmup {self.warmup}); lower skip_first or run the loop for {self.total_steps} steps",
-                RuntimeWarning, stacklevel=2)
+                f"wait {self.wait} + warmup {self.warmup}); lower skip_first or run the loop for {self.total_steps} steps"
+                f"{kept}", RuntimeWarning, stacklevel=2)
         return self._finish()
 
     def __enter__(self) -> SteadyStateProfiler:
@@ -434,11 +438,21 @@ class SteadyStateProfiler:
         with held_temp(dst, ".json.tmp") as tmp:
             prof.export_chrome_trace(str(tmp))
             _gzip_file(tmp, dst)
+        self._remove_replaced(keep=dst)
         self.traces.append(dst)
         self._cycles_written += 1
 
+    def _remove_replaced(self, keep: Path) -> None:
+        """overwrite=True: the earlier run's files go once this run's first trace is written (``keep``, its
+        destination, has just replaced its namesake in one rename), so one folder never mixes two runs."""
+        replaced, self._replaced = self._replaced, []
+        for p in replaced:
+            if p != keep:
+                p.unlink(missing_ok=True)
+
     def _finish(self) -> CaptureResult:
-        if not self.enabled:
+        if not self.enabled or (not self.traces and self._replaced):
+            # switched off, or nothing recorded where an earlier capture is kept (its job file describes it)
             self.result = CaptureResult(out_dir=self.out_dir, rank=self.rank, steps_run=self.steps_run)
             return self.result
         import torch
