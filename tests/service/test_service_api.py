@@ -338,3 +338,26 @@ def test_webhook_payloads(server):
     assert _hook(server, closed, sign(SECRET, closed), "pull_request").json()["status"] == "ignored"
     push = b"{}"
     assert _hook(server, push, sign(SECRET, push), "push").json()["status"] == "ignored"
+
+
+@pytest.mark.parametrize("method, path, kw, field", [
+    ("GET", "/v1/jobs", {"params": {"limit": "100000"}}, "limit"),
+    ("GET", "/v1/jobs", {"params": {"state": "sleeping"}}, "state"),
+    ("GET", "/v1/jobs/not-an-id", {}, "job_id"),
+    ("DELETE", "/v1/jobs/not-an-id", {}, "job_id"),
+    ("GET", "/v1/digest", {"params": {"week": "2026-W99"}}, "week"),
+    ("GET", "/v1/digest", {"params": {"top": "0"}}, "top"),
+    ("POST", "/v1/verdicts", {"json": {"job_id": "x" * 32, "pattern": "no-such-pattern", "label": "positive"}},
+     "job_id"),
+    ("POST", "/v1/verdicts", {"json": [1, 2]}, ""),
+])
+def test_invalid_parameters_are_422_in_the_api_error_shape(server, tokens, method, path, kw, field):
+    # before: FastAPI's 422, a list of error objects under "detail"; every other error is {"detail": "<one line>"}
+    with server.client(tokens["vision"]) as c:
+        r = c.request(method, path, **kw)
+    assert r.status_code == 422, r.text
+    detail = r.json()["detail"]
+    assert isinstance(detail, str) and "\n" not in detail and detail.startswith(field), detail
+    published = json.loads(openapi_json())["paths"][path if "not-an-id" not in path else "/v1/jobs/{job_id}"]
+    assert published[method.lower()]["responses"]["422"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/Error"}

@@ -17,7 +17,6 @@ from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Path as PathParam, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.exception_handlers import request_validation_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -369,7 +368,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         reason = _not_json(exc.errors())
         if reason is not None:
             return JSONResponse({"detail": reason}, status_code=400)
-        return await request_validation_exception_handler(request, exc)
+        # the API's error shape, one line (FastAPI's own 422 is a list of error objects under "detail")
+        return JSONResponse({"detail": _invalid(exc.errors())}, status_code=422)
 
     def status(job, eng, names: list[str] | None = None) -> JobStatus:
         if names is None:
@@ -665,7 +665,43 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             return duplicate()
         return JSONResponse(WebhookOut(status="queued", job_id=job_id).model_dump(), status_code=202)
 
+    app.openapi = _with_one_line_422(app.openapi)
     return app
+
+
+def _with_one_line_422(build):  # noqa: ANN001, ANN202 - FastAPI's app.openapi
+    """app.openapi, with FastAPI's 422 schema (a list of error objects) replaced by the API's `Error` (what
+    _validation_error answers)."""
+    def openapi() -> dict[str, Any]:
+        doc = build()
+        schemas = doc.get("components", {}).get("schemas", {})
+        for ops in doc.get("paths", {}).values():
+            for op in ops.values():
+                answer = op.get("responses", {}).get("422")
+                if answer and "HTTPValidationError" in json.dumps(answer):
+                    op["responses"]["422"] = {"description": "Invalid parameters (the message says which, in one line)",
+                                              "content": {"application/json": {"schema": {
+                                                  "$ref": "#/components/schemas/Error"}}}}
+        schemas.pop("HTTPValidationError", None)
+        schemas.pop("ValidationError", None)
+        return doc
+
+    return openapi
+
+
+def _invalid(errors) -> str:  # noqa: ANN001 - FastAPI's error list
+    """FastAPI's validation errors in one line: `limit: Input should be less than or equal to 500`."""
+    said = []
+    for e in errors:
+        loc = [str(x) for x in (e.get("loc") or ())]
+        if loc and loc[0] in ("query", "path", "header", "body"):
+            loc = loc[1:]
+        msg = " ".join(str(e.get("msg") or "invalid").split())
+        said.append(f"{'.'.join(loc)}: {msg}" if loc else msg)
+    if not said:
+        return "invalid parameters"
+    more = len(said) - 3
+    return "; ".join(said[:3]) + (f" (and {more} more)" if more > 0 else "")
 
 
 _team_cache: dict[tuple[int, int], str] = {}
