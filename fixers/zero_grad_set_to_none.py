@@ -48,6 +48,28 @@ def _module_like(ctx: Context, expr: cst.BaseExpression) -> bool:
     return d == "self" or "model" in last or last.endswith("net") or last in ("module", "backbone", "encoder", "decoder")
 
 
+def _not_modules_zero_grad(ctx: Context, loop: cst.CSTNode, owner: cst.BaseExpression) -> str | None:
+    """Why ``self.zero_grad(set_to_none=True)`` in place of a loop over ``self.parameters()`` would not
+    be nn.Module's zero_grad, else None: the loop is the body of the class's own ``zero_grad`` (the
+    call would run that method again, with an argument it may not take), the class defines its own
+    ``zero_grad``, or the class has no base (no nn.Module: no zero_grad at all)."""
+    if h.dotted(owner) != "self":
+        return None
+    function = next((a for a in ctx.ancestors(loop) if isinstance(a, cst.FunctionDef)), None)
+    cls = next((a for a in ctx.ancestors(loop) if isinstance(a, cst.ClassDef)), None)
+    if cls is None:
+        return None
+    if function is not None and function.name.value == "zero_grad":
+        return (" (not changed: the loop is the body of the class's own zero_grad, which "
+                "`self.zero_grad(set_to_none=True)` would call again)")
+    if any(isinstance(s, cst.FunctionDef) and s.name.value == "zero_grad" for s in cls.body.body):
+        return (f" (not changed: {cls.name.value} defines its own zero_grad, which `self.zero_grad(set_to_none=True)` "
+                "would call instead of nn.Module's)")
+    if all(h.dotted(b.value) in (None, "object") for b in cls.bases):
+        return f" (not changed: {cls.name.value} derives from no nn.Module, so `self` may have no zero_grad)"
+    return None
+
+
 def _simple_owner(ctx: Context, loop: cst.CSTNode) -> cst.BaseExpression | None:
     """The module of ``for p in <module>.parameters(): p.grad.zero_()`` (also the
     ``.grad.data`` and ``if p.grad is not None:`` forms) when the loop is exactly that, else None."""
@@ -115,7 +137,10 @@ that zero-fills every gradient (`for p in model.parameters(): p.grad.zero_()`, a
 `p.grad.data.zero_()` and the `if p.grad is not None:` guarded form) by
 `model.zero_grad(set_to_none=True)` when the loop is exactly that (one statement, no `else`)
 and the receiver is recognisably a module (`model`, `net`, `self`, ...). Other loops are
-reported. Two or more such loops over the same module in a row become one call.
+reported. Two or more such loops over the same module in a row become one call. A loop over
+`self.parameters()` is reported, not changed, where `self.zero_grad` would not be nn.Module's:
+in the class's own `zero_grad` method (the call would run it again), in a class that defines
+its own `zero_grad`, or in a class with no base class.
 
 Nothing is rewritten when the gradients are used after the zeroing, before the next backward
 pass (a `.backward(` call) in the same function or loop body (or anywhere after it when no
@@ -246,6 +271,33 @@ optimizer.zero_grad(set_to_none=True)
             "norm = sum(p.grad.norm() for p in model.parameters())\n",
             message_contains="zero-fills",
         ),
+        # the loop is a module's own zero_grad: `self.zero_grad(set_to_none=True)` would call it again
+        Example(
+            "import torch\n\n\nclass Meta(torch.nn.Module):\n    def zero_grad(self):\n"
+            "        for p in self.parameters():\n            if p.grad is not None:\n                p.grad.data.zero_()\n",
+            None,
+            message_contains="the class's own zero_grad",
+        ),
+        Example(
+            "from torch import nn\n\n\nclass Net(nn.Module):\n    def zero_grad(self, set_to_none=True):\n        pass\n\n"
+            "    def reset(self):\n        for p in self.parameters():\n            p.grad.zero_()\n",
+            None,
+            message_contains="Net defines its own zero_grad",
+        ),
+        # a plain class with a parameters() method of its own has no zero_grad
+        Example(
+            "class Learner:\n    def parameters(self):\n        return self.model.parameters()\n\n"
+            "    def clear(self):\n        for p in self.parameters():\n            p.grad.zero_()\n",
+            None,
+            message_contains="Learner derives from no nn.Module",
+        ),
+        # self of an nn.Module subclass: its zero_grad is nn.Module's
+        Example(
+            "from torch import nn\n\n\nclass Net(nn.Module):\n    def clear(self):\n        for p in self.parameters():\n"
+            "            p.grad.zero_()\n",
+            "from torch import nn\n\n\nclass Net(nn.Module):\n    def clear(self):\n        self.zero_grad(set_to_none=True)\n",
+            message_contains="zero-fills",
+        ),
         # two loops in a row over the same module: one zero_grad call, not two
         Example(
             "for p in model.parameters():\n"
@@ -297,6 +349,10 @@ optimizer.zero_grad(set_to_none=True)
             owner = _simple_owner(ctx, loop)
             if owner is None:
                 yield self.report(loop, message)
+                continue
+            not_module = _not_modules_zero_grad(ctx, loop, owner)
+            if not_module is not None:
+                yield self.report(loop, message + not_module)
                 continue
             dups = reads.repeats(loop)
             read = reads.read_after(dups[-1] if dups else loop)
