@@ -250,3 +250,21 @@ def test_overwrite_keeps_the_earlier_capture_until_a_new_trace_is_written(counte
                 counted_step(i)
                 prof.step()
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.torch
+def test_repeat_does_not_pass_on_torchs_warning_that_cycles_are_lost(tmp_path):
+    """With repeat=2 torch warned "Only events from the current cycle will be reported. To keep events
+    across cycles, set acc_events=True": the helper writes each cycle to its own file, so nothing is lost
+    and the advice does not apply. (torch warns once per process: the capture runs in a fresh one.)"""
+    import subprocess
+    import sys
+
+    code = ("import warnings, torch; warnings.simplefilter('always')\n"
+            "from zoomer_ar.capture import profile_steps\n"
+            "m, x = torch.nn.Linear(8, 8), torch.randn(4, 8)\n"
+            f"profile_steps(lambda i: m(x).sum().backward(), out_dir={str(tmp_path / 'run')!r}, warmup=1, active=1, repeat=2)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "clears events at the end of each cycle" not in out.stderr
+    assert (tmp_path / "run" / "cycle-1" / "rank-0.pt.trace.json.gz").is_file()

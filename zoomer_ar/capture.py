@@ -85,6 +85,9 @@ __all__ = [
 ]
 
 CAPTURE_SCHEMA = "zoomer-ar.capture/1"
+#: torch.profiler's warning when a second cycle starts without acc_events ("Only events from the current
+#: cycle will be reported"): true of one exported trace, misleading here, where every cycle has its file
+_CYCLE_CLEARS_WARNING = r"Warning: Profiler clears events at the end of each cycle"
 DEFAULT_SKIP_FIRST = 550  # what Zoomer uses on real jobs: well past compile/cache warm-up
 
 
@@ -390,7 +393,13 @@ class SteadyStateProfiler:
     def step(self) -> None:
         """Mark the end of one training step (calls ``prof.step()``)."""
         self.steps_run += 1
-        if self._prof is not None:
+        if self._prof is None:
+            return
+        if self.repeat == 1:
+            self._prof.step()
+            return
+        with warnings.catch_warnings():  # each cycle is its own file here: nothing is lost, whatever torch says
+            warnings.filterwarnings("ignore", message=_CYCLE_CLEARS_WARNING, category=UserWarning)
             self._prof.step()
 
     def stop(self) -> CaptureResult:
