@@ -175,3 +175,26 @@ def test_cli_shows_bars_for_the_cuts_of_analyze_steps(tmp_path):
     out = _plain(_terminal(["analyze", str(job), "--steps", "5..6", "--no-files"], {"ZOOMER_STREAM_WORKERS": "2"}))
     assert "reading rank-0.pt.trace.json.gz" in out and "reading rank-1.pt.trace.json.gz" in out
     assert "profiled steps" in out
+
+
+def test_cli_shows_bars_on_stderr_when_stdout_is_a_file(tmp_path):
+    """`zoomer-ar analyze TRACE --format json > findings.json` in a terminal: the bars were drawn on
+    stdout (rich's default console), a file there, so none showed although stderr was the terminal that
+    turned them on; they are drawn on stderr now, and the file holds the document alone."""
+    saved = tmp_path / "out.json"
+    out = _plain(_terminal(["analyze", str(STACKS), "--no-files", "--no-stream", "--format", "json", ">", str(saved)], {}))
+    assert f"reading {STACKS.name}" in out
+    assert json.loads(saved.read_text())["schema_version"]
+
+
+def test_progress_forced_outside_a_terminal_writes_nothing(monkeypatch, capsys):
+    """--progress where neither stream is a terminal: rich cannot draw there, and each bar it stopped
+    left a blank line on stdout, ahead of the summary (or the --format json document)."""
+    from zoomer_ar import progress
+    from zoomer_ar.cli import main
+
+    monkeypatch.setattr(progress, "PROGRESS_MIN_BYTES", 0)
+    assert main(["analyze", str(STACKS), "--no-files", "--no-stream", "--progress"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("rank-0 - "), out[:80]
+    assert "reading" not in err and "\n\n" not in err

@@ -29,13 +29,17 @@ class Bars:
         state: dict[str, Any] = {"bar": None, "last": 0}
 
         def open_bar(total: int) -> None:
+            import sys
+
+            from rich.console import Console
             from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
                                        TransferSpeedColumn)
 
             n = self._reads[path] = self._reads.get(path, 0) + 1
-            display = Progress(
+            console = Console(file=sys.stderr)  # stderr's terminal turned the bars on; stdout may be a file
+            display = Progress(  # drawn in a terminal only (--progress on a file or pipe: not a blank line a bar)
                 TextColumn("[bold]reading[/] {task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                TimeRemainingColumn(), transient=True,
+                TimeRemainingColumn(), transient=True, console=console, disable=not console.is_terminal,
             )
             display.start()
             self._open[id(display)] = display
