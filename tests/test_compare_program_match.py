@@ -99,3 +99,13 @@ def test_kernel_family_drops_arguments_and_architecture():
     assert kernel_family("void at::native::(anonymous namespace)::reduce<float>(float*)") == "at::native::reduce"
     assert kernel_family("sm80_xmma_gemm_f32f32_nn") == kernel_family("sm90_xmma_gemm_f32f32_nn") == "xmma_gemm_f32f32_nn"
     assert kernel_family("volta_sgemm_128x64_nn") == kernel_family("ampere_sgemm_128x64_nn") == "sgemm_128x64_nn"
+
+
+def test_an_mlp_and_a_cnn_are_two_programs_though_both_use_linear_and_relu():
+    """Generic classes (Linear, ReLU, Sequential) are in every model: an MLP and a CNN shared 3 of their 7
+    classes (43%), above the first threshold (25%), and were taken for one program."""
+    traces = REPO / "examples" / "traces"
+    mlp, cnn = _names(traces / "single_tensor_optimizer"), _names(traces / "dataloader_bound")
+    assert {"Linear", "ReLU"} <= mlp.modules & cnn.modules and "Conv2d" in cnn.modules - mlp.modules
+    note = mismatch_note(mlp, cnn)
+    assert note is not None and "nn.Module classes" in note
