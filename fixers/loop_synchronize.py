@@ -51,6 +51,38 @@ def _stream_work(ctx: Context, scope: cst.CSTNode) -> cst.Call | None:
     return None
 
 
+def _async_copy(scope: cst.CSTNode) -> cst.Call | None:
+    """A copy in ``scope`` (a function, or the module's own code) that runs asynchronously to the host
+    and that a synchronize may be ordering, if any: ``.copy_(src, non_blocking=True)`` (either
+    direction); a device-to-host ``.to("cpu", non_blocking=True)``, whose result the host may read
+    before it has arrived; a host-to-device ``.to(..., non_blocking=True)``/``.cuda(non_blocking=True)``
+    of a tensor the scope also writes in place (``staging.copy_(batch)``: a pinned buffer the copy may
+    still be reading)."""
+    calls = [n for n in h.walk(scope, into_scopes=False) if isinstance(n, cst.Call)]
+    written = {h.dotted(m[0]) for n in calls if (m := h.method(n)) is not None and m[1].endswith("_") and not m[1].startswith("_")}
+    for n in calls:
+        m = h.method(n)
+        if m is None or m[1] not in ("copy_", "to", "cuda"):
+            continue
+        flag = h.arg_at(n, "non_blocking", 1) if m[1] == "copy_" else h.kwarg(n, "non_blocking")
+        if flag is None or h.is_literal(flag.value, False):
+            continue
+        if m[1] == "copy_" or (m[1] == "to" and _to_cpu(n)):
+            return n
+        source = h.dotted(m[0])
+        if source is not None and source in written:
+            return n
+    return None
+
+
+def _to_cpu(call: cst.Call) -> bool:
+    """``.to(...)`` whose device reads like the CPU: ``"cpu"``, ``torch.device("cpu")``, ``cpu_device``."""
+    device = h.arg_at(call, "device", 0)
+    if device is None:
+        return False
+    return "cpu" in cst.Module(body=[]).code_for_node(device.value).lower()
+
+
 def _has_timing(ctx: Context, stmt: cst.CSTNode) -> bool:
     for n in h.walk(stmt, into_scopes=False):
         if isinstance(n, cst.Call):
@@ -140,7 +172,12 @@ It reports, and keeps, a call in a function (or module code) that uses side stre
 events or CUDA graphs (`torch.cuda.stream(...)`, `Stream(...)`, `wait_stream`, `Event(...)`,
 `record_event`, `torch.cuda.graph`/`CUDAGraph`/`replay()`): there the synchronize may be what
 orders the side stream's work before the host reads it (`y.cpu()` after
-`with torch.cuda.stream(s): y = model(x)`).
+`with torch.cuda.stream(s): y = model(x)`). So is one in a function (or module code) that copies
+with `non_blocking=True` where the host may see the copy unfinished: a device-to-host
+`.to("cpu", non_blocking=True)` (its result is read on the host before it has arrived without the
+synchronize), any `.copy_(src, non_blocking=True)`, or a host-to-device copy of a tensor the same
+code writes in place (`staging.copy_(batch)` then `staging.to("cuda", non_blocking=True)`: a
+pinned buffer overwritten while the last copy may still be reading it).
 
 ## Why is this bad?
 `synchronize()` blocks the Python thread until every queued kernel has finished, so the CPU
@@ -229,6 +266,30 @@ for x, y in loader:
             None,
             message_contains="stream",
         ),
+        # a device-to-host copy with non_blocking=True: without the synchronize numpy() reads the buffer
+        # before the copy has filled it
+        Example(
+            "import torch\n\n\ndef infer(model, loader, results):\n    for batch in loader:\n"
+            "        host = model(batch.cuda()).to(\"cpu\", non_blocking=True)\n        torch.cuda.synchronize()\n"
+            "        results.append(host.numpy())\n",
+            None,
+            message_contains="line 6 copies with non_blocking=True",
+        ),
+        # a pinned staging buffer written each step: the synchronize keeps the write behind the last copy
+        Example(
+            "import torch\n\n\ndef feed(model, loader, staging):\n    for batch in loader:\n        torch.cuda.synchronize()\n"
+            "        staging.copy_(batch)\n        model(staging.to(\"cuda\", non_blocking=True))\n",
+            None,
+            message_contains="line 8 copies with non_blocking=True",
+        ),
+        # a host-to-device copy of each batch, nothing written in place: removed
+        Example(
+            "import torch\n\n\ndef train(model, loader):\n    for x in loader:\n"
+            "        loss = model(x.to(\"cuda\", non_blocking=True)).sum()\n        loss.backward()\n        torch.cuda.synchronize()\n",
+            "import torch\n\n\ndef train(model, loader):\n    for x in loader:\n"
+            "        loss = model(x.to(\"cuda\", non_blocking=True)).sum()\n        loss.backward()\n",
+            message_contains="blocks",
+        ),
         Example(
             "import torch\n\n"
             "def run(g, loader, static_x, static_y):\n"
@@ -299,6 +360,7 @@ for x, y in loader:
             yield edit
 
     def _edits(self, ctx: Context, streams_in: dict[int, cst.Call | None]) -> Iterable[Edit]:
+        copies_in: dict[int, cst.Call | None] = {}
         for call in ctx.nodes(cst.Call):
             if not ctx.matches(call, SYNCHRONIZE, {"torch.cuda.synchronize"}):
                 continue
@@ -340,6 +402,14 @@ for x, y in loader:
             streams = streams_in[id(scope)]
             if streams is not None:
                 yield self.report(call, message + f"; not removed: line {ctx.pos(streams).start.line} uses a CUDA stream, event or graph, which the synchronize may be ordering")
+                continue
+            if id(scope) not in copies_in:
+                copies_in[id(scope)] = _async_copy(scope)
+            copy = copies_in[id(scope)]
+            if copy is not None:
+                yield self.report(call, message + f"; not removed: line {ctx.pos(copy).start.line} copies with "
+                                  "non_blocking=True, and the synchronize may be what makes the copy's result safe to "
+                                  "read on the host, or its source safe to overwrite")
                 continue
             changes = h.remove_statement(ctx, expr, drop_empty_if=True)
             yield self.replace(call, message, changes) if changes else self.report(call, message)
