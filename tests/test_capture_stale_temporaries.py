@@ -157,3 +157,16 @@ def test_the_trace_and_job_file_keep_the_mode_a_plain_write_gives(tmp_path):
         os.umask(old)
     modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "run").iterdir()}
     assert modes == {"job.json": 0o644, "rank-0.pt.trace.json.gz": 0o644}
+
+
+def test_on_windows_no_process_is_signalled(monkeypatch):
+    """os.kill(pid, 0) asks whether a process runs on POSIX and terminates it on Windows: there the
+    sweep must not ask, and counts the writer as running (its temporary is kept)."""
+    from zoomer_ar import capture_temp
+
+    signalled: list[tuple[int, int]] = []
+    with monkeypatch.context() as m:  # os.name is everyone's (pathlib's too): patched for the one call
+        m.setattr(capture_temp.os, "name", "nt")
+        m.setattr(capture_temp.os, "kill", lambda pid, sig: signalled.append((pid, sig)))
+        running = capture_temp._pid_running(4242)
+    assert running is True and signalled == []
