@@ -54,3 +54,14 @@ def test_a_finding_an_opt_in_fixer_could_fix_is_not_called_unfixable(tmp_path, c
     assert main(["analyze", str(trace), "--source", str(src), "--out", str(tmp_path / "b"), "--no-progress",
                  "--fix-select", "cpu-autocast"]) == 0
     assert "torch.autocast" in (tmp_path / "b" / "patch.diff").read_text()
+
+
+def test_a_mistyped_command_names_the_closest_one(capsys):
+    """`zoomer-ar anlyze x` said only "No such command 'anlyze'": click suggests from the commands a group
+    has loaded, and the top-level group loads them on first use. `rules lst` was already helped."""
+    from zoomer_ar.cli import main
+
+    assert main(["anlyze", "trace.json"]) == 2
+    assert "No such command 'anlyze'. Did you mean 'analyze'?" in capsys.readouterr().err
+    assert main(["xyzzy"]) == 2
+    assert "Did you mean" not in capsys.readouterr().err

@@ -89,6 +89,17 @@ class LazyGroup(click.Group):
                 raise click.exceptions.Exit(0) from None
             raise RuntimeError(f"broken pipe: {exc}") from exc
 
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        """A mistyped command name (`anlyze`) names the closest commands, as click does for a group whose
+        commands are loaded: these are imported on first use, so click's own list would be empty."""
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError as exc:
+            no_such = getattr(click.exceptions, "NoSuchCommand", None)  # click 8.2+
+            if no_such is None or not isinstance(exc, no_such):
+                raise
+            raise no_such(exc.command_name, possibilities=self.list_commands(ctx), ctx=ctx) from None
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(set(super().list_commands(ctx)) | {n for n, m in COMMANDS.items() if _available(m)})
 
