@@ -167,23 +167,69 @@ def serve(host, port, port_file, db, data_dir, max_upload_mb, read_timeout_s, mi
     if port_file is not None:
         _write_port_file(port_file, bound)
     click.echo(f"zoomer-ar serve: http://{host}:{bound} ({n} embedded worker{'s' if n != 1 else ''})", err=True)
+    received: list[int] = []
     try:
         from .slow_clients import guarded_protocol
 
         config = uvicorn.Config(create_app(settings), log_level=log_level, timeout_graceful_shutdown=10,
                                 server_header=False,
                                 http=guarded_protocol(settings.read_limits, settings.max_connections))
+        # uvicorn handles SIGTERM/SIGINT while it runs, then re-raises each under the handler it found: with the
+        # default one, SIGTERM killed `serve` there and then, its workers neither stopped nor waited for
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, _remember(received))
         uvicorn.Server(config).run(sockets=[sock])
+    except _Hurry:
+        pass
     finally:
-        for child in children:
-            if child.poll() is None:
-                child.send_signal(signal.SIGTERM)
-        for child in children:
-            try:
-                child.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                child.kill()
+        _stop_workers(children, hurry=lambda: len(received) > 1)
+        for sig in (signal.SIGTERM, signal.SIGINT):  # from here a signal ends the process at once
+            signal.signal(sig, signal.SIG_DFL)
         sock.close()
+    if received:  # stopped by a signal: exit as uvicorn would have, once the workers have stopped
+        signal.signal(received[0], signal.SIG_DFL)
+        signal.raise_signal(received[0])
+
+
+class _Hurry(Exception):
+    """A second stop signal: the workers are killed rather than waited for."""
+
+
+def _remember(received: list[int]):  # noqa: ANN202 - a signal handler
+    def handler(sig: int, _frame) -> None:  # noqa: ANN001
+        received.append(sig)
+        if len(received) > 1:
+            raise _Hurry
+
+    return handler
+
+
+def _stop_workers(children: list[subprocess.Popen], *, hurry, wait_s: float = 30.0) -> None:  # noqa: ANN001
+    """SIGTERM the embedded workers (each finishes the job it holds) and wait for them, `wait_s` at most; those
+    still running then, or all of them on a second stop signal (`hurry()`), are killed (a killed worker's job is
+    claimed again once its lease expires)."""
+    import time
+
+    running = [child for child in children if child.poll() is None]
+    for child in running:
+        child.send_signal(signal.SIGTERM)
+    if running:
+        click.echo(f"zoomer-ar serve: stopping {len(running)} embedded worker{'s' if len(running) != 1 else ''}: "
+                   f"each finishes its job ({wait_s:g} s at most; a second signal kills them)", err=True)
+    deadline = time.monotonic() + wait_s
+    try:
+        for child in children:
+            while not hurry() and child.poll() is None and time.monotonic() < deadline:
+                try:
+                    child.wait(timeout=0.2)
+                except subprocess.TimeoutExpired:
+                    pass
+    except _Hurry:
+        pass
+    for child in children:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
 
 
 @click.command()
