@@ -76,10 +76,27 @@ def test_a_later_capture_removes_what_a_killed_capture_left(tmp_path):
 
 
 @pytest.mark.torch
-def test_a_recent_leftover_and_other_ranks_ones_are_kept(tmp_path):
-    """Young (it may be an earlier version's writer, which held no lock) or another rank's: left as it is."""
+def test_a_killed_writers_leftover_goes_after_a_minute_an_unproven_one_after_hours(tmp_path):
+    """This host's writer, its process gone and its lock free: two minutes are old enough (a run restarted
+    after an OOM kill gets its room back). An earlier version's name says no writer: kept for hours."""
     out = tmp_path / "run"
     left = _killed_mid_export(out)
+    legacy = out / ".rank-0.pt.trace.json.gz.ab12cd34.json.tmp"
+    legacy.write_text("{")
+    for p in (left, legacy):
+        _age(p, 2 / 60)
+    with pytest.warns(RuntimeWarning, match=r"removed 1 temporary file\(s\)"):
+        _capture(out)
+    assert _names(out) == sorted([legacy.name, "job.json", "rank-0.pt.trace.json.gz"])
+
+
+@pytest.mark.torch
+def test_a_recent_leftover_and_other_ranks_ones_are_kept(tmp_path):
+    """Written just now (dated an hour ahead, as a write in progress would be, whatever the machine's
+    load), or another rank's: left as it is."""
+    out = tmp_path / "run"
+    left = _killed_mid_export(out)
+    _age(left, -1)
     other_rank = out / ".rank-1.pt.trace.json.gz.ab12cd34.json.tmp"
     other_rank.write_text("{")
     _age(other_rank, 7)

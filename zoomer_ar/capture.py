@@ -34,8 +34,9 @@ A trace is exported uncompressed next to where it goes (a hidden ``.rank-{rank}.
 file, removed once it is gzipped or the export fails), never into the system temp folder: a GPU
 trace's export runs to gigabytes, and ``out_dir`` needs that room for a moment. A capture killed
 mid-export (SIGKILL, the OOM killer) cannot remove its temporary; the next capture of that rank into
-the folder removes it (with a ``RuntimeWarning`` naming it) once it is over 6 hours old and its writer
-is gone: each writer holds an ``flock`` on its temporary and names it with its pid and host
+the folder removes it (with a ``RuntimeWarning`` naming it) once its writer is gone and it is old: a
+minute when it names a process of this host that no longer runs, else 6 hours. Each writer holds an
+``flock`` on its temporary and names it with its pid and host
 (``.rank-0.pt.trace.json.gz.zoomer-{pid}@{host}.*``), so one a running process holds is never
 touched (:mod:`zoomer_ar.capture_temp`).
 

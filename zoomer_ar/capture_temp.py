@@ -6,10 +6,12 @@ uncompressed export of a GPU trace runs to gigabytes. A temporary is named
 ``.{destination}.zoomer-{pid}@{host}.{random}{suffix}`` and its writer holds an exclusive ``flock``
 on it from creation to removal (the kernel drops the lock when the process dies, however it dies).
 :func:`remove_stale` removes this naming's temporaries, and the fixed names earlier versions used
-(``.{destination}.{random}.json.tmp``, ``{destination}.tmp``), only when they are old
-(:data:`STALE_AFTER_S`) and their writer is gone: nobody holds the lock, and a writer named on this
-host is no longer running. A temporary whose writer cannot be told gone (the lock cannot be taken or
-tested, a process of that id runs) is left as it is.
+(``.{destination}.{random}.json.tmp``, ``{destination}.tmp``), only when their writer is gone (nobody
+holds the lock, and a writer named on this host is no longer running) and they are old: a minute
+(:data:`DEAD_WRITER_AFTER_S`) when this host's process that wrote it is gone, else
+:data:`STALE_AFTER_S` (another host's writer, or an earlier version's, is known by its lock alone).
+A temporary whose writer cannot be told gone (the lock cannot be taken or tested, a process of that
+id runs) is left as it is.
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ __all__ = ["STALE_AFTER_S", "held_temp", "remove_stale", "writer_gone"]
 #: a temporary younger than this is never swept, whatever its lock says (a writer of an earlier
 #: version held none; a file system may not support locks across hosts)
 STALE_AFTER_S = 6 * 3600
+#: ... unless its name says this host's process wrote it and that process is gone (and the lock is free):
+#: then a minute is old enough, so a run restarted after an OOM kill gets its room back at once
+DEAD_WRITER_AFTER_S = 60
 
 _SUFFIXES = (".json.tmp", ".gz.tmp")
 
@@ -121,9 +126,10 @@ def writer_gone(path: Path, pid: int | None = None, host: str | None = None) -> 
 
 
 def remove_stale(folder: Path, dst_names: list[str], *, now: float | None = None,
-                 stale_after_s: float = STALE_AFTER_S) -> list[Path]:
+                 stale_after_s: float = STALE_AFTER_S, dead_writer_after_s: float = DEAD_WRITER_AFTER_S) -> list[Path]:
     """Remove the temporaries in ``folder`` of the destinations ``dst_names`` (this naming and earlier
-    versions') that are older than ``stale_after_s`` and whose writer is gone; returns those removed."""
+    versions') whose writer is gone, once older than ``stale_after_s`` (``dead_writer_after_s`` for one
+    named for this host's process that no longer runs); returns those removed."""
     now = time.time() if now is None else now
     patterns = [_temp_pattern(n) for n in dst_names]
     removed: list[Path] = []
@@ -135,12 +141,14 @@ def remove_stale(folder: Path, dst_names: list[str], *, now: float | None = None
         match = next((m for m in (p.match(entry.name) for p in patterns) if m), None)
         if match is None:
             continue
+        pid = int(match["pid"]) if match["pid"] else None
+        mine = pid is not None and match["host"] == _host()  # writer_gone asks whether that pid still runs
         try:
-            if not entry.is_file(follow_symlinks=False) or now - entry.stat(follow_symlinks=False).st_mtime < stale_after_s:
+            age = now - entry.stat(follow_symlinks=False).st_mtime
+            if not entry.is_file(follow_symlinks=False) or age < (dead_writer_after_s if mine else stale_after_s):
                 continue
         except OSError:
             continue
-        pid = int(match["pid"]) if match["pid"] else None
         path = Path(entry.path)
         if writer_gone(path, pid, match["host"]):
             try:
