@@ -342,7 +342,8 @@ def _sigterm_unwinds(command):
 @click.option("--name", default=None, callback=job_name,
               help="Job name (default: the file or folder name); no control characters.")
 @click.option("--source", "source_dir", type=click.Path(path_type=Path), default=None,
-              help="The training code: map findings to source lines.")
+              help="The training code (a folder): map findings to source lines and write patch.diff, the fixers' "
+                   "changes to the functions the findings point at.")
 @click.option("--fix-select", default=None, metavar="IDS",
               help="Also apply these fixers (names or pattern ids, comma-separated) in patch.diff, opt-in ones included.")
 @click.option("--no-files", is_flag=True, help="Print only; write no files (no --out folder, no zoomer-out/).")
