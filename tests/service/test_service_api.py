@@ -249,6 +249,11 @@ HOSTILE = [
     ("ranks", "ranks-dotdot.tar.gz", tar_gz({"../rank-0.json": b"{}"}), "rank archive: entry"),
     ("ranks", "ranks-bomb.zip", zip_bomb(64 << 20), "decompression bomb"),
     ("ranks", "no-traces.zip", zip_bytes({"notes.txt": b"hello"}), "no trace files"),
+    # an archive of several runs (a log folder of one subfolder per run): which subfolders hold rank files, so that
+    # the client uploads each (before: 'no trace files in it', though it held two runs' files)
+    ("ranks", "two-runs.tar.gz", tar_gz({"runs/a/rank-0.json": b"{}", "runs/b/rank-0.json": b"{}",
+                                         "runs/b/rank-1.json": b"{}"}),
+     "its subfolders hold some (a: 1 file, b: 2 files): one archive is one run; upload each of them as its own"),
 ]
 
 

@@ -226,6 +226,11 @@ def _gzip_of_json(path: Path) -> bool:
     return head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"{", b"[")
 
 
+def _readable(p: Path) -> bool:
+    name = p.name.lower()
+    return p.is_file() and (name.endswith((".json", ".json.gz")) or (name.endswith(".gz") and _gzip_of_json(p)))
+
+
 def _has_trace_files(root: Path) -> bool:
     """Whether the folder the worker will load holds a file it reads as a rank trace.
 
@@ -234,11 +239,23 @@ def _has_trace_files(root: Path) -> bool:
     """
     from ..load.job import rank_files
 
-    def readable(p: Path) -> bool:
-        name = p.name.lower()
-        return p.is_file() and (name.endswith((".json", ".json.gz")) or (name.endswith(".gz") and _gzip_of_json(p)))
+    return bool(rank_files(root, _readable))
 
-    return bool(rank_files(root, readable))
+
+def _no_trace_files(root: Path) -> str:
+    """The 400 of a rank archive without rank files where the worker looks; where subfolders of that folder
+    hold some (an archive of several runs), which, so that the client uploads them one by one."""
+    from ..load.job import rank_files
+
+    subs = sorted(d for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
+    held = [(d.name, n) for d in subs[:1000] if (n := len(rank_files(d, _readable)))]
+    if not held:
+        return ("rank archive: no trace files in it (rank files *.json, *.json.gz, or *.gz holding JSON, at its top "
+                "level or in its single top folder; nested archives are not opened)")
+    shown = ", ".join(f"{name}: {n} file{'s' if n != 1 else ''}" for name, n in held[:4])
+    more = f" and {len(held) - 4} more" if len(held) > 4 else ""
+    return (f"rank archive: no trace files at its top level or in its single top folder, but its subfolders hold "
+            f"some ({shown}{more}): one archive is one run; upload each of them as its own archive")
 
 
 def _stem(filename: str) -> str:
@@ -296,8 +313,7 @@ def _prepare_inputs(job_dir: Path, files: dict[str, ReceivedFile], limits: Archi
         safe_extract(rf.path, dest, limits, what="rank archive")
         root = single_root(dest)
         if not _has_trace_files(root):
-            raise UploadError("rank archive: no trace files in it (rank files *.json, *.json.gz, or *.gz holding "
-                              "JSON, at its top level or in its single top folder; nested archives are not opened)")
+            raise UploadError(_no_trace_files(root))
         params.update(input="ranks", path=root.relative_to(inp).as_posix(),
                       default_name=root.name if root != dest else _stem(rf.filename))
     if "source" in files:
