@@ -3,6 +3,7 @@ concurrent uploads, size limits, hostile archives, webhook signatures, verdicts 
 
 from __future__ import annotations
 
+import gzip
 import json
 import socket
 from concurrent.futures import ThreadPoolExecutor
@@ -254,6 +255,10 @@ HOSTILE = [
     ("ranks", "two-runs.tar.gz", tar_gz({"runs/a/rank-0.json": b"{}", "runs/b/rank-0.json": b"{}",
                                          "runs/b/rank-1.json": b"{}"}),
      "its subfolders hold some (a: 1 file, b: 2 files): one archive is one run; upload each of them as its own"),
+    # a trace sent as the rank archive (before: 'not a readable tar archive (ReadError: invalid header)')
+    ("ranks", "rank0.json.gz", gzip.compress(b'{"traceEvents": []}'), "single trace file (JSON), not an archive of "
+     "rank files: send it as the field 'trace'"),
+    ("ranks", "rank0.json", b'{"traceEvents": []}', "single trace file (JSON)"),
 ]
 
 

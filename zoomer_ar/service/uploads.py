@@ -226,6 +226,24 @@ def _gzip_of_json(path: Path) -> bool:
     return head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"{", b"[")
 
 
+def _single_trace(path: Path) -> bool:
+    """Whether a rank-archive upload is a trace instead (JSON, or gzip of JSON, not a tar): what the client meant
+    as the field 'trace'."""
+    from .archives import detect_kind
+
+    with open(path, "rb") as fh:
+        head = fh.read(4096)
+    if head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"{", b"["):
+        return detect_kind(path) is None
+    if head[:2] != b"\x1f\x8b" or not _gzip_of_json(path):
+        return False
+    import gzip
+
+    with gzip.open(path, "rb") as fh:
+        inner = fh.read(512)
+    return inner[257:262] != b"ustar"  # a tar whose first entry's name starts with '{' is still a tar
+
+
 def _readable(p: Path) -> bool:
     name = p.name.lower()
     return p.is_file() and (name.endswith((".json", ".json.gz")) or (name.endswith(".gz") and _gzip_of_json(p)))
@@ -310,6 +328,9 @@ def _prepare_inputs(job_dir: Path, files: dict[str, ReceivedFile], limits: Archi
     else:
         rf = files["ranks"]
         dest = inp / "ranks"
+        if _single_trace(rf.path):
+            raise UploadError("rank archive: this is a single trace file (JSON), not an archive of rank files: "
+                              "send it as the field 'trace'")
         safe_extract(rf.path, dest, limits, what="rank archive")
         root = single_root(dest)
         if not _has_trace_files(root):
