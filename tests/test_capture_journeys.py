@@ -268,3 +268,30 @@ def test_repeat_does_not_pass_on_torchs_warning_that_cycles_are_lost(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     assert "clears events at the end of each cycle" not in out.stderr
     assert (tmp_path / "run" / "cycle-1" / "rank-0.pt.trace.json.gz").is_file()
+
+
+@pytest.mark.torch
+def test_a_job_killed_long_after_its_capture_keeps_its_job_file(tmp_path):
+    """job.json was written only when the profiler stopped: a loop that trained on under it after the
+    recorded steps and was then killed (SIGTERM at the end of an allocation, the OOM killer) left the
+    trace without job.json, and relaunch without the command. It is now written with the last trace."""
+    import subprocess
+    import sys
+
+    code = ("import os, signal, sys, torch\n"
+            "from zoomer_ar.capture import SteadyStateProfiler\n"
+            "m, x = torch.nn.Linear(8, 8), torch.randn(4, 8)\n"
+            "with SteadyStateProfiler(sys.argv[1], skip_first=1, warmup=0, active=2) as prof:\n"
+            "    for i in range(100):\n"
+            "        m(x).sum().backward()\n"
+            "        prof.step()\n"
+            "        if i == 10:\n"
+            "            os.kill(os.getpid(), signal.SIGKILL)\n")
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    assert sorted(p.name for p in out.iterdir()) == ["job.json", "rank-0.pt.trace.json.gz"]
+    job = json.loads((out / "job.json").read_text())
+    assert job["complete"] is True and job["steps_recorded"] == [1, 2] and job["traces"] == ["rank-0.pt.trace.json.gz"]
+    assert job["argv"] == ["-c", str(out)]

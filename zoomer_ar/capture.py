@@ -28,7 +28,9 @@ What is written to ``out_dir``:
 * ``job.json``: metadata (job name, argv, torch version, hostname, schedule, recorded steps,
   profiler options). Rank 0 writes ``job.json``; other ranks write ``job.ranks/rank-{rank}.json``
   (a sub-folder, so a loader that reads every ``*.json`` in the folder as a trace never sees them)
-  and ranks of one job never race on a file.
+  and ranks of one job never race on a file. It is written once the last recorded step's trace is
+  (a job that trains on under the profiler and is killed later keeps it) and again when the
+  profiler stops (the steps the loop ran in all); a run that fails before that writes none.
 
 A trace is exported uncompressed next to where it goes (a hidden ``.rank-{rank}.pt.trace.json.gz.*``
 file, removed once it is gzipped or the export fails), never into the system temp folder: a GPU
@@ -451,6 +453,11 @@ class SteadyStateProfiler:
         self._remove_replaced(keep=dst)
         self.traces.append(dst)
         self._cycles_written += 1
+        if self._cycles_written >= self.repeat and self.steps_run >= self.total_steps:
+            # everything is recorded (not a partial window flushed as a failed loop stops): job.json now, not only when the block ends - a loop that trains on
+            # for hours under it and is then killed (SIGTERM at the end of a SLURM allocation, the OOM
+            # killer) keeps it (relaunch replays its command); the block's end writes it again, final
+            self._finish()
 
     def _remove_replaced(self, keep: Path) -> None:
         """overwrite=True: the earlier run's files go once this run's first trace is written (``keep``, its
