@@ -1,4 +1,6 @@
-"""`zoomer-ar serve` stopped with SIGTERM (systemd, Kubernetes, `kill`) or SIGINT: it stops taking requests, lets its
+"""Starting and stopping `zoomer-ar serve`.
+
+Stopped with SIGTERM (systemd, Kubernetes, `kill`) or SIGINT: it stops taking requests, lets its
 embedded workers finish the job they hold, waits for them, then exits by that signal (as uvicorn does); no worker is
 left running on its own.
 
@@ -16,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from service_testutil import EXAMPLE_DL, Server, trace_file, unique_trace, upload, wait_job
+from service_testutil import EXAMPLE_DL, Server, trace_file, unique_trace, upload, wait_job, zoomer
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -56,3 +58,16 @@ def test_a_stopped_server_waits_for_its_workers_job_then_exits(tmp_path, sig):
             store.close()
     finally:
         srv.stop()
+
+
+def test_a_port_file_that_cannot_be_written_exits_2_before_any_worker_starts(tmp_path):
+    # before: an internal error (exit 1, "FileExistsError: [Errno 17] File exists: ...") after the embedded worker
+    # had been started
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    r = zoomer("serve", "--port", "0", "--data", str(tmp_path / "d"), "--db", f"sqlite:///{tmp_path}/s.db",
+               "--port-file", str(blocker / "port"), timeout=120)
+    assert r.returncode == 2, r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last == f"Error: Invalid value for --port-file: cannot write {blocker / 'port'}: File exists ({blocker})", last
+    assert "Traceback" not in r.stderr and "zoomer-ar worker" not in r.stderr, r.stderr

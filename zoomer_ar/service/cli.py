@@ -162,10 +162,16 @@ def serve(host, port, port_file, db, data_dir, max_upload_mb, read_timeout_s, mi
     settings.jobs_dir.mkdir(parents=True, exist_ok=True)
     sock = _bind(host, port)
     bound = sock.getsockname()[1]
+    if port_file is not None:  # before any worker starts: a port file that cannot be written stops here
+        try:
+            _write_port_file(port_file, bound)
+        except OSError as exc:
+            sock.close()
+            where = f" ({exc.filename})" if exc.filename and str(exc.filename) != str(port_file) else ""
+            raise click.BadParameter(f"cannot write {port_file}: {exc.strerror or exc}{where}",
+                                     param_hint="--port-file") from None
     n = embedded_workers if embedded_workers is not None else (1 if _is_sqlite(settings.db) else 0)
     children = [_spawn_worker(settings, log_level) for _ in range(n)]
-    if port_file is not None:
-        _write_port_file(port_file, bound)
     click.echo(f"zoomer-ar serve: http://{host}:{bound} ({n} embedded worker{'s' if n != 1 else ''})", err=True)
     received: list[int] = []
     try:
