@@ -223,7 +223,7 @@ def test_explain_shows_a_rules_hardware_wording(capsys, block, words):
                                ("unless", "## How to fix it")):
             text = getattr(own, field)
             if text:  # its own paragraph, in the section its GPU text is in
-                at = page.find(f"\n\n{words}: {text.strip()}\n\n")
+                at = page.find(f"\n\n{words}:\n{text.strip()}\n\n")
                 assert at > 0, (r.id, field)
                 assert page.rfind("\n## ", 0, at) == page.index("\n" + section), (r.id, field)
 
@@ -231,7 +231,7 @@ def test_explain_shows_a_rules_hardware_wording(capsys, block, words):
 def test_explain_says_what_a_finding_adds_where_its_fix_does_not_apply(capsys):
     assert main(["rules", "explain", "fp32-matmul"]) == 0
     page = capsys.readouterr().out
-    assert "Where `tf32_capable or not has_gpu` does not hold, no fix is offered and the finding adds: These GPUs" in page
+    assert "Where `tf32_capable or not has_gpu` does not hold, no fix is offered and the finding adds:\nThese GPUs" in page
 
 
 def test_explain_suggests_the_closest_rule(capsys):

@@ -75,7 +75,7 @@ def _worded_apart(r, field: str) -> list[str]:
     for block, words in HARDWARE_WORDING:
         text = getattr(getattr(r, block), field)
         if text:
-            lines += [f"{words}: {text.strip()}", ""]
+            lines += [f"{words}:", text.strip(), ""]  # the label on a line of its own: the text comes wrapped
     return lines
 
 
@@ -97,7 +97,7 @@ def explain_text(rule_id: str) -> str:
         lines += _relaunch_lines(r.fix.relaunch) + [""]
     if r.fix.unless:  # what a finding adds where its fix does not apply
         when = " ".join(r.fix.when.split())
-        lines += [f"Where `{when}` does not hold, no fix is offered and the finding adds: {r.fix.unless.strip()}", ""]
+        lines += [f"Where `{when}` does not hold, no fix is offered and the finding adds:", r.fix.unless.strip(), ""]
         lines += _worded_apart(r, "unless")
     lines += ["## How it is measured", ""]
     applies = " ".join(str(r.applies_when).split())
