@@ -34,6 +34,20 @@ def _compatible(conv: int | None, bn: int | None) -> bool:
     return conv is not None and bn is not None and (bn == 0 or bn == conv)
 
 
+def _strict_load(ctx: Context) -> int | None:
+    """Line of a ``.load_state_dict(...)`` call that does not pass ``strict=False``, if any: a model's
+    (strict by default: a checkpoint saved with the bias has keys the model no longer has) or an
+    optimizer's (its parameter groups would count one parameter fewer). Either raises on a
+    checkpoint saved before the fix."""
+    for call in ctx.nodes(cst.Call):
+        if not h.is_method_call(call, "load_state_dict"):
+            continue
+        strict = h.arg_at(call, "strict", 1)
+        if strict is None or not h.is_literal(strict.value, False):
+            return ctx.pos(call).start.line
+    return None
+
+
 def _self_attr(node: cst.CSTNode | None) -> str | None:
     if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self":
         return node.attr.value
@@ -60,7 +74,10 @@ A conv output that also goes elsewhere (a residual `y = self.convX(x)`, `z = sel
 `return z + y`) still sees the bias there: that finding is reported, not fixed.
 
 If the file reads a `.bias` attribute without an `is not None` guard (e.g. an init loop doing
-`nn.init.zeros_(m.bias)`), the finding is reported, not fixed.
+`nn.init.zeros_(m.bias)`), the finding is reported, not fixed. So is one in a file that loads a
+state dict (`model.load_state_dict(...)` without `strict=False`, `optimizer.load_state_dict(...)`:
+resuming, pretrained weights): a checkpoint saved before the fix holds the bias, and loading it
+would raise (unexpected `.bias` keys; a parameter group of another size).
 
 ## Why is this bad?
 BatchNorm subtracts the per-channel mean, so a per-channel bias added just before it has no
@@ -69,7 +86,9 @@ its gradient in the backward pass and a parameter in the optimizer.
 
 ## Caveats
 Checkpoints saved with the bias have a `convX.bias` key that a strict `load_state_dict` will
-reject; load with `strict=False` or drop the key.
+reject, and an optimizer state with one parameter more per conv; a file that loads them is
+reported (see above), but one that only saves them cannot tell the program that will load them:
+load with `strict=False` or drop the key there.
 
 ## Example
 ```python
@@ -165,6 +184,22 @@ block = nn.Sequential(nn.Conv2d(64, 64, 3, padding=1, bias=False), nn.BatchNorm2
             None,
             message_contains="also read on line 10",
         ),
+        # resuming from a checkpoint saved with the bias: the strict load would raise after the fix
+        Example(
+            "import torch\nfrom torch import nn\n\n\ndef main(path):\n"
+            "    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8))\n"
+            "    model.load_state_dict(torch.load(path))\n    return model\n",
+            None,
+            message_contains="line 7 loads a state dict",
+        ),
+        # a lenient load of the model alone: fixed
+        Example(
+            "import torch\nfrom torch import nn\n\nmodel = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8))\n"
+            "model.load_state_dict(torch.load(path), strict=False)\n",
+            "import torch\nfrom torch import nn\n\nmodel = nn.Sequential(nn.Conv2d(3, 8, 3, bias=False), nn.BatchNorm2d(8))\n"
+            "model.load_state_dict(torch.load(path), strict=False)\n",
+            message_contains="use bias=False",
+        ),
     ]
 
     def check(self, ctx: Context) -> Iterable[Edit]:
@@ -183,6 +218,7 @@ block = nn.Sequential(nn.Conv2d(64, 64, 3, padding=1, bias=False), nn.BatchNorm2
         if not candidates:
             return
         unsafe = self._unguarded_bias(ctx, {a for _, _, a, _ in candidates if a})
+        load = _strict_load(ctx)
         for conv, bn, _attr, shared in candidates:
             bias = h.kwarg(conv, "bias")
             pos = h.positionals(conv)
@@ -198,6 +234,11 @@ block = nn.Sequential(nn.Conv2d(64, 64, 3, padding=1, bias=False), nn.BatchNorm2
                 yield self.report(conv, message + " (bias is not a literal)")
             elif unsafe is not None:
                 yield self.report(conv, message + f" (line {unsafe} reads .bias without an `is not None` check)")
+            elif load is not None:
+                yield self.report(conv, message + f" (not rewritten: line {load} loads a state dict, and a checkpoint "
+                                  "saved with the bias would no longer load: unexpected `.bias` keys for a model, a "
+                                  "parameter group of another size for an optimizer; load with strict=False or drop "
+                                  "the keys first)")
             else:
                 new = h.set_kwarg(conv, "bias", "False")
                 yield self.replace(conv, message, {conv: new})
