@@ -162,3 +162,22 @@ def test_a_redelivered_delivery_is_reviewed_once_unless_its_review_failed(server
         retry = _deliver(server, failing, delivery="redelivered-3")
         assert retry.status_code == 202 and retry.json()["job_id"] != r.json()["job_id"], retry.text
         assert wait_job(c, retry.json()["job_id"], server=server)["state"] == "failed"
+
+
+def test_a_delivery_declaring_more_than_the_cap_is_413_before_its_body(server):
+    # before: the server waited for the declared terabyte (or read 25 MB of it) and the client got the read
+    # timeout's 408; the declared length alone now answers 413, as POST /v1/jobs does
+    import socket
+
+    with socket.create_connection(("127.0.0.1", server.port), timeout=60) as sock:
+        sock.sendall(b"POST /v1/github/webhook HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"X-GitHub-Event: pull_request\r\nContent-Length: 1000000000000\r\n\r\n{}")
+        answer = b""
+        while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 413 "), answer
+    detail = json.loads(answer.partition(b"\r\n\r\n")[2])["detail"]
+    assert detail == "payload larger than 26,214,400 bytes (Content-Length: 1,000,000,000,000)", detail

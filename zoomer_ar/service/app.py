@@ -621,6 +621,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         x_github_event: Annotated[str | None, Header()] = None,
     ) -> JSONResponse:
         """GitHub deliveries: verified with the webhook secret (HMAC-SHA256); pull-request events queue a `review` job."""
+        length = request.headers.get("content-length", "")
+        if length.isdigit() and int(length) > WEBHOOK_MAX_BYTES:  # refused before reading (it would stall or 413)
+            raise HTTPException(413, f"payload larger than {WEBHOOK_MAX_BYTES:,} bytes (Content-Length: {int(length):,})")
         body = bytearray()
         async for chunk in _stream(request):
             body.extend(chunk)
