@@ -256,7 +256,12 @@ def _ms(v: float | None) -> str:
 @click.argument("after", type=click.Path(path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def compare_cmd(before: Path, after: Path, fmt: str) -> None:
-    """Compare two runs (traces, rank folders, or findings.json): speedup and findings resolved."""
+    """Compare two runs (traces, rank folders, or findings.json): speedup and findings resolved.
+
+    Says when the two may not compare: traces that do not look like one program (a warning line
+    first), other hardware, world sizes, models or feature definitions, start-up inside the profile,
+    uneven steps (notes last).
+    """
     analyses, programs = _load_both(before, after)
     result = compare(*analyses, programs=programs)
     if fmt == "json":
