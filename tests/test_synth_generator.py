@@ -129,3 +129,19 @@ def test_a_second_sample_into_the_same_folder_is_refused(tmp_path, capsys):
     assert f"{out}: already holds trace files (rank-0.json, rank-1.json, rank-2.json and 5 more): write the " \
            "generated job to a new or empty folder" in err
     assert _files(out) == before
+
+
+def test_a_rank_lagging_by_its_kernel_launches_is_labelled_a_straggler():
+    """Every multi-rank job draws each rank's launch latency; a rank whose kernels reach its GPU 0.3 ms later
+    than the median rank's is waited for at every collective. Seed 3's planted host delay (another rank's) is
+    hidden behind that lag and costs nothing, and generator version 2 labelled the job by it alone: negative.
+    The straggler's counterfactual now brings the lagging rank to the median too: 8.8% of the wall time."""
+    from zoomer_ar.synth.generator import JobModel, job_wall
+
+    g = generate(3, ["straggler"])
+    assert g.truth["rank_lag_us"] > 250
+    model = JobModel(g.spec)
+    model.calibrate()
+    wall = job_wall(model.simulate())
+    assert job_wall(model.simulate(off=frozenset({"straggler"}))) == pytest.approx(wall)  # the plant alone: nothing
+    assert g.costs["straggler"] >= 5.0 and g.labels["straggler"] == "positive"

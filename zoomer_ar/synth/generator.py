@@ -14,6 +14,9 @@ single-rank file cannot show a straggler). idle-gpu and launch-bound are judged 
 LABELS.yaml says (GPU busy < 50% / > 90%; typical kernel shorter than its launch and the launch
 path dominating the idle time / busy > 95%); exposed-communication by the collective transfer time
 not hidden behind compute (waiting for late ranks excluded); memory-growth by the planted leak.
+straggler's cost is that of every lagging rank: the planted host delay and any rank whose launch
+latency or start is above the median rank's (every multi-rank job draws its ranks' latencies), both
+switched off in its counterfactual, so a job is a straggler positive without the plant too.
 """
 
 from __future__ import annotations
@@ -35,7 +38,11 @@ from . import sim
 PARAMS_PATH = Path(__file__).with_name("params.json")
 # 2: the fp32-matmul plant slows matmuls only (a CNN's FP32 convolutions were labelled fp32-matmul,
 #    which analyze rightly does not count: cuDNN's precision is cudnn.allow_tf32's); CNNs draw no GEMM plant
-GENERATOR_VERSION = "2"
+# 3: straggler's counterfactual also brings every rank's launch latency and start down to the median rank's:
+#    a rank whose kernels reach its GPU later (a launch-delay straggler, drawn with every multi-rank job) made the
+#    others wait at every collective, up to 21% of the wall time, and was labelled by the planted delay alone
+#    (negative where none was planted or the planted one was hidden)
+GENERATOR_VERSION = "3"
 POSITIVE_PCT = 5.0
 NEGATIVE_PCT = 1.0
 MIB = float(1 << 20)
@@ -48,6 +55,9 @@ COUNTERFACTUAL = (
 )
 PLANTABLE = COUNTERFACTUAL + ("exposed-communication", "memory-growth", "launch-bound", "idle-gpu")
 MULTI_RANK = ("straggler", "sharding-imbalance", "exposed-communication")
+# the ranks' own lag (launch latency and start above the median rank's): switched off with straggler's plant
+# when labelling, never when calibrating (the unplanted step keeps the ranks as drawn)
+RANK_LAG = "rank-lag"
 TRAIN_ONLY = ("single-tensor-optimizer", "zero-grad-not-none", "memory-growth", "dataloader-bound", "allocator-churn")
 GEMM_PLANTS = ("fp32-matmul", "misaligned-gemm")  # they change matmul kernels: a CNN here has none
 
@@ -641,8 +651,22 @@ class JobModel:
         for r, p in enumerate(self._rank_params):
             imb = s.imbalance_factor if (r == s.imbalance_rank and "sharding-imbalance" not in off) else 1.0
             params.append({"kmul": p["jitter"] * imb, "hjit": p["hjit"], "straggler": r == s.straggler_rank})
-        return sim.simulate([prog] * s.world, [p["lat"] for p in self._rank_params], [p["t0"] for p in self._rank_params],
-                            emit=emit, devices=[r % 8 for r in range(s.world)], rank_params=params)
+        lats = [p["lat"] for p in self._rank_params]
+        t0s = [p["t0"] for p in self._rank_params]
+        if RANK_LAG in off:  # no rank behind the median one: its kernels reach the GPU as soon, it starts as early
+            lat_med = float(np.median([float(np.mean(x)) for x in lats]))
+            t0_med = float(np.median(t0s))
+            lats = [np.minimum(x, lat_med) for x in lats]
+            t0s = [min(t, t0_med) for t in t0s]
+        return sim.simulate([prog] * s.world, lats, t0s, emit=emit, devices=[r % 8 for r in range(s.world)], rank_params=params)
+
+    def rank_lag_us(self) -> float:
+        """How far the most lagging rank's launch latency and start sit above the median rank's (us)."""
+        if self._rank_params is None or len(self._rank_params) < 2:
+            return 0.0
+        lats = [float(np.mean(p["lat"])) for p in self._rank_params]
+        t0s = [p["t0"] for p in self._rank_params]
+        return max(0.0, max(lats) - float(np.median(lats))) + max(0.0, max(t0s) - float(np.median(t0s)))
 
 
 def job_wall(runs: list[sim.RankRun]) -> float:
@@ -683,6 +707,9 @@ def label_job(model: JobModel, runs: list[sim.RankRun]) -> tuple[dict[str, str],
         active.add("extra-copy")
     if s.step_end_item:
         active.add("sync-point")
+    lag_us = model.rank_lag_us()
+    if s.world > 1 and s.mode == "train" and s.buckets > 0 and lag_us > 0:
+        active.add("straggler")  # a rank that lags by its launch latency or start is waited for at collectives
     iters = model.iters
     bounds = {  # an upper bound of the cost of an unplanted knob: skip the counterfactual when it is < 1%
         "dataloader-bound": iters * (s.dl_base_us * (1 if s.workers else 4) + 5.0),
@@ -695,7 +722,7 @@ def label_job(model: JobModel, runs: list[sim.RankRun]) -> tuple[dict[str, str],
             costs[p] = round(100.0 * bounds[p] / wall, 3)
             labels[p] = "negative"
             continue
-        cf = model.simulate(off=frozenset({p}))
+        cf = model.simulate(off=frozenset({p, RANK_LAG} if p == "straggler" else {p}))
         pct = max(0.0, 100.0 * (wall - job_wall(cf)) / wall) if wall > 0 else 0.0
         costs[p] = round(float(pct), 3)
         labels[p] = _label_from_cost(pct)
@@ -724,7 +751,8 @@ def label_job(model: JobModel, runs: list[sim.RankRun]) -> tuple[dict[str, str],
     # utilisation-judged labels
     busy = [b for b in (sim.busy_pct(r) for r in view) if b is not None]
     busy_m = float(np.mean(busy)) if busy else None
-    truth: dict[str, Any] = {"wall_us": round(float(wall), 3), "gpu_busy_pct": None if busy_m is None else round(busy_m, 3)}
+    truth: dict[str, Any] = {"wall_us": round(float(wall), 3), "gpu_busy_pct": None if busy_m is None else round(busy_m, 3),
+                             "rank_lag_us": round(lag_us, 3)}
     if busy_m is not None:
         labels["idle-gpu"] = "positive" if busy_m < 50 else "negative" if busy_m > 90 else "unknown"
         li = [sim.launch_idle_us(r) for r in view]
