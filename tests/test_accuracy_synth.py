@@ -36,10 +36,21 @@ def test_a_heavier_rank_is_not_a_straggler():
 
 
 def test_a_planted_straggler_is_still_found():
-    jobs = [_job(s, "straggler") for s in range(40)]
+    jobs = [_job(s, "straggler") for s in range(80)]
     positives = [f for g, f in jobs if g.labels["straggler"] == "positive"]
-    assert len(positives) >= 5
+    assert len(positives) >= 10
     assert sum(_fires("straggler", f) for f in positives) >= 0.9 * len(positives)
+
+
+def test_a_stragglers_cost_counts_its_lag_once_per_step():
+    """A rank late once per step is waited for at each of the step's collectives (DDP's buckets) while the others
+    still compute; the rule summed those waits and reported a median 2.2 times the wall time the straggler costs
+    (on the 20 positives of these 80 jobs, 15.7 points off on average). It counts the wait nothing hides."""
+    jobs = [_job(s, "straggler") for s in range(80)]
+    results = [RULES["straggler"].evaluate(f) for g, f in jobs if g.labels["straggler"] == "positive"]
+    costs = [g.costs["straggler"] for g, f in jobs if g.labels["straggler"] == "positive"]
+    measured = sorted((r["impact_pct"] if r else 0.0) / c for r, c in zip(results, costs))
+    assert 0.7 <= measured[len(measured) // 2] <= 1.4
 
 
 def test_fp32_gemms_that_cost_no_wall_time_are_not_reported():

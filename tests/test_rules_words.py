@@ -34,12 +34,12 @@ def test_fp32_matmul_says_it_subtracts_the_gpus_wait_for_the_host_on_every_gpu()
     assert "idle" not in " ".join(rule.on_cpu.explanation.split())
 
 
-def test_straggler_says_the_imbalance_is_discounted_once_per_collective():
+def test_straggler_says_it_counts_the_exposed_wait_and_the_imbalance_once_per_step():
     rule = get_rule("straggler")
-    assert "comm_kernel_count" in rule.impact_ms and "n_ranks == 2" in rule.impact_ms
+    assert "straggler_exposed_wait_ms_per_step" in rule.impact_ms and "n_ranks == 2" in rule.impact_ms
     words = _why("straggler")
-    assert "once for each collective a rank runs per step, at least once" in words
-    assert "twice `compute_imbalance_ms_per_step`" in words
+    assert "only the waiting with no compute of their own beside it, `straggler_exposed_wait_ms_per_step`" in words
+    assert "(between two ranks its whole lead over the other, twice it), once per step" in words
     assert "sharding-imbalance" in words
 
 

@@ -33,6 +33,9 @@ class RankFeatures:
     # the rank's collectives by type, in order of start: type -> (starts, durations), us (arrays: a
     # summary of a rank with 10^5 collectives stays small)
     collectives: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    # each of those collectives' time not overlapped by the rank's compute kernels, us (same order): how much
+    # of a wait inside it the rank spent with nothing else running on its GPU (straggler_exposed_wait)
+    collectives_exposed: dict[str, np.ndarray] = field(default_factory=dict)
     t0: float = 0.0  # the rank's first complete event: evidence times (ts_ms) are relative to it
     _timeline_of: tuple[np.ndarray, np.ndarray, float] | None = None  # (union starts, ends, t0)
     _timeline: list[TimelineBin] | None = None  # the default timeline, once the union is dropped (pickled)

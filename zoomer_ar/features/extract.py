@@ -87,6 +87,13 @@ def _per_step_opt(rfs: list[RankFeatures], key: str) -> float | None:
 _MATCH_CHUNK = 65536
 
 
+def _exposed_of(rf: RankFeatures, ctype: str) -> np.ndarray:
+    """Each collective's time not overlapped by the rank's compute (us); where the summary does not say, the
+    whole collective."""
+    got = rf.collectives_exposed.get(ctype)
+    return got if got is not None else rf.collectives[ctype][1]
+
+
 def _cross_rank(rfs: list[RankFeatures], out: dict[str, Any]) -> dict[str, list[EvidenceEvent]]:
     evidence: dict[str, list[EvidenceEvent]] = {}
     if len(rfs) < 2:
@@ -114,6 +121,7 @@ def _cross_rank(rfs: list[RankFeatures], out: dict[str, Any]) -> dict[str, list[
         out["most_compute_rank"] = ranks[heavy]
     # straggler: match the k-th collective of each type across ranks; the shortest one arrived last
     caused = np.zeros(len(rfs))  # wait the others spent because this rank was last
+    caused_exposed = np.zeros(len(rfs))  # the part of it their own compute did not run alongside
     last_count = np.zeros(len(rfs))
     matched = 0
     worst: list[tuple[float, str, int, int, float]] = []
@@ -128,6 +136,11 @@ def _cross_rank(rfs: list[RankFeatures], out: dict[str, Any]) -> dict[str, list[
             last = np.argmin(durs, axis=0)
             wait = durs - durs[last, cols]
             caused += np.bincount(last, weights=wait.sum(axis=0), minlength=len(rfs)) / max(len(rfs) - 1, 1)
+            # a wait sits at the start of the kernel, the transfer after it: compute beside the kernel fills the
+            # transfer first, and only what it does not hold there ran during the wait
+            free = np.stack([_exposed_of(rf, ctype)[k0:k1] for rf in rfs])
+            exposed = np.clip(np.minimum(wait, free), 0.0, None)
+            caused_exposed += np.bincount(last, weights=exposed.sum(axis=0), minlength=len(rfs)) / max(len(rfs) - 1, 1)
             last_count += np.bincount(last, minlength=len(rfs))
             matched += k1 - k0
             wmax = wait.max(axis=0)
@@ -139,6 +152,7 @@ def _cross_rank(rfs: list[RankFeatures], out: dict[str, Any]) -> dict[str, list[
         out["slowest_rank"] = ranks[s]
         n_steps = np.mean([rf.v["n_steps"] for rf in rfs])
         out["straggler_wait_ms_per_step"] = float(caused[s] / 1000.0 / n_steps)
+        out["straggler_exposed_wait_ms_per_step"] = float(caused_exposed[s] / 1000.0 / n_steps)
         out["straggler_last_share"] = float(last_count[s] / matched)
         worst.sort(key=lambda x: x[:4], reverse=True)
         evidence["straggler"] = [

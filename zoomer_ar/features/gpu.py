@@ -137,6 +137,7 @@ def gpu_features(c: RankContext, rf: RankFeatures, step_starts: np.ndarray, step
         for ctype in dict.fromkeys(types.tolist()):  # in order of first appearance
             of = order[types == ctype]
             rf.collectives[ctype] = (t.ts[of].astype(np.float64), t.dur[of].astype(np.float64))
+            rf.collectives_exposed[ctype] = (t.dur[of] - iv.overlap_with(t.ts[of], c.end[of], comp_u)).astype(np.float64)
     else:
         v["comm_ms_total"] = 0.0
         v["exposed_comm_ms_total"] = 0.0

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-FEATURE_SCHEMA_VERSION = "1.5.1"
+FEATURE_SCHEMA_VERSION = "1.6.0"
 
 
 def F(description: str, unit: str = "", group: str = "", default=None):  # noqa: N802 - reads like a column spec
@@ -229,6 +229,13 @@ class FeatureVector(BaseModel):
     )
     straggler_wait_ms_per_step: float = F(
         "Mean time per step the other ranks spend in collectives waiting for the slowest rank.", "ms", "ranks", 0.0
+    )
+    straggler_exposed_wait_ms_per_step: float = F(
+        "The part of straggler_wait_ms_per_step the waiting ranks spent with no compute kernel of their own running: "
+        "at each matched collective a rank's wait, at most its collective's time not overlapped by its compute (the "
+        "wait opens the kernel and the transfer follows, so compute beside the kernel fills the transfer first). A "
+        "rank late once in a step is waited for again at each later collective of it, while the others still "
+        "compute (DDP's buckets): those waits cost nothing, and only the wait nothing hides does.", "ms", "ranks", 0.0
     )
     straggler_last_share: float | None = F("Share of matched collectives the slowest rank arrived last to.", "ratio", "ranks")
 
