@@ -69,3 +69,12 @@ def test_a_failed_export_leaves_no_file_behind(tmp_path, monkeypatch):
                 prof.step()
     assert [p.parent for p in seen] == [out] and seen[0].name.startswith(".rank-0.pt.trace.json.gz.")
     assert _files(out) == []
+
+
+@pytest.mark.torch
+def test_the_trace_is_not_compressed_at_gzips_slowest_level(tmp_path):
+    """The export is compressed inside prof.step(), holding up the training loop: at level 9 a 35 MB trace
+    took 2.7 s where level 6 takes 0.54 s for 13% more bytes. gzip's header says which (XFL: 2 = slowest)."""
+    res = profile_steps(_step_fn(), out_dir=tmp_path / "run", rank=0, skip_first=0, warmup=0, active=1)
+    header = res.traces[0].read_bytes()[:10]
+    assert header[:2] == b"\x1f\x8b" and header[8] != 2
