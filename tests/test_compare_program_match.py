@@ -5,7 +5,9 @@ operators: zoomer_ar/program_match.py), and still compares; real before/after pa
 
 from __future__ import annotations
 
+import gzip
 import json
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -109,3 +111,33 @@ def test_an_mlp_and_a_cnn_are_two_programs_though_both_use_linear_and_relu():
     assert {"Linear", "ReLU"} <= mlp.modules & cnn.modules and "Conv2d" in cnn.modules - mlp.modules
     note = mismatch_note(mlp, cnn)
     assert note is not None and "nn.Module classes" in note
+
+
+def test_a_compiled_after_of_the_same_model_is_one_program():
+    """torch.compile with a graph break (recorded here with aot_eager): the eager parts keep their module
+    frames, the compiled ones record none and add GraphModule/OptimizedModule. Its classes are some of the
+    eager run's, which shared under half with it and was taken for another program."""
+    from zoomer_ar.program_match import ProgramNames
+
+    ops = frozenset(f"aten::op{i}" for i in range(20))
+    eager = ProgramNames(frozenset({"Block", "Attention", "Dropout", "LayerNorm", "Linear", "Sequential", "GELU"}),
+                         frozenset(), ops, compiled=False)
+    frames = [f"nn.Module: {c}_0" for c in ("Linear", "Sequential", "GraphModule", "OptimizedModule")]
+    compiled = _program_of(frames, ops, compiled=True)
+    assert compiled.modules == {"Linear", "Sequential"}  # the wrappers are not the model's classes
+    assert mismatch_note(eager, compiled) is None and mismatch_note(compiled, eager) is None
+    other = _program_of([f"nn.Module: {c}_0" for c in ("Conv2d", "BatchNorm2d", "Sequential", "OptimizedModule")],
+                        ops, compiled=True)
+    assert mismatch_note(eager, other) is not None  # a compiled CNN is still another program
+
+
+def _program_of(frames: list[str], ops: frozenset[str], compiled: bool):
+    """program_names of a real (tiny) column trace holding these python_function frames."""
+    events = [{"ph": "X", "cat": "python_function", "name": n, "ts": i, "dur": 1, "pid": 1, "tid": 1}
+              for i, n in enumerate(frames)]
+    events += [{"ph": "X", "cat": "cpu_op", "name": n, "ts": 100 + i, "dur": 1, "pid": 1, "tid": 1}
+               for i, n in enumerate(sorted(ops) + (["CompiledFunction"] if compiled else []))]
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "t.json.gz"
+        path.write_bytes(gzip.compress(json.dumps({"traceEvents": events}).encode()))
+        return program_names(load_job(path).ranks)

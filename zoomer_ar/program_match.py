@@ -4,7 +4,8 @@ after of two unrelated jobs give a speedup that means nothing).
 What the traces carry that a change to a program keeps and another program does not share, in the
 order it is trusted:
 
-1. the ``nn.Module`` classes (``with_modules`` frames ``nn.Module: Linear_0`` -> ``Linear``): at least
+1. the ``nn.Module`` classes (``with_modules`` frames ``nn.Module: Linear_0`` -> ``Linear``; the
+   wrappers a change adds, :data:`WRAPPER_MODULES`, left out): at least
    3 on each side; another program when under :data:`MIN_MODULE_SHARE` of them are shared (a change
    to a program keeps its classes or adds a wrapper; every model has Linear, ReLU, Sequential...,
    so an MLP and a CNN share 3 of 7);
@@ -17,7 +18,8 @@ order it is trusted:
 
 A side that runs compiled code (torch.compile's ``CompiledFunction``/``Torch-Compiled Region``,
 triton kernels, a CUDA graph's replay) when the other does not is not called another program on its
-kernels or operators: the change may be the compilation, which renames most of them.
+kernels or operators: the change may be the compilation, which renames most of them; nor on its
+module classes when they are some of the other side's (a compiled region records none).
 
 Measured 2026-12-02 on ../shared/traces and the bundled scenario traces (examples/traces,
 examples/gpu), every pair of traces from different folders: no warning on the 44 pairs of one
@@ -50,6 +52,9 @@ MIN_MODULES = 3
 MIN_NAMES = 8
 
 _MODULE_FRAME = re.compile(r"^nn\.Module: (.+?)(?:_\d+)?$")
+#: classes a change wraps a model in (torch.compile, DDP/FSDP, activation checkpointing): not the model's own
+WRAPPER_MODULES = frozenset({"OptimizedModule", "GraphModule", "DistributedDataParallel", "DataParallel",
+                             "FullyShardedDataParallel", "CheckpointWrapper", "OffloadWrapper"})
 _ARCH_PREFIX = re.compile(r"\b(?:sm\d+|ampere|volta|turing|hopper|ada|blackwell)_")
 _COMPILED = re.compile(r"^triton_|CompiledFunction|Torch-Compiled Region|cudaGraphLaunch|hipGraphLaunch")
 
@@ -90,7 +95,7 @@ def program_names(ranks: list) -> ProgramNames | None:
     for t in traces:
         for frame in _names_of(t, ("python_function",)):
             m = _MODULE_FRAME.match(frame)
-            if m:
+            if m and m.group(1) not in WRAPPER_MODULES:
                 modules.add(m.group(1))
         kernels |= {kernel_family(k) for k in _names_of(t, N.KERNEL_CATS)}
         ops |= _names_of(t, N.CPU_OP_CATS)
@@ -101,6 +106,17 @@ def program_names(ranks: list) -> ProgramNames | None:
 
 def _share(a: frozenset[str], b: frozenset[str]) -> float:
     return len(a & b) / len(a | b)
+
+
+def _compiled_subset(before: ProgramNames, after: ProgramNames, basis: str) -> bool:
+    """With one side compiled: whether its module classes can still tell another program. A compiled
+    region records no module frames, so the compiled side's classes (without the wrappers) being a part
+    of the other's is what a compiled run of the same model looks like; kernels and operators are
+    renamed by the compilation and tell nothing."""
+    if basis != "nn.Module classes":
+        return False
+    compiled, eager = (before, after) if before.compiled else (after, before)
+    return not compiled.modules <= eager.modules
 
 
 def mismatch_note(before: ProgramNames | None, after: ProgramNames | None) -> str | None:
@@ -117,7 +133,7 @@ def mismatch_note(before: ProgramNames | None, after: ProgramNames | None) -> st
     else:
         return None
     share = _share(a, b)
-    if share >= least or (before.compiled != after.compiled and basis != "nn.Module classes"):
+    if share >= least or (before.compiled != after.compiled and not _compiled_subset(before, after, basis)):
         return None
     return (f"the two sides do not look like runs of the same program: they share {len(a & b)} of their "
             f"{len(a | b)} {basis} ({share:.0%}); the speedup and the findings compare two programs, "
