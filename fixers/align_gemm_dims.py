@@ -68,6 +68,8 @@ range such as `randint`'s `high`), bound a second time, or whose rounding grows 
 reads data (a `DataLoader`, a `Dataset`, `torch.load`, `np.loadtxt`, `open`, `pd.read_*`, ...),
 since that data may have to match them; so is an output width (`out_features` of the last
 layer: the number of classes or the vocabulary) and a literal size written inside `nn.Linear(...)`.
+So is every layer width (not a batch) of a file that loads a state dict (`load_state_dict(...)`:
+resuming, pretrained weights): a checkpoint saved with the old width would no longer load.
 
 ## Why is this bad?
 GEMM kernels work on tiles: tensor cores load operands in 16-byte vectors (8 fp16/bf16 or 4
@@ -179,6 +181,14 @@ x = torch.randn(BATCH, IN_FEATURES)
             None,
             message_contains="DataLoader",
         ),
+        # a hidden width in a file that resumes from a checkpoint: the saved weights have the old shape
+        Example(
+            "import torch\nfrom torch import nn\n\nHIDDEN = 999\n"
+            "model = nn.Sequential(nn.Linear(64, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, 10))\n"
+            "model.load_state_dict(torch.load(\"ckpt.pt\"), strict=False)\n",
+            None,
+            message_contains="line 6): a checkpoint saved with 999 would no longer load",
+        ),
         # the program also reads data: its input width may be the data's
         Example(
             "import torch\n"
@@ -238,6 +248,7 @@ x = torch.randn(BATCH, IN_FEATURES)
         self._classify(ctx, consts)
         data_source_node = self._data_source(ctx)
         data_source = f"{self._callee(data_source_node)}(...)" if data_source_node is not None else None
+        loads = next((c for c in ctx.nodes(cst.Call) if h.is_method_call(c, "load_state_dict")), None)
         for c in consts.values():
             if not (c.roles & {IN, OUT} or c.batch) or c.value % multiple == 0 or c.value < MIN_SIZE:
                 continue  # not a GEMM dimension, or aligned
@@ -252,6 +263,9 @@ x = torch.randn(BATCH, IN_FEATURES)
             if reason is None and (c.batch or OUT not in c.roles) and data_source is not None:
                 reason = (f"the program also reads data ({data_source}, line {ctx.pos(data_source_node).start.line}), "
                           "whose width or batch it may have to match")
+            if reason is None and c.roles & {IN, OUT} and loads is not None:
+                reason = (f"the program loads a state dict (line {ctx.pos(loads).start.line}): a checkpoint saved with "
+                          f"{c.value} would no longer load (size mismatch for the weights it shapes)")
             if reason is None and (new - c.value) > float(self.options["max_growth"]) * c.value:
                 reason = f"rounding to {new} would grow it by {100.0 * (new - c.value) / c.value:.0f}%"
             if reason is not None:
