@@ -14,6 +14,7 @@ import os
 import signal
 import sqlite3
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -71,3 +72,39 @@ def test_a_port_file_that_cannot_be_written_exits_2_before_any_worker_starts(tmp
     last = r.stderr.strip().splitlines()[-1]
     assert last == f"Error: Invalid value for --port-file: cannot write {blocker / 'port'}: File exists ({blocker})", last
     assert "Traceback" not in r.stderr and "zoomer-ar worker" not in r.stderr, r.stderr
+
+
+def test_an_upload_cut_off_by_the_stop_is_a_json_503_and_leaves_nothing(tmp_path):
+    # uvicorn gives requests in flight 10 s when stopping, then cancels them: an upload still arriving was answered
+    # a plain-text 500 'Internal Server Error' (and a stack trace in the log); it is now the API's JSON 503, with
+    # Retry-After, and its folder is removed
+    import json
+    import socket
+
+    srv = Server(tmp_path / "srv", embedded_workers=0)
+    try:
+        token = srv.token("ops")
+        jobs = srv.data / "jobs"
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=120) as sock:
+            part = b'--b\r\nContent-Disposition: form-data; name="trace"; filename="slow.json"\r\n\r\n{' + b" " * 100_000
+            sock.sendall(f"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
+                         "Content-Type: multipart/form-data; boundary=b\r\nContent-Length: 5000000\r\n\r\n".encode()
+                         + part)
+            while not (jobs.is_dir() and any(jobs.iterdir())):  # the upload is being written
+                assert srv.proc.poll() is None, srv.logs()
+                time.sleep(0.1)
+            srv.proc.send_signal(signal.SIGTERM)
+            answer = b""
+            while chunk := sock.recv(65536):
+                answer += chunk
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 503 "), answer
+        headers = dict(line.lower().split(b": ", 1) for line in head.split(b"\r\n")[1:])
+        assert headers[b"content-type"] == b"application/json" and int(headers[b"retry-after"]) > 0, answer
+        assert json.loads(body)["detail"].startswith("the server is stopping: this request was cut off"), body
+        srv.proc.wait(timeout=120)
+        assert list(jobs.iterdir()) == [], "the cut-off upload left its folder"
+        log = srv.log.read_text(errors="replace")
+        assert "POST /v1/jobs cut off: the server is stopping" in log and "Exception in ASGI application" not in log
+    finally:
+        srv.stop()

@@ -313,6 +313,40 @@ class NoSniff:
         await self.app(scope, receive, send_nosniff)
 
 
+class CutOffAtShutdown:
+    """ASGI middleware: a request still running when the server stops (uvicorn cancels it past its 10 s of graceful
+    shutdown: a long upload, say) is answered 503 in the API's error shape, with Retry-After, instead of uvicorn's
+    plain-text 500 'Internal Server Error' and a stack trace in the log. Its handler has removed what it wrote."""
+
+    def __init__(self, app) -> None:  # noqa: ANN001 - an ASGI app
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:  # noqa: ANN001 - ASGI
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def send_noting(message) -> None:  # noqa: ANN001
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_noting)
+        except asyncio.CancelledError:
+            import logging
+
+            logging.getLogger("zoomer_ar.service").warning(
+                "%s %s cut off: the server is stopping", scope.get("method"), scope.get("path"))
+            if started:  # the answer was under way: the connection is closed on it
+                raise
+            await JSONResponse({"detail": "the server is stopping: this request was cut off before it finished "
+                                          "(nothing of it was kept); send it again in a moment"},
+                               status_code=503, headers={"Retry-After": "5", "Connection": "close"})(
+                scope, receive, send)
+
+
 # --- app ----------------------------------------------------------------------------------------------
 
 
@@ -344,7 +378,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.uploading = {}  # team id -> uploads of POST /v1/jobs still arriving (team quota)
     app.add_middleware(BodyCap)
-    app.add_middleware(NoSniff)
+    app.add_middleware(CutOffAtShutdown)
+    app.add_middleware(NoSniff)  # the outermost: on every answer, CutOffAtShutdown's too
 
     @app.exception_handler(Exception)
     async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
