@@ -16,7 +16,7 @@ from zoomer_ar.learn.model import load_bundle, load_predictor
 from zoomer_ar.learn.trees import TextBooster, Unsupported
 
 REPO = Path(__file__).resolve().parents[2]
-SHIPPED = sorted((REPO / "models" / "v0001").glob("*.txt"))
+SHIPPED = sorted(REPO.glob("models/v[0-9]*/*.txt"))  # every shipped version's boosters
 
 
 def _rows(rng, n_rows: int, n_features: int, thresholds: np.ndarray | None = None) -> np.ndarray:
@@ -44,7 +44,7 @@ def _same(text: str, X: np.ndarray) -> None:
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+@pytest.mark.parametrize("path", SHIPPED, ids=[f"{p.parent.name}/{p.stem}" for p in SHIPPED])
 def test_shipped_models_score_as_lightgbm(path):
     text = path.read_text()
     model = TextBooster.from_text(text)
