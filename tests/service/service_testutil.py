@@ -231,11 +231,13 @@ def wait_job(client: httpx.Client, job_id: str, *, states=("done", "failed"), ti
 # --- archives -------------------------------------------------------------------------------------------
 
 
-def tar_gz(entries: dict[str, bytes], *, links: dict[str, tuple[str, str]] | None = None) -> bytes:
-    """A .tar.gz of regular files; `links`: name -> ("sym" | "hard", target)."""
+def tar_gz(entries: dict[str, bytes], *, links: dict[str, tuple[str, str]] | None = None,
+           then: dict[str, bytes] | None = None) -> bytes:
+    """A .tar.gz of regular files; `links`: name -> ("sym" | "hard", target); `then`: more files after those
+    (a name of `entries` again: the same name twice in the archive)."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tf:
-        for name, data in entries.items():
+        for name, data in [*entries.items(), *(then or {}).items()]:
             info = tarfile.TarInfo(name)
             info.size = len(data)
             info.mode = 0o644

@@ -259,6 +259,13 @@ HOSTILE = [
     ("ranks", "rank0.json.gz", gzip.compress(b'{"traceEvents": []}'), "single trace file (JSON), not an archive of "
      "rank files: send it as the field 'trace'"),
     ("ranks", "rank0.json", b'{"traceEvents": []}', "single trace file (JSON)"),
+    # a newline in a rank's name reached the reports and the job's one-line error; a second entry of the same
+    # name silently replaced the first (one rank analysed in place of the other)
+    ("ranks", "newline.zip", zip_bytes({"rank\n0.json": b"{}"}), "entry 'rank\\n0.json' has control characters "
+     "in its name ('\\n')"),
+    ("ranks", "bidi.tar.gz", tar_gz({"rank-0\u202e.json": b"{}"}), "has control characters in its name ('\\u202e')"),
+    ("ranks", "twice.tar.gz", tar_gz({"run/rank-0.json": b"{}"}, then={"run/rank-0.json": b"[]"}),
+     "entry 'run/rank-0.json' is in the archive twice"),
 ]
 
 

@@ -2,7 +2,9 @@
 
 Every entry is checked before anything of it is written:
 
-- its name: not absolute (`/x`, `C:\\x`, `\\\\host\\x`), no `..` component, no NUL, not too long;
+- its name: not absolute (`/x`, `C:\\x`, `\\\\host\\x`), no `..` component, no NUL nor other control
+  character (a newline, a bidi override: the name reaches the reports), not too long, not twice in the archive
+  (the second would silently replace the first);
 - its type: regular files and folders only; symbolic links, hard links, devices and FIFOs are refused;
 - decompression bombs: the total uncompressed size, the number of entries and the compression
   ratio (uncompressed bytes / archive bytes, for the whole archive and, in zips, per entry) are capped.
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from .disk import DiskFull, disk_full, is_disk_full
+from .names import bad_chars
 
 CHUNK = 1 << 20
 MAX_NAME = 1024
@@ -80,6 +83,10 @@ def check_name(name: str, what: str) -> PurePosixPath | None:
     """The entry's relative path, or None for the archive root itself; ArchiveError if unsafe."""
     if not name or "\x00" in name:
         raise ArchiveError(f"{what}: an entry has an empty or NUL-containing name")
+    bad = bad_chars(name)
+    if bad:  # a newline or a bidi override in a rank's name would reach the reports and the job's one-line error
+        raise ArchiveError(f"{what}: entry {name!r} has control characters in its name "
+                           f"({', '.join(repr(c) for c in bad)})")
     if len(name) > MAX_NAME:
         raise ArchiveError(f"{what}: entry name longer than {MAX_NAME} characters")
     norm = name.replace("\\", "/")
@@ -149,6 +156,8 @@ def _copy(src, out: Path, budget: _Budget, name: str, limit: int | None = None) 
     try:
         if out.is_dir():
             raise ArchiveError(f"{budget.what}: entry {name!r} is both a folder and a file")
+        if out.exists() or out.is_symlink():  # the second would replace the first: which of the two is meant?
+            raise ArchiveError(f"{budget.what}: entry {name!r} is in the archive twice")
         fh = open(out, "wb")  # noqa: SIM115 - closed below; an OSError here is the entry's, not the archive's
     except OSError as exc:
         raise _unwritable(budget.what, name, exc) from None
