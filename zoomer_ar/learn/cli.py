@@ -243,7 +243,7 @@ def models() -> None:
 
 
 @models.command("list")
-@click.option("--models", "root", type=P(), default=None)
+@click.option("--models", "root", type=P(), default=None, help="Model registry folder (default models/).")
 def models_list(root) -> None:
     """Versions with their held-out macro-F1; * marks the current one."""
     from .registry import current, versions
@@ -303,9 +303,9 @@ def _promote(root: Path, version: str, traces, cache, force: bool, allow_dropped
 
 @models.command("promote")
 @click.argument("version")
-@click.option("--models", "root", type=P(), default=None)
-@click.option("--traces", type=P(), default=None)
-@click.option("--cache", type=P(), default=None)
+@click.option("--models", "root", type=P(), default=None, help="Model registry folder (default models/).")
+@click.option("--traces", type=P(), default=None, help="Real traces with LABELS.yaml for the gate (default ../shared/traces).")
+@click.option("--cache", type=P(), default=None, help="Cache folder for real-trace features.")
 @click.option("--force", is_flag=True, help="Promote even when the gate fails (recorded in HISTORY.jsonl).")
 @click.option("--allow-dropped-labels", is_flag=True,
               help="Accept a version without a booster for a label the current model has one for (the rules alone there).")
@@ -317,7 +317,7 @@ def models_promote(version, root, traces, cache, force, allow_dropped_labels) ->
 
 
 @models.command("rollback")
-@click.option("--models", "root", type=P(), default=None)
+@click.option("--models", "root", type=P(), default=None, help="Model registry folder (default models/).")
 def models_rollback(root) -> None:
     """Return to the version promoted before the current one (or to the rules alone)."""
     from .registry import GateError, rollback
