@@ -233,9 +233,9 @@ class SteadyStateProfiler:
     ``total_steps`` is how many steps the loop must run for everything to be recorded.
     ``overwrite=True`` replaces this rank's capture from an earlier run in ``out_dir`` (without it
     :meth:`start` raises :class:`CaptureError`) once this run writes its first trace: a run that fails
-    or stops before that leaves the earlier capture as it was. ``enabled=False`` switches the capture off (for the runs
-    or ranks that should not be profiled: ``enabled=rank == 0``): the loop runs as it would without the
-    helper, :meth:`step` and :attr:`done` still count steps, and ``out_dir`` is neither made, checked
+    or stops before that leaves the earlier capture as it was. ``enabled=False`` switches the capture
+    off (for the runs or ranks that should not be profiled: ``enabled=rank == 0``): the loop runs as it
+    would without the helper, :meth:`step` and :attr:`done` still count steps, and ``out_dir`` is neither made, checked
     nor written (the result lists no trace and no job file).
     """
 
@@ -396,7 +396,7 @@ class SteadyStateProfiler:
             shown = ", ".join(str(p.relative_to(self.out_dir)) for p in removed[:3])
             more = f" and {len(removed) - 3} more" if len(removed) > 3 else ""
             warnings.warn(f"zoomer_ar.capture: removed {len(removed)} temporary file(s) an earlier capture of rank "
-                          f"{self.rank} left in {self.out_dir} when it was stopped mid-export: {shown}{more}",
+                          f"{self.rank} left in {self.out_dir} when it was stopped mid-write: {shown}{more}",
                           RuntimeWarning, stacklevel=4)
 
     def step(self) -> None:
@@ -460,9 +460,10 @@ class SteadyStateProfiler:
         self.traces.append(dst)
         self._cycles_written += 1
         if self._cycles_written >= self.repeat and self.steps_run >= self.total_steps:
-            # everything is recorded (not a partial window flushed as a failed loop stops): job.json now, not only when the block ends - a loop that trains on
-            # for hours under it and is then killed (SIGTERM at the end of a SLURM allocation, the OOM
-            # killer) keeps it (relaunch replays its command); the block's end writes it again, final
+            # everything is recorded (not a partial window flushed as a failed loop stops): job.json now,
+            # not only when the block ends - a loop that trains on for hours under it and is then killed
+            # (SIGTERM at the end of a SLURM allocation, the OOM killer) keeps it (relaunch replays its
+            # command); the block's end writes it again, final
             self._finish()
 
     def _remove_replaced(self, keep: Path) -> None:
