@@ -10,8 +10,9 @@ order it is trusted:
    to a program keeps its classes or adds a wrapper; every model has Linear, ReLU, Sequential...,
    so an MLP and a CNN share 3 of 7);
 2. else the GPU kernels' families (the name up to its template arguments, without the architecture
-   prefix: ``sm80_``, ``ampere_``, ``volta_``...): at least 8 on each side; another program under
-   :data:`MIN_KERNEL_SHARE`;
+   prefix: ``sm80_``, ``ampere_``, ``volta_``...; every vendor-library matmul kernel - cuBLAS, CUTLASS,
+   nvjet, rocBLAS - one family, every library convolution another: the library picks them for the
+   GPU, dtype and shape): at least 8 on each side; another program under :data:`MIN_KERNEL_SHARE`;
 3. else the CPU operators' names (``aten::mm``...): at least 8 on each side; another program under
    :data:`MIN_OP_SHARE` (every PyTorch program runs many of the same aten operators, so only a
    large difference counts).
@@ -24,9 +25,10 @@ module classes when they are some of the other side's (a compiled region records
 Measured 2026-12-02 on ../shared/traces and the bundled scenario traces (examples/traces,
 examples/gpu), every pair of traces from different folders: no warning on the 44 pairs of one
 program (hta/trace_diff's control and test, on an A100 and a V100, one partly compiled: kernel
-families 72% shared; kineto's resnet50 with 0 and 4 loader workers: 87%; each scenario program and
-its clean twin, on the CPU and on a GPU, and each scenario's CPU and GPU recordings: modules 100%);
-1,559 of the 2,153 pairs of unrelated traces large enough to judge are called two programs (most
+families 95% shared; kineto's resnet50 with 0 and 4 loader workers: 100%; each scenario program and
+its clean twin, on the CPU and on a GPU, and each scenario's CPU and GPU recordings: modules 100%,
+and the GPU fp32_matmul pair, whose twin runs other GEMM kernels, 89% of its kernel families);
+1,499 of the 2,146 pairs of unrelated traces large enough to judge are called two programs (most
 of the rest are small programs much alike, such as param/linear_kineto and the scenario MLPs, or a
 compiled side), and 346 of the 946 pairs of different scenario programs (a CNN and an MLP: the
 scenarios that train the same MLP with another loop are not told apart). Traces too small to judge (a handful of operators) say nothing, as does a side read
@@ -46,7 +48,7 @@ from .load.columns import RankTrace
 __all__ = ["ProgramNames", "mismatch_note", "program_names"]
 
 MIN_MODULE_SHARE = 0.5
-MIN_KERNEL_SHARE = 0.2
+MIN_KERNEL_SHARE = 0.4
 MIN_OP_SHARE = 0.3
 MIN_MODULES = 3
 MIN_NAMES = 8
@@ -69,9 +71,19 @@ class ProgramNames:
     compiled: bool
 
 
+#: vendor-library kernels (cuBLAS/cuBLASLt, CUTLASS, nvjet, rocBLAS/hipBLASLt, cuDNN/MIOpen): which one a matmul or
+#: convolution runs is the library's choice for the GPU, dtype and shape (tile sizes, split-K), not the program's
+_LIBRARY_GEMM = re.compile(r"gemm|nvjet|cutlass|cublas|xmma|splitK|^scal_kernel|Cijk_|rocblas|hipblaslt", re.I)
+_LIBRARY_CONV = re.compile(r"cudnn|miopen|implicit_convolve|winograd|conv2d_grouped|fft2d|MIOpen", re.I)
+
+
 def kernel_family(name: str) -> str:
     """``void at::native::vectorized_elementwise_kernel<4, ...>(...)`` -> ``at::native::vectorized_elementwise_kernel``;
     ``sm80_xmma_gemm_f32f32_...`` -> ``xmma_gemm_f32f32_...``: the same kernel on another GPU or dtype."""
+    if _LIBRARY_GEMM.search(name):
+        return "<library matmul>"
+    if _LIBRARY_CONV.search(name):
+        return "<library convolution>"
     name = name.removeprefix("void ").replace("(anonymous namespace)::", "")
     return _ARCH_PREFIX.sub("", re.split(r"[<(]", name, maxsplit=1)[0]).strip()
 
