@@ -44,10 +44,13 @@ def test_straggler_says_it_counts_the_exposed_wait_and_the_imbalance_once_per_st
 
 
 def test_exposed_communication_names_where_the_waiting_it_leaves_out_goes():
-    # its impact subtracts all of the waiting for a late peer; straggler now keeps only the part a
-    # heavier rank's compute does not explain, which is sharding-imbalance's
-    assert "straggler_wait_ms_per_step" in get_rule("exposed-communication").impact_ms
+    # its impact subtracts the waiting for a late peer that no compute of the rank's own hides (the whole
+    # wait, straggler_wait_ms_per_step, also counts waits at buckets while the rank still computes, which
+    # were never exposed time); straggler keeps only the part a heavier rank's compute does not explain,
+    # which is sharding-imbalance's
+    assert "straggler_exposed_wait_ms_per_step" in get_rule("exposed-communication").impact_ms
     words = _why("exposed-communication")
+    assert "with none of its own compute running, is left out here" in words
     assert "`straggler`'s, or `sharding-imbalance`'s where the peer is late because it computes more" in words
 
 
