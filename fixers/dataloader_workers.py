@@ -10,7 +10,7 @@ from zoomer_ar.fix import flow
 from zoomer_ar.fix import helpers as h
 from zoomer_ar.fix.base import Context, Edit, Example, Fixer
 from zoomer_ar.fix.datasets import ITERABLE, UNKNOWN, datasets_of, loader_verdict
-from zoomer_ar.fix.loader_workers import workers_refusal
+from zoomer_ar.fix.loader_workers import dataset_change, workers_refusal
 
 
 def _chosen_workers(ctx: Context, call: cst.Call) -> bool:
@@ -103,7 +103,12 @@ call of one of its functions (or of a method of one of its classes) that loops, 
 function and an `if __name__ == "__main__":` block. Those workers import the script again, run
 the training themselves and try to start workers of their own while starting (RuntimeError: "An
 attempt has been made to start a new process before the current process has finished its
-bootstrapping phase"); put that code under such a block first.
+bootstrapping phase"); put that code under such a block first. And so is a loader whose dataset
+the program changes while iterating it (an attribute set, or a `set_*`/`update*`/`reset*`/
+`shuffle*`/`close*`-style method called, on the dataset or on `loader.dataset`, inside the `for`
+over the loader): each worker holds its own copy, which never sees the change. A dataset changed
+between epochs (`ds.set_epoch(epoch)` before the `for` over the loader) gets workers but not
+`persistent_workers=True`: workers started once would keep the first epoch's copy.
 
 ## Why is this bad?
 With `num_workers=0` every batch is loaded, decoded and collated in the training process,
@@ -295,6 +300,26 @@ loader = DataLoader(dataset, batch_size=64, shuffle=True, num_workers=4, pin_mem
             "def main():\n    for batch in loader:\n        print(batch)\n\n\nif __name__ == \"__main__\":\n    main()\n",
             message_contains="no num_workers",
         ),
+        # a dataset changed between epochs (a curriculum): workers started once (persistent) would keep
+        # the first epoch's copy; workers started every epoch see each change
+        Example(
+            "from torch.utils.data import DataLoader\n\n\ndef train(ds, epochs):\n"
+            "    loader = DataLoader(ds, batch_size=8, shuffle=True)\n    for epoch in range(epochs):\n"
+            "        ds.set_epoch(epoch)\n        for batch in loader:\n            step(batch)\n",
+            "from torch.utils.data import DataLoader\n\n\ndef train(ds, epochs):\n"
+            "    loader = DataLoader(ds, batch_size=8, shuffle=True, num_workers=4, pin_memory=True, prefetch_factor=2)\n"
+            "    for epoch in range(epochs):\n        ds.set_epoch(epoch)\n        for batch in loader:\n            step(batch)\n",
+            message_contains="persistent_workers left out: line 7 changes the dataset",
+        ),
+        # changed while the loader iterates it: no worker would see it
+        Example(
+            "from torch.utils.data import DataLoader\n\n\nclass Trainer:\n    def __init__(self, ds):\n"
+            "        self.loader = DataLoader(ds, batch_size=8, shuffle=True)\n\n    def fit(self):\n"
+            "        for i, batch in enumerate(self.loader):\n            if i == 100:\n"
+            "                self.loader.dataset.mosaic = False\n",
+            None,
+            message_contains="line 11 changes the dataset while the loader iterates it",
+        ),
         # shuffle=True rules out an IterableDataset (DataLoader raises ValueError for one)
         Example(
             "from torch.utils.data import DataLoader, IterableDataset\nloader = DataLoader(ds, batch_size=8, shuffle=True)\n",
@@ -344,8 +369,12 @@ loader = DataLoader(dataset, batch_size=64, shuffle=True, num_workers=4, pin_mem
             add = [] if arg is not None else [("num_workers", str(workers))]
             if h.kwarg(call, "pin_memory") is None:
                 add.append(("pin_memory", "True"))
-            if h.kwarg(call, "persistent_workers") is None:
+            change = dataset_change(ctx, call)
+            if h.kwarg(call, "persistent_workers") is None and change is None:
                 add.append(("persistent_workers", "True"))
+            elif h.kwarg(call, "persistent_workers") is None:
+                message += (f"; persistent_workers left out: line {ctx.pos(change[0]).start.line} changes the dataset "
+                            "between epochs, which workers started once would never see")
             if h.kwarg(call, "prefetch_factor") is None:
                 add.append(("prefetch_factor", str(prefetch)))
             new = h.add_kwargs(new, add)

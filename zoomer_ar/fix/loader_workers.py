@@ -7,6 +7,8 @@ Linux's default from Python 3.14, likewise) import the main module again and rec
 callables pickled, so:
 
 * a test module is left alone: workers would change what the test exercises;
+* a dataset the program changes while the loader iterates it (``ds.set_epoch(e)`` in the batch
+  loop): each worker holds its own copy, made when it started, that does not see the change;
 * a `collate_fn`/`worker_init_fn` that pickle cannot find by name (a lambda, a function defined in
   a function, a partial of one) would fail in the workers;
 * a script that runs its training as it is imported (a loop over a loader, or a call of one of its
@@ -35,6 +37,11 @@ def workers_refusal(ctx: Context, call: cst.Call) -> str | None:
     local = _unpicklable_callable(ctx, call)
     if local is not None:
         return f"not changed: {local}, which {SPAWN} cannot pickle: define it at module level first"
+    change = dataset_change(ctx, call)
+    if change is not None and change[1]:
+        return (f"not changed: line {ctx.pos(change[0]).start.line} changes the dataset while the loader iterates "
+                f"it (`{_short(ctx, change[0])}`), and worker processes each hold a copy of the dataset that "
+                "would not see the change")
     program = program_at_import(ctx)
     if program is not None:
         return (f"not changed: the file runs its training as it is imported ({program}, outside an "
@@ -193,3 +200,72 @@ def _loops(fn: cst.FunctionDef, functions: dict[str, cst.FunctionDef], cls: cst.
 def _short(ctx: Context, node: cst.CSTNode) -> str:
     text = " ".join(ctx.code(node).split())
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+# -- a dataset the program changes after the loader is made ----------------------------------
+
+#: method names that read like a change of the dataset's state (curriculum, resampling, mosaic off)
+CHANGING = ("set_", "update", "reset", "shuffle", "resample", "reshuffle", "enable", "disable", "close",
+            "reload", "refresh", "rebuild", "advance", "next_epoch", "new_epoch", "step")
+
+
+def dataset_change(ctx: Context, call: cst.Call) -> tuple[cst.CSTNode, bool] | None:
+    """Where the program changes the dataset of the DataLoader ``call`` after making it, if it does:
+    ``(node, while_iterating)``. A change is an attribute store (``ds.level = 2``,
+    ``loader.dataset.mosaic = False``) or a call of a method whose name reads like one
+    (``ds.set_epoch(epoch)``, ``loader.dataset.close_mosaic()``) on the dataset the call is given
+    by name or on the loader's ``.dataset``, in the call's function (or the class, for ``self.``
+    names). Workers hold a copy of the dataset made when they start: persistent ones (started once)
+    never see a change, and none sees one made while the loader is being iterated
+    (``while_iterating``: inside a ``for`` over the loader)."""
+    dataset = h.arg_at(call, "dataset", 0)
+    names = set()
+    if dataset is not None and h.dotted(dataset.value) is not None:
+        names.add(h.dotted(dataset.value))
+    loader = _bound_to(ctx, call)
+    if loader is not None:
+        names.add(f"{loader}.dataset")
+    if not names:
+        return None
+    first = None
+    for node in h.walk(_region(ctx, call, names)):
+        owner = None
+        if isinstance(node, cst.AssignTarget) and isinstance(node.target, cst.Attribute):
+            owner = h.dotted(node.target.value)
+        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and \
+                node.func.attr.value.lower().startswith(CHANGING):
+            owner = h.dotted(node.func.value)
+        if owner not in names:
+            continue
+        if loader is not None and _iterating(ctx, node, loader):
+            return node, True
+        if first is None or ctx.pos(node).start.line < ctx.pos(first).start.line:
+            first = node
+    return (first, False) if first is not None else None
+
+
+def _bound_to(ctx: Context, call: cst.Call) -> str | None:
+    """The dotted name the loader is assigned to (``loader``, ``self.train_loader``), if any."""
+    parent = ctx.parent(call)
+    if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+        return h.dotted(parent.targets[0].target)
+    return None
+
+
+def _region(ctx: Context, call: cst.Call, names: set[str]) -> cst.CSTNode:
+    """Where changes of ``names`` are looked for: the class around the call for ``self.`` names,
+    else the call's function (or the module)."""
+    if any(n.startswith("self.") for n in names):
+        cls = next((a for a in ctx.ancestors(call) if isinstance(a, cst.ClassDef)), None)
+        if cls is not None:
+            return cls
+    return ctx.enclosing_scope(call)
+
+
+def _iterating(ctx: Context, node: cst.CSTNode, loader: str) -> bool:
+    """``node`` runs inside a ``for`` over the loader (``for x in loader``, ``enumerate(loader)``)."""
+    for loop in ctx.loops_around(node):
+        if isinstance(loop, cst.For) and any(h.dotted(n) == loader for n in h.walk(loop.iter)
+                                             if isinstance(n, (cst.Name, cst.Attribute))):
+            return True
+    return False
