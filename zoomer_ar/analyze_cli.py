@@ -475,7 +475,8 @@ def analyze(path: Path, out_dir: Path | None, fmt: str, name: str | None, source
             for name in sorted(unlocked & set(chosen)):
                 section, key, host_only = FACT_UNLOCKS[name]
                 why = " and the trace shows no accelerator" if host_only else ""
-                click.echo(f"opt-in fix {name} included: job.json records {section}.{key} = true{why}")
+                # "selected", not "included": it ran on the source, and a note says when it found nothing to change
+                click.echo(f"opt-in fix {name} selected (job.json records {section}.{key} = true{why})")
             if held:
                 click.echo(f"opt-in fixes left out of patch.diff: {', '.join(held)} (add them with --fix-select; "
                            "docs/fixers.md says why each is opt-in)")
