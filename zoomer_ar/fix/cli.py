@@ -110,8 +110,9 @@ def fix(path_arg: str | None, select: str | None, ignore: str | None, show_diff:
     """Find performance anti-patterns in the Python files and notebooks (.ipynb) under PATH (a
     folder or a file) and fix them with codemods.
 
-    Without --diff/--apply the findings are listed (path:line:col pattern message). Inline
-    `# zoomer: ignore[ID]` comments suppress a finding. Files that do not parse are reported
+    Without --diff/--apply the findings are listed, one a line: `path:line:col: pattern message
+    [fixer, fixable|opt-in|report only]`, then a count on stderr. Inline `# zoomer: ignore[ID]`
+    comments suppress a finding. Files that do not parse are reported
     and skipped. Exit status 0 (with or without findings), 2 for a missing PATH or bad options,
     1 when --apply could not write a file.
     """
