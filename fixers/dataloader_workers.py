@@ -99,8 +99,10 @@ loader's `collate_fn` or `worker_init_fn` is a lambda or a function defined insi
 (also through `functools.partial`): workers started by spawn (macOS, Windows; Linux's default from
 Python 3.14) receive them pickled, and pickle cannot find those by name. So is every loader of a
 script that runs its training as it is imported: a loop over a loader made at its top level, or a
-call of one of its functions (or of a method of one of its classes) that loops, outside every
-function and an `if __name__ == "__main__":` block. Those workers import the script again, run
+call of one of its functions (or of a method of one of its classes) that makes a loader, loops
+over one made at the top level, or loops and is given one, outside every function and an
+`if __name__ == "__main__":` block (a helper that only builds something, `vocab = load_vocab(path)`,
+runs no training). Those workers import the script again, run
 the training themselves and try to start workers of their own while starting (RuntimeError: "An
 attempt has been made to start a new process before the current process has finished its
 bootstrapping phase"); put that code under such a block first. And so is a loader whose dataset
@@ -290,6 +292,21 @@ loader = DataLoader(dataset, batch_size=64, shuffle=True, num_workers=4, pin_mem
             "        for batch in loader:\n            print(batch)\n\n\nTrainer().fit(ds)\n",
             None,
             message_contains="(`Trainer().fit(ds)` at line 13",
+        ),
+        # a helper run at import that builds something (no loader): the workers rerun only that
+        Example(
+            "from torch.utils.data import DataLoader\n\n\ndef load_vocab(path):\n    return [w for w in open(path)]\n\n\n"
+            "def count(path):\n    n = 0\n    for _ in open(path):\n        n += 1\n    return n\n\n\n"
+            "VOCAB, N = load_vocab(\"vocab.txt\"), count(\"vocab.txt\")\n\n\ndef main(ds):\n"
+            "    for batch in DataLoader(ds, batch_size=8, shuffle=True):\n        print(batch)\n\n\n"
+            "if __name__ == \"__main__\":\n    main(None)\n",
+            "from torch.utils.data import DataLoader\n\n\ndef load_vocab(path):\n    return [w for w in open(path)]\n\n\n"
+            "def count(path):\n    n = 0\n    for _ in open(path):\n        n += 1\n    return n\n\n\n"
+            "VOCAB, N = load_vocab(\"vocab.txt\"), count(\"vocab.txt\")\n\n\ndef main(ds):\n"
+            "    for batch in DataLoader(ds, batch_size=8, shuffle=True, num_workers=4, pin_memory=True, "
+            "persistent_workers=True, prefetch_factor=2):\n        print(batch)\n\n\n"
+            "if __name__ == \"__main__\":\n    main(None)\n",
+            message_contains="no num_workers",
         ),
         # the same program under a __main__ block (the workers import the file without running it): fixed
         Example(

@@ -95,8 +95,9 @@ def program_at_import(ctx: Context) -> str | None:
     """What runs the file's training as it is imported (``"`for ... in enumerate(train_loader)` at
     line 115"``, ``"`main()` at line 40"``), else None: outside every function, class and
     `__main__` block, a loop over a name bound to a DataLoader there, or a call of a function of
-    the file (a method of one of its classes, on an instance made there) that runs a loop. A
-    notebook is no module that workers import."""
+    the file (a method of one of its classes, on an instance made there) that makes a DataLoader,
+    loops over one made there, or loops and is given one. A helper that only builds something
+    (``vocab = load_vocab(path)``) runs no training. A notebook is no module that workers import."""
     cached = ctx.__dict__.get("_zoomer_program_at_import", False)
     if cached is not False:
         return cached
@@ -141,7 +142,11 @@ def _find_program(ctx: Context) -> str | None:
                 return f"`for ... in {_short(ctx, node.iter)}` at line {ctx.pos(node).start.line}"
             continue
         fn = _callee(node, functions, classes, instances)
-        if fn is not None and _loops(fn, functions, _class_of(ctx, fn), set()):
+        if fn is None:
+            continue
+        given = any(isinstance(n, cst.Name) and n.value in loaders for a in node.args for n in h.walk(a.value))
+        found = _Finds(functions, loader_calls, loaders)
+        if found.reaches_loader(fn, _class_of(ctx, fn)) or (given and found.loops(fn, _class_of(ctx, fn))):
             return f"`{_short(ctx, node)}` at line {ctx.pos(node).start.line}"
     return None
 
@@ -172,29 +177,45 @@ def _class_of(ctx: Context, fn: cst.FunctionDef) -> cst.ClassDef | None:
     return parent if isinstance(parent, cst.ClassDef) else None
 
 
-def _loops(fn: cst.FunctionDef, functions: dict[str, cst.FunctionDef], cls: cst.ClassDef | None,
-           seen: set[int]) -> bool:
-    """``fn`` runs a loop (``for``/``while``), itself or through the file's functions it calls by
-    name and its class's methods it calls on ``self``."""
-    if id(fn) in seen:
-        return False
-    seen.add(id(fn))
-    for n in h.walk(fn.body, into_scopes=False):
-        if isinstance(n, (cst.For, cst.While)):
-            return True
-        if not isinstance(n, cst.Call):
-            continue
-        callee = None
-        if isinstance(n.func, cst.Name):
-            callee = functions.get(n.func.value)
-        elif cls is not None and isinstance(n.func, cst.Attribute) and h.dotted(n.func.value) == "self":
-            callee = _method(cls, n.func.attr.value)
-            if callee is not None and _loops(callee, functions, cls, seen):
+class _Finds:
+    """What a function of the file runs, itself or through the file's functions it calls by name
+    and its class's methods it calls on ``self``."""
+
+    def __init__(self, functions: dict[str, cst.FunctionDef], loader_calls: set[int], loaders: set[str]):
+        self.functions = functions
+        self.loader_calls = loader_calls
+        self.loaders = loaders
+
+    def loops(self, fn: cst.FunctionDef, cls: cst.ClassDef | None) -> bool:
+        """A ``for``/``while`` loop (over a loader it was given, say)."""
+        return self._search(fn, cls, lambda n: isinstance(n, (cst.For, cst.While)), set())
+
+    def reaches_loader(self, fn: cst.FunctionDef, cls: cst.ClassDef | None) -> bool:
+        """A DataLoader it makes, or a loop over a loader the module made."""
+        def hit(n: cst.CSTNode) -> bool:
+            if isinstance(n, cst.Call):
+                return id(n) in self.loader_calls
+            return isinstance(n, cst.For) and any(isinstance(m, cst.Name) and m.value in self.loaders
+                                                  for m in h.walk(n.iter))
+        return self._search(fn, cls, hit, set())
+
+    def _search(self, fn: cst.FunctionDef, cls: cst.ClassDef | None, hit, seen: set[int]) -> bool:
+        if id(fn) in seen:
+            return False
+        seen.add(id(fn))
+        for n in h.walk(fn.body, into_scopes=False):
+            if hit(n):
                 return True
-            continue
-        if callee is not None and _loops(callee, functions, None, seen):
-            return True
-    return False
+            if not isinstance(n, cst.Call):
+                continue
+            if isinstance(n.func, cst.Name) and n.func.value in self.functions:
+                if self._search(self.functions[n.func.value], None, hit, seen):
+                    return True
+            elif cls is not None and isinstance(n.func, cst.Attribute) and h.dotted(n.func.value) == "self":
+                method = _method(cls, n.func.attr.value)
+                if method is not None and self._search(method, cls, hit, seen):
+                    return True
+        return False
 
 
 def _short(ctx: Context, node: cst.CSTNode) -> str:
