@@ -126,6 +126,9 @@ OBSERVING_METHODS = {"state_dict", "load_state_dict", "named_parameters", "named
                      "get_parameter", "get_buffer", "__class__", "__dict__"}
 #: builtins that see the wrapper itself: its type, or it stored as some object's attribute
 OBSERVING_BUILTINS = {"isinstance", "type", "setattr", "vars", "id"}
+#: calls that pickle the object they are given: a compiled module is saved as its wrapper
+PICKLING = {"torch.save", "pickle.dump", "pickle.dumps", "dill.dump", "dill.dumps", "cloudpickle.dump",
+            "cloudpickle.dumps", "joblib.dump"}
 #: words of a callee's name saying it traces, captures or exports the module it is given
 #: (torch.export's aot_export, dynamo's fullgraph_capture, fx.GraphModule(root, graph)...)
 TRACING_WORDS = frozenset({"trace", "traced", "tracer", "capture", "export", "script", "symbolic", "graphmodule", "jit"})
@@ -172,6 +175,9 @@ def _observes_wrapper(ctx: Context, use: cst.Name) -> str | None:
     last = callee.rsplit(".", 1)[-1]
     if ctx.matches(call, {f"builtins.{b}" for b in OBSERVING_BUILTINS}, OBSERVING_BUILTINS):
         return f"`{last}(...)` sees the compile wrapper, not the model"
+    if ctx.matches(call, PICKLING, PICKLING):
+        return (f"`{callee}(...)` would pickle the compile wrapper: whoever loads the file gets an OptimizedModule "
+                "(not the model's class; its names gain an `_orig_mod.` prefix)")
     words = {w.lower() for w in re.findall(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])", last)} | {last.lower()}
     if words & TRACING_WORDS:
         return f"it is handed to {callee}(), which traces or exports the module it is given"
@@ -207,7 +213,8 @@ is reported, not changed: scripting fails on a compiled module and the others wo
 compile wrapper. So is a module that the code after it would tell from its compile wrapper: it
 reads `state_dict()`/`load_state_dict()`/`named_parameters()`... (the names gain an `_orig_mod.`
 prefix: a checkpoint stops loading), sets an attribute on it (set on the wrapper, not the
-model), passes it to `isinstance`/`type`/`setattr`, or hands it to a call whose name says it
+model), passes it to `isinstance`/`type`/`setattr`, pickles it whole (`torch.save(model, path)`,
+`pickle.dump`: the file would hold the wrapper), or hands it to a call whose name says it
 traces, captures or exports (`aot_export`, `fullgraph_capture`, `fx.GraphModule`). A module that
 nothing in the file uses after building it (one made for other modules to import) is left
 alone: it is not run here, and its importers would get the wrapper.
@@ -318,6 +325,13 @@ model = torch.compile(model)
             "def main():\n    block = Block()\n    model = nn.Sequential(block, block)\n    train(model)\n",
             "import torch\nfrom torch import nn\n\n\nclass Block(nn.Module):\n    pass\n\n\n"
             "def main():\n    block = Block()\n    model = nn.Sequential(block, block)\n    model = torch.compile(model)\n    train(model)\n",
+        ),
+        # the whole module pickled: the saved file would hold the compile wrapper
+        Example(
+            "import torch\nimport torch.nn as nn\n\n\nclass Net(nn.Module):\n    pass\n\n\ndef main():\n"
+            "    model = Net().cuda()\n    train(model)\n    torch.save({\"model\": model}, \"model.pt\")\n",
+            None,
+            message_contains="`torch.save(...)` would pickle the compile wrapper",
         ),
     ]
 
