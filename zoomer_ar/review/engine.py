@@ -159,6 +159,7 @@ def to_findings(fd: FileDiff, source: str, matches: Iterable[StaticMatch], overr
     out: list[ReviewFinding] = []
     cands: list[_Candidate] = []
     seen: dict[tuple[str, str, str], int] = {}
+    planner = _Suggestions(fd, source, lines, selection, git_lines)
     for m in matches:
         first = min(m.statement_line, m.line)
         code = _span_text(lines, m)
@@ -186,13 +187,17 @@ def to_findings(fd: FileDiff, source: str, matches: Iterable[StaticMatch], overr
             fingerprint=fingerprint(m.pattern, m.fixer, fd.path, code, occurrence),
         )
         rw = rewrite(lines, m.edits) if m.edits else None
+        edits = [e.model_dump() for e in m.edits]
+        if rw is not None and _multi_line_expression(m.edits):
+            written = planner.as_fixer_writes(m.fixer, rw)
+            if written is not rw:
+                rw, edits = written, [_whole_lines_edit(lines, written)]
         if rw is not None:
             f.fix_diff = rw.diff(fd.path)
-            f.edits = [e.model_dump() for e in m.edits]
+            f.edits = edits
         if rw is not None and m.fixable:
             cands.append(_Candidate(len(out), m, rw))
         out.append(f)
-    planner = _Suggestions(fd, source, lines, selection, git_lines)
     chosen = planner.plan(cands)
     for i, f in enumerate(out):
         rw = chosen.get(i)
@@ -222,6 +227,23 @@ def to_findings(fd: FileDiff, source: str, matches: Iterable[StaticMatch], overr
 # --------------------------------------------------------------------------------------------
 # Suggestions that parse, alone and together
 # --------------------------------------------------------------------------------------------
+
+
+def _multi_line_expression(edits: Sequence[Any]) -> bool:
+    """Whether an edit replaces an expression (not whole statements) with text of several lines:
+    the fixers write such text at column 0, so its continuation lines can lack the indentation of
+    the block around it (a `DataLoader(` call spanning lines inside a function)."""
+    return any(e.column > 1 and "\n" in e.text for e in edits)
+
+
+def _whole_lines_edit(lines: Sequence[str], rw: Rewrite) -> dict[str, Any]:
+    """A rewrite as one text edit replacing its whole lines (the form of a finding's ``edits``)."""
+    if rw.last < len(lines) or lines[rw.last - 1].endswith(("\n", "\r")):
+        end_line, end_column = rw.last + 1, 1
+    else:  # the file's last line, without a line break
+        end_line, end_column = rw.last, len(lines[rw.last - 1]) + 1
+    return {"line": rw.first, "column": 1, "end_line": end_line, "end_column": end_column, "text": rw.new}
+
 
 
 @dataclass
@@ -334,6 +356,15 @@ class _Suggestions:
                 self._fixed[key] = split_lines(fixed)
         new = self._fixed[key]
         return _region(self.lines, new, first, last) if new is not None else None
+
+    def as_fixer_writes(self, fixer: str, rw: Rewrite) -> Rewrite:
+        """``rw`` as the fixer writes those lines into the file (``zoomer-ar fix``): the same
+        lines, re-indented where the match's edit lost the block's indentation; ``rw`` itself
+        when the fixed file changes other lines there (it cannot be told apart)."""
+        written = self.fixed_region({fixer}, rw.first, rw.last)
+        if written is None or (written.first, written.last) != (rw.first, rw.last) or written.new == rw.new:
+            return rw
+        return written
 
     # -- planning -------------------------------------------------------------------------------
 

@@ -1,0 +1,75 @@
+"""Defects found by reviewing real training scripts (pytorch/examples, nanoGPT) as a pre-merge bot:
+each case is a short construct of those scripts, written here, reviewed end to end on a real git
+repository, with the suggestion applied the way GitHub applies it (the commented lines replaced by
+the block's lines)."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from review_testutil import GitRepo
+
+from zoomer_ar.fix import engine as fix_engine
+from zoomer_ar.review import review
+from zoomer_ar.review.render import github_payload
+
+
+def _applied(text: str, comment: dict) -> str:
+    """``text`` with the comment's suggestion applied as GitHub does: lines start_line..line replaced."""
+    m = re.search(r"^(`{3,})suggestion\n(.*?)^\1$", comment["body"], re.S | re.M)
+    assert m, comment["body"]
+    lines = text.splitlines(keepends=True)
+    start = comment.get("start_line") or comment["line"]
+    return "".join(lines[:start - 1]) + m.group(2) + "".join(lines[comment["line"]:])
+
+
+LOADER_BASE = '''import torch
+from torch.utils.data import DataLoader
+
+
+def main(dataset, model):
+    loader = DataLoader(
+        dataset, batch_size=32, shuffle=True,
+        num_workers=4)
+    for x in loader:
+        model(x)
+
+
+if __name__ == "__main__":
+    main(None, None)
+'''
+
+
+def test_multi_line_call_suggestion_keeps_its_indentation(tmp_path):
+    """imagenet/main.py's `train_loader = torch.utils.data.DataLoader(` spans three lines inside
+    `def main():`: the fixer's edit for the call is written at column 0, so the suggestion (and the
+    diff, and the SARIF fix) moved its continuation lines four columns left. It parsed, but it was
+    not the stated fix alone; it is now what `zoomer-ar fix` writes."""
+    head = LOADER_BASE.replace("num_workers=4)", "num_workers=0)")
+    repo = GitRepo(tmp_path / "r")
+    repo.write("train.py", LOADER_BASE)
+    repo.commit("base")
+    repo.branch("feat")
+    repo.write("train.py", head)
+    repo.commit("debug loader")
+    result = review(repo.path, base="main", head="feat")
+    [finding] = result.findings
+    assert finding.rule_id == "dataloader-bound" and finding.suggestion is not None
+    [comment] = github_payload(result)["comments"]
+    applied = _applied(head, comment)
+    ast.parse(applied)
+    fixed = fix_engine.fix_source_with(head, "train.py", fix_engine.select_fixers(["dataloader-workers"]))
+    assert applied == fixed
+    for line in finding.fix_diff.splitlines():
+        if line.startswith(("+", "-")):
+            assert line[1:].startswith("        "), finding.fix_diff
+    # the SARIF replacement (the finding's edits) applied to the file gives the same text
+    lines = head.splitlines(keepends=True)
+    [edit] = finding.edits
+    offset = [0]
+    for line in lines:
+        offset.append(offset[-1] + len(line))
+    a = offset[edit["line"] - 1] + edit["column"] - 1
+    b = offset[edit["end_line"] - 1] + edit["end_column"] - 1
+    assert head[:a] + edit["text"] + head[b:] == fixed
