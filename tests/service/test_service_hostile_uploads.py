@@ -234,3 +234,23 @@ def test_every_answer_says_nosniff_and_an_unforeseen_error_is_json(tmp_path):
     r = asyncio.run(call())
     assert r.status_code == 500 and r.headers["content-type"].startswith("application/json")
     assert r.json()["detail"].startswith("internal error (RuntimeError)") and "secret detail" not in r.text
+
+
+def test_a_job_json_nested_too_deep_is_ignored_not_an_internal_error(server):
+    # a rank archive's job.json (the capture helper's record, read for the relaunch spec) nested 100,000 deep:
+    # the job failed as 'internal error: RecursionError: maximum recursion depth exceeded ...'; such a job.json
+    # is now ignored as an unreadable one is, and the trace is analysed
+    from service_testutil import EXAMPLE_DL, trace_file, wait_job
+
+    worker = server.worker()
+    try:
+        rank = trace_file(EXAMPLE_DL).read_bytes()
+        ranks = tar_gz({"run/rank-0.pt.trace.json.gz": rank, "run/job.json": b"[" * 100_000 + b"]" * 100_000})
+        with server.client(server.token("deep")) as c:
+            r = upload(c, ranks=ranks, names={"ranks": "run.tar.gz"}, record="false")
+            assert r.status_code == 202, r.text
+            job = wait_job(c, r.json()["id"], server=server)
+        assert job["state"] == "done", job
+        assert "relaunch.yaml" in job["artifacts"] and "dataloader-bound" in job["result"]["patterns"], job
+    finally:
+        worker.stop()

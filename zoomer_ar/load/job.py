@@ -48,7 +48,7 @@ def recorded_job(trace_path: Path) -> dict:
     folder = trace_path if trace_path.is_dir() else trace_path.parent
     try:
         doc = json.loads((folder / "job.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: nested deeper than json can read
         return {}
     return doc if isinstance(doc, dict) else {}
 
