@@ -239,6 +239,13 @@ def dataset_change(ctx: Context, call: cst.Call) -> tuple[cst.CSTNode, bool] | N
     names). Workers hold a copy of the dataset made when they start: persistent ones (started once)
     never see a change, and none sees one made while the loader is being iterated
     (``while_iterating``: inside a ``for`` over the loader)."""
+    cache = ctx.__dict__.setdefault("_zoomer_dataset_changes", {})
+    if id(call) not in cache:
+        cache[id(call)] = _dataset_change(ctx, call)
+    return cache[id(call)]
+
+
+def _dataset_change(ctx: Context, call: cst.Call) -> tuple[cst.CSTNode, bool] | None:
     dataset = h.arg_at(call, "dataset", 0)
     names = set()
     if dataset is not None and h.dotted(dataset.value) is not None:
