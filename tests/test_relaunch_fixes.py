@@ -124,7 +124,9 @@ def test_gpu_example_command_is_the_recorded_one(tmp_path, capsys):
     repo = scenario_repo(tmp_path)
     analyze(EXAMPLES / "gpu" / "sync_point", tmp_path / "o", repo, capsys)
     spec = load_spec(tmp_path / "o" / "relaunch.yaml")
-    assert spec.shell_command() == "python sync_point.py --out /tmp/gpu/sync_point --device cuda"
+    # the recorded command, its --out (the folder of the capture analysed, recorded on another machine)
+    # pointed at a fresh sibling: replayed there, the capture helper would refuse the earlier capture
+    assert spec.shell_command() == "python sync_point.py --out /tmp/gpu/sync_point-relaunch --device cuda"
     assert spec.override_style == "argparse"
     note = next(n for n in spec.notes if n.startswith("Not on the command line"))
     assert "compile=true" in note and "argparse" in note and "yourself" in note

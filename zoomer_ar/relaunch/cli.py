@@ -11,7 +11,8 @@ from pathlib import Path
 import click
 
 from ..errors import InputError
-from .spec import load_spec
+from .spec import RelaunchSpec, load_spec
+from .trace_folder import FoundCapture, captures_on_command_line
 
 
 def _git_apply_check(patch: Path, workdir: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -48,6 +49,23 @@ def _absolute(p: Path) -> Path:
         return p.absolute()
 
 
+def _capture_line(found: FoundCapture) -> str:
+    """What a folder holding a capture on the command line means for the relaunch."""
+    shown = ", ".join(found.files[:3])
+    if found.own:
+        return (f"{found.word} on the command line is the folder holding the capture this spec was made from "
+                f"({shown}): the relaunch would record over it (zoomer_ar.capture stops with CaptureError, or with "
+                "overwrite=True replaces the trace `zoomer-ar compare` needs); point it at a new folder in "
+                "command.args")
+    return (f"{found.word} on the command line already holds a capture ({shown}): a program recording there with "
+            "zoomer_ar.capture stops with CaptureError unless it passes overwrite=True; move that capture or "
+            "point command.args at a new folder")
+
+
+def _captures(spec: RelaunchSpec, workdir: Path) -> list[FoundCapture]:
+    return captures_on_command_line(spec.argv()[1:], workdir, spec.trace_sha256) if workdir.is_dir() else []
+
+
 @click.command()
 @click.argument("spec_path", type=click.Path(path_type=Path))
 @click.option("--dry-run", is_flag=True, help="Print the exact command and patch step; run nothing.")
@@ -75,6 +93,8 @@ def relaunch(spec_path: Path, dry_run: bool, cwd: Path | None) -> None:
                        err=True)
         if recorded_missing:
             click.echo(f"note: the recorded folder {workdir} is not on this machine: pass --cwd", err=True)
+        for found in _captures(spec, workdir):
+            click.echo(f"note: {_capture_line(found)}", err=True)
         if _absolute(workdir) != Path.cwd().resolve():
             click.echo(f"cd {shlex.quote(str(workdir))}", err=True)
         if patch:
@@ -100,6 +120,10 @@ def relaunch(spec_path: Path, dry_run: bool, cwd: Path | None) -> None:
     if not _launchable(argv[0], workdir, env):
         raise InputError(str(spec_path), f"{argv[0]} (what the command starts) is not on PATH: set command.python to "
                                          "the interpreter to run the job on")
+    for found in _captures(spec, workdir):  # before the patch: a refused relaunch changes nothing
+        if found.own:
+            raise InputError(str(spec_path), _capture_line(found))
+        click.echo(f"note: {_capture_line(found)}", err=True)
     if patch and not apply_patch(patch, workdir):
         click.echo(f"{patch.name} is already applied in {workdir}; launching", err=True)
     raise SystemExit(subprocess.run(argv, cwd=workdir, env=env).returncode)

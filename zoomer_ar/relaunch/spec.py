@@ -37,6 +37,7 @@ from .hydra_config import can_add, find_config, match_key
 from .layout import Layout, node_layout
 from .loaders import is_worker_key, refused_loaders
 from .program import HYDRA_ARG, ProgramCli, find_script, scan_program, style_from_args
+from .trace_folder import retarget
 
 RELAUNCH_SCHEMA_VERSION = "1.2"
 _MAJOR = RELAUNCH_SCHEMA_VERSION.split(".")[0]
@@ -427,6 +428,12 @@ def _out_note(args: list[str]) -> str | None:
     return None
 
 
+def _absolute_folder(folder: Path | None) -> Path | None:
+    """The analysed trace folder as an absolute path (analysis.job.path is as given, relative to where
+    analyze runs)."""
+    return folder.absolute() if folder is not None else None
+
+
 def _carries(f: Finding, patched: set[str], set_keys: set[str]) -> bool:
     """The relaunch carries the finding's fix: ``patch`` holds a hunk for its pattern, or its main
     setting is set (the first config override its rule lists, else its environment)."""
@@ -510,7 +517,10 @@ def spec_from_analysis(analysis: Analysis, *, argv: list[str] | None = None, pat
     nnodes, nproc, layout_notes = _layout_command(world, job if argv else {}, folder, analysis)
     patched = set(patched)
     if argv:
-        script, *args = argv
+        script, *recorded_args = argv
+        cwd = cwd or (job.get("cwd") if isinstance(job.get("cwd"), str) and job.get("cwd") else None)
+        # the folder the recorded run's capture is in, named on its command line, becomes a fresh one
+        args, folder_notes = retarget(recorded_args, _absolute_folder(folder), cwd, job)
         cli = program_cli(script, args, source_dir)
         overrides, guard_notes = _workers_guard(overrides, cli)
         fit = _fit_overrides(overrides, args, cli)
@@ -521,11 +531,11 @@ def spec_from_analysis(analysis: Analysis, *, argv: list[str] | None = None, pat
                                "__iter__ splits the stream by torch.utils.data.get_worker_info().")
         overrides, args, style = fit.carried, fit.args, fit.style
         set_keys = set(fit.source.values())
-        cwd = cwd or (job.get("cwd") if isinstance(job.get("cwd"), str) and job.get("cwd") else None)
         cmd = Command(launcher=launcher, python=python, module=module, script=script, args=args,
                       nproc_per_node=nproc, nnodes=nnodes)
         left_note = _left_note(fit, origin, patch, patched) if fit.left else None
-        notes += guard_notes + fit.notes + [n for n in (left_note, _out_note(args)) if n]
+        out_note = None if folder_notes else _out_note(args)
+        notes += folder_notes + guard_notes + fit.notes + [n for n in (left_note, out_note) if n]
         if cwd:
             notes.append(f"Runs in {cwd}, the folder the recorded job ran in (job.json's cwd): `zoomer-ar relaunch` "
                          "applies the patch and starts the command there; --cwd runs it elsewhere.")
