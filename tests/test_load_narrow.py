@@ -17,6 +17,7 @@ from test_benchmarks_smoke import _assert_same_trace, _reference
 
 
 @pytest.mark.parametrize(("lo", "hi", "dtype"), [
+    (-1, 2**7 - 1, np.int8), (-(2**7), 0, np.int8), (0, 2**7, np.int16), (-(2**7) - 1, 0, np.int16),
     (-1, 2**15 - 1, np.int16), (-(2**15), 5, np.int16), (-1, 2**15, np.int32), (-(2**15) - 1, 0, np.int32),
     (-1, 2**31 - 1, np.int32), (-1, 2**31, np.int64), (-(2**31) - 1, 0, np.int64), (-1, 2**62, np.int64),
 ])
@@ -28,7 +29,7 @@ def test_narrow_picks_the_smallest_type_that_holds_every_value(lo, hi, dtype):
 
 def test_one_value_columns_are_read_only_broadcasts():
     ids = narrow_column(np.full(1000, -1, dtype=np.int64))
-    assert ids.strides == (0,) and ids.dtype == np.int16 and (ids == -1).all() and not ids.flags.writeable
+    assert ids.strides == (0,) and ids.dtype == np.int8 and (ids == -1).all() and not ids.flags.writeable
     nan = as_constant(np.full(10, np.nan))
     assert nan.strides == (0,) and np.isnan(nan).all()
     varied = np.array([1, 2], dtype=np.int64)
@@ -70,11 +71,14 @@ def test_a_clone_for_editing_has_wide_writable_columns(tmp_path):
     path = tmp_path / "t.json"
     _trace(path, 50, lambda i: i)
     t = J.stream_trace(path)[2]
-    assert t.correlation.dtype == np.int16
+    assert t.correlation.dtype == np.int8 and t.name.dtype == np.int8 and t.cat.dtype == np.int8
     c = clone_trace(t)
     for f in ("correlation", "stream", "device", "external_id"):
         assert getattr(c, f).dtype == np.int64 and getattr(c, f).flags.writeable, f
-    for f in ("pid", "tid", "nbytes", "total_allocated"):
+    for f in ("cat", "name", "pid", "tid"):  # codes of new names and categories past int8's 127
+        assert getattr(c, f).dtype == np.int32 and getattr(c, f).flags.writeable, f
+    for f in ("nbytes", "total_allocated"):
         assert getattr(c, f).flags.writeable, f
     c.correlation[0] = 2**40
-    assert t.correlation[0] == 0
+    c.name[0] = 2**15
+    assert t.correlation[0] == 0 and t.name[0] == 0

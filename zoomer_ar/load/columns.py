@@ -302,7 +302,7 @@ def _build_columns(events: list[RawEvent], rank: int, path: str) -> RankTrace:
     trace = RankTrace(
         rank=rank, path=path, names=names, cats=cats,
         ts=_float_column([e.ts for e in events]), dur=_float_column([e.dur for e in events]),
-        ph=ph_col, cat=cat_col.astype(np.int16), name=name_col, pid=narrow(pid_col), tid=narrow(tid_col),
+        ph=ph_col, cat=narrow(cat_col), name=narrow(name_col), pid=narrow(pid_col), tid=narrow(tid_col),
         correlation=narrow_column(_int_column([a.correlation for a in args])),
         stream=narrow_column(_int_column([a.stream for a in args])),
         device=narrow_column(_device_column(args)),
@@ -453,13 +453,14 @@ def trace_from_columns(rank: int, path: str, index: dict[str, dict], column, dev
     """A RankTrace from the builders' coding tables (`index`: name, cat, pid, tid) and `column(k)`,
     which gives each remaining column once (ColumnBuilder and fastcols.FastBuilder).
 
-    Integer columns are kept in the smallest type that holds their values, and a column of one value
-    (`total_allocated` without [memory] events, ids a schema does not write) as a read-only broadcast
-    (load/narrow.py): the streaming path keeps its columns the same way."""
+    Integer columns (the codes of names, categories, pids and tids too) are kept in the smallest type
+    that holds their values (int8 up), and a column of one value (`total_allocated` without [memory]
+    events, ids a schema does not write) as a read-only broadcast (load/narrow.py): the streaming path
+    keeps its columns the same way."""
     ids = narrow_column
     return RankTrace(
         rank=rank, path=path, names=list(index["name"]), cats=list(index["cat"]),
-        ts=column("ts"), dur=column("dur"), ph=column("ph"), cat=column("cat").astype(np.int16), name=column("name"),
+        ts=column("ts"), dur=column("dur"), ph=column("ph"), cat=narrow(column("cat")), name=narrow(column("name")),
         pid=narrow(column("pid")), tid=narrow(column("tid")), correlation=ids(column("correlation")),
         stream=ids(column("stream")), device=ids(device), external_id=ids(external_id),
         nbytes=as_constant(column("nbytes")), total_allocated=as_constant(column("total_allocated")),

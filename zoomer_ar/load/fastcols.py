@@ -35,7 +35,7 @@ DTYPES = {  # column -> dtype of the compiled reader's output
 NARROW_ROWS = 1 << 13  # rows of chunk parts narrowed together: 0.6 MB of wide id columns at most
 
 _NARROW = {  # what a chunk's part of a column is kept as until finish() (trace_from_columns narrows the whole)
-    **dict.fromkeys(("pid", "tid"), narrow),
+    **dict.fromkeys(("cat", "name", "pid", "tid"), narrow),
     **dict.fromkeys(("correlation", "stream", "device", "device_id", "external_id", "external_id_2021"), narrow_column),
     **dict.fromkeys(("nbytes", "total_allocated"), as_constant),
 }
@@ -165,10 +165,11 @@ class FastBuilder:
     def _narrow_wide(self, final: bool = False) -> None:
         """Move the chunks' parts read since the last call to the kept parts: the ids and byte counts
         joined and narrowed (load/narrow.py), as a block of at least NARROW_ROWS rows (numpy calls
-        per block, not per chunk); at the end (final) as they are, since trace_from_columns narrows
-        the whole column (a file read in one chunk is narrowed once)."""
+        per block, not per chunk); at the end (final) as they are where they are the whole column,
+        since trace_from_columns narrows it (a file read in one chunk is narrowed once), and
+        narrowed too where they join narrowed blocks (no wide copy of the whole column then)."""
         for k, wide in self._wide.items():
-            if final or k not in _NARROW:
+            if k not in _NARROW or (final and not self._parts[k]):
                 self._parts[k].extend(wide)
             elif wide:
                 self._parts[k].append(_NARROW[k](np.concatenate(wide) if len(wide) > 1 else wide[0]))

@@ -54,8 +54,8 @@ from .classify import (
 from .event_slices import ColumnSlice, EventSlice, decode_slice
 from .heap import trim_heap
 from .nscount import NsCounter
-from ..load.narrow import as_constant, concat_parts, narrow
-from .parts import SPARSE_COLS, ColumnParts, codes_into, f32_if_exact, int_of, take_list
+from ..load.narrow import as_constant, concat_parts, narrow, narrow_column
+from .parts import BLOCK_CODES, BLOCK_IDS, SPARSE_COLS, ColumnParts, codes_into, f32_if_exact, int_of, take_list
 
 HOST_BUDGET = 1 << 18  # host ops kept before the first device event (then: a second pass if none comes)
 END_ULPS = 4  # latest-end candidates kept within this many float steps (ns traces round twice)
@@ -384,9 +384,9 @@ class CompactBuilder:
         sparse: dict[str, dict[int, Any]] = {"input_dims": {}, "input_type": {}, "call_stack": {}}
         if light is not None and light.any():
             full = np.flatnonzero(~light)
-            defaults = {"correlation": np.full(k, INT_NONE, dtype=np.int16), "stream": np.full(k, INT_NONE, dtype=np.int16),
-                        "device": np.full(k, INT_NONE, dtype=np.int16), "ext": np.full(k, INT_NONE, dtype=np.int16),
-                        "ext21": np.full(k, INT_NONE, dtype=np.int16), "nbytes": np.full(k, np.nan, dtype=np.float32),
+            defaults = {"correlation": np.full(k, INT_NONE, dtype=np.int8), "stream": np.full(k, INT_NONE, dtype=np.int8),
+                        "device": np.full(k, INT_NONE, dtype=np.int8), "ext": np.full(k, INT_NONE, dtype=np.int8),
+                        "ext21": np.full(k, INT_NONE, dtype=np.int8), "nbytes": np.full(k, np.nan, dtype=np.float32),
                         "total_allocated": np.full(k, np.nan)}
             if full.size:
                 sub, sub_sparse = self._arg_columns(take_list(evs, full.tolist()), cols["ph"][full], cols["tid"][full],
@@ -413,7 +413,7 @@ class CompactBuilder:
         if rare.count(_RARE_DEFAULT) == k:
             nbytes = np.full(k, np.nan)
             total = np.full(k, np.nan)
-            ext21 = np.full(k, INT_NONE, dtype=np.int16)
+            ext21 = np.full(k, INT_NONE, dtype=np.int8)
         else:
             missing = device == INT_NONE
             if missing.any():
@@ -424,7 +424,7 @@ class CompactBuilder:
                 nbytes = np.where(nan, _float_column([a.mem_bytes for a in args]), nbytes)
             total = _float_column([a.total_allocated for a in args])
             e21 = [a.external_id_2021 for a in args]
-            ext21 = (np.full(k, INT_NONE, dtype=np.int16) if e21.count(INT_NONE) == k else narrow(_int_column(e21)))
+            ext21 = (np.full(k, INT_NONE, dtype=np.int8) if e21.count(INT_NONE) == k else narrow(_int_column(e21)))
         if not self.any_ext and (ext != INT_NONE).any():
             self.any_ext = True
         cols = {"correlation": narrow(corr), "stream": narrow(stream), "device": narrow(device), "ext": narrow(ext),
@@ -574,6 +574,8 @@ class CompactBuilder:
             arrays = main.pop_column(f)
             if extra_cols:
                 arrays.append(extra_cols.pop(f))
+            if f in BLOCK_CODES or f in BLOCK_IDS:  # the parts not joined into a block yet: narrowed as the blocks
+                arrays = [(narrow if f in BLOCK_CODES else narrow_column)(a) for a in arrays]
             cols[f] = concat_parts(arrays) if arrays else np.empty(0, dtype=np.int64)
             del arrays
             trim_heap()  # the blocks of this column are free: give them back before the next one
@@ -587,8 +589,7 @@ class CompactBuilder:
         trace = RankTrace(
             rank=self.rank, path=self.path, names=list(self.name_index), cats=list(self.cat_index),
             ts=cols["ts"] if n else empty_f, dur=cols["dur"] if n else empty_f,
-            ph=cols["ph"].astype(np.uint8, copy=False), cat=cols["cat"].astype(np.int16, copy=False),
-            name=cols["name"].astype(np.int32, copy=False),
+            ph=cols["ph"].astype(np.uint8, copy=False), cat=narrow(cols["cat"]), name=narrow(cols["name"]),
             pid=narrow(cols["pid"]) if n else empty_i, tid=narrow(cols["tid"]) if n else empty_i,
             correlation=cols["correlation"] if n else empty_i, stream=cols["stream"] if n else empty_i,
             device=cols["device"] if n else empty_i, external_id=external if n else empty_i,
@@ -634,10 +635,15 @@ class CompactBuilder:
         for attr, key in names.items():
             old = getattr(trace, attr)
             new = cols["ext" if self.any_ext else "ext21"] if attr == "external_id" else cols[key]
-            if attr in ("pid", "tid"):
-                new = new.astype(np.int64)
-            extra = np.concatenate([old[m:], new.astype(np.result_type(old, new))])[perm]
-            setattr(trace, attr, np.concatenate([old[:m], extra]).astype(np.result_type(old, new)))
+            extra = np.concatenate([old[m:], new])[perm]  # in the wider of the two types
+            col = np.concatenate([old[:m], extra])
+            if attr in BLOCK_CODES:  # narrowed again, as _build keeps them
+                col = narrow(col)
+            elif attr in ("correlation", "stream", "device", "external_id"):
+                col = narrow_column(col)
+            elif attr in SPARSE_COLS:
+                col = as_constant(col)
+            setattr(trace, attr, col)
         inv = np.argsort(perm, kind="stable").tolist()
         pos = {j: m + k for j, k in enumerate(inv)}
         old_extra = len(self.extra_ordinals)

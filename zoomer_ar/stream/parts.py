@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..load.columns import RankTrace, _int_column
-from ..load.narrow import CONSTANT_COLUMNS, as_constant, concat_parts
+from ..load.narrow import CODE_COLUMNS, CONSTANT_COLUMNS, as_constant, concat_parts, narrow, narrow_column
 
 
 def f32_if_exact(a: np.ndarray) -> np.ndarray:
@@ -19,7 +19,12 @@ def f32_if_exact(a: np.ndarray) -> np.ndarray:
     return b if np.array_equal(b.astype(np.float64), a, equal_nan=True) else a
 
 
-SPARSE_COLS = ("total_allocated", "ext21")  # columns that are one value on most rows of most traces
+# columns that are one value on most rows of most traces: a part where every row has it is a broadcast
+SPARSE_COLS = ("total_allocated", "ext21", "nbytes")
+# integer columns narrowed again when parts join into a block (a part keeps its reader's type: int32
+# codes, int16 defaults): codes as the narrowest type, ids a broadcast too where the block has one value
+BLOCK_CODES = CODE_COLUMNS
+BLOCK_IDS = ("correlation", "stream", "device", "ext", "ext21")
 
 
 def constant_columns(t: RankTrace) -> list[str]:
@@ -92,7 +97,11 @@ class ColumnParts:
         self.n += int(cols["ts"].shape[0])
         if len(self.parts) >= self.CONSOLIDATE:
             parts, self.parts = self.parts, []
-            self.blocks.append({f: concat_parts([p.pop(f) for p in parts]) for f in list(parts[0])})
+            block = {f: concat_parts([p.pop(f) for p in parts]) for f in list(parts[0])}
+            for f in BLOCK_CODES + BLOCK_IDS:
+                if f in block:
+                    block[f] = (narrow if f in BLOCK_CODES else narrow_column)(block[f])
+            self.blocks.append(block)
 
     def pop_column(self, f: str) -> list[np.ndarray]:
         return [b.pop(f) for b in self.blocks] + [p.pop(f) for p in self.parts]

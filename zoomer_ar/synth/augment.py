@@ -41,9 +41,9 @@ def clone_trace(t: RankTrace) -> RankTrace:
     the narrowest type that holds them and one-value columns as read-only broadcasts; new events get
     new correlation ids, new codes)."""
     c = copy.copy(t)
-    for name in ("ts", "dur", "ph", "cat", "name", "nbytes", "total_allocated"):
+    for name in ("ts", "dur", "ph", "nbytes", "total_allocated"):
         setattr(c, name, getattr(t, name).copy())
-    for name in ("pid", "tid"):
+    for name in ("cat", "name", "pid", "tid"):  # codes: int8 where a trace has under 128 names or categories
         setattr(c, name, getattr(t, name).astype(np.int32))
     for name in ("correlation", "stream", "device", "external_id"):
         setattr(c, name, getattr(t, name).astype(np.int64))
