@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -47,6 +48,30 @@ def _absolute(p: Path) -> Path:
         return p.resolve()
     except OSError:  # pragma: no cover
         return p.absolute()
+
+
+def run_job(argv: list[str], workdir: Path, env: dict[str, str], spec_path: Path) -> int:
+    """Start the job and wait for it to end; its exit status as a shell gives it (128 + N when signal N ended
+    it, with a line saying so). Ctrl-C reaches the job itself (it runs in the terminal's process group):
+    relaunch keeps waiting while the job stops (saves, exports its trace) instead of killing it."""
+    try:
+        proc = subprocess.Popen(argv, cwd=workdir, env=env)
+    except OSError as exc:
+        raise InputError(str(spec_path), f"cannot start {argv[0]}: {exc.strerror or exc}") from None
+    while True:
+        try:
+            rc = proc.wait()
+            break
+        except KeyboardInterrupt:
+            continue
+    if rc >= 0:
+        return rc
+    try:
+        name = signal.Signals(-rc).name
+    except ValueError:
+        name = f"signal {-rc}"
+    click.echo(f"zoomer-ar: the job was stopped by {name}", err=True)
+    return 128 - rc
 
 
 def _capture_line(found: FoundCapture) -> str:
@@ -126,7 +151,7 @@ def relaunch(spec_path: Path, dry_run: bool, cwd: Path | None) -> None:
         click.echo(f"note: {_capture_line(found)}", err=True)
     if patch and not apply_patch(patch, workdir):
         click.echo(f"{patch.name} is already applied in {workdir}; launching", err=True)
-    raise SystemExit(subprocess.run(argv, cwd=workdir, env=env).returncode)
+    raise SystemExit(run_job(argv, workdir, env, spec_path))
 
 
 commands = [relaunch]
