@@ -73,3 +73,41 @@ def test_multi_line_call_suggestion_keeps_its_indentation(tmp_path):
     a = offset[edit["line"] - 1] + edit["column"] - 1
     b = offset[edit["end_line"] - 1] + edit["end_column"] - 1
     assert head[:a] + edit["text"] + head[b:] == fixed
+
+
+MERGED_BASE = '''import torch
+
+
+def train(loader, model, optimizer):
+    for batch_idx, (data, target) in enumerate(loader):
+        loss = model(data, target)
+        loss.backward()
+        optimizer.step()  # update the weights
+'''
+
+
+def test_a_suggestion_merged_from_two_findings_says_so(tmp_path):
+    """mnist/main.py with `torch.cuda.empty_cache()  # free memory` then `print(loss.item())` added
+    after `optimizer.step()`: the empty_cache fix moves its trailing comment onto the next line, the
+    line the loss.item() fix rewrites, so the two became one suggestion on the allocator-churn
+    comment. Applying it also made the loop log every 100 steps, and neither comment said so: the
+    merged suggestion now names the other finding it fixes, and that finding's comment points to it."""
+    head = MERGED_BASE + "        torch.cuda.empty_cache()  # free memory\n        print(loss.item())\n"
+    repo = GitRepo(tmp_path / "r")
+    repo.write("train.py", MERGED_BASE)
+    repo.commit("base")
+    repo.branch("feat")
+    repo.write("train.py", head)
+    repo.commit("debug")
+    result = review(repo.path, base="main", head="feat")
+    by_rule = {f.rule_id: f for f in result.findings}
+    cache, item = by_rule["allocator-churn"], by_rule["sync-point"]
+    assert cache.suggestion is not None and "if batch_idx % 100 == 0:" in cache.suggestion  # the merged suggestion
+    assert item.suggestion is None
+    comments = {re.search(r"rule=(\S+)", c["body"]).group(1): c for c in github_payload(result)["comments"]}
+    merged = comments["allocator-churn"]
+    ast.parse(_applied(head, merged))
+    assert "`sync-point`" in merged["body"] and f"line {item.line}" in merged["body"]
+    assert [(a["rule_id"], a["line"]) for a in cache.also_fixes] == [("sync-point", item.line)]
+    assert item.fixed_by_suggestion_on == merged.get("start_line", merged["line"])
+    assert f"suggestion on line {item.fixed_by_suggestion_on}" in comments["sync-point"]["body"]

@@ -221,6 +221,13 @@ def to_findings(fd: FileDiff, source: str, matches: Iterable[StaticMatch], overr
             if f.comment_start_line is not None:
                 start = git_lines.git_line(f.comment_start_line)
                 f.comment_start_line = start if start < (f.comment_line or 0) else None
+    for i, others in planner.merged.items():  # one suggestion applying several findings' fixes: say so
+        if chosen.get(i) is None:
+            continue
+        host = out[i]
+        host.also_fixes = [{"rule_id": out[o].rule_id, "fixer": out[o].fixer, "line": out[o].line} for o in others]
+        for o in others:
+            out[o].fixed_by_suggestion_on = host.comment_start_line or host.comment_line
     return out
 
 
@@ -323,6 +330,8 @@ class _Suggestions:
         self.git_lines = git_lines if git_lines is not None and not git_lines.identity else None
         self._check = None
         self._fixed: dict[frozenset[str], list[str] | None] = {}
+        #: a finding whose suggestion also applies other findings' fixes -> those findings
+        self.merged: dict[int, list[int]] = {}
 
     # -- checks ---------------------------------------------------------------------------------
 
@@ -412,6 +421,7 @@ class _Suggestions:
         if not (self.usable(merged) and self.parses([merged])):
             merged = self.fixed_region({c.match.fixer for c in cl}, first, last)
         if self.usable(merged) and self.parses([merged]):
+            self.merged[cl[0].index] = [c.index for c in cl[1:]]
             return [(cl[0].index, merged)]
         keep: list[tuple[int, Rewrite]] = []  # the fix cannot be offered whole: the parts that parse
         for c in cl:

@@ -35,6 +35,11 @@ class ReviewFinding(BaseModel):
     comment_line: int | None = None
     comment_start_line: int | None = None  # multi-line comment (a suggestion spanning lines)
     suggestion: str | None = None  # body of a ```suggestion block (replaces the commented lines)
+    #: other findings whose fixes this suggestion applies too (their rewrites touch the same lines,
+    #: or they would not parse apart): rule_id, fixer, line
+    also_fixes: list[dict[str, Any]] = Field(default_factory=list)
+    #: the line of the comment whose suggestion applies this finding's fix (None: its own, or none)
+    fixed_by_suggestion_on: int | None = None
     fix_diff: str = ""  # the fixer's rewrite as a unified diff (all its edits)
     edits: list[dict[str, Any]] = Field(default_factory=list)  # the rewrite's text edits (fix.base.TextEdit)
     evidence: list[Evidence] = Field(default_factory=list)
