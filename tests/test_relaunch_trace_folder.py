@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -178,3 +179,17 @@ def test_analysed_on_another_machine_the_folder_is_matched_by_name(positional, t
     done = relaunch(tmp_path / "o" / "relaunch.yaml", "--cwd", str(moved))
     assert done.returncode == 0, done.stderr[-2000:]
     assert (moved / "traces" / "before-relaunch" / "job.json").is_file()
+
+
+def test_folder_with_a_space_gives_a_compare_command_that_runs(tmp_path, capsys, monkeypatch):
+    proj = project(tmp_path)
+    record(proj, "traces/run 1")
+    monkeypatch.chdir(proj)
+    spec = analyze(Path("traces/run 1"), tmp_path / "o", proj, capsys)
+    assert spec.command.args == ["traces/run 1-relaunch"]
+    done = relaunch(tmp_path / "o" / "relaunch.yaml")
+    assert done.returncode == 0, done.stderr[-2000:]
+    note = next(n for n in spec.notes if n.startswith("Records into a new folder"))
+    compare = shlex.split(note.split("Afterwards: ", 1)[1])
+    assert compare == ["zoomer-ar", "compare", "traces/run 1", "traces/run 1-relaunch"]
+    assert main(compare[1:]) == 0

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -173,7 +174,7 @@ def retarget(args: list[str], trace_folder: Path | None, cwd: str | None, job: d
         notes.append(f"Records into a new folder: {'; '.join(changed)}. The recorded command wrote its trace to "
                      f"{before}, the capture this spec was made from; replayed as recorded, the program's "
                      "zoomer_ar.capture would stop with CaptureError there (or, with overwrite=True, replace the "
-                     f"trace compare needs). Afterwards: zoomer-ar compare {before} {after}")
+                     f"trace compare needs). Afterwards: zoomer-ar compare {shlex.quote(before)} {shlex.quote(str(after))}")
     if unrenamable:
         notes.append(f"{', '.join(unrenamable)} names the folder the recorded run's capture is in, which has no "
                      "name a sibling can be made from: point it at a new folder in command.args before relaunching "
