@@ -111,3 +111,30 @@ def test_a_suggestion_merged_from_two_findings_says_so(tmp_path):
     assert [(a["rule_id"], a["line"]) for a in cache.also_fixes] == [("sync-point", item.line)]
     assert item.fixed_by_suggestion_on == merged.get("start_line", merged["line"])
     assert f"suggestion on line {item.fixed_by_suggestion_on}" in comments["sync-point"]["body"]
+
+
+LATIN1_BASE = ("# -*- coding: latin-1 -*-\n# entra\xeenement\nimport torch\n\n\ndef train(loader, model, opt):\n"
+               "    for x in loader:\n        loss = model(x)  # perte \xe9lev\xe9e\n        loss.backward()\n        opt.step()\n")
+
+
+def test_no_suggestion_block_in_a_file_that_is_not_utf8(tmp_path):
+    """A Latin-1 file (its coding cookie says so) got suggestion blocks; GitHub's suggestions are
+    UTF-8 text, so committing one wrote `r\\xc3\\xa9initialise` into a Latin-1 file (mojibake in
+    the comment, and in a string literal a changed value). Such a file now gets the fix as a diff."""
+    head = LATIN1_BASE.replace("        opt.step()\n", "        opt.step()\n        opt.zero_grad(set_to_none=False)  # r\xe9initialise\n")
+    repo = GitRepo(tmp_path / "r")
+    repo.write("latin.py", LATIN1_BASE.encode("latin-1"))
+    repo.write("utf8.py", LATIN1_BASE.replace("latin-1", "utf-8"))
+    repo.commit("base")
+    repo.branch("feat")
+    repo.write("latin.py", head.encode("latin-1"))
+    repo.write("utf8.py", head.replace("latin-1", "utf-8"))
+    repo.commit("zero_grad")
+    result = review(repo.path, base="main", head="feat")
+    by_path = {f.path: f for f in result.findings}
+    assert by_path["utf8.py"].suggestion is not None  # the same change in a UTF-8 file keeps its suggestion
+    latin = by_path["latin.py"]
+    assert latin.rule_id == "zero-grad-not-none" and latin.suggestion is None
+    assert "set_to_none=True" in latin.fix_diff and latin.comment_line == 11
+    [comment] = [c for c in github_payload(result)["comments"] if c["path"] == "latin.py"]
+    assert "```suggestion" not in comment["body"] and "```diff" in comment["body"]

@@ -148,18 +148,21 @@ def fingerprint(rule: str, fixer: str, path: str, code: str, occurrence: int) ->
 
 
 def to_findings(fd: FileDiff, source: str, matches: Iterable[StaticMatch], overrides: Mapping[str, str], *,
-                selection: fix_engine.Selection | None = None, git_lines: LineMap | None = None) -> list[ReviewFinding]:
+                selection: fix_engine.Selection | None = None, git_lines: LineMap | None = None,
+                suggestions: bool = True) -> list[ReviewFinding]:
     """The findings on the diff's changed lines, with their inline-comment lines and suggestions.
 
     ``fd``'s line numbers are Python's (see :meth:`FileDiff.in_python_lines`); ``git_lines``
     (when they differ from git's) turns the comment lines back into git's, the lines GitHub
     comments on. ``selection``: the fixers that ran (their options), for suggestions rebuilt from
-    the fixed file (default: the fixers named by the matches, default options)."""
+    the fixed file (default: the fixers named by the matches, default options). ``suggestions``:
+    False for a file GitHub cannot take a suggestion block into (its bytes are not UTF-8): the
+    fixes are shown as diffs."""
     lines = split_lines(source)
     out: list[ReviewFinding] = []
     cands: list[_Candidate] = []
     seen: dict[tuple[str, str, str], int] = {}
-    planner = _Suggestions(fd, source, lines, selection, git_lines)
+    planner = _Suggestions(fd, source, lines, selection, git_lines, blocks=suggestions)
     for m in matches:
         first = min(m.statement_line, m.line)
         code = _span_text(lines, m)
@@ -322,8 +325,9 @@ class _Suggestions:
     a suggestion that cannot be made to parse is left out (the comment shows the fix as a diff)."""
 
     def __init__(self, fd: FileDiff, source: str, lines: list[str], selection: fix_engine.Selection | None,
-                 git_lines: LineMap | None):
+                 git_lines: LineMap | None, *, blocks: bool = True):
         self.fd = fd
+        self.blocks = blocks
         self.source = source
         self.lines = lines
         self.selection = selection
@@ -341,7 +345,7 @@ class _Suggestions:
         return self._check(_apply_rewrites(self.lines, rws))
 
     def usable(self, rw: Rewrite | None) -> bool:
-        if rw is None or rw.last - rw.first >= MAX_SUGGESTION_LINES or not self.fd.in_one_hunk(rw.first, rw.last):
+        if not self.blocks or rw is None or rw.last - rw.first >= MAX_SUGGESTION_LINES or not self.fd.in_one_hunk(rw.first, rw.last):
             return False
         gl = self.git_lines
         if gl is not None:  # GitHub replaces whole git lines: only where they are whole Python lines
@@ -477,6 +481,16 @@ def _old_text(diff: DiffResult, fd: FileDiff) -> str | None:
         return None
 
 
+def _is_utf8(raw: bytes) -> bool:
+    """Whether a file's bytes are UTF-8: GitHub writes a suggestion's text as UTF-8, so committing one
+    into a Latin-1 file (a coding cookie) would turn its accented characters into mojibake."""
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def _ids(v: str | Iterable[str] | None) -> list[str]:
     return fix_engine.split_ids(v)
 
@@ -525,7 +539,7 @@ def _review(diff: DiffResult, t0: float, *, select, ignore, config, trace, db, d
         rules=sorted({f.pattern for f in selection.fixers}),
     )
     work: list[_Job] = []
-    sources: dict[str, tuple[FileDiff, str, LineMap | None]] = {}
+    sources: dict[str, tuple[FileDiff, str, LineMap | None, bool]] = {}
     excluded = 0
     for fd in diff.files:
         if cfg.excluded(fd.path):
@@ -557,7 +571,7 @@ def _review(diff: DiffResult, t0: float, *, select, ignore, config, trace, db, d
         if has_lone_cr(text):  # old-Mac line endings: git's line numbers are not Python's
             git_lines = LineMap(text)
             fd = fd.in_python_lines(text, _old_text(diff, fd))
-        sources[fd.path] = (fd, text, git_lines)
+        sources[fd.path] = (fd, text, git_lines, _is_utf8(raw))
         work.append(_Job(fd.path, text, fd, use_prefilter))
     if excluded:
         result.notes.append(f"{excluded} changed Python file{'s' if excluded != 1 else ''} excluded by [tool.zoomer-ar] exclude")
@@ -568,9 +582,9 @@ def _review(diff: DiffResult, t0: float, *, select, ignore, config, trace, db, d
         if note is not None:
             result.errors.append(note)
             continue
-        fd, text, git_lines = sources[path]
+        fd, text, git_lines, utf8 = sources[path]
         findings.extend(to_findings(fd, text, [StaticMatch.model_validate(d) for d in dumped], cfg.severity,
-                                    selection=selection, git_lines=git_lines))
+                                    selection=selection, git_lines=git_lines, suggestions=utf8))
     findings.sort(key=lambda f: (f.path, f.line, f.column, f.rule_id, f.fixer))
     result.findings = findings
     result.errors.sort(key=lambda n: n.path)
