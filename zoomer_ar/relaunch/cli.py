@@ -91,6 +91,13 @@ def _captures(spec: RelaunchSpec, workdir: Path) -> list[FoundCapture]:
     return captures_on_command_line(spec.argv()[1:], workdir, spec.trace_sha256) if workdir.is_dir() else []
 
 
+def _from_spec_folder(path: str, spec_path: Path) -> Path:
+    """A path the spec gives (its patch, its cwd), taken from the spec's folder when relative: the spec means
+    the same folder wherever relaunch is started from."""
+    p = Path(path)
+    return p if p.is_absolute() else _absolute(spec_path.parent / p)
+
+
 @click.command()
 @click.argument("spec_path", type=click.Path(path_type=Path))
 @click.option("--dry-run", is_flag=True, help="Print the exact command and patch step; run nothing.")
@@ -105,13 +112,11 @@ def relaunch(spec_path: Path, dry_run: bool, cwd: Path | None) -> None:
     (on stderr, when that folder is not the current one), then `git apply PATCH` and the command
     on stdout."""
     spec = load_spec(spec_path)
-    workdir = cwd or (Path(spec.cwd) if spec.cwd else Path.cwd())
+    workdir = cwd or (_from_spec_folder(spec.cwd, spec_path) if spec.cwd else Path.cwd())
     recorded_missing = cwd is None and spec.cwd is not None and not workdir.is_dir()
     patch = None
     if spec.patch:
-        patch = Path(spec.patch)
-        if not patch.is_absolute():
-            patch = (spec_path.parent / patch).resolve()
+        patch = _from_spec_folder(spec.patch, spec_path)
     if dry_run:
         if spec.is_template():
             click.echo(f"note: {spec_path} is a template: fill in command.script and command.args before running it",

@@ -91,7 +91,8 @@ class RelaunchSpec(BaseModel):
     command: Command = Field(default_factory=Command)
     cwd: str | None = Field(default=None, description="The folder the recorded job ran in (job.json's cwd; "
                             "schema 1.2): `zoomer-ar relaunch` applies the patch and starts the command there "
-                            "unless --cwd says otherwise. None: the current folder.")
+                            "unless --cwd says otherwise; a relative path is taken from the spec's folder, as "
+                            "`patch` is. None: the current folder.")
     env: dict[str, str] = Field(default_factory=dict)
     launcher_args: dict[str, str | int | bool] = Field(
         default_factory=dict, description="More torchrun options, without their dashes: `true` writes the flag, "

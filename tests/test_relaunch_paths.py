@@ -1,0 +1,51 @@
+"""Paths a relaunch spec gives: a relative ``cwd`` (a spec kept beside the checkout it runs in) is
+taken from the spec's folder, as its ``patch`` is, wherever `zoomer-ar relaunch` is started from.
+The real CLI in a subprocess, a real git checkout."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from zoomer_ar.relaunch import RelaunchSpec, render_spec
+from zoomer_ar.relaunch.spec import Command
+
+
+def checkout(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "job.py").write_text("import os\nWORKERS = 0\nopen('ran.txt', 'w').write(f'{WORKERS} {os.getcwd()}')\n")
+    run = dict(cwd=folder, check=True, capture_output=True)
+    subprocess.run(["git", "init", "-q"], **run)
+    subprocess.run(["git", "add", "-A"], **run)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init"], **run)
+    return folder
+
+
+def relaunch(spec: Path, started_in: Path, *extra: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    return subprocess.run([sys.executable, "-m", "zoomer_ar", "relaunch", str(spec), *extra], cwd=started_in,
+                          env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_relative_cwd_is_taken_from_the_specs_folder(tmp_path):
+    repo = checkout(tmp_path / "work" / "repo")
+    specs = tmp_path / "work" / "zoomer-out"
+    specs.mkdir()
+    (specs / "patch.diff").write_text("--- a/job.py\n+++ b/job.py\n@@ -1,3 +1,3 @@\n import os\n-WORKERS = 0\n"
+                                      "+WORKERS = 4\n open('ran.txt', 'w').write(f'{WORKERS} {os.getcwd()}')\n")
+    spec = RelaunchSpec(job="j", command=Command(python=sys.executable, script="job.py"), cwd="../repo",
+                        patch="patch.diff")
+    (specs / "relaunch.yaml").write_text(render_spec(spec))
+    elsewhere = tmp_path / "home"
+    elsewhere.mkdir()
+
+    dry = relaunch(specs / "relaunch.yaml", elsewhere, "--dry-run")
+    assert dry.returncode == 0 and "not on this machine" not in dry.stderr, dry.stderr
+    assert dry.stderr.strip().splitlines()[-1] == f"cd {repo.resolve()}"
+
+    done = relaunch(specs / "relaunch.yaml", elsewhere)
+    assert done.returncode == 0, done.stderr
+    assert (repo / "ran.txt").read_text() == f"4 {repo.resolve()}"
+    assert not (elsewhere / "ran.txt").exists()
