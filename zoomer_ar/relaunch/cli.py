@@ -98,6 +98,39 @@ def _from_spec_folder(path: str, spec_path: Path) -> Path:
     return p if p.is_absolute() else _absolute(spec_path.parent / p)
 
 
+def _refusals(spec: RelaunchSpec, spec_path: Path, workdir: Path, patch: Path | None, recorded_missing: bool,
+              env: dict[str, str]) -> list[str]:
+    """Why the spec cannot be run here, in the order the real run checks (it stops at the first; the dry
+    run says them all)."""
+    if spec.is_template():
+        return ["a template, not a runnable command: no job.json recorded the job's command; fill in "
+                f"command.script (now {spec.command.script}) and command.args"]
+    if recorded_missing:
+        return [f"the folder the job ran in ({spec.cwd}, the spec's cwd) is not on this machine: pass --cwd with the "
+                "checkout to apply the patch in and run from (or set cwd in the spec)"]
+    out = []
+    if patch and not patch.is_file():  # not 'patch does not apply ... can't open patch'
+        out.append(f"the spec's patch {spec.patch} is not there ({patch}: a patch path is taken from the spec's "
+                   "folder)")
+    interpreter, first = spec.command.python, spec.argv()[0]
+    if interpreter and not _launchable(interpreter, workdir, env):
+        out.append(f"the recorded interpreter {interpreter} is not on this machine: set command.python to the one "
+                   "to run the job on (or null for `python` on PATH)")
+    elif not _launchable(first, workdir, env):
+        out.append(f"{first} (what the command starts) is not on PATH: set command.python to the interpreter to run "
+                   "the job on")
+    return out
+
+
+def _patch_state(patch: Path, workdir: Path) -> str | None:
+    """The dry run's word on the patch: already applied in ``workdir``, or not applying there (None: it applies)."""
+    if _git_apply_check(patch, workdir).returncode == 0:
+        return None
+    if _git_apply_check(patch, workdir, "--reverse").returncode == 0:
+        return f"{patch.name} is already applied in {workdir}: a real run launches without applying it"
+    return f"a real run stops here: {patch.name} does not apply in {workdir} (git apply --check)"
+
+
 @click.command()
 @click.argument("spec_path", type=click.Path(path_type=Path))
 @click.option("--dry-run", is_flag=True, help="Print the exact command and patch step; run nothing.")
@@ -117,12 +150,15 @@ def relaunch(spec_path: Path, dry_run: bool, cwd: Path | None) -> None:
     patch = None
     if spec.patch:
         patch = _from_spec_folder(spec.patch, spec_path)
-    if dry_run:
-        if spec.is_template():
-            click.echo(f"note: {spec_path} is a template: fill in command.script and command.args before running it",
-                       err=True)
-        if recorded_missing:
-            click.echo(f"note: the recorded folder {workdir} is not on this machine: pass --cwd", err=True)
+    env = dict(os.environ, **spec.env)
+    refusals = _refusals(spec, spec_path, workdir, patch, recorded_missing, env)
+    if dry_run:  # what the real run would refuse is said, not left to be found by running it
+        for reason in refusals:
+            click.echo(f"note: a real run stops here: {reason}", err=True)
+        if not refusals and patch:
+            patch_note = _patch_state(patch, workdir)
+            if patch_note:
+                click.echo(f"note: {patch_note}", err=True)
         for found in _captures(spec, workdir):
             click.echo(f"note: {_capture_line(found)}", err=True)
         if _absolute(workdir) != Path.cwd().resolve():
@@ -131,25 +167,9 @@ def relaunch(spec_path: Path, dry_run: bool, cwd: Path | None) -> None:
             click.echo(f"git apply {shlex.quote(str(patch))}")
         click.echo(spec.shell_command())
         return
-    if spec.is_template():
-        raise InputError(str(spec_path), "a template, not a runnable command: no job.json recorded the job's command; "
-                                         f"fill in command.script (now {spec.command.script}) and command.args")
-    if recorded_missing:
-        raise InputError(str(spec_path), f"the folder the job ran in ({spec.cwd}, the spec's cwd) is not on this "
-                                         "machine: pass --cwd with the checkout to apply the patch in and run from "
-                                         "(or set cwd in the spec)")
-    if patch and not patch.is_file():  # not 'patch does not apply ... can't open patch'
-        raise InputError(str(spec_path), f"the spec's patch {spec.patch} is not there ({patch}: a patch path is "
-                                         "taken from the spec's folder)")
-    env = dict(os.environ, **spec.env)
+    if refusals:
+        raise InputError(str(spec_path), refusals[0])
     argv = spec.argv()
-    interpreter = spec.command.python
-    if interpreter and not _launchable(interpreter, workdir, env):
-        raise InputError(str(spec_path), f"the recorded interpreter {interpreter} is not on this machine: set "
-                                         "command.python to the one to run the job on (or null for `python` on PATH)")
-    if not _launchable(argv[0], workdir, env):
-        raise InputError(str(spec_path), f"{argv[0]} (what the command starts) is not on PATH: set command.python to "
-                                         "the interpreter to run the job on")
     for found in _captures(spec, workdir):  # before the patch: a refused relaunch changes nothing
         if found.own:
             raise InputError(str(spec_path), _capture_line(found))
