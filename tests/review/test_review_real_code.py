@@ -138,3 +138,51 @@ def test_no_suggestion_block_in_a_file_that_is_not_utf8(tmp_path):
     assert "set_to_none=True" in latin.fix_diff and latin.comment_line == 11
     [comment] = [c for c in github_payload(result)["comments"] if c["path"] == "latin.py"]
     assert "```suggestion" not in comment["body"] and "```diff" in comment["body"]
+
+
+ITEM_BASE = '''import torch
+
+
+def train(loader, model, optimizer):
+    history = []
+    for step, (x, y) in enumerate(loader):
+        loss = model(x, y)
+        loss.backward()
+        optimizer.step()
+    return history
+'''
+
+
+def test_a_new_finding_on_the_line_of_an_outdated_comment_is_posted(tmp_path):
+    """Push 1 adds `print(step, loss.item())`: commented inline. Push 2 replaces that line with
+    `history.append(y.float().mean().item())`, another host read on the same line number. GitHub marks the first
+    comment outdated (its `line` is null, its `original_line` is still that number), and the
+    same-rule-same-line guard read `original_line` too: the new finding was never posted. The guard
+    now reads only `line` (the comment's place in the current diff)."""
+    from review_testutil import FakeGitHub
+
+    from zoomer_ar.review.github import Client, GitHubTarget, post
+
+    repo = GitRepo(tmp_path / "r")
+    repo.write("train.py", ITEM_BASE)
+    repo.commit("base")
+    repo.branch("feat")
+    push1 = ITEM_BASE.replace("        optimizer.step()\n", "        optimizer.step()\n        print(step, loss.item())\n")
+    repo.write("train.py", push1)
+    repo.commit("log the loss")
+    with FakeGitHub("acme/trainer") as gh:
+        target = GitHubTarget(api_url=gh.url, repository="acme/trainer", pr=7, token=gh.token)
+        client = Client(gh.url, gh.token, backoff=0.0, max_wait=2.0)
+        first = review(repo.path, base="main", head="feat")
+        assert [f.rule_id for f in first.findings] == ["sync-point"]
+        assert post(first, target, client=client).inline_posted == 1
+        [old] = gh.review_comments[7]
+        repo.write("train.py", push1.replace("print(step, loss.item())", "history.append(y.float().mean().item())"))
+        repo.commit("keep the losses")
+        second = review(repo.path, base="main", head="feat")
+        [f] = second.findings
+        assert f.rule_id == "sync-point" and f.comment_line == old["line"] and f.fingerprint not in old["body"]
+        old["line"] = None  # GitHub: the commented line changed, the comment is outdated
+        out = post(second, target, client=client)
+        assert out.inline_posted == 1 and out.inline_duplicates == 0
+        assert len(gh.review_comments[7]) == 2

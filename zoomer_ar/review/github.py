@@ -333,9 +333,11 @@ def _existing_inline(comments: list[Any]) -> tuple[set[str], set[tuple[str, int,
             continue
         rule, fp = mark
         fps.add(fp)
-        for line in (c.get("line"), c.get("original_line")):
-            if isinstance(line, int):
-                keys.add((str(c.get("path")), line, rule))
+        # `line` is the comment's place in the pull request's current diff (null once outdated);
+        # `original_line` is where it was when posted: another finding can be there now
+        line = c.get("line")
+        if isinstance(line, int):
+            keys.add((str(c.get("path")), line, rule))
     return fps, keys
 
 
