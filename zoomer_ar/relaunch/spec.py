@@ -573,6 +573,22 @@ def spec_from_analysis(analysis: Analysis, *, argv: list[str] | None = None, pat
     )
 
 
+def _joined_surrogates(value: Any) -> Any:
+    """``value`` with each UTF-16 surrogate pair in its strings joined into the character it encodes: YAML
+    reads a JSON escape of a character past U+FFFF ("\\ud83d\\ude00", as specs written before render.yaml_value
+    have it) as two lone surrogates, which no command line or environment can carry. A lone surrogate (an
+    undecodable byte of a recorded argument, surrogateescape) is kept."""
+    if isinstance(value, str):
+        if not any("\ud800" <= ch <= "\udfff" for ch in value):
+            return value
+        return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+    if isinstance(value, list):
+        return [_joined_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {_joined_surrogates(k): _joined_surrogates(v) for k, v in value.items()}
+    return value
+
+
 #: a spec analyze writes is a few KB; a larger file is not one (YAML of hundreds of MB took a minute and a GB)
 MAX_SPEC_BYTES = 1 << 20
 
@@ -595,7 +611,7 @@ def load_spec(path: Path) -> RelaunchSpec:
         raise InputError(str(path), f"invalid relaunch spec: a YAML {kind}, not a mapping of schema_version, job, "
                                     "command...")
     try:
-        return RelaunchSpec(**(data or {}))
+        return RelaunchSpec(**_joined_surrogates(data or {}))
     except (ValidationError, TypeError) as exc:
         msg = exc.errors()[0] if isinstance(exc, ValidationError) else {"msg": str(exc), "loc": ()}
         loc = ".".join(str(x) for x in msg.get("loc", ()))
