@@ -1,4 +1,4 @@
-"""conv-bias-before-bn: a convolution bias that the following BatchNorm cancels."""
+"""conv-bias-before-bn: a convolution (or transposed convolution) bias that the following BatchNorm cancels."""
 
 from __future__ import annotations
 
@@ -10,8 +10,11 @@ from zoomer_ar.fix import flow
 from zoomer_ar.fix import helpers as h
 from zoomer_ar.fix.base import Context, Edit, Example, Fixer
 
-CONV = {f"torch.nn.{m}Conv{d}d": d for d in (1, 2, 3) for m in ("", "modules.conv.")}
-CONV_BARE = {f"{p}Conv{d}d": d for d in (1, 2, 3) for p in ("nn.", "torch.nn.")}
+# ConvNd and ConvTransposeNd both add one bias per output channel, which a BatchNorm over those
+# channels cancels, and both take `bias` as their eighth positional argument (right after groups).
+CONV_KINDS = ("Conv", "ConvTranspose")
+CONV = {f"torch.nn.{m}{k}{d}d": d for d in (1, 2, 3) for m in ("", "modules.conv.") for k in CONV_KINDS}
+CONV_BARE = {f"{p}{k}{d}d": d for d in (1, 2, 3) for p in ("nn.", "torch.nn.") for k in CONV_KINDS}
 BN = {f"torch.nn.{m}BatchNorm{d}d": d for d in (1, 2, 3) for m in ("", "modules.batchnorm.")}
 BN |= {"torch.nn.SyncBatchNorm": 0, "torch.nn.modules.batchnorm.SyncBatchNorm": 0}
 BN_BARE = {f"{p}BatchNorm{d}d": d for d in (1, 2, 3) for p in ("nn.", "torch.nn.")} | {"nn.SyncBatchNorm": 0, "torch.nn.SyncBatchNorm": 0}
@@ -57,12 +60,12 @@ def _self_attr(node: cst.CSTNode | None) -> str | None:
 class ConvBiasBeforeBn(Fixer):
     pattern = "conv-bias-before-bn"
     name = "conv-bias-before-bn"
-    summary = "nn.ConvNd with a bias followed by BatchNorm: the bias is cancelled, use bias=False"
+    summary = "nn.ConvNd / nn.ConvTransposeNd with a bias followed by BatchNorm: the bias is cancelled, use bias=False"
     explanation = """\
 ## What it does
-Sets `bias=False` on `nn.Conv1d/2d/3d(...)` (bias left at its default `True` or `True`
-explicitly) whose output goes straight into a `BatchNorm` of the same dimension
-(or `SyncBatchNorm`):
+Sets `bias=False` on `nn.Conv1d/2d/3d(...)` or `nn.ConvTranspose1d/2d/3d(...)` (bias left at
+its default `True` or `True` explicitly) whose output goes straight into a `BatchNorm` of the
+same dimension (or `SyncBatchNorm`):
 
 * adjacent arguments of one `nn.Sequential(...)`, or
 * `self.convX = nn.Conv2d(...)` and `self.bnX = nn.BatchNorm2d(...)` assigned in `__init__`
@@ -113,6 +116,8 @@ block = nn.Sequential(nn.Conv2d(64, 64, 3, padding=1, bias=False), nn.BatchNorm2
         "    def forward(self, x):\n"
         "        return self.bn(self.conv(x)) + self.conv(x)\n",
         "import torch.nn as nn\nblock = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8))  # zoomer: ignore\n",
+        "import torch.nn as nn\nup = nn.Sequential(nn.ConvTranspose2d(8, 4, 4, 2, 1, bias=False), nn.BatchNorm2d(4))\n",
+        "import torch.nn as nn\nup = nn.Sequential(nn.ConvTranspose2d(8, 4, 4, 2, 1), nn.BatchNorm1d(4))\n",
     ]
     INVALID = [
         Example(
@@ -168,6 +173,53 @@ block = nn.Sequential(nn.Conv2d(64, 64, 3, padding=1, bias=False), nn.BatchNorm2
             "import torch.nn as nn\nblock = nn.Sequential(nn.Conv2d(3, 8, 3, 1, 0, 1, 1, True), nn.BatchNorm2d(8))\n",
             None,
             message_contains="positional",
+        ),
+        # a DCGAN generator block: the transposed convolution's bias is cancelled just the same
+        Example(
+            "import torch.nn as nn\n"
+            "net = nn.Sequential(\n"
+            "    nn.ConvTranspose2d(512, 256, 4, 2, 1, bias=True),\n"
+            "    nn.BatchNorm2d(256),\n"
+            "    nn.ReLU(True),\n"
+            ")\n",
+            "import torch.nn as nn\n"
+            "net = nn.Sequential(\n"
+            "    nn.ConvTranspose2d(512, 256, 4, 2, 1, bias=False),\n"
+            "    nn.BatchNorm2d(256),\n"
+            "    nn.ReLU(True),\n"
+            ")\n",
+            message_contains="ConvTranspose2d bias is cancelled",
+        ),
+        Example(
+            "from torch import nn\n"
+            "\n"
+            "class Up(nn.Module):\n"
+            "    def __init__(self, c):\n"
+            "        super().__init__()\n"
+            "        self.up = nn.ConvTranspose3d(c, c, 2, stride=2)\n"
+            "        self.bn = nn.BatchNorm3d(c)\n"
+            "\n"
+            "    def forward(self, x):\n"
+            "        return self.bn(self.up(x))\n",
+            "from torch import nn\n"
+            "\n"
+            "class Up(nn.Module):\n"
+            "    def __init__(self, c):\n"
+            "        super().__init__()\n"
+            "        self.up = nn.ConvTranspose3d(c, c, 2, stride=2, bias=False)\n"
+            "        self.bn = nn.BatchNorm3d(c)\n"
+            "\n"
+            "    def forward(self, x):\n"
+            "        return self.bn(self.up(x))\n",
+            message_contains="ConvTranspose3d",
+        ),
+        # resuming a generator saved with the bias: reported, not rewritten
+        Example(
+            "import torch\nfrom torch import nn\n\n\ndef main(path):\n"
+            "    g = nn.Sequential(nn.ConvTranspose2d(8, 4, 4, 2, 1), nn.BatchNorm2d(4))\n"
+            "    g.load_state_dict(torch.load(path))\n    return g\n",
+            None,
+            message_contains="line 7 loads a state dict",
         ),
         # the conv output also feeds a residual add, where its bias is not cancelled
         Example(

@@ -91,6 +91,20 @@ def test_locate_decorated_function_and_module():
     assert api.locate(SCRIPT, 99, "sync-point") == []
 
 
+def test_locate_conv_bias_finds_transposed_convolutions():
+    # a generator's forward: its transposed convolutions (bias already off, so no fixer finding)
+    # and its plain convolution are the candidate sites of a conv-bias-before-bn finding
+    source = (
+        "import torch.nn as nn\n\n\ndef generator(z):\n"
+        "    up = nn.ConvTranspose2d(100, 64, 4, 1, 0, bias=False)\n"
+        "    out = nn.Conv2d(64, 3, 3, bias=False)\n"
+        "    return out(up(z))\n"
+    )
+    sites = api.locate(source, 4, "conv-bias-before-bn")
+    assert [(m.line, m.fixer) for m in sites] == [(5, ""), (6, "")]
+    assert "ConvTranspose2d" in sites[0].message
+
+
 @pytest.mark.parametrize("pattern", PATTERN_IDS)
 def test_locate_accepts_every_pattern(pattern):
     assert isinstance(api.locate(SCRIPT, 16, pattern), list)

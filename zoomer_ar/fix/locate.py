@@ -129,8 +129,8 @@ def _zero_grad(ctx: Context, region: cst.CSTNode) -> Iterator[Site]:
 
 
 def _convs(ctx: Context, region: cst.CSTNode) -> Iterator[Site]:
-    names = {f"torch.nn.Conv{d}d" for d in (1, 2, 3)}
-    yield from _qual_sites(ctx, region, names, "convolution", names | {f"nn.Conv{d}d" for d in (1, 2, 3)})
+    names = {f"torch.nn.{k}{d}d" for d in (1, 2, 3) for k in ("Conv", "ConvTranspose")}
+    yield from _qual_sites(ctx, region, names, "convolution", names | {n.removeprefix("torch.") for n in names})
 
 
 def _matmul(ctx: Context, region: cst.CSTNode) -> Iterator[Site]:

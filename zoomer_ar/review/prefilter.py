@@ -40,7 +40,7 @@ MODEL_FACTORY = r"torchvision|timm|transformers|AutoModel|create_model"
 
 #: fixer -> (regexes the whole file must all match, regexes the changed region must all match)
 KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "conv-bias-before-bn": ((r"Conv[123]d", r"BatchNorm"), (r"Conv[123]d",)),
+    "conv-bias-before-bn": ((r"Conv(?:Transpose)?[123]d", r"BatchNorm"), (r"Conv(?:Transpose)?[123]d",)),
     "dataloader-workers": ((r"DataLoader",), (r"DataLoader",)),
     "ddp-bucket-view": ((r"DistributedDataParallel|\bDDP\b",), (r"DistributedDataParallel|\bDDP\b",)),
     "factory-on-device": ((r"torch", FACTORY, TO_DEVICE), (TO_DEVICE, FACTORY)),
