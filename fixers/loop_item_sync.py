@@ -9,7 +9,7 @@ import libcst as cst
 
 from zoomer_ar.fix import flow
 from zoomer_ar.fix import helpers as h
-from zoomer_ar.fix.base import Context, Edit, Example, Fixer
+from zoomer_ar.fix.base import Context, Edit, Example, Fixer, iter_children
 
 SYNC_METHODS = {"item", "cpu", "numpy", "tolist"}
 LOG_CALL = re.compile(r"^(print|(\w+\.)*(logger|logging|log|LOGGER|_logger|logs?)\.(info|debug|warning|warn|error|log)|wandb\.log|(\w+\.)*(add_scalar|add_scalars|set_postfix|set_description|log_metrics))$")
@@ -58,6 +58,25 @@ def _is_modulo_guard(test: cst.CSTNode) -> bool:
     return any(isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Modulo) for n in h.walk(test))
 
 
+#: methods of nn.Module iterating over its own parts: a loop over them is not a step loop
+MODULE_PARTS = {"parameters", "named_parameters", "buffers", "named_buffers", "modules", "named_modules", "children", "named_children"}
+
+
+def _over_parameters(loop: cst.For | cst.While) -> bool:
+    """``for p in model.parameters()`` (and the other MODULE_PARTS, also through ``zip`` or
+    ``enumerate``), ``for group in opt.param_groups``, ``for p in group["params"]``."""
+    if not isinstance(loop, cst.For):
+        return False
+    for n in h.walk(loop.iter):
+        if h.is_method_call(n, MODULE_PARTS):
+            return True
+        if isinstance(n, cst.Attribute) and n.attr.value == "param_groups":
+            return True
+        if isinstance(n, cst.Subscript) and _literal_key(n) == "params":
+            return True
+    return False
+
+
 LOW_PRECISION = {"bfloat16", "float16", "half"}
 
 
@@ -90,8 +109,10 @@ class LoopItemSync(Fixer):
 ## What it does
 Flags host reads of device tensors inside `for`/`while` loop bodies: `.item()`, `.cpu()`,
 `.numpy()`, `.tolist()`, `.to("cpu")`, and `float(...)`/`int(...)`/`print(...)` of a loss
-variable. Only the innermost loop counts (a read once per epoch, after the step loop, is fine) and
-reads under an `if step % N == 0:`-style guard are not flagged. Two forms are
+variable. Only the innermost loop counts (a read once per epoch, after the step loop, is fine;
+a loop over `model.parameters()`, `.named_parameters()`, `.modules()`, an optimizer's
+`param_groups` or a group's `["params"]`, as in a manual update, is part of the step and does not
+count) and reads under an `if step % N == 0:`-style guard are not flagged. Two forms are
 rewritten, conservatively:
 
 * `total += loss.item()` (also `total += loss.item() * n`) becomes `total += loss.detach()`
@@ -157,6 +178,11 @@ print(float(running) / len(loader))
         "for x in loader:\n    def log():\n        return loss.item()\n",
         "for x in loader:\n    d = results.items()\n",
         "for batch in loader:\n    out = model(batch)\n",
+        # once per epoch, after the step loop
+        "for epoch in range(epochs):\n    for x in loader:\n        loss = step(x)\n    print(loss.item())\n",
+        # a parameter loop beside it does not make the step loop an inner loop
+        "for epoch in range(epochs):\n    for p in model.parameters():\n        p.requires_grad_(epoch > 0)\n"
+        "    for x in loader:\n        loss = step(x)\n    print(loss.item())\n",
     ]
     INVALID = [
         Example(
@@ -276,6 +302,35 @@ print(float(running) / len(loader))
         ),
         Example("preds = []\nwhile running:\n    preds.append(model(x).argmax(1).cpu().numpy())\n", None, message_contains=".cpu()"),
         Example("for x in loader:\n    print(loss.item())\n", None, message_contains="no step index"),
+        # a manual SGD update loops over the parameters inside the step loop: still every step
+        Example(
+            "def train(loader, model, lr):\n"
+            "    for step, (x, y) in enumerate(loader):\n"
+            "        loss = model(x, y)\n"
+            "        loss.backward()\n"
+            "        print(step, loss.item())\n"
+            "        for p in model.parameters():\n"
+            "            p.data.add_(p.grad, alpha=-lr)\n",
+            "def train(loader, model, lr):\n"
+            "    for step, (x, y) in enumerate(loader):\n"
+            "        loss = model(x, y)\n"
+            "        loss.backward()\n"
+            "        if step % 100 == 0:\n"
+            "            print(step, loss.item())\n"
+            "        for p in model.parameters():\n"
+            "            p.data.add_(p.grad, alpha=-lr)\n",
+            message_contains="logged every step",
+        ),
+        Example(
+            "for x in loader:\n"
+            "    loss = step(x)\n"
+            "    for group in opt.param_groups:\n"
+            "        for p in group['params']:\n"
+            "            p.grad.clamp_(-1, 1)\n"
+            "    history.append(loss.item())\n",
+            None,
+            message_contains="loss.item()",
+        ),
         # a literal trip count below log_every: the guard would keep epoch 0 only
         Example(
             "for i in range(10):\n    loss = train_one_epoch(model)\n    logger.info('%d loss %.3f', i, loss.item())\n",
@@ -371,8 +426,22 @@ print(float(running) / len(loader))
 
     @staticmethod
     def _has_inner_loop(loop: cst.CSTNode) -> bool:
+        """Whether ``loop``'s body holds a loop of its own (a read beside it then runs once per
+        outer, epoch, iteration), not counting loops over a model's parameters, buffers or modules
+        or an optimizer's parameter groups: a manual update ``for p in model.parameters(): ...``
+        is part of the step, not a step loop."""
         body = getattr(loop, "body", None)
-        return body is not None and any(isinstance(n, (cst.For, cst.While)) for n in h.walk(body, into_scopes=False) if n is not loop)
+        stack: list[cst.CSTNode] = [body] if body is not None else []
+        while stack:
+            cur = stack.pop()
+            if isinstance(cur, (cst.For, cst.While)):
+                if not _over_parameters(cur):
+                    return True
+                continue  # nor anything nested in it
+            if isinstance(cur, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                continue
+            stack.extend(iter_children(cur))
+        return False
 
     @staticmethod
     def _guarded(ctx: Context, node: cst.CSTNode, loop: cst.CSTNode) -> bool:
