@@ -63,3 +63,33 @@ def test_a_job_killed_by_a_signal_exits_as_a_shell_says(tmp_path):
                           capture_output=True, text=True, timeout=240)
     assert done.returncode == 128 + signal.SIGKILL  # 137, not 247 (SystemExit(-9))
     assert done.stderr.strip() == "zoomer-ar: the job was stopped by SIGKILL"
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}").exists() and "State:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+
+
+def test_sigterm_to_relaunch_alone_stops_the_job(tmp_path):
+    """`kill PID` of relaunch (not its process group): the job is stopped too, not left running orphaned."""
+    spec = spec_for(tmp_path, "wait")
+    (tmp_path / "job.py").write_text(JOB.replace('open("started", "w").write("x")',
+                                                 'open("started", "w").write(str(os.getpid()))'))
+    proc = start(spec)
+    deadline = time.monotonic() + 240
+    while not (tmp_path / "started").exists() or not (tmp_path / "started").read_text():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else "slow"
+        time.sleep(0.1)
+    job_pid = int((tmp_path / "started").read_text())
+    try:
+        proc.terminate()  # SIGTERM to relaunch only
+        _, err = proc.communicate(timeout=240)
+        assert proc.returncode == 128 + signal.SIGTERM
+        assert err.strip().splitlines()[-1] == "zoomer-ar: the job was stopped by SIGTERM"
+        assert not _running(job_pid)
+    finally:
+        if _running(job_pid):  # the job this test started, left running without the fix
+            os.kill(job_pid, signal.SIGKILL)

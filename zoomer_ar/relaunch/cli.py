@@ -53,17 +53,26 @@ def _absolute(p: Path) -> Path:
 def run_job(argv: list[str], workdir: Path, env: dict[str, str], spec_path: Path) -> int:
     """Start the job and wait for it to end; its exit status as a shell gives it (128 + N when signal N ended
     it, with a line saying so). Ctrl-C reaches the job itself (it runs in the terminal's process group):
-    relaunch keeps waiting while the job stops (saves, exports its trace) instead of killing it."""
+    relaunch keeps waiting while the job stops (saves, exports its trace) instead of killing it. A SIGTERM
+    relaunch gets is passed on to the job, which would otherwise run on, orphaned, holding its devices."""
     try:
         proc = subprocess.Popen(argv, cwd=workdir, env=env)
     except OSError as exc:
         raise InputError(str(spec_path), f"cannot start {argv[0]}: {exc.strerror or exc}") from None
-    while True:
-        try:
-            rc = proc.wait()
-            break
-        except KeyboardInterrupt:
-            continue
+    try:  # SIGTERM to relaunch alone (`kill PID`, a scheduler that knows only this process) stops the job too
+        earlier = signal.signal(signal.SIGTERM, lambda signum, _frame: proc.send_signal(signum))
+    except ValueError:  # not the main thread: nothing to forward from
+        earlier = None
+    try:
+        while True:
+            try:
+                rc = proc.wait()
+                break
+            except KeyboardInterrupt:
+                continue
+    finally:
+        if earlier is not None:
+            signal.signal(signal.SIGTERM, earlier)
     if rc >= 0:
         return rc
     try:
