@@ -112,8 +112,8 @@ def _refusals(spec: RelaunchSpec, spec_path: Path, workdir: Path, patch: Path | 
     """Why the spec cannot be run here, in the order the real run checks (it stops at the first; the dry
     run says them all)."""
     if spec.is_template():
-        return ["a template, not a runnable command: no job.json recorded the job's command; fill in "
-                f"command.script (now {spec.command.script}) and command.args"]
+        return ["a template, not a runnable command: no recorded command stands behind it (its first note says "
+                f"why); fill in command.script (now {spec.command.script}) and command.args"]
     if recorded_missing:
         return [f"the folder the job ran in ({spec.cwd}, the spec's cwd) is not on this machine: pass --cwd with the "
                 "checkout to apply the patch in and run from (or set cwd in the spec)"]

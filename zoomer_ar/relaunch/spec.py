@@ -429,6 +429,26 @@ def _out_note(args: list[str]) -> str | None:
     return None
 
 
+#: modules a notebook kernel runs as: its command line starts a kernel that waits for a notebook to connect
+KERNEL_MODULES = ("ipykernel_launcher", "ipykernel", "colab_kernel_launcher")
+
+
+def _unreplayable(argv: list[str], module: str | None) -> str | None:
+    """Why a recorded command line cannot be replayed as a command (the job's code is not on it), else None:
+    ``python -c CODE`` and ``python -`` (sys.argv[0] is "-c" or "-", the code itself not recorded) and a
+    notebook kernel (replaying its command starts an idle kernel)."""
+    what = None
+    if argv[0] in ("-c", "-"):
+        what = f"started as `python {argv[0]}`, whose code sys.argv does not hold"
+    elif (module or "").split(".")[0] in KERNEL_MODULES or Path(argv[0]).stem in KERNEL_MODULES:
+        what = "run in a notebook kernel, whose command line starts an idle kernel, not the notebook's code"
+    if what is None:
+        return None
+    return (f"TEMPLATE: job.json records the job as {what}: command.script ({TEMPLATE_SCRIPT}) and command.args are "
+            "placeholders; put the code in a script and fill them in before `zoomer-ar relaunch` runs it; "
+            "config_overrides are shown Hydra-style (key=value), write them the way the script takes its settings.")
+
+
 def _absolute_folder(folder: Path | None) -> Path | None:
     """The analysed trace folder as an absolute path (analysis.job.path is as given, relative to where
     analyze runs)."""
@@ -512,6 +532,9 @@ def spec_from_analysis(analysis: Analysis, *, argv: list[str] | None = None, pat
         origin.update({k: f for k in (r.get("config_overrides") or {})})
         if r.get("notes"):
             notes.append(f"{f.pattern}: {r['notes']}")
+    unreplayable = _unreplayable(argv, module) if argv else None
+    if unreplayable:  # a template that says why, not a command that runs something else
+        argv = None
     world = analysis.job.world_size
     launcher: Literal["python", "torchrun"] = "torchrun" if world > 1 else "python"
     style: Literal["hydra", "argparse"] = "hydra"
@@ -544,7 +567,7 @@ def spec_from_analysis(analysis: Analysis, *, argv: list[str] | None = None, pat
         set_keys = set(overrides)  # a template lists them all, to be written the way the script takes them
         cwd = None
         cmd = Command(launcher=launcher, script=TEMPLATE_SCRIPT, nproc_per_node=nproc, nnodes=nnodes)
-        notes.insert(0, TEMPLATE_NOTE)
+        notes.insert(0, unreplayable or TEMPLATE_NOTE)
     notes += layout_notes
     counted = [f for f in acted_on if _carries(f, patched if patch else set(), set_keys)]
     uncounted = sorted({f.pattern for f in acted_on} - {f.pattern for f in counted})
