@@ -193,3 +193,19 @@ def test_folder_with_a_space_gives_a_compare_command_that_runs(tmp_path, capsys,
     compare = shlex.split(note.split("Afterwards: ", 1)[1])
     assert compare == ["zoomer-ar", "compare", "traces/run 1", "traces/run 1-relaunch"]
     assert main(compare[1:]) == 0
+
+
+ROOTED = PROGRAM.replace("SteadyStateProfiler(args.out or args.trace_dir,",
+                         "SteadyStateProfiler(f'{args.out or args.trace_dir}/profile',")
+
+
+def test_an_output_root_holding_the_capture_gets_a_note(tmp_path, capsys):
+    """--out runs/exp1 where the program records into runs/exp1/profile: the word is not the trace folder
+    (it is left as recorded), but the spec says the replay meets the capture there."""
+    proj = project(tmp_path)
+    (proj / "train.py").write_text(ROOTED)
+    record(proj, "--out", "runs/exp1")
+    spec = analyze(proj / "runs" / "exp1" / "profile", tmp_path / "o", proj, capsys)
+    assert spec.command.args == ["--out", "runs/exp1"]
+    note = next(n for n in spec.notes if n.startswith("runs/exp1 on the command line holds"))
+    assert "CaptureError" in note and str((proj / "runs" / "exp1" / "profile").resolve()) in note

@@ -146,6 +146,7 @@ def retarget(args: list[str], trace_folder: Path | None, cwd: str | None, job: d
     identity = identity if identity and all(v is not None for v in identity) else None
     hits: list[tuple[int, str, str]] = []  # (index, prefix, value)
     inside: list[str] = []
+    holders: list[str] = []  # words naming a folder the trace folder lies in (an output root: runs/exp1)
     for i, word in enumerate(args):
         for prefix, value in _values(word):
             if _names_folder(value, trace, base, identity):
@@ -154,8 +155,11 @@ def retarget(args: list[str], trace_folder: Path | None, cwd: str | None, job: d
             if _inside(value, trace, base):
                 inside.append(word)
                 break
+            if _holds(value, trace, base):
+                holders.append(word)
+                break
     if not hits:
-        return list(args), []
+        return list(args), [_holder_note(holders, trace)] if holders else []
     suffix = _free_suffix([v for _, _, v in hits], base)
     out = list(args)
     changed: list[str] = []
@@ -183,6 +187,23 @@ def retarget(args: list[str], trace_folder: Path | None, cwd: str | None, job: d
         notes.append(f"{', '.join(inside)} still point(s) into the recorded run's trace folder: the relaunch reads "
                      "or writes there as recorded.")
     return out, notes
+
+
+def _holds(value: str, trace: Path, cwd: Path | None) -> bool:
+    """``value`` names a folder the trace folder lies in, below the recorded cwd (``runs/exp1`` for a capture in
+    ``runs/exp1/profile``; never the cwd itself or a folder above it, which hold everything)."""
+    if cwd is None or not cwd.is_dir():
+        return False
+    given = Path(value)
+    where = _resolved(given if given.is_absolute() else cwd / given)
+    return where in trace.parents and _resolved(cwd) in where.parents
+
+
+def _holder_note(holders: list[str], trace: Path) -> str:
+    return (f"{', '.join(holders)} on the command line holds the folder the recorded run's capture is in ({trace}): "
+            "a program recording under it meets that capture on a replay, and zoomer_ar.capture stops with "
+            "CaptureError (with overwrite=True it replaces the trace compare needs): point it at a new folder in "
+            "command.args, or move the capture, before relaunching.")
 
 
 def _inside(value: str, trace: Path, cwd: Path | None) -> bool:
