@@ -12,6 +12,8 @@ import ast
 
 import pytest
 
+from fix_testutil import apply_text_edits
+
 from zoomer_ar.fix import api
 
 SELECT = ["loop-synchronize", "loop-empty-cache"]
@@ -76,3 +78,24 @@ def test_the_text_edit_is_the_whole_statement():
     src = HEAD + "    if s:\n        f(s)\n    else:\n        torch.cuda.synchronize()\n    g()\n"
     (m,) = api.static_findings(src, "x.py", select=SELECT)
     assert [(e.line, e.end_line, e.text) for e in m.edits] == [(3, 7, "    if s:\n        f(s)\n")]
+
+
+@pytest.mark.parametrize(("body", "gone"), [
+    # a trailing comment stays where the deleted call was, on a line of its own
+    ("    f(s)\n    torch.cuda.empty_cache()  # free memory\n    print(s)\n", [4]),
+    # so do the comments above it, and the blank line before the next statement is not touched
+    ("    f(s)\n    # free memory\n    torch.cuda.empty_cache()  # every step\n\n    print(s)\n", [4, 5]),
+])
+def test_a_deleted_lines_comments_do_not_rewrite_the_next_statement(body, gone):
+    """The text edits (review suggestions) cover the deleted line and its own comments, never the
+    next statement's line: it is left as it was, and the comments stay on lines of their own."""
+    src = HEAD + body
+    (m,) = api.static_findings(src, "x.py", select=SELECT)
+    lines = src.splitlines(keepends=True)
+    touched = {n for e in m.edits for n in range(e.line, e.end_line if e.end_column == 1 else e.end_line + 1)}
+    assert touched == set(gone)
+    assert all(ln.lstrip().startswith("#") for e in m.edits for ln in e.text.splitlines())
+    fixed = api.fix_source(src, select=SELECT)
+    assert apply_text_edits(src, m.edits) == fixed
+    kept = [ln for i, ln in enumerate(lines, 1) if i not in gone]
+    assert [ln for ln in fixed.splitlines(keepends=True) if not ln.lstrip().startswith("#")] == kept

@@ -87,11 +87,38 @@ def train(loader, model, optimizer):
 
 
 def test_a_suggestion_merged_from_two_findings_says_so(tmp_path):
-    """mnist/main.py with `torch.cuda.empty_cache()  # free memory` then `print(loss.item())` added
-    after `optimizer.step()`: the empty_cache fix moves its trailing comment onto the next line, the
-    line the loss.item() fix rewrites, so the two became one suggestion on the allocator-churn
-    comment. Applying it also made the loop log every 100 steps, and neither comment said so: the
-    merged suggestion now names the other finding it fixes, and that finding's comment points to it."""
+    """mnist/main.py with `print(loss.item(), torch.zeros(3).to("cuda").sum())` added after
+    `optimizer.step()`: the loss.item() fix (log every 100 steps) rewrites the line the
+    factory-on-device fix rewrites, so the two became one suggestion. Applying it also fixed the
+    other finding, and neither comment said so: the merged suggestion now names the other finding
+    it fixes, and that finding's comment points to it."""
+    head = MERGED_BASE + '        print(loss.item(), torch.zeros(3).to("cuda").sum())\n'
+    repo = GitRepo(tmp_path / "r")
+    repo.write("train.py", MERGED_BASE)
+    repo.commit("base")
+    repo.branch("feat")
+    repo.write("train.py", head)
+    repo.commit("debug")
+    result = review(repo.path, base="main", head="feat")
+    by_rule = {f.rule_id: f for f in result.findings}
+    pair = [by_rule["sync-point"], by_rule["extra-copy"]]
+    [host] = [f for f in pair if f.suggestion is not None]  # the merged suggestion
+    [other] = [f for f in pair if f is not host]
+    assert "if batch_idx % 100 == 0:" in host.suggestion and 'torch.zeros(3, device="cuda")' in host.suggestion
+    comments = {re.search(r"rule=(\S+)", c["body"]).group(1): c for c in github_payload(result)["comments"]}
+    merged = comments[host.rule_id]
+    ast.parse(_applied(head, merged))
+    assert f"`{other.rule_id}`" in merged["body"] and f"line {other.line}" in merged["body"]
+    assert [(a["rule_id"], a["line"]) for a in host.also_fixes] == [(other.rule_id, other.line)]
+    assert other.fixed_by_suggestion_on == merged.get("start_line", merged["line"])
+    assert f"suggestion on line {other.fixed_by_suggestion_on}" in comments[other.rule_id]["body"]
+
+
+def test_a_deleted_calls_comment_leaves_the_next_line_to_its_own_finding(tmp_path):
+    """`torch.cuda.empty_cache()  # free memory` then `print(loss.item())`: the empty_cache fix
+    used to move its trailing comment onto the print's line, so its suggestion rewrote that line
+    too and swallowed the loss.item() fix. Its suggestion now replaces its own line with the
+    comment, and the print keeps a suggestion of its own; both apply, one after the other."""
     head = MERGED_BASE + "        torch.cuda.empty_cache()  # free memory\n        print(loss.item())\n"
     repo = GitRepo(tmp_path / "r")
     repo.write("train.py", MERGED_BASE)
@@ -102,15 +129,12 @@ def test_a_suggestion_merged_from_two_findings_says_so(tmp_path):
     result = review(repo.path, base="main", head="feat")
     by_rule = {f.rule_id: f for f in result.findings}
     cache, item = by_rule["allocator-churn"], by_rule["sync-point"]
-    assert cache.suggestion is not None and "if batch_idx % 100 == 0:" in cache.suggestion  # the merged suggestion
-    assert item.suggestion is None
+    assert cache.suggestion == "        # free memory" and not cache.also_fixes
+    assert item.suggestion is not None and "if batch_idx % 100 == 0:" in item.suggestion
     comments = {re.search(r"rule=(\S+)", c["body"]).group(1): c for c in github_payload(result)["comments"]}
-    merged = comments["allocator-churn"]
-    ast.parse(_applied(head, merged))
-    assert "`sync-point`" in merged["body"] and f"line {item.line}" in merged["body"]
-    assert [(a["rule_id"], a["line"]) for a in cache.also_fixes] == [("sync-point", item.line)]
-    assert item.fixed_by_suggestion_on == merged.get("start_line", merged["line"])
-    assert f"suggestion on line {item.fixed_by_suggestion_on}" in comments["sync-point"]["body"]
+    both = _applied(_applied(head, comments["sync-point"]), comments["allocator-churn"])
+    fixed = fix_engine.fix_source_with(head, "train.py", fix_engine.select_fixers(["loop-empty-cache", "loop-item-sync"]))
+    assert both == fixed
 
 
 LATIN1_BASE = ("# -*- coding: latin-1 -*-\n# entra\xeenement\nimport torch\n\n\ndef train(loader, model, opt):\n"

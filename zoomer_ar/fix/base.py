@@ -22,7 +22,7 @@ import re
 import threading
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Iterable, Iterator, Mapping
+from typing import Any, Callable, ClassVar, Iterable, Iterator, Mapping, Sequence
 
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper
@@ -647,16 +647,23 @@ class Context:
         end = (rng.end.line + 1, 0)
         if isinstance(new, cst.RemovalSentinel):
             return (rng.start.line - len(leading), 0), end, ""
-        nodes = list(new.nodes) if isinstance(new, cst.FlattenSentinel) else [new]
+        nodes: list[cst.CSTNode] = list(new.nodes) if isinstance(new, cst.FlattenSentinel) else [new]
         first = nodes[0]
-        same_leading = len(first.leading_lines) == len(leading) and all(
-            a.deep_equals(b) for a, b in zip(first.leading_lines, leading)
-        )
-        if same_leading:
-            nodes[0] = first.with_changes(leading_lines=[])
-            start = (rng.start.line, 0)
-        else:
-            start = (rng.start.line - len(leading), 0)
+        new_leading = list(getattr(first, "leading_lines", ()))
+        added = len(new_leading) - len(leading)
+        if added >= 0 and all(a.deep_equals(b) for a, b in zip(new_leading[added:], leading)):
+            if added and len(nodes) == 1 and first.with_changes(leading_lines=leading).deep_equals(node):
+                # only comment lines put before the statement (a deleted line's comments): insert
+                # them, leaving the statement's own lines alone
+                at = (rng.start.line - len(leading), 0)
+                return at, at, self._codegen(node, new_leading[:added])
+            if not added:
+                nodes[0] = first.with_changes(leading_lines=[])
+                return (rng.start.line, 0), end, self._codegen(node, nodes)
+        return (rng.start.line - len(leading), 0), end, self._codegen(node, nodes)
+
+    def _codegen(self, node: cst.CSTNode, nodes: Sequence[cst.CSTNode]) -> str:
+        """``nodes`` written as the module writes them at ``node``'s indentation."""
         from libcst._nodes.internal import CodegenState
 
         state = CodegenState(default_indent=self.module.default_indent, default_newline=self.module.default_newline)
@@ -665,7 +672,7 @@ class Context:
             state.increase_indent(indent)
         for n in nodes:
             n._codegen(state)
-        return start, end, "".join(state.tokens)
+        return "".join(state.tokens)
 
 
 # --------------------------------------------------------------------------------------------
@@ -775,6 +782,21 @@ def _coerce(fixer: str, key: str, value: Any, default: Any) -> Any:
 # --------------------------------------------------------------------------------------------
 
 
+def _join_insertions(edits: list[TextEdit]) -> list[TextEdit]:
+    """Sorted edits with each insertion joined to the edit that ends where it is inserted: a
+    deleted line whose comments move to the next statement is one edit writing the comments in
+    its place, not a deletion plus an insertion before the next line."""
+    out: list[TextEdit] = []
+    for e in edits:
+        prev = out[-1] if out else None
+        inserted = (e.line, e.column) == (e.end_line, e.end_column)
+        if prev is not None and inserted and (prev.end_line, prev.end_column) == (e.line, e.column):
+            out[-1] = prev.model_copy(update={"text": prev.text + e.text})
+        else:
+            out.append(e)
+    return out
+
+
 def _to_match(ctx: Context, fixer: Fixer, edit: Edit) -> StaticMatch:
     rng = ctx.pos(edit.node)
     stmt = ctx.line_statement(edit.node)
@@ -786,7 +808,7 @@ def _to_match(ctx: Context, fixer: Fixer, edit: Edit) -> StaticMatch:
         edits.append(TextEdit(line=sl, column=sc + 1, end_line=el, end_column=ec + 1, text=text))
         if node is edit.node or replacement is None:
             replacement = text
-    edits.sort(key=lambda e: (e.line, e.column))
+    edits = _join_insertions(sorted(edits, key=lambda e: (e.line, e.column, e.end_line, e.end_column)))
     fixable = bool(edits) and fixer.name in ctx.fixing
     message = edit.message
     if edits and not fixable and fixer.opt_in:
