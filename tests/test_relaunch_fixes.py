@@ -124,9 +124,12 @@ def test_gpu_example_command_is_the_recorded_one(tmp_path, capsys):
     repo = scenario_repo(tmp_path)
     analyze(EXAMPLES / "gpu" / "sync_point", tmp_path / "o", repo, capsys)
     spec = load_spec(tmp_path / "o" / "relaunch.yaml")
-    # the recorded command, its --out (the folder of the capture analysed, recorded on another machine)
-    # pointed at a fresh sibling: replayed there, the capture helper would refuse the earlier capture
-    assert spec.shell_command() == "python sync_point.py --out /tmp/gpu/sync_point-relaunch --device cuda"
+    # the recorded command; its --out (the folder of the capture analysed, recorded on another machine) is
+    # pointed at a fresh sibling, unless /tmp/gpu is on this machine without that capture (the GPU machine)
+    assert spec.command.script == "sync_point.py" and spec.command.args[0] == "--out"
+    assert spec.command.args[2:] == ["--device", "cuda"]
+    recorded_here = Path("/tmp/gpu").is_dir()
+    assert spec.command.args[1] == "/tmp/gpu/sync_point" + ("" if recorded_here else "-relaunch")
     assert spec.override_style == "argparse"
     note = next(n for n in spec.notes if n.startswith("Not on the command line"))
     assert "compile=true" in note and "argparse" in note and "yourself" in note
