@@ -146,7 +146,8 @@ Nothing is rewritten when the gradients are used after the zeroing, before the n
 pass (a `.backward(` call) in the same function or loop body (or anywhere after it when no
 backward follows): a read of `.grad` (`sum(p.grad.sum() for p in model.parameters())`, `if
 p.grad is not None`), an optimizer step (`opt.step()`, `scaler.step(opt)`) or a call of a function
-of the same file that does either. In a loop, the statements at the top of its body count too
+of the same file that does either (by its name, `log_grads(model)`, or as a method of `self`/`cls`,
+`self.clip()`; `self.model.train()` is the model's method, not the class's own `train`). In a loop, the statements at the top of its body count too
 (they run after the zeroing on the next iteration) unless a backward follows the zeroing in the
 loop. Those sites are reported only: with `set_to_none=True` the gradients would be `None` there
 (an `AttributeError`, or an optimizer step that skips the parameters instead of applying
@@ -259,6 +260,62 @@ optimizer.zero_grad(set_to_none=True)
             "log_grads(model)\n",
             None,
             message_contains="log_grads(model)",
+        ),
+        # a method of the class that reads gradients, called on self before the next backward
+        Example(
+            "class Trainer:\n"
+            "    def clip(self):\n"
+            "        self.optimizer.step()\n"
+            "\n"
+            "    def run(self):\n"
+            "        for it in range(10):\n"
+            "            self.optimizer.zero_grad(set_to_none=False)\n"
+            "            self.clip()\n",
+            None,
+            message_contains="self.clip()",
+        ),
+        # `self.model.train()` calls the model's train(), not the class's own train() that steps
+        # the optimizer: estimate_loss (nanoGPT) reads no gradient
+        Example(
+            "import torch\n"
+            "\n"
+            "\n"
+            "class Trainer:\n"
+            "    @torch.no_grad()\n"
+            "    def estimate_loss(self):\n"
+            "        self.model.eval()\n"
+            "        out = sum(self.model(x).item() for x in self.val)\n"
+            "        self.model.train()\n"
+            "        return out\n"
+            "\n"
+            "    def train(self):\n"
+            "        for it in range(1000):\n"
+            "            if it % 100 == 0:\n"
+            "                print(self.estimate_loss())\n"
+            "            loss = self.model(next(self.data))\n"
+            "            loss.backward()\n"
+            "            self.optimizer.step()\n"
+            "            self.optimizer.zero_grad(set_to_none=False)\n",
+            "import torch\n"
+            "\n"
+            "\n"
+            "class Trainer:\n"
+            "    @torch.no_grad()\n"
+            "    def estimate_loss(self):\n"
+            "        self.model.eval()\n"
+            "        out = sum(self.model(x).item() for x in self.val)\n"
+            "        self.model.train()\n"
+            "        return out\n"
+            "\n"
+            "    def train(self):\n"
+            "        for it in range(1000):\n"
+            "            if it % 100 == 0:\n"
+            "                print(self.estimate_loss())\n"
+            "            loss = self.model(next(self.data))\n"
+            "            loss.backward()\n"
+            "            self.optimizer.step()\n"
+            "            self.optimizer.zero_grad(set_to_none=True)\n",
+            message_contains="zero-fills",
         ),
         # a backward pass comes first: the reads after it see fresh gradients
         Example(
@@ -464,7 +521,12 @@ class _GradReads:
         name = h.last_name(call.func)
         if name is None or name not in readers:
             return False
-        return isinstance(call.func, cst.Name) or (h.dotted(call.func) or "").startswith(("self.", "cls."))
+        # `reader()` or `self.reader()` / `cls.reader()`, not `self.model.train()`: a method of
+        # another object that only shares a name with one of this file's functions
+        func = call.func
+        return isinstance(func, cst.Name) or (
+            isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value in ("self", "cls")
+        )
 
     def events(self, scope: cst.CSTNode) -> list[tuple[int, str, cst.CSTNode]]:
         if scope not in self._events:
