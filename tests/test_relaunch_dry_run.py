@@ -66,3 +66,14 @@ def test_dry_run_says_the_patch_does_not_apply_or_is_applied(tmp_path):
     assert relaunch(spec).returncode == 0 and (repo / "ran.txt").read_text() == "4"
     again = relaunch(spec, "--dry-run")
     assert "patch.diff is already applied" in again.stderr
+
+
+def test_torchrun_spec_with_the_interpreter_gone_names_torchrun_as_the_fallback(tmp_path):
+    """null command.python runs `torchrun` from PATH for a torchrun launch, not `python`: the line says so."""
+    repo = checkout(tmp_path / "repo")
+    gone = str(tmp_path / "old-venv" / "bin" / "python")
+    spec = RelaunchSpec(job="j", command=Command(launcher="torchrun", python=gone, script="job.py", nproc_per_node=2),
+                        cwd=str(repo))
+    (tmp_path / "relaunch.yaml").write_text(render_spec(spec))
+    real = relaunch(tmp_path / "relaunch.yaml")
+    assert real.returncode == 2 and "(or null for `torchrun` on PATH)" in real.stderr, real.stderr

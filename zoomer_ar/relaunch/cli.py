@@ -123,8 +123,9 @@ def _refusals(spec: RelaunchSpec, spec_path: Path, workdir: Path, patch: Path | 
                    "folder)")
     interpreter, first = spec.command.python, spec.argv()[0]
     if interpreter and not _launchable(interpreter, workdir, env):
+        fallback = "torchrun" if spec.command.launcher == "torchrun" else "python"
         out.append(f"the recorded interpreter {interpreter} is not on this machine: set command.python to the one "
-                   "to run the job on (or null for `python` on PATH)")
+                   f"to run the job on (or null for `{fallback}` on PATH)")
     elif not _launchable(first, workdir, env):
         out.append(f"{first} (what the command starts) is not on PATH: set command.python to the interpreter to run "
                    "the job on")
