@@ -77,3 +77,18 @@ def test_torchrun_spec_with_the_interpreter_gone_names_torchrun_as_the_fallback(
     (tmp_path / "relaunch.yaml").write_text(render_spec(spec))
     real = relaunch(tmp_path / "relaunch.yaml")
     assert real.returncode == 2 and "(or null for `torchrun` on PATH)" in real.stderr, real.stderr
+
+
+def test_no_git_on_path_is_one_line_not_an_internal_error(tmp_path):
+    """A node without git (a slim container): the patch cannot be applied; one line, exit 2, nothing run."""
+    repo = checkout(tmp_path / "repo")
+    spec = write(tmp_path, repo, sys.executable)
+    no_git = tmp_path / "bin"
+    no_git.mkdir()
+    env = dict(os.environ, PATH=str(no_git))
+    for extra, code in (("--dry-run", 0), (None, 2)):
+        done = subprocess.run([sys.executable, "-m", "zoomer_ar", "relaunch", str(spec), *([extra] if extra else [])],
+                              env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == code, done.stderr
+        assert "git is not on PATH" in done.stderr and "internal error" not in done.stderr
+    assert not (repo / "ran.txt").exists()

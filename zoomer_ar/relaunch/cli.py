@@ -121,6 +121,9 @@ def _refusals(spec: RelaunchSpec, spec_path: Path, workdir: Path, patch: Path | 
     if patch and not patch.is_file():  # not 'patch does not apply ... can't open patch'
         out.append(f"the spec's patch {spec.patch} is not there ({patch}: a patch path is taken from the spec's "
                    "folder)")
+    if patch and patch.is_file() and shutil.which("git") is None:
+        out.append(f"the patch is applied with `git apply`, and git is not on PATH: install git, or apply {patch} "
+                   "yourself and set patch to null in the spec")
     interpreter, first = spec.command.python, spec.argv()[0]
     if interpreter and not _launchable(interpreter, workdir, env):
         fallback = "torchrun" if spec.command.launcher == "torchrun" else "python"
