@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from fix_testutil import apply_text_edits
+
 from zoomer_ar.fix import api
 from zoomer_ar.fix.base import FixerError, SourceParseError, StaticMatch
 from zoomer_ar.fix.docs import render
@@ -103,6 +105,24 @@ def test_locate_conv_bias_finds_transposed_convolutions():
     sites = api.locate(source, 4, "conv-bias-before-bn")
     assert [(m.line, m.fixer) for m in sites] == [(5, ""), (6, "")]
     assert "ConvTranspose2d" in sites[0].message
+
+
+@pytest.mark.parametrize("indent", ["    ", "\t", "  "])
+def test_an_expression_edit_keeps_the_blocks_indentation(indent):
+    """A call spanning lines inside a block (a DataLoader in a method): its text edit (review's
+    suggestion, the SARIF fix) writes the continuation lines at the block's indentation, as
+    `zoomer-ar fix` does, so applying the edits gives the fixed file."""
+    i1, i2 = indent, indent * 2
+    src = (
+        "from torch.utils.data import DataLoader\n\n\nclass Trainer:\n"
+        f"{i1}def loader(self, dataset):\n"
+        f"{i2}return DataLoader(\n{i2}    dataset, batch_size=32,  # big\n{i2}    num_workers=0)\n"
+    )
+    [m] = [m for m in api.static_findings(src, "t.py", select=["dataloader-workers"]) if m.fixable]
+    fixed = api.fix_source(src, select=["dataloader-workers"])
+    assert fixed != src
+    assert apply_text_edits(src, m.edits) == fixed
+    assert f"\n{i2}    dataset, batch_size=32,  # big\n" in m.edits[0].text
 
 
 @pytest.mark.parametrize("pattern", PATTERN_IDS)

@@ -636,12 +636,12 @@ class Context:
         exclusive) and its new text, as the module's code generation writes it."""
         rng = self._pos[node]
         if not isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            # written at the indentation of the statement holding it, as the module writes it:
+            # the continuation lines of a call spanning lines inside a block keep the block's indent
             if isinstance(new, cst.RemovalSentinel):
                 text = ""
-            elif isinstance(new, cst.FlattenSentinel):
-                text = "".join(self.module.code_for_node(n) for n in new.nodes)
             else:
-                text = self.module.code_for_node(new)
+                text = self._codegen(self.statement(node) or node, list(new.nodes) if isinstance(new, cst.FlattenSentinel) else [new])
             return (rng.start.line, rng.start.column), (rng.end.line, rng.end.column), text
         leading = list(node.leading_lines)
         end = (rng.end.line + 1, 0)

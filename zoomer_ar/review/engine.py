@@ -241,8 +241,9 @@ def to_findings(fd: FileDiff, source: str, matches: Iterable[StaticMatch], overr
 
 def _multi_line_expression(edits: Sequence[Any]) -> bool:
     """Whether an edit replaces an expression (not whole statements) with text of several lines:
-    the fixers write such text at column 0, so its continuation lines can lack the indentation of
-    the block around it (a `DataLoader(` call spanning lines inside a function)."""
+    such a rewrite (a `DataLoader(` call spanning lines inside a function) is taken from the file
+    the fixers write whole, so its continuation lines have the indentation `zoomer-ar fix` gives
+    them (the edits' text has had it too since Context.text_edit writes at the statement's indent)."""
     return any(e.column > 1 and "\n" in e.text for e in edits)
 
 
