@@ -1,5 +1,5 @@
 """Recorded arguments of every kind reach the relaunched program unchanged: spaces, quotes, shell
-characters, a line break, a character past U+FFFF (an emoji), DEL. relaunch.yaml used to break on
+characters, a line break, a character past U+FFFF (an emoji), DEL, a word too long for a file name. relaunch.yaml used to break on
 them: a line break ended the header's comment (the rest read as YAML: not a spec), DEL is refused by
 YAML, and an emoji came back as two lone surrogates no command line can carry (internal error). A
 real program under the real capture helper (torch, CPU), the real analyze and `zoomer-ar relaunch`."""
@@ -31,7 +31,10 @@ with open("received.json", "w", encoding="utf-8") as fh:
     json.dump(rest, fh)
 '''
 
-WORDS = ["--tag", "it's \"quoted\" $HOME `id` é 日本", "hi 😀", "two\nlines", "del\x7f", "--x=a b", "", "#c"]
+#: a config given as one JSON argument, past any file name's length (ENAMETOOLONG when taken for a path)
+LONG = "--config=" + json.dumps({f"key{i}": "v" * 20 for i in range(200)})
+WORDS = ["--tag", "it's \"quoted\" $HOME `id` é 日本", "hi 😀", "two\nlines", "del\x7f", "--x=a b", "", "#c", LONG,
+         "a/" + "y" * 300]
 
 
 def _env() -> dict[str, str]:

@@ -60,13 +60,13 @@ def capture_files(folder: Path) -> list[str]:
     """The capture helper's files in ``folder`` (job.json, rank traces, a later cycle's, other ranks' job
     files), relative to it; [] when it is not a folder."""
     try:
-        if not folder.is_dir():
+        if not _is_dir(folder):
             return []
         found = [p for p in (folder / "job.json",) if p.is_file()]
         found += sorted(folder.glob("rank-*.pt.trace.json.gz"))[:8]
         found += sorted(folder.glob("cycle-*/rank-*.pt.trace.json.gz"))[:4]
         found += sorted(folder.glob("job.ranks/rank-*.json"))[:4]
-    except OSError:
+    except (OSError, ValueError):
         return []
     return [str(p.relative_to(folder)) for p in found]
 
@@ -85,8 +85,24 @@ def _run_identity(folder: Path) -> tuple | None:
 def _resolved(p: Path) -> Path:
     try:
         return p.resolve()
-    except OSError:  # pragma: no cover
+    except (OSError, ValueError):  # pragma: no cover
         return p.absolute()
+
+
+def _is_dir(p: Path) -> bool:
+    """A folder is there; False for a word that is no path this system can hold (a component past
+    NAME_MAX, a JSON config given as an argument: ENAMETOOLONG)."""
+    try:
+        return p.is_dir()
+    except (OSError, ValueError):
+        return False
+
+
+def _exists(p: Path) -> bool:
+    try:
+        return p.exists()
+    except (OSError, ValueError):
+        return False
 
 
 def _name(value: str) -> str:
@@ -98,9 +114,9 @@ def _names_folder(value: str, trace: Path, cwd: Path | None, identity: tuple | N
     job.json) where the recorded place is on this machine, else by its last component."""
     given = Path(value)
     where = given if given.is_absolute() else (cwd / given if cwd is not None else None)
-    here = where is not None and (where.parent.is_dir() if given.is_absolute() else cwd is not None and cwd.is_dir())
+    here = where is not None and (_is_dir(where.parent) if given.is_absolute() else cwd is not None and _is_dir(cwd))
     if where is not None and here:  # the recorded place is on this machine: compare folders
-        if not where.is_dir():
+        if not _is_dir(where):
             return False  # nothing there now: the replay does not meet the capture
         return _resolved(where) == trace or (identity is not None and _run_identity(where) == identity)
     # recorded elsewhere (analysed on another machine): by name, the folder the capture was copied from
@@ -128,7 +144,7 @@ def _free_suffix(values: list[str], cwd: Path | None) -> str:
             p = Path(new) if new else None
             if p is not None and not p.is_absolute():
                 p = cwd / p if cwd is not None else None
-            taken = taken or (p is not None and p.exists())
+            taken = taken or (p is not None and _exists(p))
         if not taken:
             return suffix
     return SUFFIX
@@ -192,7 +208,7 @@ def retarget(args: list[str], trace_folder: Path | None, cwd: str | None, job: d
 def _holds(value: str, trace: Path, cwd: Path | None) -> bool:
     """``value`` names a folder the trace folder lies in, below the recorded cwd (``runs/exp1`` for a capture in
     ``runs/exp1/profile``; never the cwd itself or a folder above it, which hold everything)."""
-    if cwd is None or not cwd.is_dir():
+    if cwd is None or not _is_dir(cwd):
         return False
     given = Path(value)
     where = _resolved(given if given.is_absolute() else cwd / given)
