@@ -49,3 +49,14 @@ def test_relative_cwd_is_taken_from_the_specs_folder(tmp_path):
     assert done.returncode == 0, done.stderr
     assert (repo / "ran.txt").read_text() == f"4 {repo.resolve()}"
     assert not (elsewhere / "ran.txt").exists()
+
+
+def test_a_path_no_file_system_can_hold_is_one_line(tmp_path):
+    """cwd and patch longer than a file name (ENAMETOOLONG): one line, exit 2, not an internal error."""
+    spec = tmp_path / "relaunch.yaml"
+    spec.write_text(f'schema_version: "1.2"\njob: "j"\ncwd: "/tmp/{"c" * 5000}"\npatch: "{"p" * 5000}.diff"\n'
+                    'command:\n  script: "t.py"\n')
+    for extra, code in (("--dry-run", 0), (None, 2)):
+        done = relaunch(spec, tmp_path, *([extra] if extra else []))
+        assert done.returncode == code and "internal error" not in done.stderr, done.stderr[-500:]
+    assert "is not on this machine" in done.stderr and len(done.stderr.strip().splitlines()) == 1

@@ -13,7 +13,7 @@ import click
 
 from ..errors import InputError
 from .spec import RelaunchSpec, load_spec
-from .trace_folder import FoundCapture, captures_on_command_line
+from .trace_folder import FoundCapture, captures_on_command_line, is_dir, is_file
 
 
 def _git_apply_check(patch: Path, workdir: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -39,7 +39,7 @@ def _launchable(program: str, workdir: Path, env: dict[str, str]) -> bool:
     command starts, when relative) to an executable file, or a name on the PATH the command runs with."""
     if os.sep in program:
         path = Path(program) if os.path.isabs(program) else workdir / program
-        return path.is_file() and os.access(path, os.X_OK)
+        return is_file(path) and os.access(path, os.X_OK)
     return shutil.which(program, path=env.get("PATH", os.defpath)) is not None
 
 
@@ -97,7 +97,7 @@ def _capture_line(found: FoundCapture) -> str:
 
 
 def _captures(spec: RelaunchSpec, workdir: Path) -> list[FoundCapture]:
-    return captures_on_command_line(spec.argv()[1:], workdir, spec.trace_sha256) if workdir.is_dir() else []
+    return captures_on_command_line(spec.argv()[1:], workdir, spec.trace_sha256) if is_dir(workdir) else []
 
 
 def _from_spec_folder(path: str, spec_path: Path) -> Path:
@@ -118,10 +118,10 @@ def _refusals(spec: RelaunchSpec, spec_path: Path, workdir: Path, patch: Path | 
         return [f"the folder the job ran in ({spec.cwd}, the spec's cwd) is not on this machine: pass --cwd with the "
                 "checkout to apply the patch in and run from (or set cwd in the spec)"]
     out = []
-    if patch and not patch.is_file():  # not 'patch does not apply ... can't open patch'
+    if patch and not is_file(patch):  # not 'patch does not apply ... can't open patch'
         out.append(f"the spec's patch {spec.patch} is not there ({patch}: a patch path is taken from the spec's "
                    "folder)")
-    if patch and patch.is_file() and shutil.which("git") is None:
+    if patch and is_file(patch) and shutil.which("git") is None:
         out.append(f"the patch is applied with `git apply`, and git is not on PATH: install git, or apply {patch} "
                    "yourself and set patch to null in the spec")
     interpreter, first = spec.command.python, spec.argv()[0]
@@ -159,7 +159,7 @@ def relaunch(spec_path: Path, dry_run: bool, cwd: Path | None) -> None:
     on stdout."""
     spec = load_spec(spec_path)
     workdir = cwd or (_from_spec_folder(spec.cwd, spec_path) if spec.cwd else Path.cwd())
-    recorded_missing = cwd is None and spec.cwd is not None and not workdir.is_dir()
+    recorded_missing = cwd is None and spec.cwd is not None and not is_dir(workdir)
     patch = None
     if spec.patch:
         patch = _from_spec_folder(spec.patch, spec_path)

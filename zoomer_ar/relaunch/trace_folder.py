@@ -60,7 +60,7 @@ def capture_files(folder: Path) -> list[str]:
     """The capture helper's files in ``folder`` (job.json, rank traces, a later cycle's, other ranks' job
     files), relative to it; [] when it is not a folder."""
     try:
-        if not _is_dir(folder):
+        if not is_dir(folder):
             return []
         found = [p for p in (folder / "job.json",) if p.is_file()]
         found += sorted(folder.glob("rank-*.pt.trace.json.gz"))[:8]
@@ -89,7 +89,15 @@ def _resolved(p: Path) -> Path:
         return p.absolute()
 
 
-def _is_dir(p: Path) -> bool:
+def is_file(p: Path) -> bool:
+    """A file is there; False for a path this system cannot hold (see is_dir)."""
+    try:
+        return p.is_file()
+    except (OSError, ValueError):
+        return False
+
+
+def is_dir(p: Path) -> bool:
     """A folder is there; False for a word that is no path this system can hold (a component past
     NAME_MAX, a JSON config given as an argument: ENAMETOOLONG)."""
     try:
@@ -114,9 +122,9 @@ def _names_folder(value: str, trace: Path, cwd: Path | None, identity: tuple | N
     job.json) where the recorded place is on this machine, else by its last component."""
     given = Path(value)
     where = given if given.is_absolute() else (cwd / given if cwd is not None else None)
-    here = where is not None and (_is_dir(where.parent) if given.is_absolute() else cwd is not None and _is_dir(cwd))
+    here = where is not None and (is_dir(where.parent) if given.is_absolute() else cwd is not None and is_dir(cwd))
     if where is not None and here:  # the recorded place is on this machine: compare folders
-        if not _is_dir(where):
+        if not is_dir(where):
             return False  # nothing there now: the replay does not meet the capture
         return _resolved(where) == trace or (identity is not None and _run_identity(where) == identity)
     # recorded elsewhere (analysed on another machine): by name, the folder the capture was copied from
@@ -208,7 +216,7 @@ def retarget(args: list[str], trace_folder: Path | None, cwd: str | None, job: d
 def _holds(value: str, trace: Path, cwd: Path | None) -> bool:
     """``value`` names a folder the trace folder lies in, below the recorded cwd (``runs/exp1`` for a capture in
     ``runs/exp1/profile``; never the cwd itself or a folder above it, which hold everything)."""
-    if cwd is None or not _is_dir(cwd):
+    if cwd is None or not is_dir(cwd):
         return False
     given = Path(value)
     where = _resolved(given if given.is_absolute() else cwd / given)
