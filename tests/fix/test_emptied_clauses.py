@@ -99,3 +99,19 @@ def test_a_deleted_lines_comments_do_not_rewrite_the_next_statement(body, gone):
     assert apply_text_edits(src, m.edits) == fixed
     kept = [ln for i, ln in enumerate(lines, 1) if i not in gone]
     assert [ln for ln in fixed.splitlines(keepends=True) if not ln.lstrip().startswith("#")] == kept
+
+
+@pytest.mark.parametrize("body", [
+    "    f(s); torch.cuda.empty_cache(); g(s)\n",
+    "    torch.cuda.empty_cache() ;  f(s)\n",
+    "    f(s); torch.cuda.empty_cache()\n    g(s)\n",
+    "    torch.cuda.empty_cache(); \\\n  f(s)\n",
+])
+def test_a_call_deleted_from_a_line_of_several_statements_takes_its_semicolon(body):
+    """`a; b; c` less `b`: the text edits (review suggestions) deleted `b` but left its `;`, which
+    gave `a; ; c` or a line starting with `;` (neither parses); they now give what the fixer writes."""
+    src = HEAD + body
+    (m,) = api.static_findings(src, "x.py", select=SELECT)
+    fixed = api.fix_source(src, select=SELECT)
+    assert apply_text_edits(src, m.edits) == fixed
+    ast.parse(fixed)

@@ -631,10 +631,26 @@ class Context:
             self._lines = split_lines(self.source)  # Python's lines, as libcst's positions count them
         return self._lines
 
-    def text_edit(self, node: cst.CSTNode, new: Replacement) -> tuple[tuple[int, int], tuple[int, int], str]:
+    def text_edit(
+        self, node: cst.CSTNode, new: Replacement, changes: Mapping[cst.CSTNode, Replacement] | None = None
+    ) -> tuple[tuple[int, int], tuple[int, int], str]:
         """The replaced span ((line, col) to (line, col), 1-based lines, 0-based columns, end
-        exclusive) and its new text, as the module's code generation writes it."""
+        exclusive) and its new text, as the module's code generation writes it (``changes``: the
+        whole fix ``new`` belongs to, for a small statement whose later neighbours it deletes)."""
         rng = self._pos[node]
+        semicolon_end = self._semicolon_end(node) if isinstance(new, (cst.RemovalSentinel, cst.BaseSmallStatement)) else None
+        if semicolon_end is not None:  # `a; b`: the statement with its `; `
+            text = ""
+            if isinstance(new, cst.BaseSmallStatement):
+                body = list(getattr(self.parent(node), "body", ()))
+                later = body[body.index(node) + 1:] if node in body else []
+                last = all(isinstance((changes or {}).get(s), cst.RemovalSentinel) for s in later)
+                from libcst._nodes.internal import CodegenState
+
+                state = CodegenState(default_indent=self.module.default_indent, default_newline=self.module.default_newline)
+                new._codegen(state, default_semicolon=not last)
+                text = "".join(state.tokens)
+            return (rng.start.line, rng.start.column), semicolon_end, text
         if not isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
             # written at the indentation of the statement holding it, as the module writes it:
             # the continuation lines of a call spanning lines inside a block keep the block's indent
@@ -661,6 +677,21 @@ class Context:
                 nodes[0] = first.with_changes(leading_lines=[])
                 return (rng.start.line, 0), end, self._codegen(node, nodes)
         return (rng.start.line - len(leading), 0), end, self._codegen(node, nodes)
+
+    def _semicolon_end(self, node: cst.CSTNode) -> tuple[int, int] | None:
+        """Where the ``;`` after a small statement of ``a; b`` ends, with the space after it (the
+        code generation writes a small statement with its semicolon): None without one."""
+        semicolon = getattr(node, "semicolon", None) if isinstance(node, cst.BaseSmallStatement) else None
+        if not isinstance(semicolon, cst.Semicolon) or semicolon not in self._pos:
+            return None
+        end = self._pos[semicolon].end
+        line, column = end.line, end.column
+        for part in split_lines(semicolon.whitespace_after.value):
+            if part.endswith(("\n", "\r")):
+                line, column = line + 1, 0
+            else:
+                column += len(part)
+        return line, column
 
     def _codegen(self, node: cst.CSTNode, nodes: Sequence[cst.CSTNode]) -> str:
         """``nodes`` written as the module writes them at ``node``'s indentation."""
@@ -804,7 +835,7 @@ def _to_match(ctx: Context, fixer: Fixer, edit: Edit) -> StaticMatch:
     edits: list[TextEdit] = []
     replacement = None
     for node, new in (edit.changes or {}).items():
-        (sl, sc), (el, ec), text = ctx.text_edit(node, new)
+        (sl, sc), (el, ec), text = ctx.text_edit(node, new, edit.changes)
         edits.append(TextEdit(line=sl, column=sc + 1, end_line=el, end_column=ec + 1, text=text))
         if node is edit.node or replacement is None:
             replacement = text
