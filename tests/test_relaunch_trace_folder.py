@@ -209,3 +209,15 @@ def test_an_output_root_holding_the_capture_gets_a_note(tmp_path, capsys):
     assert spec.command.args == ["--out", "runs/exp1"]
     note = next(n for n in spec.notes if n.startswith("runs/exp1 on the command line holds"))
     assert "CaptureError" in note and str((proj / "runs" / "exp1" / "profile").resolve()) in note
+
+
+def test_a_job_json_nested_too_deep_is_no_run_of_ours(tmp_path):
+    """A folder named on the command line whose job.json is nested deeper than json reads (a hostile or
+    broken file) is not the capture's folder: the match said RecursionError (analyze: internal error)."""
+    from zoomer_ar.relaunch.trace_folder import _names_folder
+
+    trace, other = tmp_path / "traces" / "before", tmp_path / "data"
+    trace.mkdir(parents=True)
+    other.mkdir()
+    (other / "job.json").write_text("[" * 100_000 + "]" * 100_000)
+    assert _names_folder("data", trace, tmp_path, identity=("run", 1)) is False

@@ -15,13 +15,13 @@ it is the spec's own (one of its ``trace_sha256``).
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..capture import trace_file_name  # no torch: the capture module imports it lazily
+from ..load.job import recorded_job
 
 #: a trace file's name after its rank ("rank-0" + TRACE_SUFFIX)
 TRACE_SUFFIX = trace_file_name(0).removeprefix("rank-0")
@@ -72,12 +72,7 @@ def capture_files(folder: Path) -> list[str]:
 
 
 def _run_identity(folder: Path) -> tuple | None:
-    try:
-        doc = json.loads((folder / "job.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(doc, dict):
-        return None
+    doc = recorded_job(folder)  # {} for a missing, unreadable or too deeply nested job.json
     ident = tuple(doc.get(k) for k in RUN_IDENTITY)
     return ident if all(v is not None for v in ident) else None
 
