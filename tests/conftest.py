@@ -83,6 +83,15 @@ def files_under(folder: Path) -> list[str]:
 SYNC_POINT_SOURCES = ("sync_point.py", "_common.py")  # what examples/traces/sync_point's frames name
 
 
+def git_repo(folder: Path) -> Path:
+    """``folder`` as a git repository with everything in it committed (what a user's checkout is)."""
+    run = dict(cwd=folder, check=True, capture_output=True)
+    subprocess.run(["git", "init", "-q"], **run)
+    subprocess.run(["git", "add", "-A"], **run)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init"], **run)
+    return folder
+
+
 def copy_scenario_sources(folder: Path, names: tuple[str, ...] = SYNC_POINT_SOURCES) -> Path:
     """`folder` created, holding copies of the scenario programs `names` (training_data/scenarios)."""
     folder.mkdir()

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import git_repo
 from zoomer_ar.cli import main
 from zoomer_ar.models import Analysis
 from zoomer_ar.relaunch import RelaunchSpec, json_schema, load_spec, render_spec, spec_from_analysis
@@ -25,12 +26,6 @@ SCENARIOS = REPO / "training_data" / "scenarios"
 RECORDED_CWD = json.loads((GPU / "dataloader_bound" / "job.json").read_text())["cwd"]
 
 
-def git_repo(folder: Path) -> Path:
-    run = dict(cwd=folder, check=True, capture_output=True)
-    subprocess.run(["git", "init", "-q"], **run)
-    subprocess.run(["git", "add", "-A"], **run)
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init"], **run)
-    return folder
 
 
 def analyze(trace: Path, out: Path, source: Path | None = None) -> None:

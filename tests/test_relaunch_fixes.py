@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 
+from conftest import git_repo
 from zoomer_ar.cli import main
 from zoomer_ar.relaunch import RelaunchSpec, load_spec, render_spec
 from zoomer_ar.relaunch.spec import TEMPLATE_SCRIPT, Command
@@ -22,13 +23,6 @@ EXAMPLES = REPO / "examples"
 SCENARIOS = REPO / "training_data" / "scenarios"
 
 
-def git_repo(folder: Path) -> Path:
-    """``folder`` as a git repository with everything in it committed (what a user's checkout is)."""
-    run = dict(cwd=folder, check=True, capture_output=True)
-    subprocess.run(["git", "init", "-q"], **run)
-    subprocess.run(["git", "add", "-A"], **run)
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init"], **run)
-    return folder
 
 
 def scenario_repo(tmp_path: Path) -> Path:

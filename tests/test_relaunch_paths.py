@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from conftest import git_repo
 from zoomer_ar.relaunch import RelaunchSpec, render_spec
 from zoomer_ar.relaunch.spec import Command
 
@@ -16,11 +17,7 @@ from zoomer_ar.relaunch.spec import Command
 def checkout(folder: Path) -> Path:
     folder.mkdir(parents=True)
     (folder / "job.py").write_text("import os\nWORKERS = 0\nopen('ran.txt', 'w').write(f'{WORKERS} {os.getcwd()}')\n")
-    run = dict(cwd=folder, check=True, capture_output=True)
-    subprocess.run(["git", "init", "-q"], **run)
-    subprocess.run(["git", "add", "-A"], **run)
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init"], **run)
-    return folder
+    return git_repo(folder)
 
 
 def relaunch(spec: Path, started_in: Path, *extra: str) -> subprocess.CompletedProcess:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import git_repo
 from zoomer_ar.cli import main
 from zoomer_ar.relaunch import RelaunchSpec, load_spec, render_spec
 
@@ -56,11 +57,7 @@ def project(root: Path) -> Path:
     proj = root / "proj"
     proj.mkdir(parents=True)
     (proj / "train.py").write_text(PROGRAM)
-    run = dict(cwd=proj, check=True, capture_output=True)
-    subprocess.run(["git", "init", "-q"], **run)
-    subprocess.run(["git", "add", "-A"], **run)
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init"], **run)
-    return proj
+    return git_repo(proj)
 
 
 def record(proj: Path, *args: str) -> None:

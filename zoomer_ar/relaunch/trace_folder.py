@@ -84,28 +84,27 @@ def _resolved(p: Path) -> Path:
         return p.absolute()
 
 
-def is_file(p: Path) -> bool:
-    """A file is there; False for a path this system cannot hold (see is_dir)."""
+def _asks(p: Path, test) -> bool:  # noqa: ANN001 - Path.is_file, Path.is_dir, Path.exists
+    """``test(p)``; False for a word that is no path this system can hold (a component past NAME_MAX,
+    a JSON config given as an argument: ENAMETOOLONG)."""
     try:
-        return p.is_file()
+        return test(p)
     except (OSError, ValueError):
         return False
+
+
+def is_file(p: Path) -> bool:
+    """A file is there; False for a path this system cannot hold."""
+    return _asks(p, Path.is_file)
 
 
 def is_dir(p: Path) -> bool:
-    """A folder is there; False for a word that is no path this system can hold (a component past
-    NAME_MAX, a JSON config given as an argument: ENAMETOOLONG)."""
-    try:
-        return p.is_dir()
-    except (OSError, ValueError):
-        return False
+    """A folder is there; False for a path this system cannot hold."""
+    return _asks(p, Path.is_dir)
 
 
 def _exists(p: Path) -> bool:
-    try:
-        return p.exists()
-    except (OSError, ValueError):
-        return False
+    return _asks(p, Path.exists)
 
 
 def _name(value: str) -> str:
