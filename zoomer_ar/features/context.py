@@ -107,6 +107,14 @@ class RankContext:
         # may the profile hold the program's start-up? Not when its first step is ProfilerStep#N, N >= 1: the
         # iterations before it (a schedule's wait and warm-up steps) ran unrecorded, and start-up with them
         self.from_start = True
+        # (index, count) where this trace is one time window of a rank (features/windows.py): the parts then
+        # record the extra state a merge of the windows needs (RankFeatures.v keys "_w_*"); None on the normal path
+        self.window: tuple[int, int] | None = None
+
+    @property
+    def last_window(self) -> bool:
+        """Not a window, or the rank's last one (where the rank's last step and the profiler's stop lie)."""
+        return self.window is None or self.window[0] == self.window[1] - 1
 
     def sync_calls(self) -> np.ndarray:
         """Host synchronisation API calls, without the profiler's own stop synchronisation and
@@ -116,7 +124,9 @@ class RankContext:
             t = self.t
             runtime = t.mask_cat(*N.RUNTIME_CATS) & self.x
             sync = np.flatnonzero(self.name_mask(N.SYNC_APIS, runtime))
-            drop = np.union1d(S.profiler_stop_syncs(self, sync), S.pageable_copy_syncs(self, runtime, sync, TOL_US))
+            # the profiler's stop sync follows the rank's last step: not in a window before the last one
+            stop = S.profiler_stop_syncs(self, sync) if self.last_window else sync[:0]
+            drop = np.union1d(stop, S.pageable_copy_syncs(self, runtime, sync, TOL_US))
             self._syncs = np.setdiff1d(sync, drop, assume_unique=True)
         return self._syncs
 

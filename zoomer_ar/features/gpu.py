@@ -37,6 +37,8 @@ def gpu_features(c: RankContext, rf: RankFeatures, step_starts: np.ndarray, step
     v["gpu_span_ms"] = span / 1000.0
     v["gpu_busy_pct"] = 100.0 * busy / span if span > 0 else 100.0
     v["_gpu_union"] = (us, ue)
+    if c.window is not None:
+        v["_w_gpu"] = window_gpu(c, us, ue, runtime, step_starts, step_ends, busy)
     # step time with no device work at all: before the device's first op and after its last one, inside the
     # profiled steps (a CPU preprocess before the device starts); the idle gaps below lie inside the GPU span
     if step_starts.size:
@@ -73,6 +75,9 @@ def gpu_features(c: RankContext, rf: RankFeatures, step_starts: np.ndarray, step
     v["launch_dur_p50_us"] = pct(t.dur[launch], 50)
     v["launch_ms_total"] = float(t.dur[launch].sum()) / 1000.0
     per_kernel = launch_cost_per_kernel(c, launch, kern)
+    if c.window is not None:  # value counts: exact percentiles of the merged windows (O(distinct values))
+        v["_w_kernels"] = {"dur": np.unique(kd, return_counts=True), "launch": np.unique(t.dur[launch], return_counts=True),
+                           "per_kernel": np.unique(per_kernel, return_counts=True), "short": int((kd < 10.0).sum())}
     del launch
     if v["kernel_dur_p50_us"] is not None and per_kernel.size and float(np.median(per_kernel)) > 0:
         v["kernel_to_launch_ratio"] = v["kernel_dur_p50_us"] / float(np.median(per_kernel))
@@ -121,6 +126,8 @@ def gpu_features(c: RankContext, rf: RankFeatures, step_starts: np.ndarray, step
     mem_u = iv.union(t.ts[moves], c.end[moves])
     del moves
     v["memory_exposed_ms_total"] = (float((mem_u[1] - mem_u[0]).sum()) - iv.intersection_total(mem_u, comp_u)) / 1000.0
+    if c.window is not None:
+        window_unions(v["_w_gpu"], comp_u, mem_u, iv.union(t.ts[comm], c.end[comm]))
     del mem_u
     if comm.size:
         comm_u = iv.union(t.ts[comm], c.end[comm])
@@ -157,7 +164,9 @@ def gpu_features(c: RankContext, rf: RankFeatures, step_starts: np.ndarray, step
 
     # --- allocator calls in steady-state steps
     alloc = np.flatnonzero(c.name_mask(N.ALLOCATOR_APIS, runtime))
-    if step_starts.size >= 2:
+    if c.window is not None:
+        alloc, steady_steps = window_allocs(c, alloc, step_starts, step_ends)
+    elif step_starts.size >= 2:
         steady_start = step_starts[1]
         in_steady = (t.ts[alloc] >= steady_start) & (t.ts[alloc] <= step_ends[-1])
         alloc = alloc[in_steady]
@@ -172,6 +181,100 @@ def gpu_features(c: RankContext, rf: RankFeatures, step_starts: np.ndarray, step
     v["allocator_calls_per_step"] = alloc.size / steady_steps
     v["allocator_ms_per_step"] = float(t.dur[alloc].sum()) / 1000.0 / steady_steps
     rf.evidence["allocator"] = c.worst(alloc)
+    if c.window is not None:
+        v["_w_alloc"] = (int(alloc.size), float(t.dur[alloc].sum()))
+
+
+HEAD_MAX = 4096  # busy intervals at the start of a window kept for the merge (features/windows.py)
+MID_SAMPLES = 1024  # points of the busy time in a window's middle kept for the merged timeline
+
+
+def _clip(u: tuple[np.ndarray, np.ndarray], lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
+    s, e = u
+    keep = (e >= lo) & (s <= hi) & (lo < np.inf)
+    return np.maximum(s[keep], lo), np.minimum(e[keep], hi)
+
+
+def _split(u: tuple[np.ndarray, np.ndarray], head: float, pivot: float) -> tuple[tuple, tuple]:
+    """A union's edge part (its intervals starting by `head`, and after `pivot`) and its middle."""
+    s, e = u
+    tail = _clip(u, pivot, np.inf)
+    mid = _clip((s[s > head], e[s > head]), -np.inf, pivot)
+    return (np.concatenate([s[s <= head], tail[0]]), np.concatenate([e[s <= head], tail[1]])), mid
+
+
+def window_gpu(c: RankContext, us: np.ndarray, ue: np.ndarray, runtime: np.ndarray, step_starts: np.ndarray,
+               step_ends: np.ndarray, busy: float) -> dict:
+    """A window's device state for features/windows.py. Another window's device work can only meet this one's
+    at its edges: its head (its first HEAD_MAX busy intervals, up to `head`; none in the first window) and its
+    tail (after its pivot, its last runtime call or step start: work still queued when the next window began;
+    the device queue bounds it; none in the last window). Between them lies its middle, which the merge takes
+    as it is. Kept: the busy union's first start, last end and length; its edge intervals with the op each
+    begins with (name, when its launch call ended: an idle gap's cause); the middle's extent and its first op;
+    each step's busy time in the middle (CPU steps, GPU-side ProfilerStep ranges). O(HEAD_MAX + queue + steps)."""
+    t = c.t
+    index, _ = c.window or (0, 1)
+    rt_ts = t.ts[runtime]
+    pivot = np.inf if c.last_window else max(float(rt_ts.max()) if rt_ts.size else float(us[-1]),
+                                             float(step_starts[-1]) if step_starts.size else -np.inf)
+    head = -np.inf if index == 0 or us.size == 0 else float(ue[min(HEAD_MAX, us.size) - 1])
+    if head >= pivot:  # a small window: all edge
+        head = pivot = np.inf
+    edge, mid = _split((us, ue), head, pivot)
+    # the op each edge interval (and the middle) begins with, and when its launching call ended
+    gpu_idx = row_positions(c.gpu)
+    order = gpu_idx[np.argsort(t.ts[gpu_idx], kind="stable")]
+    firsts = np.concatenate([edge[0], mid[0][:1]])
+    ops = order[np.clip(np.searchsorted(t.ts[order], firsts - 1e-6), 0, order.size - 1)]
+    keys, rows = c.launch_index()
+    launch_end = np.full(ops.size, np.nan)
+    if keys.size:
+        want = t.correlation[ops]
+        pos = np.clip(np.searchsorted(keys, want), 0, keys.size - 1)
+        hit = (keys[pos] == want) & (want != INT_NONE)
+        launch_end[hit] = c.end[rows[pos[hit]]]
+    out: dict = {"first": float(us[0]), "last": float(ue.max()), "busy": busy, "pivot": pivot, "head": head,
+                 "edge": edge, "edge_ops": ([t.name_of(int(i)) for i in ops.tolist()], launch_end),
+                 "block": (float(mid[0][0]), float(mid[1].max())) if mid[0].size else None}
+    if mid[0].size:  # the middle's busy time up to evenly spaced points (the merged timeline's bins)
+        xs = np.linspace(float(mid[0][0]), float(mid[1].max()), MID_SAMPLES + 1)
+        out["mid_cum"] = (xs, iv.overlap_with(np.full(xs.size, xs[0]), xs, mid))
+
+    def own(ws: np.ndarray, we: np.ndarray) -> np.ndarray:  # busy time in the middle
+        return iv.overlap_with(ws, we, (us, ue)) - iv.overlap_with(ws, we, edge)
+
+    if step_starts.size:
+        last = max(float(step_ends[-1]), float(ue.max())) if c.last_window else np.inf
+        out["step_busy"] = own(step_starts, np.append(step_starts[1:], last))
+    gpu_steps = np.flatnonzero(c.name_mask(N.is_profiler_step) & t.mask_cat("gpu_user_annotation"))
+    if gpu_steps.size:
+        so = np.argsort(t.ts[gpu_steps])
+        ws, we = t.ts[gpu_steps][so], c.end[gpu_steps][so]
+        out["ranges"] = (ws.astype(np.float64), we.astype(np.float64), own(ws, we))
+    return out
+
+
+def window_unions(w: dict, comp_u: tuple, mem_u: tuple, comm_u: tuple) -> None:
+    """The compute, copy/memset and collective unions of a window (see window_gpu): their edge parts, and
+    their middles' lengths and intersections (what the merge adds as they are)."""
+    head, pivot = w["head"], w["pivot"]
+    (ce, cm), (me, mm), (ke, km) = (_split(u, head, pivot) for u in (comp_u, mem_u, comm_u))
+    w["unions"] = {"compute": ce, "mem": me, "comm": ke}
+    w["mid"] = {"compute": float((cm[1] - cm[0]).sum()), "mem": float((mm[1] - mm[0]).sum()),
+                "comm": float((km[1] - km[0]).sum()), "mem_compute": iv.intersection_total(mm, cm),
+                "comm_compute": iv.intersection_total(km, cm)}
+
+
+def window_allocs(c: RankContext, alloc: np.ndarray, step_starts: np.ndarray, step_ends: np.ndarray) -> tuple[np.ndarray, int]:
+    """The allocator calls of a window that lie in the rank's steady steps (from its second step to its last
+    step's end): in the first window from its second step, in later ones all (their steps are all steady), up
+    to the last step's end in the last window. (calls, the window's steady steps)"""
+    index, _ = c.window or (0, 1)
+    n = step_starts.size
+    lo = (float(step_starts[1]) if n >= 2 else np.inf) if index == 0 else -np.inf
+    hi = float(step_ends[-1]) if c.last_window and n else np.inf
+    ts = c.t.ts[alloc]
+    return alloc[(ts >= lo) & (ts <= hi)], max(n - 1 if index == 0 else n, 1)
 
 
 

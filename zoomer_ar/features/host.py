@@ -24,6 +24,8 @@ def host_features(c: RankContext, rf: RankFeatures, step_starts: np.ndarray, ste
         item = np.flatnonzero(c.name_mask(N.ITEM_FALLBACK_OPS, cpu_ops))
     v["item_calls"] = int(item.size)
     item_outer = np.flatnonzero(c.name_mask(N.ITEM_FALLBACK_OPS, cpu_ops))
+    if c.window is not None:  # the rank counts aten::item only where no window has _local_scalar_dense
+        v["_w_items"] = (int(np.count_nonzero(c.name_mask(N.ITEM_OPS, cpu_ops))), int(item_outer.size))
     rf.evidence["sync"] = c.worst(np.concatenate([sync, item_outer if item_outer.size else item]))
     # dataloader
     dl = np.flatnonzero(c.name_mask(N.is_dataloader_next))
@@ -31,6 +33,8 @@ def host_features(c: RankContext, rf: RankFeatures, step_starts: np.ndarray, ste
     v["dataloader_calls"] = int(dl.size)
     if dl.size:
         v["dataloader_workers"] = any("MultiProcessing" in t.name_of(int(i)) for i in dl[:50])
+        if c.window is not None:  # the rank's first 50 calls may span windows
+            v["_w_dl_workers"] = ["MultiProcessing" in t.name_of(int(i)) for i in dl[:50]]
     rf.evidence["dataloader"] = c.worst(dl)
     # optimizer
     opt = np.flatnonzero(c.name_mask(N.is_optimizer_step))

@@ -81,12 +81,19 @@ def idle_gaps(c: RankContext, rf: RankFeatures, us: np.ndarray, ue: np.ndarray, 
     # GPU idle while the host sat in a start-up call (an outlier runtime call in the first step): of all gaps, and
     # of the host-bound part of each gap (what idle_host counts)
     in_startup = np.zeros(glen.size)
-    if (startup.size or captures or compiles) and glen.size:
+    one_off = (np.empty(0), np.empty(0))
+    if startup.size or captures or compiles:
         one_off = iv.union(np.concatenate([t.ts[startup], [b for b, _, _, _ in captures], t.ts[compiles]]),
                            np.concatenate([c.end[startup], [e for _, e, _, _ in captures], c.end[compiles]]))
+    if one_off[0].size and glen.size:
         in_startup = np.minimum(iv.overlap_with(g0, g1, one_off), glen)
     v["idle_startup_ms_total"] = float(in_startup.sum()) / 1000.0
     v["idle_startup_host_ms_total"] = float(np.minimum(in_startup, rest)[~sync_caused & host_bound].sum()) / 1000.0
+    if c.window is not None:
+        v["_w_idle"] = window_idle(c, v["_w_gpu"]["block"], g0, g1, dl, sync_like, one_off, {
+            "data": data_part, "sync": np.where(sync_caused, rest, 0.0), "host": np.where(~sync_caused & host_bound, rest, 0.0),
+            "other": np.where(~sync_caused & ~host_bound, rest, 0.0), "startup": in_startup,
+            "startup_host": np.where(~sync_caused & host_bound, np.minimum(in_startup, rest), 0.0)})
     del in_startup
     v["idle_data_ms_total"] = float(data_part.sum()) / 1000.0
     v["idle_sync_ms_total"] = sync_sum / 1000.0
@@ -95,11 +102,15 @@ def idle_gaps(c: RankContext, rf: RankFeatures, us: np.ndarray, ue: np.ndarray, 
     v["host_idle_share"] = float(host_sum / idle_total) if idle_total > 0 else None
     if glen.size:
         top = np.argsort(-glen)[:EVIDENCE_PER_KIND]
+        if c.window is not None:  # the longest inner gaps too: edge gaps may shrink once the windows are merged
+            top = window_shown(v["_w_gpu"]["block"], g0, g1, top, np.arange(glen.size))
         # the cause of the shown gaps only (a string array over every gap costs 20 bytes a gap)
         cause = {int(j): "data" if data_part[j] >= rest[j] else "sync" if sync_caused[j] else "host" if host_bound[j]
                  else "other" for j in top}
         sync_gaps = np.flatnonzero(sync_caused)
         sync_top = sync_gaps[np.argsort(-glen[sync_gaps])][:EVIDENCE_PER_KIND]
+        if c.window is not None:
+            sync_top = window_shown(v["_w_gpu"]["block"], g0, g1, sync_top, sync_gaps)
         blocked = blocking_calls(c, runtime, g0, g1, np.union1d(top, sync_top))
         shown = []
         for j in top.tolist():
@@ -109,6 +120,9 @@ def idle_gaps(c: RankContext, rf: RankFeatures, us: np.ndarray, ue: np.ndarray, 
             shown.append(gap_event(c, f"GPU idle before {t.name_of(int(nxt[j]))[:120]}", float(g0[j]), float(glen[j]),
                                     detail, blocked.get(j), source))
         rf.evidence["idle_gaps"] = shown
+        if c.window is not None:  # which shown gaps another window cannot change (features/windows.py)
+            v["_w_idle"]["shown"] = [(float(g0[j]), float(g1[j])) for j in top.tolist()]
+            v["_w_idle"]["shown_sync"] = [(float(g0[j]), float(g1[j])) for j in sync_top.tolist()]
         if sync_gaps.size:
             rf.evidence["sync_gaps"] = [
                 gap_event(c, "GPU idle after a host synchronisation", float(g0[j]), float(glen[j]),
@@ -116,6 +130,7 @@ def idle_gaps(c: RankContext, rf: RankFeatures, us: np.ndarray, ue: np.ndarray, 
                            blocked.get(int(j)), int(sync_of[j]))
                 for j in sync_top
             ]
+
     def idle_during(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:  # GPU idle time inside each interval
         return iv.overlap_with(starts, ends, (g0, g1)) if glen.size else np.zeros(starts.size)
 
@@ -200,3 +215,49 @@ def span_event(c: RankContext, name: str, start: float, dur: float, category: st
         detail=detail,
         frames=c.frames.frames_for(frames_of) if frames_of is not None else [],
     )
+
+
+EDGE_SYNCS = 4096  # synchronisations kept at the edges of a window's device work (features/windows.py)
+EDGE_FRAMES = 32  # of them, those nearest the middle's ends carry their Python frames
+
+
+def window_idle(c: RankContext, block: tuple[float, float] | None, g0: np.ndarray, g1: np.ndarray, dl: np.ndarray,
+                sync_like: np.ndarray, one_off: tuple[np.ndarray, np.ndarray], parts: dict[str, np.ndarray]) -> dict:
+    """What features/windows.py needs of a window's idle gaps. Those inside the middle of its device work
+    (gpu.window_gpu's block) no other window changes: their totals by cause. Those at its edges the merge
+    finds again with the other windows' work, and their causes with what is kept here: the DataLoader calls,
+    the synchronisations that end before the middle or near its end, the start-up calls' union. O(steps +
+    edge)."""
+    t = c.t
+    inner = (g0 >= block[0]) & (g1 <= block[1]) if block is not None else np.zeros(g0.size, dtype=bool)
+    glen = (g1 - g0)[inner]
+    sums = {k: float(a[inner].sum()) for k, a in parts.items()}
+    sums.update(idle=float(glen.sum()), short=float(glen[glen < 50.0].sum()))
+    s_end = c.end[sync_like]
+    edge = (s_end <= block[0]) | (s_end >= block[1] - TOL_US) if block is not None else np.ones(s_end.size, dtype=bool)
+    rows = sync_like[edge]
+    rows = rows[np.argsort(c.end[rows], kind="stable")][:EDGE_SYNCS]
+    # frames (evidence) for the syncs nearest the middle's two ends only: a scan of the Python events each
+    ends = c.end[rows]
+    near = np.zeros(rows.size, dtype=bool)
+    if block is not None:
+        before = np.flatnonzero(ends <= block[0])
+        near[before[-EDGE_FRAMES:]] = True
+        near[np.flatnonzero(ends > block[0])[:EDGE_FRAMES]] = True
+    else:
+        near[:EDGE_FRAMES] = True
+    syncs = [(float(t.ts[i]), float(c.end[i]), t.name_of(int(i)), c.frames.frames_for(int(i)) if f else [])
+             for i, f in zip(rows.tolist(), near.tolist())]
+    return {"inner": sums, "syncs": syncs, "dl": iv.union(t.ts[dl], c.end[dl]), "one_off": one_off}
+
+
+def window_shown(block: tuple[float, float] | None, g0: np.ndarray, g1: np.ndarray, top: np.ndarray,
+                 among: np.ndarray) -> np.ndarray:
+    """A window's gaps shown as evidence: its longest, and its longest inside the middle of its device work (which
+    no other window changes; the merge keeps the longest of all)."""
+    if block is None or among.size == 0:
+        return top
+    inner = among[(g0[among] >= block[0]) & (g1[among] <= block[1])]
+    extra = inner[np.argsort(-(g1[inner] - g0[inner]), kind="stable")][:EVIDENCE_PER_KIND]
+    out = np.concatenate([top, extra[~np.isin(extra, top)]])
+    return out[np.argsort(-(g1[out] - g0[out]), kind="stable")]

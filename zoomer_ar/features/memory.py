@@ -20,6 +20,8 @@ def memory_features(c: RankContext, rf: RankFeatures, step_starts: np.ndarray, s
     if mem.size == 0:
         return
     v["memory_peak_bytes"] = float(tot.max())
+    if c.window is not None:
+        v["_w_memory"] = window_memory(c, mem, tot, step_starts, step_ends)
     if step_ends.size < 3:
         return
     best = None
@@ -55,3 +57,27 @@ def memory_features(c: RankContext, rf: RankFeatures, step_starts: np.ndarray, s
                 frames=frames,
             )
         ]
+
+
+def window_memory(c: RankContext, mem: np.ndarray, tot: np.ndarray, step_starts: np.ndarray,
+                  step_ends: np.ndarray) -> dict[int, dict]:
+    """Per device, what features/windows.py needs to measure the rank's growth (O(steps)): the allocated
+    bytes at each of the window's step ends (NaN where no memory event of the window precedes it: an earlier
+    window's last level holds there), the window's last event (ts, level), and in the last window the frames
+    of the largest allocation of its last step (the evidence's)."""
+    t = c.t
+    out: dict[int, dict] = {}
+    for dev in np.unique(t.device[mem]).tolist():
+        sel = t.device[mem] == dev
+        m_ts, m_tot = t.ts[mem][sel], tot[sel]
+        order = np.argsort(m_ts, kind="stable")
+        m_ts, m_tot = m_ts[order], m_tot[order]
+        k = np.searchsorted(m_ts, step_ends, side="right") - 1
+        levels = np.where(k >= 0, m_tot[np.maximum(k, 0)], np.nan)
+        frames = []
+        if c.last_window and step_ends.size:
+            last = (t.ts[mem] >= step_starts[-1]) & (t.ts[mem] <= step_ends[-1]) & (t.device[mem] == dev)
+            allocs = mem[last & (t.nbytes[mem] > 0)]
+            frames = c.frames.frames_for(int(allocs[np.argmax(t.nbytes[allocs])])) if allocs.size else []
+        out[int(dev)] = {"levels": levels, "last": (float(m_ts[-1]), float(m_tot[-1])), "frames": frames}
+    return out

@@ -38,6 +38,8 @@ def operator_features(c: RankContext, rf: RankFeatures) -> None:
                 misaligned.append(i)
                 mis_time += dur
     v["misaligned_gemm_ops"] = len(misaligned)
+    if c.window is not None:  # the shares' numerators and denominator, for features/windows.py
+        v["_w_gemm_ops"] = (int(gemm_ops.size), gemm_time, mis_time, fp32_time)
     if gemm_ops.size and gemm_time > 0:
         v["misaligned_gemm_share"] = mis_time / gemm_time
         v["misaligned_gemm_ms_total"] = mis_time / 1000.0

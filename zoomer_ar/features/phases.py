@@ -148,8 +148,11 @@ def _split(t0: float, t1: float, phase_unions: dict[str, tuple[np.ndarray, np.nd
 _SEGMENTS = 1 << 18  # segments per step of _split
 
 
-def rank_phases(trace: RankTrace) -> dict[str, Any]:
-    """Phase time of one rank, microseconds: {"basis": "gpu"|"host"|None, "wall_us": .., "<phase>_us": ..}."""
+def rank_phases(trace: RankTrace, mid: tuple[float, float] | None = None) -> dict[str, Any]:
+    """Phase time of one rank, microseconds: {"basis": "gpu"|"host"|None, "wall_us": .., "<phase>_us": ..}.
+    `mid`: where the trace is one time window of a rank (features/windows.py), the middle of its device work
+    (no other window's work lies there): the result then also holds, under "_w", the split of that middle, the
+    phases' device work outside it and the DataLoader calls, from which the merge splits the rest."""
     t = trace
     x = t.ph == PH_COMPLETE
     allx = x & ~t.mask_cat("Trace")
@@ -206,7 +209,11 @@ def rank_phases(trace: RankTrace) -> dict[str, Any]:
             sel = device[phase_of == code[p]]
             if sel.size:
                 unions[p] = iv.union(t.ts[sel], t.end[sel])
-        split = _split(t0, t1, unions, dl_union)
+        split = _split(t0, t1, unions, dl_union) if mid is None else dict.fromkeys(PHASES, 0.0)  # windows: the merge's
+        if mid is not None:
+            lo, hi = max(t0, mid[0]), min(t1, mid[1])
+            out["_w"] = {"mid": (lo, hi), "split": _split(lo, hi, unions, dl_union) if hi > lo else None,
+                         "edges": {p: _outside(u, lo, hi) for p, u in unions.items()}, "dl": dl_union}
     else:
         host = row_positions(host_ops & ~t.mask_names(N.is_profiler_step))
         if not host.size:
@@ -231,6 +238,15 @@ def rank_phases(trace: RankTrace) -> dict[str, Any]:
     for p in PHASES:
         out[f"{p}_us"] = split[p]
     return out
+
+
+def _outside(u: tuple[np.ndarray, np.ndarray], lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
+    """The parts of the disjoint sorted intervals u before lo and after hi (all of them where hi <= lo)."""
+    s, e = u
+    if hi <= lo:
+        return s, e
+    a, b = s < lo, e > hi
+    return (np.concatenate([s[a], np.maximum(s[b], hi)]), np.concatenate([np.minimum(e[a], lo), e[b]]))
 
 
 def job_phases(ranks: list[RankTrace]) -> dict[str, Any]:

@@ -22,8 +22,11 @@ from .steps import profiler_steps
 __all__ = ["RankFeatures", "rank_features"]
 
 
-def rank_features(trace: RankTrace) -> RankFeatures:
+def rank_features(trace: RankTrace, window: tuple[int, int] | None = None) -> RankFeatures:
+    """The rank's features; `window` (index, count) where the trace is one time window of the rank
+    (features/windows.py: the parts then also record what the windows' merge needs)."""
     c = RankContext(trace)
+    c.window = window
     rf = RankFeatures(rank=trace.rank, t0=c.t0)
     rf.v["has_python_stacks"] = c.frames.available
     step_starts, step_ends = profiler_steps(c, rf)

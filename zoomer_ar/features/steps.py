@@ -27,12 +27,16 @@ def profiler_steps(c: RankContext, rf: RankFeatures) -> tuple[np.ndarray, np.nda
         dev_end = device_ends(c, idx, starts, ends, ~cpu_side)
         done = np.maximum.accumulate(np.fmax(ends, dev_end))
         durs = np.diff(np.concatenate([starts[:1], done])) / 1000.0
+    if c.window is not None:  # what the windows' merge needs to time the steps as the whole rank does
+        rf.v["_w_steps"] = window_steps(c, idx, starts, ends, dev_end if idx.size else starts, ~cpu_side)
     rf.v["profiler_steps"] = int(idx.size)
     rf.v["wall_ms"] = (c.t1 - c.t0) / 1000.0
     if idx.size:
         number = N.profiler_step_number(t.name_of(int(idx[0])))
         rf.v["first_profiled_step"] = number
         c.from_start = number is None or number == 0
+        if c.window is not None and c.window[0] > 0:  # a later window's first step is not the profile's first
+            c.from_start = False
     if idx.size:
         rf.v["step_ms"] = float(durs.mean())
         rf.v["step_ms_p50"] = float(np.median(durs))
@@ -74,3 +78,19 @@ def device_ends(c: RankContext, idx: np.ndarray, starts: np.ndarray, ends: np.nd
     np.maximum.at(last, k[inside], c.end[dev[inside]])
     out[np.isfinite(last)] = last[np.isfinite(last)]
     return out
+
+
+def window_steps(c: RankContext, idx: np.ndarray, starts: np.ndarray, ends: np.ndarray, dev_end: np.ndarray,
+                 gpu_side: np.ndarray) -> dict:
+    """A window's steps for features/windows.py (O(steps)): their names, starts, host ends and device ends
+    (us, the window's time base), the GPU-side ProfilerStep ranges' ends by name (a range may lie in another
+    window than its CPU step), and the window's first start and last end (wall time)."""
+    t = c.t
+    ranges = np.flatnonzero(c.name_mask(N.is_profiler_step) & gpu_side)
+    by_name: dict[str, float] = {}
+    for code, end in zip(t.name[ranges].tolist(), c.end[ranges].tolist()):
+        name = t.names[code]
+        by_name[name] = max(by_name.get(name, -np.inf), end)
+    return {"names": [t.name_of(int(i)) for i in idx.tolist()], "starts": np.asarray(starts, dtype=np.float64),
+            "ends": np.asarray(ends, dtype=np.float64), "dev_end": np.asarray(dev_end, dtype=np.float64),
+            "ranges": by_name, "t0": c.t0, "t1": c.t1}
