@@ -120,6 +120,14 @@ def test_merge_of_no_windows_is_an_error():
         merge_windows([])
 
 
+def test_bad_windows_are_one_line_errors(stepped_traces):
+    _, trace, _ = stepped_traces[0]
+    with pytest.raises(ValueError, match="not .summarise_window's summary"):
+        merge_windows([(summarise_rank(trace), 0.0)])  # a whole rank's summary carries no window state
+    with pytest.raises(ValueError, match="window 2 of 2 does not exist"):
+        summarise_window(trace, 2, 2)
+
+
 # ----------------------------------------------------------------------------------------- corpus
 
 
@@ -170,6 +178,21 @@ def test_pickled_windows_merge_alike(stepped_traces):
     assert not differences(trace, summarise_rank(trace), merged, base), name
 
 
+def test_merge_leaves_its_windows_as_they_were(stepped_traces):
+    """Merging the same windows twice gives the same summary (the merge changes none of its inputs)."""
+    name, trace, _ = next(x for x in stepped_traces if "trace_diff/test" in x[0])
+    rows = window_rows(trace, 3)
+    parts = []
+    for k, r in enumerate(rows):
+        wt = window_trace(trace, r)
+        parts.append((summarise_window(wt, k, len(rows)), wt.ts_base))
+    before = pickle.dumps([p[0] for p in parts])
+    first, base = merge_windows(parts)
+    second, _ = merge_windows(parts)
+    assert pickle.dumps([p[0] for p in parts]) == before
+    assert not differences(trace, first, second, base), name
+
+
 def test_window_state_stays_small(stepped_traces):
     """A window's summary holds per-step and edge state, not its events: far smaller than its rows."""
     name, trace, n = max(stepped_traces, key=lambda x: len(x[1]))
@@ -203,3 +226,33 @@ def test_generated_trace_windows(tmp_path):
     for count in (2, 7, n):
         merged, base = windowed(trace, count)
         assert not differences(trace, whole, merged, base), count
+
+
+# ----------------------------------------------------------------------------------------- with the file cutter
+
+
+@pytest.mark.parametrize("rel", [
+    "hta/trace_diff/test/test.json.gz",  # collectives running across the cuts beside compute
+    "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",  # nanosecond timestamps
+    "hta/cpu_only_full/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",  # no device: host phases
+    "kineto/resnet50_num_workers_4/worker0.1623212756351.pt.trace.json.gz",
+])
+def test_window_files_read_by_the_streaming_reader(shared_traces, tmp_path, rel):
+    """The real path: surgery.partition cuts the file, the streaming reader reads each window (tiny
+    slices, pruning on), summarise_window and merge_windows give the whole rank's summary."""
+    from zoomer_ar.stream import load_job_streaming
+    from zoomer_ar.surgery.partition import partition_trace
+
+    path = shared_traces / rel
+    trace = load_job(path).ranks[0]
+    whole = summarise_rank(trace)
+    for count in (2, steps_of(trace)):
+        out = tmp_path / f"k{count}"
+        files = partition_trace(path, out, windows=count).files
+        parts = []
+        for k, f in enumerate(files):
+            wt = load_job_streaming(f, workers=1, slice_bytes=1 << 16, prune_rows=0).ranks[0]
+            parts.append((summarise_window(wt, k, len(files)), wt.ts_base))
+        merged, base = merge_windows(parts)
+        assert len(files) == count
+        assert not differences(trace, whole, merged, base), (rel, count)

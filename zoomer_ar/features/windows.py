@@ -83,6 +83,8 @@ __all__ = ["summarise_window", "merge_windows", "window_rows", "window_trace", "
 def summarise_window(trace: RankTrace, index: int, count: int) -> RankSummary:
     """summarise_rank of window `index` of `count` of one rank (the trace rebased to its own base), with the
     state merge_windows needs."""
+    if not (isinstance(index, int) and isinstance(count, int) and 0 <= index < count):
+        raise ValueError(f"summarise_window: window {index} of {count} does not exist")
     rf = rank_features(trace, window=(index, count))
     rf.v.pop("_gpu_union", None)  # O(events): the window's edges and totals stand for it
     g = rf.v.get("_w_gpu")
@@ -161,6 +163,7 @@ class _Windows:
         self.v = [rf.v for rf in self.rf]
         self.base = float(parts[0][1])
         self.sh = [float(b) - self.base for _, b in parts]
+        self.exposed: dict[tuple[int, str], np.ndarray] = {}  # collectives' exposed times, merged (_merge_exposed)
 
     def values(self, key: str) -> list[Any]:
         return [v[key] for v in self.v if v.get(key) is not None]
@@ -174,6 +177,10 @@ def merge_windows(parts: list[tuple[RankSummary, float]]) -> tuple[RankSummary, 
     base; and that base. The rules and where they are not exact: this module's docstring."""
     if not parts:
         raise ValueError("merge_windows: no windows to merge")
+    for k, part in enumerate(parts):
+        if not (isinstance(part, tuple) and len(part) == 2 and isinstance(part[0], RankSummary)
+                and isinstance(part[1], (int, float)) and "_w_steps" in part[0].features.v):
+            raise ValueError(f"merge_windows: part {k} is not (summarise_window's summary, its ts_base)")
     w = _Windows(parts)
     spans = [(v["_w_steps"]["t0"] + sh, v["_w_steps"]["t1"] + sh) for v, sh in zip(w.v, w.sh) if "_w_steps" in v
              and v["_w_steps"]["t1"] != v["_w_steps"]["t0"]]
@@ -340,19 +347,21 @@ def _merge_gpu(w: _Windows, out: dict[str, Any], steps: dict[str, Any], t0: floa
     out["allocator_calls_per_step"] = calls / max(n - 1, 1)
     out["allocator_ms_per_step"] = float(dur) / 1000.0 / max(n - 1, 1)
     _merge_timeline(w, dev, first, last, t0, rf, edge)
-    _merge_exposed(w, dev, u["compute"], rf)
+    w.exposed = _merge_exposed(w, dev, u["compute"])
 
 
-def _merge_exposed(w: _Windows, dev: list, comp_edge: tuple[np.ndarray, np.ndarray], rf: RankFeatures) -> None:
+def _merge_exposed(w: _Windows, dev: list, comp_edge: tuple[np.ndarray, np.ndarray]) -> dict[tuple[int, str], np.ndarray]:
     """Each collective's time not overlapped by compute, with the other windows' compute at the edges in view:
-    its window's value less the compute the other windows ran beside it."""
+    its window's value less the compute the other windows ran beside it. {(window, type): exposed}"""
+    out = {}
     for i, g, sh in dev:
         own = (g["unions"]["compute"][0] + sh, g["unions"]["compute"][1] + sh) if "unions" in g else (np.empty(0), np.empty(0))
         f = w.rf[i]
         for ctype, (starts, durs) in f.collectives.items():
             if ctype in f.collectives_exposed:
                 a, b = starts + sh, starts + sh + durs
-                f.collectives_exposed[ctype] = f.collectives_exposed[ctype] - (iv.overlap_with(a, b, comp_edge) - iv.overlap_with(a, b, own))
+                out[(i, ctype)] = f.collectives_exposed[ctype] - (iv.overlap_with(a, b, comp_edge) - iv.overlap_with(a, b, own))
+    return out
 
 
 def _steady(w: _Windows, dev: list, steps: dict[str, Any], last: float, edge: tuple[np.ndarray, np.ndarray]) -> float | None:
@@ -577,7 +586,8 @@ def _growth(w: _Windows, steps: dict[str, Any]) -> tuple[float, float, bool, int
 def _merge_collectives(w: _Windows, rf: RankFeatures) -> None:
     types = list(dict.fromkeys(c for f in w.rf for c in f.collectives))
     for ctype in types:
-        got = [(f.collectives[ctype], f.collectives_exposed.get(ctype), sh) for f, sh in zip(w.rf, w.sh) if ctype in f.collectives]
+        got = [(f.collectives[ctype], w.exposed.get((i, ctype), f.collectives_exposed.get(ctype)), sh)
+               for i, (f, sh) in enumerate(zip(w.rf, w.sh)) if ctype in f.collectives]
         starts = np.concatenate([c[0] + sh for c, _, sh in got])
         durs = np.concatenate([c[1] for c, _, _ in got])
         order = np.argsort(starts, kind="stable")
