@@ -24,7 +24,7 @@ from zoomer_ar.load.columns import PH_COMPLETE, RankTrace
 from conftest import REPO, all_trace_files
 
 REL = 1e-9
-TIMELINE_POINTS = 1.5  # measured at most 1.16 busy-% points on the corpus and the generated trace
+TIMELINE_POINTS = 0.75  # measured at most 0.46 busy-% points over the corpus (K = 2, 3, 5, 20)
 TS_MS = 2e-4  # evidence times are rounded to 1e-4 ms in each window and again when shifted
 
 
@@ -43,18 +43,25 @@ def windowed(trace: RankTrace, count: int, pickled: bool = False) -> tuple[RankS
     return merge_windows(parts)
 
 
+# start-up outliers are judged against the window's typical call, not the rank's (features/windows.py): they
+# differ where time slices (a trace without steps) put start-up-like calls in several windows
+START_UP = ("startup_calls", "idle_startup_ms_total", "idle_startup_host_ms_total")
+
+
 def close(a, b) -> bool:
     if isinstance(a, float) and isinstance(b, float):
-        return (math.isnan(a) and math.isnan(b)) or abs(a - b) <= REL * max(abs(a), abs(b), 1e-12)
+        return (math.isnan(a) and math.isnan(b)) or abs(a - b) <= max(REL * max(abs(a), abs(b)), 1e-9)
     return a == b and type(a) is type(b)
 
 
-def differences(trace: RankTrace, whole: RankSummary, merged: RankSummary, base: float) -> list[str]:
-    """What differs between the whole rank's summary and the merged one, beyond the declared bounds."""
+def differences(trace: RankTrace, whole: RankSummary, merged: RankSummary, base: float,
+                skip: tuple[str, ...] = ()) -> list[str]:
+    """What differs between the whole rank's summary and the merged one, beyond the declared bounds (values
+    and evidence kinds in `skip` aside)."""
     out = []
     a, b = whole.features.v, merged.features.v
     for k in sorted(set(a) | set(b)):
-        if k.startswith("_"):
+        if k.startswith("_") or k in skip:
             continue
         if k not in a or k not in b or not close(a[k], b[k]):
             out.append(f"v[{k}]: {a.get(k, 'missing')} vs {b.get(k, 'missing')}")
@@ -76,6 +83,8 @@ def differences(trace: RankTrace, whole: RankSummary, merged: RankSummary, base:
                                  for p, q in zip(ta, tb)):
         out.append("timeline")
     for kind in set(whole.features.evidence) | set(merged.features.evidence):
+        if kind in skip:
+            continue
         ea, eb = whole.features.evidence.get(kind), merged.features.evidence.get(kind)
         if ea is None or eb is None or len(ea) != len(eb):
             out.append(f"evidence[{kind}]: {None if ea is None else len(ea)} vs {None if eb is None else len(eb)} events")
@@ -207,6 +216,27 @@ def test_normal_path_records_no_window_state(stepped_traces):
     _, trace, _ = stepped_traces[0]
     s = summarise_rank(trace)
     assert not any(k.startswith("_w") for k in s.features.v) and "_w" not in s.phases
+
+
+def test_time_sliced_and_stepped_windows_of_every_trace():
+    """Every corpus trace the loader reads, in 3 windows (equal time slices where it has no ProfilerSteps,
+    at most one a step where it has some): windows without device work, graph captures and host ops across
+    the cuts, host-basis phases. Equal but for start-up outliers (START_UP; measured: 9 traces without steps
+    differ, e.g. normalization_layer_test 6 start-up calls of 10, sglang 0 of 1)."""
+    failures, n = {}, 0
+    for p in all_trace_files():
+        try:
+            trace = load_job(p).ranks[0]
+        except Exception:  # not a trace the loader reads
+            continue
+        if not isinstance(trace, RankTrace):
+            continue
+        n += 1
+        merged, base = windowed(trace, 3)
+        diff = differences(trace, summarise_rank(trace), merged, base, skip=START_UP + ("startup_calls",))
+        if diff:
+            failures[str(p)] = diff
+    assert n >= 60 and not failures, failures
 
 
 # ----------------------------------------------------------------------------------------- generated

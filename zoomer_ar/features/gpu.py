@@ -10,8 +10,9 @@ from ..load.columns import INT_NONE, row_positions
 from . import intervals as iv
 from . import names as N
 from .context import EVIDENCE_PER_KIND, RankContext, RankFeatures, pct
-from .idle import idle_gaps
-from .startup import captures_of, startup_calls
+from . import syncs as S
+from .idle import idle_gaps, window_idle
+from .startup import captures_of, startup_calls, startup_detail, window_captures
 
 
 def gpu_features(c: RankContext, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarray) -> None:
@@ -23,12 +24,16 @@ def gpu_features(c: RankContext, rf: RankFeatures, step_starts: np.ndarray, step
     v["has_gpu"] = bool(gpu_idx.size)
     v["has_accelerator"] = bool(gpu_idx.size or accel_idx.size)
     if not gpu_idx.size:
+        if c.window is not None:  # other windows of the rank may have device work: this one's launches count
+            window_without_device(c, rf, step_starts, step_ends)
         return
     runtime = t.mask_cat(*N.RUNTIME_CATS) & c.x
     startup, typical = startup_calls(c, runtime, step_starts)  # before the per-GPU-row temporaries
     v["startup_calls"] = int(startup.size)
     captures = captures_of(c, runtime, step_starts)
     v["captured_launches"] = int(sum(n for _, _, _, n in captures))
+    if c.window is not None:
+        v["_w_captures"] = window_captures(c, runtime, step_starts)
     gs, ge = t.ts[gpu_idx], c.end[gpu_idx]
     us, ue = iv.union(gs, ge)
     del ge  # the per-row temporaries of this function are dropped once used: peak memory of big traces
@@ -186,7 +191,7 @@ def gpu_features(c: RankContext, rf: RankFeatures, step_starts: np.ndarray, step
 
 
 HEAD_MAX = 4096  # busy intervals at the start of a window kept for the merge (features/windows.py)
-MID_SAMPLES = 1024  # points of the busy time in a window's middle kept for the merged timeline
+MID_SAMPLES = 4096  # points of the busy time in a window's middle kept for the merged timeline
 
 
 def _clip(u: tuple[np.ndarray, np.ndarray], lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
@@ -238,7 +243,7 @@ def window_gpu(c: RankContext, us: np.ndarray, ue: np.ndarray, runtime: np.ndarr
                  "block": (float(mid[0][0]), float(mid[1].max())) if mid[0].size else None}
     if mid[0].size:  # the middle's busy time up to evenly spaced points (the merged timeline's bins)
         xs = np.linspace(float(mid[0][0]), float(mid[1].max()), MID_SAMPLES + 1)
-        out["mid_cum"] = (xs, iv.overlap_with(np.full(xs.size, xs[0]), xs, mid))
+        out["mid_cum"] = (float(xs[0]), float(xs[-1]), iv.overlap_with(np.full(xs.size, xs[0]), xs, mid))
 
     def own(ws: np.ndarray, we: np.ndarray) -> np.ndarray:  # busy time in the middle
         return iv.overlap_with(ws, we, (us, ue)) - iv.overlap_with(ws, we, edge)
@@ -263,6 +268,44 @@ def window_unions(w: dict, comp_u: tuple, mem_u: tuple, comm_u: tuple) -> None:
     w["mid"] = {"compute": float((cm[1] - cm[0]).sum()), "mem": float((mm[1] - mm[0]).sum()),
                 "comm": float((km[1] - km[0]).sum()), "mem_compute": iv.intersection_total(mm, cm),
                 "comm_compute": iv.intersection_total(km, cm)}
+
+
+NO_DEVICE_KEYS = ("startup_calls", "captured_launches", "launch_count", "launch_ms_total", "allocator_calls",
+                  "allocator_calls_per_step", "allocator_ms_per_step")
+
+
+def window_without_device(c: RankContext, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarray) -> None:
+    """A window without device events: the host side of gpu_features (start-up calls, captures, launches,
+    steady allocator calls) and what the merge needs to split the GPU idle time around it (idle.window_idle).
+    The merge keeps these (NO_DEVICE_KEYS) only where another window of the rank has device work."""
+    t = c.t
+    v = rf.v
+    runtime = t.mask_cat(*N.RUNTIME_CATS) & c.x
+    startup, typical = startup_calls(c, runtime, step_starts)
+    captures = captures_of(c, runtime, step_starts)
+    v["_w_captures"] = window_captures(c, runtime, step_starts)
+    launch = row_positions(c.name_mask(N.is_launch, runtime))
+    ld = t.dur[launch]
+    alloc, steady = window_allocs(c, np.flatnonzero(c.name_mask(N.ALLOCATOR_APIS, runtime)), step_starts, step_ends)
+    v.update(startup_calls=int(startup.size), captured_launches=int(sum(n for _, _, _, n in captures)),
+             launch_count=int(launch.size), launch_ms_total=float(ld.sum()) / 1000.0, allocator_calls=int(alloc.size),
+             allocator_calls_per_step=alloc.size / steady, allocator_ms_per_step=float(t.dur[alloc].sum()) / 1000.0 / steady)
+    v["_w_alloc"] = (int(alloc.size), float(t.dur[alloc].sum()))
+    v["_w_kernels"] = {"dur": (np.empty(0), np.empty(0, dtype=np.int64)), "launch": np.unique(ld, return_counts=True),
+                       "per_kernel": np.unique(ld.astype(np.float64), return_counts=True), "short": 0}
+    compiles = c.compiles[0]
+    one_off = iv.union(np.concatenate([t.ts[startup], [b for b, _, _, _ in captures], t.ts[compiles]]),
+                       np.concatenate([c.end[startup], [e for _, e, _, _ in captures], c.end[compiles]]))
+    item = S.device_waits(c, np.flatnonzero(c.name_mask(N.ITEM_OPS, t.mask_cat(*N.CPU_OP_CATS))), runtime)
+    dl = np.flatnonzero(c.name_mask(N.is_dataloader_next))
+    empty = np.empty(0)
+    v["_w_idle"] = window_idle(c, None, empty, empty, dl, np.union1d(c.sync_calls(), item), one_off,
+                               dict.fromkeys(("data", "sync", "host", "other", "startup", "startup_host"), empty))
+    rf.evidence["allocator"] = c.worst(alloc)
+    if startup.size:  # the GPU sat idle through it (no device work in the window)
+        idle_in = t.dur[startup].astype(np.float64)
+        rf.evidence["startup_calls"] = c.worst(startup, key=idle_in + t.dur[startup] * 1e-12, detail=lambda i: startup_detail(
+            t, i, typical, startup, idle_in, None))
 
 
 def window_allocs(c: RankContext, alloc: np.ndarray, step_starts: np.ndarray, step_ends: np.ndarray) -> tuple[np.ndarray, int]:

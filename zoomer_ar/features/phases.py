@@ -146,13 +146,16 @@ def _split(t0: float, t1: float, phase_unions: dict[str, tuple[np.ndarray, np.nd
 
 
 _SEGMENTS = 1 << 18  # segments per step of _split
+HOST_HEAD = 4096  # a window's first host-phase intervals kept for the merge (features/windows.py)
 
 
 def rank_phases(trace: RankTrace, mid: tuple[float, float] | None = None) -> dict[str, Any]:
     """Phase time of one rank, microseconds: {"basis": "gpu"|"host"|None, "wall_us": .., "<phase>_us": ..}.
     `mid`: where the trace is one time window of a rank (features/windows.py), the middle of its device work
     (no other window's work lies there): the result then also holds, under "_w", the split of that middle, the
-    phases' device work outside it and the DataLoader calls, from which the merge splits the rest."""
+    phases' device work outside it and the DataLoader calls, from which the merge splits the rest (on a host
+    basis: the split between the window's first HOST_HEAD intervals and its last host op's start, and the
+    host ops outside that)."""
     t = trace
     x = t.ph == PH_COMPLETE
     allx = x & ~t.mask_cat("Trace")
@@ -234,7 +237,18 @@ def rank_phases(trace: RankTrace, mid: tuple[float, float] | None = None) -> dic
             unions["backward"] = iv.union(np.concatenate([t.ts[bw], t.ts[extra]]), np.concatenate([t.end[bw], t.end[extra]]))
         unions["forward"] = iv.union(t.ts[other], t.end[other])
         unions = {p: u for p, u in unions.items() if u[0].size}
-        split = _split(t0, t1, unions, (np.empty(0), np.empty(0)))
+        none = (np.empty(0), np.empty(0))
+        split = _split(t0, t1, unions, none) if mid is None else dict.fromkeys(PHASES, 0.0)  # windows: the merge's
+        if mid is not None:  # a window without device work: its DataLoader calls for a device-basis merge, and
+            # for a host-basis one its split up to its last host op's start and the host ops still open then
+            # for a host-basis one: its split between its head (its first HOST_HEAD intervals of each phase, which
+            # an earlier window's open host ops may overlap) and its last host op's start, and its phases outside
+            last = float(t.ts[host].max())
+            head = min([float(u[1][HOST_HEAD - 1]) for u in unions.values() if u[0].size >= HOST_HEAD], default=last)
+            head = min(max(head, t0), last)
+            out["_w"] = {"mid": (np.inf, np.inf), "split": None, "edges": {}, "dl": dl_union,
+                         "host": {"range": (head, last), "split": _split(head, last, unions, none),
+                                  "tails": {p: _outside(u, head, last) for p, u in unions.items()}}}
     for p in PHASES:
         out[f"{p}_us"] = split[p]
     return out

@@ -129,3 +129,42 @@ def startup_detail(t: RankTrace, i: int, typical: np.ndarray, rows: np.ndarray, 
     if device_op is not None:  # a first launch loads the module of this kernel
         text += f", for {t.name_of(device_op).split('(', 1)[0][:100]}"  # a kernel's name without its arguments
     return text + (f"; the GPU was idle for {idle / 1000.0:,.3f} ms of it" if idle > 0 else "; the GPU was busy meanwhile")
+
+
+def window_captures(c: RankContext, runtime: np.ndarray, step_starts: np.ndarray) -> dict:
+    """A window's stream captures that a cut leaves open, for features/windows.py to pair across windows: per
+    thread ((pid, tid) values), a Begin*Capture not ended in the window (its start, the launches after it on
+    the thread, whether the rank would count it: from_start and before the second step) and an End*Capture
+    before any Begin (its end, the launches before it); and the launches of each thread. O(threads)."""
+    t = c.t
+    launches = np.flatnonzero(c.name_mask(N.is_launch, runtime))
+
+    def key(pc: int, tc: int) -> tuple:
+        return (t.pid_values[pc] if pc < len(t.pid_values) else pc, t.tid_values[tc] if tc < len(t.tid_values) else tc)
+
+    pairs, counts = np.unique(np.stack([np.asarray(t.pid[launches], dtype=np.int64),
+                                        np.asarray(t.tid[launches], dtype=np.int64)]), axis=1, return_counts=True)
+    out: dict = {"open": {}, "lead": {}, "launches": {key(int(p), int(q)): int(n) for (p, q), n in zip(pairs.T.tolist(), counts.tolist())}}
+    bounds = np.flatnonzero(c.name_mask(N.is_capture_bound, runtime))
+    if bounds.size == 0:
+        return out
+    begin_codes = set(t.name_codes(lambda n: n in N.CAPTURE_BEGIN_APIS))
+    bounds = bounds[np.lexsort((t.ts[bounds], t.tid[bounds], t.pid[bounds]))]
+    first: dict[tuple, int] = {}
+    last: dict[tuple, int] = {}
+    for i in bounds.tolist():
+        th = (int(t.pid[i]), int(t.tid[i]))
+        first.setdefault(th, i)
+        last[th] = i
+    out["bounded"] = [key(*th) for th in first]
+    for th, i in first.items():
+        on = launches[(t.pid[launches] == th[0]) & (t.tid[launches] == th[1])]
+        if int(t.name[i]) not in begin_codes:
+            e = float(t.ts[i] + t.dur[i])
+            out["lead"][key(*th)] = (e, int((t.ts[on] <= e).sum()))
+        j = last[th]
+        if int(t.name[j]) in begin_codes:
+            b = float(t.ts[j])
+            counted = c.from_start and (step_starts.size < 2 or b < step_starts[1])
+            out["open"][key(*th)] = (b, int((t.ts[on] >= b).sum()), bool(counted), t.name_of(j))
+    return out

@@ -13,17 +13,24 @@ HEAD_MAX = 4096 busy intervals; none in the first window) and its tail (the work
 runtime call or step start: what was still queued when the next window began, bounded by the device's
 queue; none in the last window). A window keeps its busy, compute, copy and collective unions at the edges
 as intervals (with the op each busy interval begins with), its middle as totals (lengths, intersections,
-idle gaps by cause, phase split, per-step busy, 1024 points of busy time), so the merge rebuilds the unions,
+idle gaps by cause, phase split, per-step busy, 4096 points of busy time), so the merge rebuilds the unions,
 the idle gaps between and around the windows and their causes exactly. It holds while no window's edge
 reaches into another's middle: merged v "_w_union_overlap_us" measures that (0 on the corpus). State per
 window: O(steps + edges + distinct kernel/launch durations), never O(events); the edges cap it near 0.5 MB
-pickled however large the window (4-400 KB for the corpus windows).
+pickled however large the window (2-500 KB for the corpus windows).
 
-Measured (tests/test_feature_windows.py; the 7 corpus traces with >= 4 ProfilerSteps and a generated
-54-step trace, each cut into 2 windows and into one window a step): every v value and every phase equal to
-1e-9 relative, collectives and their exposed times to 1e-6 us, the timeline within 1.2 busy-% points; the
-evidence the same events but for ties (an equal-keyed event chosen at the cut-off: 4 traces) and
-short_kernels.
+Measured (tests/test_feature_windows.py): on the 7 corpus traces with >= 4 ProfilerSteps and a generated
+54-step trace, each cut into 2 windows and into one window a step (also through surgery.partition's files
+and the streaming reader, pruning on), every v value and every phase equal to 1e-9 relative, collectives
+and their exposed times to 1e-6 us, the timeline within 0.46 busy-% points; the evidence the same events
+but for ties (an equal-keyed event chosen at the cut-off: 4 traces) and short_kernels. On all 82 corpus
+traces the loader reads, in 3 windows (time slices where a trace has no steps): the same, but start-up
+outliers in 9 traces without steps (normalization_layer_test: 6 of 10 calls, idle_startup 641 of 979 ms;
+sglang, torch_compile_triton, the gemm/sdpa/elementwise unit tests: 0 of 1; linear_kineto: 1 of 0).
+
+Windows without device work (time slices) still record their launches, start-up calls, steady allocator
+calls, synchronisations and DataLoader calls (gpu.window_without_device); a graph capture begun in one
+window and ended in a later one is paired by thread (startup.window_captures).
 
 | value(s) | rule | exact? |
 |---|---|---|
@@ -47,13 +54,15 @@ short_kernels.
 | dataloader_workers | the first 50 DataLoader calls over the windows | exact |
 | memory_peak_bytes | max | exact |
 | memory_growth_* | the level at every step end (an earlier window's last where a window has none before it) | exact |
-| startup_calls, idle_startup_* | the first window only (later ones: from_start off, their steps all steady) | approx: an outlier is measured against its window's typical call, not the rank's (equal on the corpus) |
+| startup_calls, idle_startup_* | the first window only where cut at steps (later ones: from_start off, their steps all steady); every window in time slices | approx: an outlier is judged against its window's typical call (lower median), not the rank's: equal on the stepped corpus, see above for time slices |
 | startup_compiles vs recompiles | first window: before its 2nd step (all of it with one step); later ones: recompiles | exact (a compile nested across a cut: approx) |
 | sync_calls | the profiler's stop sync dropped in the last window only | exact (a pageable copy and its sync across a cut: approx) |
+| captured_launches | added; captures across cuts paired by thread | exact (their idle time only in the gaps at the windows' edges; no evidence event) |
 | collectives, collectives_exposed | concatenated in start order into the first window's base; exposed less the other windows' compute at the edges | exact |
 | evidence | concatenated, ts_ms shifted to the merged t0, re-ranked by evidence_keys else duration, 5 a kind (startup_calls 15); idle/sync gaps: the windows' middle gaps and the merged edge gaps | the same events but for ties; ts_ms +-2e-4 ms (rounded twice); short_kernels are the first 5 in window order (the whole's: file order); an edge gap whose cause changed has no frames nor "host was in" detail; Python frames that began in an earlier window are missing |
-| timeline | edges exact, middles from 1024 points each, linear between | approx: within 1.2 points on the corpus |
-| phases *_us | gpu basis: the middles' splits + the rest split again with all edges' phase work; host basis: added, idle = wall - the rest | gpu: exact; host: approx where windows' time ranges overlap (exact on the corpus) |
+| timeline | edges exact, middles from 4096 points each, linear between; one window with device work: its own bins | approx: within 0.5 points on the corpus |
+| phases *_us | gpu basis: the middles' splits + the rest split again with all edges' phase work; host basis: each window's split between its first 4096 host-phase intervals and its last host op's start, the rest split again with all windows' host ops outside those | exact (host: unless a host op open at a cut outlasts the next window's head) |
+| v values only a window without device work has (launch_count, ...: gpu.NO_DEVICE_KEYS), its host-op GEMM times | kept where another window has device work (its GEMM ops then count no time, as in the whole) | exact |
 """
 
 from __future__ import annotations
@@ -70,6 +79,7 @@ from . import intervals as iv
 from . import names as N
 from .context import EVIDENCE_PER_KIND, TIMELINE_BINS, TOL_US, RankFeatures
 from .extract import RankSummary
+from .gpu import NO_DEVICE_KEYS
 from .phases import PHASES, _split, rank_phases, trace_start_unix_s
 from .rank import rank_features
 
@@ -154,16 +164,33 @@ _DERIVED = {  # recomputed below, not added
 }
 
 
+_HOST_GEMM = ("gemm_ms_total", "fp32_gemm_ms_total", "fp32_gemm_share", "misaligned_gemm_share", "misaligned_gemm_ms_total",
+              "_gemm_source")
+
+
 class _Windows:
     """The windows' summaries with each one's shift into the first window's time base (us)."""
 
     def __init__(self, parts: list[tuple[RankSummary, float]]):
         self.s = [p[0] for p in parts]
         self.rf = [s.features for s in self.s]
-        self.v = [rf.v for rf in self.rf]
+        self.gpu = any(rf.v.get("has_gpu") for rf in self.rf)
+        self.v = [self._view(rf.v) for rf in self.rf]
         self.base = float(parts[0][1])
         self.sh = [float(b) - self.base for _, b in parts]
         self.exposed: dict[tuple[int, str], np.ndarray] = {}  # collectives' exposed times, merged (_merge_exposed)
+
+    def _view(self, v: dict[str, Any]) -> dict[str, Any]:
+        """A window's values as the merge reads them: in a rank with device work, a window without any times its
+        GEMM ops by their (absent) kernels, as the whole rank does: none of its host-op GEMM times count."""
+        if not self.gpu or v.get("has_gpu"):
+            return v
+        v = {k: x for k, x in v.items() if k not in _HOST_GEMM}
+        if "conv_bias_ms_total" in v:
+            v["conv_bias_ms_total"] = 0.0
+        if "_w_gemm_ops" in v:
+            v["_w_gemm_ops"] = (v["_w_gemm_ops"][0], 0.0, 0.0, 0.0)
+        return v
 
     def values(self, key: str) -> list[Any]:
         return [v[key] for v in self.v if v.get(key) is not None]
@@ -211,12 +238,19 @@ def merge_windows(parts: list[tuple[RankSummary, float]]) -> tuple[RankSummary, 
     for f, sh in zip(w.rf, w.sh):
         move = (sh + f.t0 - t0) / 1000.0
         for kind, evs in f.evidence.items():
+            if w.gpu and not f.v.get("has_gpu") and kind in ("fp32_gemm", "misaligned_gemm"):
+                continue  # host-op GEMM evidence of a window without device work (see _Windows._view)
+            if not w.gpu and kind in ("allocator", "startup_calls"):
+                continue  # gpu_features' evidence: not in a rank without device work
             lst = ev.setdefault(kind, [])
             for e in evs:
                 lst.append((e.model_copy(update={"ts_ms": round(e.ts_ms + move, 4)}), f.evidence_keys.get(id(e))))
     steps = _merge_steps(w, out, t0, t1)
     if out.get("has_gpu"):
         _merge_gpu(w, out, steps, t0, ev, rf)
+    else:  # windows without device work record their launches for a rank that has some elsewhere
+        for k in NO_DEVICE_KEYS:
+            out.pop(k, None)
     _merge_host(w, out)
     _merge_memory(w, out, steps, t0, ev, rf.rank)
     _merge_collectives(w, rf)
@@ -297,7 +331,9 @@ def _merge_gpu(w: _Windows, out: dict[str, Any], steps: dict[str, Any], t0: floa
     out["_w_union_overlap_us"] = float(sum(iv.overlap_with(np.array([a]), np.array([b]), edge)[0] for a, b in blocks))
     out["gpu_span_ms"] = span / 1000.0
     out["gpu_busy_pct"] = 100.0 * busy / span if span > 0 else 100.0
-    _merge_idle(w, dev, out, t0, ev)
+    launches, spans = _spanning_captures(w)
+    out["captured_launches"] = out.get("captured_launches", 0) + launches
+    _merge_idle(w, dev, out, t0, ev, spans)
     starts = steps["starts"]
     if starts.size:
         n_steps = out["n_steps"]
@@ -390,8 +426,28 @@ def _steady(w: _Windows, dev: list, steps: dict[str, Any], last: float, edge: tu
 _PARTS = ("data", "sync", "host", "other", "startup", "startup_host")
 
 
+def _spanning_captures(w: _Windows) -> tuple[int, list[tuple[float, float]]]:
+    """Stream captures begun in one window and ended in a later one (startup.window_captures), that the rank
+    counts: (their launches, their (start, end) in the first window's base)."""
+    caps = [v.get("_w_captures") or {"open": {}, "lead": {}, "launches": {}, "bounded": []} for v in w.v]
+    launches, spans = 0, []
+    for k, cap in enumerate(caps):
+        for th, (b, n, counted, _) in cap["open"].items():
+            for j in range(k + 1, len(caps)):
+                if th in caps[j]["lead"]:
+                    e, m = caps[j]["lead"][th]
+                    if counted:
+                        launches += n + m
+                        spans.append((b + w.sh[k], e + w.sh[j]))
+                    break
+                if th in caps[j].get("bounded", []):  # begun again before it ended: not a capture
+                    break
+                n += caps[j]["launches"].get(th, 0)
+    return launches, spans
+
+
 def _merge_idle(w: _Windows, dev: list, out: dict[str, Any], t0: float,
-                ev: dict[str, list[tuple[EvidenceEvent, float | None]]]) -> None:
+                ev: dict[str, list[tuple[EvidenceEvent, float | None]]], spans: list[tuple[float, float]]) -> None:
     """idle.py over the merged windows: the gaps inside each window's middle as the window found them; the
     others (between the windows' edges and middles, all windows together) found again with their causes."""
     # edges and middles as one set of intervals, each with the op it begins with: (start, end, name, launch end)
@@ -411,7 +467,8 @@ def _merge_idle(w: _Windows, dev: list, out: dict[str, Any], t0: float,
         else:
             merged.append(list(it))
     dl = _shifted(w, [(i, v["_w_idle"]["dl"]) for i, v in enumerate(w.v) if "_w_idle" in v])
-    one_off = _shifted(w, [(i, v["_w_idle"]["one_off"]) for i, v in enumerate(w.v) if "_w_idle" in v])
+    one_off = _shifted(w, [(i, v["_w_idle"]["one_off"]) for i, v in enumerate(w.v) if "_w_idle" in v]
+                       + [(0, (np.array([a for a, _ in spans]), np.array([b for _, b in spans])))])
     syncs = sorted(((a + w.sh[i], b + w.sh[i], name, fr) for i, v in enumerate(w.v) if "_w_idle" in v
                     for a, b, name, fr in v["_w_idle"]["syncs"]), key=lambda x: x[1])
     sync_ends = np.array([x[1] for x in syncs])
@@ -497,15 +554,18 @@ def _span(name: str, start: float, dur: float, t0: float, rank: int, detail: str
 def _merge_timeline(w: _Windows, dev: list, first: float, last: float, t0: float, rf: RankFeatures,
                     edge: tuple[np.ndarray, np.ndarray]) -> None:
     """RankFeatures.timeline of the rank: each bin's busy time at the windows' edges exactly, in their middles
-    from the middles' busy time at evenly spaced points (linear between them)."""
+    from the middles' busy time at 4096 evenly spaced points each (linear between them)."""
     edges = np.linspace(first, last, TIMELINE_BINS + 1)
     busy = iv.overlap_with(edges[:-1], edges[1:], edge)
     for _, g, sh in dev:
         if "mid_cum" in g:
-            xs, cum = g["mid_cum"]
-            at = np.interp(edges, xs + sh, cum)
+            lo, hi, cum = g["mid_cum"]
+            at = np.interp(edges, np.linspace(lo, hi, cum.size) + sh, cum)
             busy += np.diff(at)
     cov = np.clip(busy / np.maximum(np.diff(edges), 1e-9) * 100.0, 0.0, 100.0)
+    own = w.rf[dev[0][0]].timeline() if len(dev) == 1 else []
+    if len(own) == TIMELINE_BINS:  # one window with device work: its own bins are the rank's
+        cov = np.array([b.busy_pct for b in own])
     rf._timeline = [TimelineBin.model_construct(t_ms=round((a - t0) / 1000.0, 3), busy_pct=round(b, 2))
                     for a, b in zip(edges[:-1].tolist(), cov.tolist())]
 
@@ -598,8 +658,9 @@ def _merge_collectives(w: _Windows, rf: RankFeatures) -> None:
 
 def _merge_phases(w: _Windows, t0: float, t1: float) -> dict[str, Any]:
     """rank_phases of the rank: on a device basis, each window's middle as it split it, the rest of the wall
-    window split again with every window's device work outside its middle; on a host basis, the windows'
-    phases added and the rest idle."""
+    window split again with every window's device work outside its middle; on a host basis, each window's split
+    between its head and its last host op's start, the rest split again with all windows' host ops outside
+    those (exact unless a host op open at a cut outlasts the next window's head)."""
     measured = [s.phases for s in w.s if s.phases.get("basis")]
     bases = {p["basis"] for p in measured}
     out: dict[str, Any] = {"basis": ("gpu" if "gpu" in bases else "host") if bases else None, "wall_us": 0.0,
@@ -626,10 +687,23 @@ def _merge_phases(w: _Windows, t0: float, t1: float) -> dict[str, Any]:
                     out[f"{p}_us"] += us
             at = max(at, hi)
         return out
+    host = [(s.phases["_w"]["host"], sh) for s, sh in zip(w.s, w.sh) if "host" in s.phases.get("_w", {})]
     for p in PHASES:
-        if p != "idle":
-            out[f"{p}_us"] = float(sum(s.phases.get(f"{p}_us", 0.0) for s in w.s))
-    out["idle_us"] = max(0.0, out["wall_us"] - sum(out[f"{p}_us"] for p in PHASES if p != "idle"))
+        out[f"{p}_us"] = float(sum(x["split"][p] for x, _ in host))
+    tails = {}
+    for p in PHASES:
+        got = [(i, s.phases["_w"]["host"]["tails"][p]) for i, s in enumerate(w.s)
+               if "host" in s.phases.get("_w", {}) and p in s.phases["_w"]["host"]["tails"]]
+        u = _shifted(w, got)
+        if u[0].size:
+            tails[p] = u
+    none = (np.empty(0), np.empty(0))
+    at = t0
+    for lo, hi in sorted((x["range"][0] + sh, x["range"][1] + sh) for x, sh in host) + [(t1, t1)]:
+        if lo > at:  # between one window's last host op start and the next window's first
+            for p, us in _split(at, min(lo, t1), tails, none).items():
+                out[f"{p}_us"] += us
+        at = max(at, hi)
     return out
 
 
@@ -637,15 +711,15 @@ def _merge_phases(w: _Windows, t0: float, t1: float) -> dict[str, Any]:
 
 
 def window_rows(trace: RankTrace, count: int) -> list[np.ndarray]:
-    """The rows of each of `count` time windows of a loaded rank (for tests: the file cutter's rules). Cuts at
-    the CPU-side starts of ProfilerStep#N, steps grouped evenly (at most one window a step), else equal time
-    slices; a device event goes with the runtime call that launched it (correlation id), any other row by its
+    """The rows of each of `count` time windows of a loaded rank (for tests: surgery.partition's rules in
+    memory). Cuts at the CPU-side starts of ProfilerStep#N, steps grouped evenly (at most one window a step),
+    else equal time slices; a device event goes with the runtime call that launched it (correlation id), any other row by its
     start; metadata rows and `Trace` spans go to every window. Rows in file order."""
     t = trace
     x = t.ph == PH_COMPLETE
     steps = np.flatnonzero(t.mask_names(N.is_profiler_step) & ~t.mask_cat("gpu_user_annotation") & x)
     step_ts = np.sort(t.ts[steps])
-    if step_ts.size >= 2:
+    if step_ts.size:  # never more windows than steps (surgery.partition's rule): one step, one window
         count = max(1, min(count, step_ts.size))
         cuts = np.array([step_ts[(k * step_ts.size) // count] for k in range(1, count)])
     else:
