@@ -286,3 +286,20 @@ def test_window_files_read_by_the_streaming_reader(shared_traces, tmp_path, rel)
         merged, base = merge_windows(parts)
         assert len(files) == count
         assert not differences(trace, whole, merged, base), (rel, count)
+
+
+def test_an_edge_reaching_into_a_middle_is_measured(stepped_traces, monkeypatch):
+    """The merge is exact while no window's edges reach into another's middle; where they do (here: heads of
+    8 busy intervals, too short for the collectives that run on across the cuts) it says so in
+    _w_union_overlap_us, and the busy time is off. With 64 intervals the same trace is exact again."""
+    from zoomer_ar.features import gpu
+
+    name, trace, n = next(x for x in stepped_traces if "trace_diff/test" in x[0])
+    whole = summarise_rank(trace)
+    monkeypatch.setattr(gpu, "HEAD_MAX", 8)
+    merged, base = windowed(trace, n)
+    assert merged.features.v["_w_union_overlap_us"] > 0
+    assert differences(trace, whole, merged, base), name
+    monkeypatch.setattr(gpu, "HEAD_MAX", 64)
+    merged, base = windowed(trace, n)
+    assert merged.features.v["_w_union_overlap_us"] == 0 and not differences(trace, whole, merged, base), name
