@@ -12,7 +12,7 @@ from . import names as N
 from .context import EVIDENCE_PER_KIND, RankContext, RankFeatures, pct
 from . import syncs as S
 from .idle import idle_gaps, window_idle
-from .startup import captures_of, startup_calls, startup_detail, window_captures
+from .startup import captures_of, startup_calls, window_captures, window_startup
 
 
 def gpu_features(c: RankContext, rf: RankFeatures, step_starts: np.ndarray, step_ends: np.ndarray) -> None:
@@ -29,6 +29,9 @@ def gpu_features(c: RankContext, rf: RankFeatures, step_starts: np.ndarray, step
         return
     runtime = t.mask_cat(*N.RUNTIME_CATS) & c.x
     startup, typical = startup_calls(c, runtime, step_starts)  # before the per-GPU-row temporaries
+    if c.window is not None:  # the merge tells start-up calls with the rank's typical calls, not the window's
+        v["_w_startup"] = window_startup(c, runtime, step_starts)
+        startup, typical = startup[:0], typical[:0]
     v["startup_calls"] = int(startup.size)
     captures = captures_of(c, runtime, step_starts)
     v["captured_launches"] = int(sum(n for _, _, _, n in captures))
@@ -44,6 +47,23 @@ def gpu_features(c: RankContext, rf: RankFeatures, step_starts: np.ndarray, step
     v["_gpu_union"] = (us, ue)
     if c.window is not None:
         v["_w_gpu"] = window_gpu(c, us, ue, runtime, step_starts, step_ends, busy)
+        caps = v["_w_captures"]  # the middle's busy time after an open capture's start, before a leading end's end
+        mid_busy = v["_w_gpu"]["busy"] - iv.total(*v["_w_gpu"]["edge"]) if v["_w_gpu"]["edge"][0].size else v["_w_gpu"]["busy"]
+        for k, o in list(caps["open"].items()):
+            after = float(iv.overlap_with(np.array([o[0]]), np.array([np.inf]), (us, ue))[0]
+                          - iv.overlap_with(np.array([o[0]]), np.array([np.inf]), v["_w_gpu"]["edge"])[0])
+            caps["open"][k] = (*o, after)
+        for k, (e, n) in list(caps["lead"].items()):
+            before = float(iv.overlap_with(np.array([-np.inf]), np.array([e]), (us, ue))[0]
+                           - iv.overlap_with(np.array([-np.inf]), np.array([e]), v["_w_gpu"]["edge"])[0])
+            caps["lead"][k] = (e, n, before)
+        caps["mid_busy"] = mid_busy
+        cands = v["_w_startup"]["candidates"]
+        if cands:  # each candidate's busy time in the window's middle: the merge finds its idle time
+            a, b = np.array([x["ts"] for x in cands]), np.array([x["end"] for x in cands])
+            mid = iv.overlap_with(a, b, (us, ue)) - iv.overlap_with(a, b, v["_w_gpu"]["edge"])
+            for x, m in zip(cands, mid.tolist()):
+                x["mid_busy"] = m
     # step time with no device work at all: before the device's first op and after its last one, inside the
     # profiled steps (a CPU preprocess before the device starts); the idle gaps below lie inside the GPU span
     if step_starts.size:
@@ -281,7 +301,10 @@ def window_without_device(c: RankContext, rf: RankFeatures, step_starts: np.ndar
     t = c.t
     v = rf.v
     runtime = t.mask_cat(*N.RUNTIME_CATS) & c.x
-    startup, typical = startup_calls(c, runtime, step_starts)
+    v["_w_startup"] = window_startup(c, runtime, step_starts)
+    for x in v["_w_startup"]["candidates"]:
+        x["mid_busy"] = 0.0
+    startup = np.empty(0, dtype=np.int64)
     captures = captures_of(c, runtime, step_starts)
     v["_w_captures"] = window_captures(c, runtime, step_starts)
     launch = row_positions(c.name_mask(N.is_launch, runtime))
@@ -302,10 +325,6 @@ def window_without_device(c: RankContext, rf: RankFeatures, step_starts: np.ndar
     v["_w_idle"] = window_idle(c, None, empty, empty, dl, np.union1d(c.sync_calls(), item), one_off,
                                dict.fromkeys(("data", "sync", "host", "other", "startup", "startup_host"), empty))
     rf.evidence["allocator"] = c.worst(alloc)
-    if startup.size:  # the GPU sat idle through it (no device work in the window)
-        idle_in = t.dur[startup].astype(np.float64)
-        rf.evidence["startup_calls"] = c.worst(startup, key=idle_in + t.dur[startup] * 1e-12, detail=lambda i: startup_detail(
-            t, i, typical, startup, idle_in, None))
 
 
 def window_allocs(c: RankContext, alloc: np.ndarray, step_starts: np.ndarray, step_ends: np.ndarray) -> tuple[np.ndarray, int]:

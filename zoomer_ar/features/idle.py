@@ -94,6 +94,7 @@ def idle_gaps(c: RankContext, rf: RankFeatures, us: np.ndarray, ue: np.ndarray, 
             "data": data_part, "sync": np.where(sync_caused, rest, 0.0), "host": np.where(~sync_caused & host_bound, rest, 0.0),
             "other": np.where(~sync_caused & ~host_bound, rest, 0.0), "startup": in_startup,
             "startup_host": np.where(~sync_caused & host_bound, np.minimum(in_startup, rest), 0.0)})
+        v["_w_idle"]["sensitive"] = window_startup_gaps(v, g0, g1, rest, ~sync_caused & host_bound, in_startup)
     del in_startup
     v["idle_data_ms_total"] = float(data_part.sum()) / 1000.0
     v["idle_sync_ms_total"] = sync_sum / 1000.0
@@ -261,3 +262,19 @@ def window_shown(block: tuple[float, float] | None, g0: np.ndarray, g1: np.ndarr
     extra = inner[np.argsort(-(g1[inner] - g0[inner]), kind="stable")][:EVIDENCE_PER_KIND]
     out = np.concatenate([top, extra[~np.isin(extra, top)]])
     return out[np.argsort(-(g1[out] - g0[out]), kind="stable")]
+
+
+def window_startup_gaps(v: dict, g0: np.ndarray, g1: np.ndarray, rest: np.ndarray, host: np.ndarray,
+                        in_startup: np.ndarray) -> dict[str, np.ndarray]:
+    """The gaps in the middle of a window's device work that a start-up candidate (startup.window_startup)
+    overlaps, with what the window split of them (rest, host-bound, start-up part without candidates): the
+    merge gives them their start-up part once it knows which candidates are start-up calls."""
+    cands, block = v["_w_startup"]["candidates"], v["_w_gpu"]["block"]
+    caps = v.get("_w_captures") or {"open": {}, "lead": {}}
+    a = [x["ts"] for x in cands] + [o[0] for o in caps["open"].values()] + [-np.inf] * len(caps["lead"])
+    b = [x["end"] for x in cands] + [np.inf] * len(caps["open"]) + [x[0] for x in caps["lead"].values()]
+    sel = np.zeros(g0.size, dtype=bool)
+    if a and block is not None and g0.size:  # (and the captures a cut leaves open: they may count)
+        u = iv.union(np.array(a, dtype=np.float64), np.array(b, dtype=np.float64))
+        sel = (g0 >= block[0]) & (g1 <= block[1]) & (iv.overlap_with(g0, g1, u) > 0)
+    return {"g0": g0[sel], "g1": g1[sel], "rest": rest[sel], "host": host[sel], "startup": in_startup[sel]}

@@ -166,5 +166,38 @@ def window_captures(c: RankContext, runtime: np.ndarray, step_starts: np.ndarray
         if int(t.name[j]) in begin_codes:
             b = float(t.ts[j])
             counted = c.from_start and (step_starts.size < 2 or b < step_starts[1])
-            out["open"][key(*th)] = (b, int((t.ts[on] >= b).sum()), bool(counted), t.name_of(j))
+            out["open"][key(*th)] = (b, int((t.ts[on] >= b).sum()), bool(counted), t.name_of(j), c.frames.frames_for(j))
     return out
+
+
+CANDIDATES_MAX = 256  # a window's longest start-up candidates kept for the merge (features/windows.py)
+
+
+def window_startup(c: RankContext, runtime: np.ndarray, step_starts: np.ndarray) -> dict:
+    """What features/windows.py needs to find the rank's start-up calls (startup_calls' rule over all windows):
+    each launch/sync/alloc API's durations in the window as value counts (its typical call is the rank's lower
+    median), and the window's candidates: calls that could be outliers where the rank allows start-up (from
+    the start, before the second step), at least OUTLIER_MIN_US long (the CANDIDATES_MAX longest), each with
+    its API, duration, span, the first device op it queued and its evidence event (detail filled by the
+    merge). O(distinct durations + candidates)."""
+    t = c.t
+    cand = row_positions(c.name_mask(N.is_launch_sync_or_alloc, runtime))
+    d, code = t.dur[cand], t.name[cand]
+    pairs, counts = np.unique(np.stack([np.asarray(code, dtype=np.float64), np.asarray(d, dtype=np.float64)]), axis=1,
+                              return_counts=True)
+    apis: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for k in np.unique(pairs[0]).tolist():
+        sel = pairs[0] == k
+        apis[t.names[int(k)]] = (pairs[1][sel], counts[sel])
+    rows = cand[d >= OUTLIER_MIN_US] if c.from_start else cand[:0]
+    if step_starts.size >= 2:
+        rows = rows[t.ts[rows] < step_starts[1]]
+    rows = np.sort(rows[np.argsort(-t.dur[rows], kind="stable")][:CANDIDATES_MAX])
+    op = device_op_of(c, rows) if rows.size else {}
+    out = []
+    for i in rows.tolist():
+        dev = op.get(i)
+        out.append({"api": t.name_of(i), "dur": float(t.dur[i]), "ts": float(t.ts[i]), "end": float(t.ts[i] + t.dur[i]),
+                    "device_op": t.name_of(dev).split("(", 1)[0][:100] if dev is not None else None,
+                    "event": c.ev(i, "")})
+    return {"apis": apis, "candidates": out}

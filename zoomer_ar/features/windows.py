@@ -24,13 +24,15 @@ Measured (tests/test_feature_windows.py): on the 7 corpus traces with >= 4 Profi
 and the streaming reader, pruning on), every v value and every phase equal to 1e-9 relative, collectives
 and their exposed times to 1e-6 us, the timeline within 0.46 busy-% points; the evidence the same events
 but for ties (an equal-keyed event chosen at the cut-off: 4 traces) and short_kernels. On all 82 corpus
-traces the loader reads, in 3 windows (time slices where a trace has no steps): the same, but start-up
-outliers in 9 traces without steps (normalization_layer_test: 6 of 10 calls, idle_startup 641 of 979 ms;
-sglang, torch_compile_triton, the gemm/sdpa/elementwise unit tests: 0 of 1; linear_kineto: 1 of 0).
+traces the loader reads, in 2, 3 and 5 windows (time slices where a trace has no steps): the same. In 20
+windows, 2 traces differ where a host op is nested in one that began in an earlier window (approx, below):
+linear_kineto's phases (139 us of 117 ms forward counted as backward), eager_trace's cpu_copy_ops (6 for 5).
 
-Windows without device work (time slices) still record their launches, start-up calls, steady allocator
-calls, synchronisations and DataLoader calls (gpu.window_without_device); a graph capture begun in one
-window and ended in a later one is paired by thread (startup.window_captures).
+Windows without device work (time slices) still record their launches, start-up candidates, steady
+allocator calls, synchronisations and DataLoader calls (gpu.window_without_device); a graph capture begun in
+one window and ended in a later one is paired by thread (startup.window_captures); start-up calls are told
+by the rank's typical call (each API's durations as value counts in every window, the candidates' gaps in
+the windows' middles kept to give them their start-up part: startup.window_startup, idle.window_startup_gaps).
 
 | value(s) | rule | exact? |
 |---|---|---|
@@ -54,10 +56,11 @@ window and ended in a later one is paired by thread (startup.window_captures).
 | dataloader_workers | the first 50 DataLoader calls over the windows | exact |
 | memory_peak_bytes | max | exact |
 | memory_growth_* | the level at every step end (an earlier window's last where a window has none before it) | exact |
-| startup_calls, idle_startup_* | the first window only where cut at steps (later ones: from_start off, their steps all steady); every window in time slices | approx: an outlier is judged against its window's typical call (lower median), not the rank's: equal on the stepped corpus, see above for time slices |
-| startup_compiles vs recompiles | first window: before its 2nd step (all of it with one step); later ones: recompiles | exact (a compile nested across a cut: approx) |
+| startup_calls, idle_startup_* | candidates of the first window only where cut at steps (later ones: from_start off, their steps all steady), of every window in time slices; an outlier against its API's lower median over all windows' value counts; its idle part from the merged gaps and the candidates' middle gaps | exact (at most 256 candidates a window, the longest) |
+| startup_compiles vs recompiles | first window: before its 2nd step (all of it with one step); later ones: recompiles | exact |
+| host ops nested in one that began in an earlier window: cpu_copy_ops (outermost copies), optimizer/zero_grad inner ops, a compile window, the phase of device work launched inside a backward/optimizer/DataLoader op | the later window sees the inner op without its parent | approx: 2 of 82 traces at 20 windows, none at 2-5 |
 | sync_calls | the profiler's stop sync dropped in the last window only | exact (a pageable copy and its sync across a cut: approx) |
-| captured_launches | added; captures across cuts paired by thread | exact (their idle time only in the gaps at the windows' edges; no evidence event) |
+| captured_launches | added; captures across cuts paired by thread (begin's window, end's window, launches between) | exact (idle time in a window wholly inside a capture: approx) |
 | collectives, collectives_exposed | concatenated in start order into the first window's base; exposed less the other windows' compute at the edges | exact |
 | evidence | concatenated, ts_ms shifted to the merged t0, re-ranked by evidence_keys else duration, 5 a kind (startup_calls 15); idle/sync gaps: the windows' middle gaps and the merged edge gaps | the same events but for ties; ts_ms +-2e-4 ms (rounded twice); short_kernels are the first 5 in window order (the whole's: file order); an edge gap whose cause changed has no frames nor "host was in" detail; Python frames that began in an earlier window are missing |
 | timeline | edges exact, middles from 4096 points each, linear between; one window with device work: its own bins | approx: within 0.5 points on the corpus |
@@ -80,6 +83,7 @@ from . import names as N
 from .context import EVIDENCE_PER_KIND, TIMELINE_BINS, TOL_US, RankFeatures
 from .extract import RankSummary
 from .gpu import NO_DEVICE_KEYS
+from .startup import OUTLIER_MIN_US, OUTLIER_RATIO
 from .phases import PHASES, _split, rank_phases, trace_start_unix_s
 from .rank import rank_features
 
@@ -331,9 +335,14 @@ def _merge_gpu(w: _Windows, out: dict[str, Any], steps: dict[str, Any], t0: floa
     out["_w_union_overlap_us"] = float(sum(iv.overlap_with(np.array([a]), np.array([b]), edge)[0] for a, b in blocks))
     out["gpu_span_ms"] = span / 1000.0
     out["gpu_busy_pct"] = 100.0 * busy / span if span > 0 else 100.0
-    launches, spans = _spanning_captures(w)
-    out["captured_launches"] = out.get("captured_launches", 0) + launches
+    spanning = _spanning_captures(w)
+    out["captured_launches"] = out.get("captured_launches", 0) + sum(x["n"] for x in spanning)
+    startup = _startup_calls(w)
+    out["startup_calls"] = len(startup)
+    spans = [(x["b"], x["e"]) for x in spanning] + [(x["ts"] + w.sh[i], x["end"] + w.sh[i]) for i, x, _ in startup]
     _merge_idle(w, dev, out, t0, ev, spans)
+    _startup_evidence(w, startup, first, last, edge, t0, ev)
+    _capture_evidence(spanning, first, last, edge, t0, w.rf[0].rank, ev)
     starts = steps["starts"]
     if starts.size:
         n_steps = out["n_steps"]
@@ -426,24 +435,42 @@ def _steady(w: _Windows, dev: list, steps: dict[str, Any], last: float, edge: tu
 _PARTS = ("data", "sync", "host", "other", "startup", "startup_host")
 
 
-def _spanning_captures(w: _Windows) -> tuple[int, list[tuple[float, float]]]:
-    """Stream captures begun in one window and ended in a later one (startup.window_captures), that the rank
-    counts: (their launches, their (start, end) in the first window's base)."""
+def _spanning_captures(w: _Windows) -> list[dict[str, Any]]:
+    """Stream captures begun in one window and ended in a later one (startup.window_captures) that the rank
+    counts: their start and end (first window's base), launches, begin call and its frames, and the busy time
+    of the windows' middles during them."""
     caps = [v.get("_w_captures") or {"open": {}, "lead": {}, "launches": {}, "bounded": []} for v in w.v]
-    launches, spans = 0, []
+    out = []
     for k, cap in enumerate(caps):
-        for th, (b, n, counted, _) in cap["open"].items():
+        for th, o in cap["open"].items():
+            n, busy = o[1], (o[5] if len(o) > 5 else 0.0)
             for j in range(k + 1, len(caps)):
                 if th in caps[j]["lead"]:
-                    e, m = caps[j]["lead"][th]
-                    if counted:
-                        launches += n + m
-                        spans.append((b + w.sh[k], e + w.sh[j]))
+                    lead = caps[j]["lead"][th]
+                    if o[2]:
+                        out.append({"b": o[0] + w.sh[k], "e": lead[0] + w.sh[j], "n": n + lead[1], "name": o[3],
+                                    "frames": o[4], "mid_busy": busy + (lead[2] if len(lead) > 2 else 0.0)})
                     break
                 if th in caps[j].get("bounded", []):  # begun again before it ended: not a capture
                     break
                 n += caps[j]["launches"].get(th, 0)
-    return launches, spans
+                busy += caps[j].get("mid_busy", 0.0)
+    return out
+
+
+def _capture_evidence(spanning: list[dict[str, Any]], first: float, last: float, edge: tuple[np.ndarray, np.ndarray],
+                      t0: float, rank: int, ev: dict[str, list[tuple[EvidenceEvent, float | None]]]) -> None:
+    """idle.py's evidence of a capture, for those across cuts."""
+    for x in spanning:
+        a, b = x["b"], x["e"]
+        busy = x["mid_busy"] + float(iv.overlap_with(np.array([a]), np.array([b]), edge)[0])
+        idle = max(0.0, min(b, last) - max(a, first) - busy) if b > first and a < last else 0.0
+        e = EvidenceEvent.model_construct(
+            name=f"graph capture ({x['name'][:60]} .. end)", rank=rank, ts_ms=round((a - t0) / 1000.0, 4),
+            dur_ms=round((b - a) / 1000.0, 4), stream=None, category="capture",
+            detail=f"{x['n']} launch{'es' if x['n'] != 1 else ''} recorded into a graph, not run; the GPU was idle for "
+                   f"{idle / 1000.0:,.3f} ms of it", frames=list(x["frames"]))
+        ev.setdefault("startup_calls", []).append((e, idle + (b - a) * 1e-12))
 
 
 def _merge_idle(w: _Windows, dev: list, out: dict[str, Any], t0: float,
@@ -514,6 +541,15 @@ def _merge_idle(w: _Windows, dev: list, out: dict[str, Any], t0: float,
             cand["sync_gaps"].append((glen, s_same or _span(
                 "GPU idle after a host synchronisation", g0, glen, t0, rank,
                 f"the queue drained while the host waited in {sync[2][:80]}, then refilled", sync[3])))
+    # the gaps in windows' middles that start-up candidates overlap: their start-up part with the rank's calls
+    for i, v in enumerate(w.v):
+        sg = v.get("_w_idle", {}).get("sensitive")
+        if sg is None or not sg["g0"].size:
+            continue
+        g0, g1 = sg["g0"] + w.sh[i], sg["g1"] + w.sh[i]
+        st = np.minimum(iv.overlap_with(g0, g1, one_off), g1 - g0)
+        tot["startup"] += float((st - sg["startup"]).sum())
+        tot["startup_host"] += float((np.minimum(st, sg["rest"]) - np.minimum(sg["startup"], sg["rest"]))[sg["host"]].sum())
     for k in _PARTS:
         out[f"idle_{k}_ms_total"] = tot[k] / 1000.0
     out["gpu_idle_ms_total"] = tot["idle"] / 1000.0
@@ -525,6 +561,48 @@ def _merge_idle(w: _Windows, dev: list, out: dict[str, Any], t0: float,
         if lst:
             lst.sort(key=lambda x: -x[0])
             ev[kind] = [(e, None) for _, e in lst[:EVIDENCE_PER_KIND]]
+    return tot
+
+
+def _startup_calls(w: _Windows) -> list[tuple[int, dict, float]]:
+    """startup.startup_calls over all windows: the candidates (startup.window_startup) at least OUTLIER_RATIO
+    times their API's typical call in the rank (the lower median of its calls in every window).
+    [(window, candidate, typical us)] in time order."""
+    ws = [v.get("_w_startup") for v in w.v]
+    want = {x["api"] for x in (c for s in ws if s for c in s["candidates"])}
+    typical = {}
+    for api in want:
+        vals, counts = merge_counts([s["apis"][api] for s in ws if s and api in s["apis"]])
+        cum = np.cumsum(counts)
+        typical[api] = _value_at(vals, cum, (int(cum[-1]) - 1) // 2)
+    out = [(i, x, typical[x["api"]]) for i, s in enumerate(ws) if s for x in s["candidates"]
+           if x["dur"] >= OUTLIER_MIN_US and x["dur"] >= OUTLIER_RATIO * typical[x["api"]]]
+    return sorted(out, key=lambda o: o[1]["ts"] + w.sh[o[0]])
+
+
+def _startup_evidence(w: _Windows, startup: list[tuple[int, dict, float]], first: float, last: float,
+                      edge: tuple[np.ndarray, np.ndarray], t0: float,
+                      ev: dict[str, list[tuple[EvidenceEvent, float | None]]]) -> None:
+    """idle.py's start-up evidence: the calls by the GPU idle time inside them (then their length), with the
+    typical call and the device op they queued."""
+    if not startup:
+        return
+    shown = []
+    for i, x, typ in startup:
+        sh = w.sh[i]
+        a, b = x["ts"] + sh, x["end"] + sh
+        busy = x.get("mid_busy", 0.0) + float(iv.overlap_with(np.array([a]), np.array([b]), edge)[0])
+        idle = max(0.0, min(b, last) - max(a, first)) - busy if b > first and a < last else 0.0
+        times = f"{x['dur'] / typ:,.0f}x" if typ > 0 else "far above"
+        text = f"{times} the typical {x['api'][:60]} ({typ:,.1f} us)"
+        if x["device_op"] is not None:
+            text += f", for {x['device_op']}"
+        text += f"; the GPU was idle for {idle / 1000.0:,.3f} ms of it" if idle > 0 else "; the GPU was busy meanwhile"
+        e = x["event"]
+        move = (sh + w.rf[i].t0 - t0) / 1000.0
+        shown.append((e.model_copy(update={"ts_ms": round(e.ts_ms + move, 4), "detail": text}), idle + x["dur"] * 1e-12))
+    shown.sort(key=lambda p: -p[1])
+    ev.setdefault("startup_calls", []).extend(shown[:EVIDENCE_PER_KIND])
 
 
 def _split_gap(g0: float, g1: float, dl_u: tuple, one_off: tuple, syncs: list,
