@@ -136,6 +136,12 @@ def analyze_path(
         analysis = analyze_job(job, rules)
         analysis.notes.append("Large trace: analysed in a streaming pass (docs/huge-traces.md)." if chosen else
                               "Analysed in a streaming pass, as asked (docs/huge-traces.md).")
+        windowed = [(r.path, r.metadata["streamed"]["windows"]) for r in job.ranks
+                    if isinstance((r.metadata or {}).get("streamed"), dict) and r.metadata["streamed"].get("windows")]
+        for where, count in windowed:
+            analysis.notes.append(f"{Path(where).name}: too large to hold at once (ZOOMER_WINDOW_BYTES): read in {count} "
+                                  "windows of consecutive steps and their figures merged; values at the windows' edges "
+                                  "can differ slightly from a one-pass analysis (docs/huge-traces.md).")
         return analysis
     # --- end hook
     job = load_job(path, name=name, progress_factory=progress_factory)

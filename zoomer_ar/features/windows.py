@@ -528,19 +528,11 @@ def _merge_idle(w: _Windows, dev: list, out: dict[str, Any], t0: float,
         tot["short"] += glen if glen < 50.0 else 0.0
         rest = glen - parts["data"]
         cause = "data" if parts["data"] >= rest else "sync" if sync else "host" if host else "other"
-        same = next((e for a, b, e in own["idle_gaps"] if abs(a - g0) < 1e-6 and abs(b - g1) < 1e-6
-                     and e.detail.startswith(f"cause: {cause}")), None)
-        if same is None:
-            detail, frames = f"cause: {cause}", []
-            if cause == "sync" and sync is not None:
-                detail, frames = f"{detail} (after {sync[2][:80]})", sync[3]
-            same = _span(f"GPU idle before {nxt[2][:120]}", g0, glen, t0, rank, detail, frames)
-        cand["idle_gaps"].append((glen, same))
+        # the event is made only for the gaps that stay among the shown (_keep_top): an event per gap of
+        # every window's edges cost 60 MB in a merge of 8 windows
+        _keep_top(cand["idle_gaps"], (glen, ("idle", g0, g1, glen, nxt[2], cause, sync)))
         if sync is not None:
-            s_same = next((e for a, b, e in own["sync_gaps"] if abs(a - g0) < 1e-6 and abs(b - g1) < 1e-6), None)
-            cand["sync_gaps"].append((glen, s_same or _span(
-                "GPU idle after a host synchronisation", g0, glen, t0, rank,
-                f"the queue drained while the host waited in {sync[2][:80]}, then refilled", sync[3])))
+            _keep_top(cand["sync_gaps"], (glen, ("sync", g0, g1, glen, None, cause, sync)))
     # the gaps in windows' middles that start-up candidates overlap: their start-up part with the rank's calls
     for i, v in enumerate(w.v):
         sg = v.get("_w_idle", {}).get("sensitive")
@@ -557,11 +549,37 @@ def _merge_idle(w: _Windows, dev: list, out: dict[str, Any], t0: float,
     out["host_idle_share"] = float(tot["host"] / tot["idle"]) if tot["idle"] > 0 else None
     ev.pop("idle_gaps", None)
     ev.pop("sync_gaps", None)
+    def made(spec: Any) -> EvidenceEvent:
+        if isinstance(spec, EvidenceEvent):
+            return spec
+        what, g0, g1, glen, nxt_name, cause, sync = spec
+        if what == "idle":
+            same = next((e for a, b, e in own["idle_gaps"] if abs(a - g0) < 1e-6 and abs(b - g1) < 1e-6
+                         and e.detail.startswith(f"cause: {cause}")), None)
+            if same is None:
+                detail, frames = f"cause: {cause}", []
+                if cause == "sync" and sync is not None:
+                    detail, frames = f"{detail} (after {sync[2][:80]})", sync[3]
+                same = _span(f"GPU idle before {nxt_name[:120]}", g0, glen, t0, rank, detail, frames)
+            return same
+        s_same = next((e for a, b, e in own["sync_gaps"] if abs(a - g0) < 1e-6 and abs(b - g1) < 1e-6), None)
+        return s_same or _span("GPU idle after a host synchronisation", g0, glen, t0, rank,
+                               f"the queue drained while the host waited in {sync[2][:80]}, then refilled", sync[3])
+
     for kind, lst in cand.items():
         if lst:
             lst.sort(key=lambda x: -x[0])
-            ev[kind] = [(e, None) for _, e in lst[:EVIDENCE_PER_KIND]]
+            ev[kind] = [(made(e), None) for _, e in lst[:EVIDENCE_PER_KIND]]
     return tot
+
+
+def _keep_top(lst: list, item: tuple) -> None:
+    """Append `item` (key first) to `lst`, which is cut back to the EVIDENCE_PER_KIND largest keys now and then
+    (a stable sort: among equal keys the earlier stay first, as a sort of every item would keep them)."""
+    lst.append(item)
+    if len(lst) > 64:
+        lst.sort(key=lambda x: -x[0])
+        del lst[EVIDENCE_PER_KIND:]
 
 
 def _startup_calls(w: _Windows) -> list[tuple[int, dict, float]]:

@@ -74,11 +74,55 @@ def forced_choice() -> bool | None:
                            f"{', '.join(_STREAM_OFF)} not to; unset: by size)")
 
 
+WINDOW_ENV = "ZOOMER_WINDOW_BYTES"
+DEFAULT_WINDOW_BYTES = 6 << 30  # the in-memory loader's limit (ZOOMER_MAX_TRACE_BYTES' default)
+
+
+def window_bytes() -> int:
+    """ZOOMER_WINDOW_BYTES: a rank file whose JSON is larger is analysed in windows of at most about half
+    of it; 0 turns windowing off. InputError (exit 2, one line) for a value that is not a whole number of
+    bytes, 0 or more."""
+    raw = os.environ.get(WINDOW_ENV, "").strip()
+    if not raw:
+        return DEFAULT_WINDOW_BYTES
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise InputError(None, f"{WINDOW_ENV}={raw!r}: not a number of bytes (a whole number, 0 or more; 0: never "
+                               f"cut a trace into windows; default {DEFAULT_WINDOW_BYTES}, 6 GiB)")
+    return value
+
+
+WINDOW_MEMORY_ENV = "ZOOMER_WINDOW_MEMORY_MB"
+DEFAULT_WINDOW_MEMORY_MB = 768  # under the 1 GB the issue allows, the feature pass on top of a read that stopped just below it
+
+
+def window_memory_mb() -> float | None:
+    """ZOOMER_WINDOW_MEMORY_MB: the resident memory (MB) past which a rank's one-pass read stops and the rank
+    is read in windows instead; 0: never. Default 768. InputError (exit 2, one line) for a value that is not
+    a number of MB."""
+    raw = os.environ.get(WINDOW_MEMORY_ENV, "").strip()
+    if not raw:
+        return float(DEFAULT_WINDOW_MEMORY_MB)
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not (0 <= value < float("inf")):
+        raise InputError(None, f"{WINDOW_MEMORY_ENV}={raw!r}: not a number of MB (0 or more; 0: never switch to "
+                               f"windows; default {DEFAULT_WINDOW_MEMORY_MB})")
+    return value or None
+
+
 def check_stream_settings() -> None:
     """ZOOMER_STREAM and ZOOMER_STREAM_THRESHOLD checked (InputError on a value they do not accept), for
     `analyze` to call before any work whatever path it takes."""
     forced_choice()
     threshold()
+    window_bytes()
+    window_memory_mb()
 
 
 def json_size_estimate(path: Path, cap: int | None = None) -> int:
@@ -196,4 +240,4 @@ def _any_zstd(path: str | Path) -> bool:
 
 
 __all__ = ["DEFAULT_THRESHOLD", "check_stream_settings", "forced_choice", "job_size_estimate", "json_size_estimate", "load_job_streaming", "load_rank", "should_stream",
-           "stream_rank", "stream_ranks", "threshold"]
+           "stream_rank", "stream_ranks", "threshold", "window_bytes", "window_memory_mb"]

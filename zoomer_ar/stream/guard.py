@@ -78,17 +78,26 @@ def budget_mb(workers: int = 1) -> float | None:
     return now + AVAILABLE_SHARE * avail / max(1, workers)
 
 
+class WindowsNeeded(Exception):
+    """A rank's one-pass read outgrew the memory above which `analyze` reads a rank in windows of steps
+    instead (stream/windowed.py): the caller starts again that way."""
+
+
 class MemoryGuard:
     """Wraps the builder's consumer: after each chunk, the process's resident memory against the
-    budget."""
+    budget (an InputError past it) and, where given, against `switch_mb` (WindowsNeeded past it)."""
 
-    def __init__(self, path: Path, limit_mb: float | None) -> None:
-        self.path, self.limit_mb = path, limit_mb
+    def __init__(self, path: Path, limit_mb: float | None, switch_mb: float | None = None) -> None:
+        self.path, self.limit_mb, self.switch_mb = path, limit_mb, switch_mb
 
     def check(self, events: int) -> None:
-        if self.limit_mb is None:
+        if self.limit_mb is None and self.switch_mb is None:
             return
         now = rss_mb()
+        if self.switch_mb is not None and now is not None and now > self.switch_mb:
+            raise WindowsNeeded(f"{now:,.0f} MB in use after {events:,} events")
+        if self.limit_mb is None:
+            return
         if now is not None and now > self.limit_mb:
             raise InputError(
                 str(self.path),
@@ -99,7 +108,7 @@ class MemoryGuard:
             )
 
     def wrap(self, consume: Callable[..., Any], count: Callable[[], int]) -> Callable[..., Any]:
-        if self.limit_mb is None:
+        if self.limit_mb is None and self.switch_mb is None:
             return consume
 
         def guarded(*args: Any) -> Any:
@@ -110,4 +119,4 @@ class MemoryGuard:
         return guarded
 
 
-__all__ = ["ENV", "MemoryGuard", "budget_mb", "check_setting", "rss_mb"]
+__all__ = ["ENV", "MemoryGuard", "WindowsNeeded", "budget_mb", "check_setting", "rss_mb"]

@@ -31,7 +31,7 @@ from .heap import fix_mmap_threshold, trim_heap
 from .parts import constant_columns
 from .pool import env_workers, run_pool, shared_progress
 from .frames import add_frames
-from .guard import MemoryGuard, budget_mb
+from .guard import MemoryGuard, WindowsNeeded, budget_mb
 from .prune import prune
 from .scan import SLICE, scan, scan_columns
 from .split import RankSink
@@ -64,7 +64,8 @@ def stream_rank(path: Path, **kw) -> tuple[RankTrace, RankInfo]:
 def stream_ranks(path: Path, *, rank_hint: int | None = None, progress: Progress | None = None,
                  slice_bytes: int = SLICE, chunk: int | None = None, frames: bool = True,
                  prune_rows: int | None = None, fast: bool | None = None,
-                 memory_limit_mb: float | None = None) -> list[tuple[RankTrace, RankInfo]]:
+                 memory_limit_mb: float | None = None,
+                 switch_mb: float | None = None) -> list[tuple[RankTrace, RankInfo]]:
     """One trace file -> [(compact RankTrace, RankInfo)]: its one rank, as load_trace would give it,
     or the ranks of a `zoomer-ar trace merge` output, as the in-memory loader splits it (split.py).
 
@@ -74,9 +75,10 @@ def stream_ranks(path: Path, *, rank_hint: int | None = None, progress: Progress
     outside its subset is read again with msgspec. Raises StreamError when the file must go to the
     in-memory loader, InputError for bad input the streaming reader recognises itself, and when
     the process outgrows its memory budget (`memory_limit_mb`: None for guard.budget_mb()'s
-    default, 0 for none)."""
+    default, 0 for none). Past `switch_mb` MB of resident memory (None: never) it raises
+    guard.WindowsNeeded: analyze then reads the rank in windows (windowed.py)."""
     fix_mmap_threshold()
-    guard = MemoryGuard(path, budget_mb() if memory_limit_mb is None else (memory_limit_mb or None))
+    guard = MemoryGuard(path, budget_mb() if memory_limit_mb is None else (memory_limit_mb or None), switch_mb)
     hints: dict[int | None, dict] = {}
     ranks: list[int] | None = None
     passes = 0
@@ -232,6 +234,26 @@ def summarised(pairs: list[tuple[RankTrace, RankInfo]], digest: bool = True) -> 
 def _read(path: Path, kw: dict, progress: Progress | None) -> list[tuple[RankTrace | RankStub, RankInfo]]:
     kw = dict(kw)
     summarise = kw.pop("summarise", False)  # False, or "digest" where the job has several files (load.stub)
+    if summarise:  # a rank file too big to hold its kept rows at once: in windows of steps (windowed.py)
+        from .windowed import read_windowed, switch_mb, wanted
+
+        size = wanted(path)
+        got = read_windowed(path, size, progress=progress, digest=summarise == "digest", **kw) if size else None
+        if got is not None:
+            return got
+        if not size:
+            try:
+                pairs = load_rank(path, progress=progress, switch_mb=switch_mb(), **kw)
+            except WindowsNeeded:  # the one pass outgrew the memory a window needs: start again in windows
+                pairs = None  # (outside the except block: its traceback holds the pass's rows)
+            if pairs is None:
+                gc.collect()
+                trim_heap()
+                got = read_windowed(path, 0, progress=progress, digest=summarise == "digest", **kw)
+                if got is not None:
+                    return got
+                pairs = load_rank(path, progress=progress, **kw)
+            return summarised(pairs, digest=summarise == "digest")
     pairs = load_rank(path, progress=progress, **kw)
     return summarised(pairs, digest=summarise == "digest") if summarise else pairs
 
