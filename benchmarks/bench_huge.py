@@ -93,7 +93,7 @@ def _child(kind: str, path: str, out: str) -> None:
 
     result: dict = {"kind": kind}
     t0 = time.perf_counter()
-    if kind in ("zoomer", "zoomer-rows"):
+    if kind in ("zoomer", "zoomer-rows", "zoomer-windowed"):
         from zoomer_ar.analyze import analyze_job
         from zoomer_ar.stream import load_job_streaming
 
@@ -101,7 +101,7 @@ def _child(kind: str, path: str, out: str) -> None:
         c1, t1 = _cpu(resource), time.perf_counter()
         # "zoomer": as analyze_path reads a streamed job (each rank's features computed where it was read);
         # "zoomer-rows": every rank's compact rows sent to this process and the features computed here
-        job = load_job_streaming(path, summarise=kind == "zoomer")
+        job = load_job_streaming(path, summarise=kind != "zoomer-rows")
         t2 = time.perf_counter()
         load_peak_kb = _status_kb("VmHWM")
         split = _reset_peak()  # so that the features' own peak can be read too
@@ -113,7 +113,8 @@ def _child(kind: str, path: str, out: str) -> None:
         result.update(load_s=t2 - t1, features_s=t3 - t2, findings=[f.pattern for f in analysis.findings],
                       events=meta.get("events"), kept=meta.get("kept"), rows=len(job.ranks[0]),
                       passes=meta.get("passes"), pruned=meta.get("pruned", 0), ranks=len(job.ranks),
-                      features_sha=_features_sha(analysis))
+                      features_sha=_features_sha(analysis), windows=meta.get("windows"),
+                      features={k: v for k, v in analysis.features.items() if k != "per_rank"})
     elif kind == "zoomer-memory":  # the in-memory path (bench_merged.py's reference)
         from zoomer_ar.analyze import analyze_path
 
@@ -181,7 +182,7 @@ def _child(kind: str, path: str, out: str) -> None:
         result.update(events=int(sum(len(df) for df in analysis.t.traces.values())))
     else:
         raise SystemExit(f"unknown kind {kind}")
-    cpu = _cpu(resource, kind in ("hta", "zoomer", "zoomer-rows")) - c1  # with the processes they waited for (HTA's pool, a rank folder's workers)
+    cpu = _cpu(resource, kind in ("hta", "zoomer", "zoomer-rows", "zoomer-windowed")) - c1  # with the processes they waited for (HTA's pool, a rank folder's workers)
     children_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     result.update(import_s=t1 - t0, work_s=t3 - t1, cpu_s=cpu, rss_base_mb=rss0 / 1024,
                   peak_self_mb=_status_kb("VmHWM") / 1024, peak_children_mb=children_kb / 1024)
@@ -338,6 +339,19 @@ def _hta_dir(path: Path, root: Path) -> Path:
     return d
 
 
+def _max_rel_diff(a: dict, b: dict) -> float:
+    """The largest relative difference between two analyses' feature values (1.0 for a value that is not a
+    number and differs)."""
+    worst = 0.0
+    for k, x in a.items():
+        y = b.get(k)
+        if isinstance(x, (int, float)) and isinstance(y, (int, float)) and not isinstance(x, bool):
+            worst = max(worst, abs(x - y) / max(abs(x), abs(y), 1e-12))
+        elif x != y:
+            worst = 1.0
+    return worst
+
+
 def main(argv: list[str] | None = None) -> int:
     if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--child":
         _child(*sys.argv[2:5])
@@ -358,6 +372,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hta-timeout", type=float, default=1200,
                     help="seconds for HTA at the benchmark sizes (its add_iteration is O(events x steps))")
     ap.add_argument("--json", type=Path, help="also write the figures to this JSON file")
+    ap.add_argument("--window-gb", type=float, default=1.0,
+                    help="also analyse each trace in windows (ZOOMER_WINDOW_BYTES = this many GB: windows of about "
+                         "half of it) and compare with the one-pass figures (0: not)")
     ap.add_argument("--window-steps", type=int, default=5,
                     help="also time `analyze --steps` on this many steps mid-trace (0: not)")
     args = ap.parse_args(argv)
@@ -421,6 +438,17 @@ def main(argv: list[str] | None = None) -> int:
         for kind in ("zoomer", "msgspec-slices"):
             res[kind] = measure(kind, path, args.timeout)
             print(_row(kind, res[kind], nbytes), flush=True)
+        if args.window_gb > 0:
+            os.environ["ZOOMER_WINDOW_BYTES"] = str(int(args.window_gb * 1e9))
+            try:
+                res["zoomer-windowed"] = r = measure("zoomer-windowed", path, args.timeout)
+            finally:
+                os.environ.pop("ZOOMER_WINDOW_BYTES", None)
+            print(_row(f"zoomer {r.get('windows') or 1} windows", r, nbytes), flush=True)
+            if "error" not in r and "error" not in res["zoomer"]:
+                diff = _max_rel_diff(res["zoomer"]["features"], r["features"])
+                print(f"  windows against one pass: features equal to {diff:.1e} (largest relative difference), "
+                      f"findings {'the same' if r['findings'] == res['zoomer']['findings'] else 'DIFFER'}")
         if args.window_steps > 0:
             window = _middle_steps(path, args.window_steps)
             if window is not None:
@@ -456,6 +484,11 @@ def main(argv: list[str] | None = None) -> int:
     for size, peak, per_core, ok_mem, ok_cpu in verdicts:
         print(f"  {size:g} GB: peak RSS {peak:.0f} MB {'PASS' if ok_mem else 'FAIL'}; "
               f"{per_core:.0f} MB/s per core {'PASS' if ok_cpu else 'FAIL'}")
+    wins = {k: v["zoomer-windowed"] for k, v in info["sizes"].items() if "peak_mb" in v.get("zoomer-windowed", {})}
+    if wins:
+        print(f"in windows (ZOOMER_WINDOW_BYTES {args.window_gb:g} GB): " + ", ".join(
+            f"{k} GB: peak RSS {v['peak_mb']:.0f} MB, {float(k) * 1e3 / v['cpu_s']:.0f} MB/s per core"
+            for k, v in wins.items()))
     windows = {k: v["zoomer-steps"] for k, v in info["sizes"].items() if "peak_mb" in v.get("zoomer-steps", {})}
     if windows:
         print("analyze --steps (a window of steps, any size): peak RSS " +
