@@ -34,4 +34,13 @@ FAST_JSON = Extension(
     optional=True,
 )
 
-setup(packages=packages, package_dir=package_dir, package_data=package_data, ext_modules=[FAST_JSON])
+# The compiled event scanner of `trace partition` (zoomer_ar/surgery/partition_fast.py), optional
+# the same way: without it partition_trace cuts traces with msgspec.
+PART_SCAN = Extension(
+    "zoomer_ar.surgery._partscan",
+    sources=["zoomer_ar/surgery/_partscan.c"],
+    extra_compile_args=["-O2"],
+    optional=True,
+)
+
+setup(packages=packages, package_dir=package_dir, package_data=package_data, ext_modules=[FAST_JSON, PART_SCAN])

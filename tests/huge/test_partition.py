@@ -19,6 +19,7 @@ from zoomer_ar.errors import InputError
 from zoomer_ar.load import load_trace
 from zoomer_ar.stream.load import stream_ranks
 from zoomer_ar.surgery import check_trace, merge_job
+from zoomer_ar.surgery import partition_fast
 from zoomer_ar.surgery.partition import NotPartitionable, Partition, partition_trace
 
 from conftest import REPO, SHARED_TRACES
@@ -306,6 +307,134 @@ def test_outputs_never_land_beside_the_input_or_old_windows(tmp_path):
         partition_trace(tmp_path / "missing.json", tmp_path / "out3", windows=2)
 
 
+# ---- the compiled fast path against the original passes ------------------------------------------
+
+needs_scanner = pytest.mark.skipif(not partition_fast.available(), reason="the compiled scanner is not built")
+
+
+@pytest.fixture
+def paths(monkeypatch):
+    """What each partition_trace call took: "fast" (what it returned or raised), or why the fast
+    path gave up."""
+    took: list[str] = []
+    real = partition_fast.partition
+
+    def spy(*args, **kw):
+        why = "fast"
+        try:
+            return real(*args, **kw)
+        except partition_fast.Fallback as exc:
+            why = f"fallback: {exc}"
+            raise
+        finally:
+            took.append(why)
+
+    monkeypatch.setattr(partition_fast, "partition", spy)
+    return took
+
+
+def same_as_original(src: Path, out: Path, monkeypatch, **kw) -> Partition:
+    """Cut `src` with the fast path and with the original passes (partition_fast.FAST off): the same
+    window files byte for byte, and the same Partition but for the files' folder."""
+    fast = partition_trace(src, out / "fast", **kw)
+    monkeypatch.setattr(partition_fast, "FAST", False)
+    try:
+        orig = partition_trace(src, out / "orig", **kw)
+    finally:
+        monkeypatch.setattr(partition_fast, "FAST", True)
+    assert [f.name for f in fast.files] == [f.name for f in orig.files]
+    for a, b in zip(fast.files, orig.files):
+        assert a.read_bytes() == b.read_bytes(), a.name
+    assert {**vars(fast), "files": None} == {**vars(orig), "files": None}
+    return fast
+
+
+@needs_scanner
+@pytest.mark.parametrize("name", ["ns_resolution", "amd", "resnet50_2021", "no_steps_gpu_only"])
+def test_fast_path_writes_the_original_files(name, tmp_path, monkeypatch, paths, shared_traces):
+    """Kineto's own layout (`},\n  {` between events): the batches are copied with their
+    separators made commas, or read one by one where they straddle a cut."""
+    for kw in ({"windows": 1}, {"windows": 3}, {"windows": 5}, {"target_bytes": 4_000_000},
+               {"windows": 2, "compression": "gzip"}):
+        same_as_original(CORPUS[name], tmp_path / f"{name}{len(paths)}", monkeypatch, **kw)
+    assert set(paths) == {"fast"}
+
+
+@needs_scanner
+def test_fast_path_on_a_compact_tiled_trace(tmp_path, monkeypatch, paths, shared_traces):
+    """gen_trace's compact JSON (what bench_partition.py measures), small chunks (many batches, some
+    across each cut), and no launches kept by the survey: the launches of the batches that straddle
+    a cut are read again, from their byte range (plain JSON) or by a pass (gzip)."""
+    src = tmp_path / "tiled.json"
+    gen_trace.generate(src, 0.03, source=NS, quiet=True)
+    gz = tmp_path / "tiled.json.gz"
+    gz.write_bytes(gzip.compress(src.read_bytes(), 1))
+    monkeypatch.setattr(partition_fast, "CHUNK", 1 << 16)
+    for launches_kept in (8 << 20, 0):
+        monkeypatch.setattr(partition_fast, "LAUNCH_RECORDS_BYTES", launches_kept)
+        for trace in (src, gz):
+            for k in (2, 7):
+                part = same_as_original(trace, tmp_path / f"{trace.name}{launches_kept}{k}", monkeypatch, windows=k)
+                assert len(part.files) == k
+    assert set(paths) == {"fast"}
+
+
+@needs_scanner
+def test_fast_path_reads_odd_events_as_the_original_does(tmp_path, monkeypatch, paths):
+    """Events the scanner reads itself: a step name with an escape, a flow without an id, events a
+    viewer cannot place, a `Trace` span, a `}, {` inside a name (json.dumps' separator between
+    events: that batch is read one by one, not copied as it lies); and those it leaves to the
+    original passes (a key given twice, an escaped key): the same files either way."""
+    ev = _launch_trace([1, 2, 3, 4, 5, 6, 7, 8])["traceEvents"]
+    ev[1]["name"] = "STEP_ONE"
+    ev += [{"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "ts": 0, "dur": 9000, "pid": 1, "tid": 0},
+           {"ph": "f", "cat": "ac2g", "name": "ac2g", "ts": 2950, "pid": 1, "tid": 1},  # no id: not placeable
+           {"ph": "X", "cat": "cpu_op", "name": "a}, {b", "ts": 5100, "dur": 1, "pid": 1, "tid": 1},
+           {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": 3, "ts": 2010, "pid": 1, "tid": 1},
+           {"ph": "i", "cat": "cpu_instant_event", "name": "mark", "ts": 6000, "pid": 1, "tid": 1, "s": "t"},
+           {"ph": "X", "name": "no tid", "ts": 10, "dur": 1, "pid": 1},
+           {"ODD": 1}]
+    text = json.dumps({"traceEvents": ev}).replace('"STEP_ONE"', r'"Profiler\u0053tep#1"')
+    for odd, why in (('{"ph": "X", "name": "z", "ts": 5, "dur": 1, "pid": 1, "tid": 1}', "plain"),
+                     ('{"ph": "X", "name": "a", "name": "b", "ts": 5, "dur": 1, "pid": 1, "tid": 1}', "twice"),
+                     (r'{"ph": "X", "\u0074s": 5, "dur": 1, "pid": 1, "tid": 1}', "escaped")):
+        src = tmp_path / f"{why}.json"
+        src.write_text(text.replace('{"ODD": 1}', odd))
+        paths.clear()
+        part = same_as_original(src, tmp_path / why, monkeypatch, windows=2)
+        assert part.steps == [(1, 1), (2, 2)] and part.unplaced == 2
+        assert paths == ["fast"] if why == "plain" else paths[0].startswith("fallback"), why
+    compacted: list = []
+    real = partition_fast._partscan.compact
+    monkeypatch.setattr(partition_fast._partscan, "compact", lambda *a: compacted.append(real(*a)) or compacted[-1])
+    tidy = [*ev[2:8], {"ph": "X", "cat": "cpu_op", "name": "a}, {b", "ts": 5100, "dur": 1, "pid": 1, "tid": 1}]
+    for name, events in (("inside", tidy), ("between", tidy[:-1])):  # json.dumps' `}, {` between events
+        src = tmp_path / f"{name}.json"
+        src.write_text(json.dumps({"traceEvents": events}))
+        same_as_original(src, tmp_path / name, monkeypatch, windows=1)
+    assert [c is None for c in compacted] == [True, False]  # inside a name: the batch read one by one
+    src = tmp_path / "indent.json"
+    src.write_text(json.dumps({"traceEvents": ev[:-1]}, indent=1))  # another layout: `},\n  {`
+    paths.clear()
+    same_as_original(src, tmp_path / "indent", monkeypatch, windows=3)
+    assert paths == ["fast"]
+
+
+@needs_scanner
+def test_fast_path_refuses_what_the_original_refuses(tmp_path, paths):
+    """The traces the original passes refuse are refused in the same words (the fast path leaves
+    them to it, or finds the same)."""
+    src = tmp_path / "t.json"
+    src.write_text(json.dumps(_launch_trace([10, 11, 5, 6, 12, 13, 7, 8])))
+    with pytest.raises(NotPartitionable, match="not in launch order"):
+        partition_trace(src, tmp_path / "out", windows=2)
+    src.write_text(json.dumps(_launch_trace([0] * 8, with_corr=False)))
+    with pytest.raises(NotPartitionable, match="no runtime call with a correlation id"):
+        partition_trace(src, tmp_path / "out", windows=2)
+    assert paths == ["fast", "fast"]
+    assert not (tmp_path / "out").exists()
+
+
 # ---- memory ------------------------------------------------------------------------------------------
 
 _MEASURE = """
@@ -326,8 +455,9 @@ print(floor, hwm(), dt, p.json_bytes, len(p.files))
 
 def test_memory_does_not_grow_with_the_trace(tmp_path, shared_traces):
     """Peak RSS (VmHWM) of a fresh process over its import floor, on generated traces of 100 and 200 MB
-    (hta/ns_resolution_trace tiled in time: 45 and 85 steps, 8 windows). Measured: +24 and +27 MB
-    (the survey's kept launches, at most 8 MB, make the difference), 65 MB/s."""
+    (hta/ns_resolution_trace tiled in time: 45 and 85 steps, 8 windows). Measured with the compiled
+    scanner: +14.4 and +16.5 MB (the survey's kept launches, at most 8 MB, make the difference),
+    264 and 285 MB/s wall; with the original passes +24 and +27 MB, 65 MB/s."""
     got = {}
     for mb in (100, 200):
         src = tmp_path / f"t{mb}.json"

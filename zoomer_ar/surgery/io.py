@@ -468,6 +468,18 @@ class TraceWriter:
         self._first = False
         self.events += len(raws)
 
+    def write_joined(self, body: bytes, events: int) -> None:
+        """`events` events already joined by `,` (no leading comma), copied verbatim: write_raw
+        without the join's copy of the body (partition_fast.gather joins them in C)."""
+        if not body:
+            return
+        self._start()
+        if not self._first:
+            self._sink.write(b",")
+        self._sink.write(body)
+        self._first = False
+        self.events += events
+
     def write_objects(self, events: Iterable[Any]) -> None:
         """Events as Python objects (dicts, msgspec structs), encoded as JSON: the list is encoded
         at once (msgspec writes a list as its items' encodings joined by `,`, no blanks)."""

@@ -27,6 +27,10 @@ Three passes (the steps and the slices' summary, slices.Plan; the launch ranges,
 slices whose launches the first pass kept; the copy), plus a thread that hashes the file as stored
 beside the first pass. Memory: the Plan (about 75 bytes a slice, at most 8 MB of kept launches),
 K ranges, at most 8 compressed slices waiting for the writer thread.
+
+Where the compiled scanner is built, partition_fast.py makes the same cut in two passes, about
+five times faster (benchmarks/README.md, "Trace partition"); these passes are its fallback for
+what the scanner does not read, and the reference its files are compared with byte for byte.
 """
 
 from __future__ import annotations
@@ -289,6 +293,13 @@ def partition_trace(src: Path, dst_dir: Path, *, windows: int | None = None, tar
     src, dst_dir = Path(src), Path(dst_dir)
     _check_args(src, dst_dir, windows, target_bytes, compression)
     _refuse_merged(src, head_keys(src))
+    from . import partition_fast  # (it imports this module)
+
+    if partition_fast.available():
+        try:
+            return partition_fast.partition(src, dst_dir, windows, target_bytes, compression)
+        except partition_fast.Fallback:
+            pass  # outside the compiled scanner's subset: the original passes, which say what is wrong
     hasher = _Hasher(src)
     try:
         plan = Plan()
