@@ -139,9 +139,9 @@ def analyze_path(
         windowed = [(r.path, r.metadata["streamed"]["windows"]) for r in job.ranks
                     if isinstance((r.metadata or {}).get("streamed"), dict) and r.metadata["streamed"].get("windows")]
         for where, count in windowed:
-            analysis.notes.append(f"{Path(where).name}: too large to hold at once (ZOOMER_WINDOW_BYTES): read in {count} "
-                                  "windows of consecutive steps and their figures merged; values at the windows' edges "
-                                  "can differ slightly from a one-pass analysis (docs/huge-traces.md).")
+            analysis.notes.append(f"{Path(where).name}: too large to hold at once: read in {count} windows of "
+                                  "consecutive steps and their figures merged (the figures are a one-pass analysis'; "
+                                  "evidence ties and frames at the cuts can differ: docs/huge-traces.md, Windows).")
         return analysis
     # --- end hook
     job = load_job(path, name=name, progress_factory=progress_factory)

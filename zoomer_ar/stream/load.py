@@ -65,7 +65,7 @@ def stream_ranks(path: Path, *, rank_hint: int | None = None, progress: Progress
                  slice_bytes: int = SLICE, chunk: int | None = None, frames: bool = True,
                  prune_rows: int | None = None, fast: bool | None = None,
                  memory_limit_mb: float | None = None,
-                 switch_mb: float | None = None) -> list[tuple[RankTrace, RankInfo]]:
+                 switch_mb: float | None = None, hash_file: bool = True) -> list[tuple[RankTrace, RankInfo]]:
     """One trace file -> [(compact RankTrace, RankInfo)]: its one rank, as load_trace would give it,
     or the ranks of a `zoomer-ar trace merge` output, as the in-memory loader splits it (split.py).
 
@@ -76,7 +76,8 @@ def stream_ranks(path: Path, *, rank_hint: int | None = None, progress: Progress
     in-memory loader, InputError for bad input the streaming reader recognises itself, and when
     the process outgrows its memory budget (`memory_limit_mb`: None for guard.budget_mb()'s
     default, 0 for none). Past `switch_mb` MB of resident memory (None: never) it raises
-    guard.WindowsNeeded: analyze then reads the rank in windows (windowed.py)."""
+    guard.WindowsNeeded: analyze then reads the rank in windows (windowed.py). `hash_file=False` leaves
+    RankInfo.sha256 empty (a window file, whose rank takes its original file's hash)."""
     fix_mmap_threshold()
     guard = MemoryGuard(path, budget_mb() if memory_limit_mb is None else (memory_limit_mb or None), switch_mb)
     hints: dict[int | None, dict] = {}
@@ -93,10 +94,11 @@ def stream_ranks(path: Path, *, rank_hint: int | None = None, progress: Progress
         try:
             if fast:
                 res = scan_columns(path, sink.parser(), guard.wrap(sink.add_columns, lambda: sink.n_events),
-                                   chunk=chunk or FAST_CHUNK, progress=progress, repair=fix, on_head=sink.on_head)
+                                   chunk=chunk or FAST_CHUNK, progress=progress, repair=fix, on_head=sink.on_head,
+                                   hash=hash_file)
             else:
                 res = scan(path, guard.wrap(sink.add, lambda: sink.n_events), slice_bytes=slice_bytes,
-                           chunk=chunk or CHUNK, progress=progress, repair=fix, on_head=sink.on_head)
+                           chunk=chunk or CHUNK, progress=progress, repair=fix, on_head=sink.on_head, hash=hash_file)
         except fastcols.Unsupported:  # an event outside the compiled reader's subset: msgspec
             fast, passes = False, passes - 1
             continue

@@ -3,11 +3,12 @@
 The streaming reader keeps the rows the features use, about 100 MB per GB of a GPU-dense trace's JSON:
 its memory grows with the trace. Above `ZOOMER_WINDOW_BYTES` of JSON (default 6 GiB, the in-memory
 loader's own limit: every trace that loader can read still gets the one-pass analysis, whose results
-equal it), a rank file is cut into windows of consecutive profiler steps on disk in one bounded-memory
-pass (surgery/partition.py: every event in exactly one window, a kernel in its launch's), each window
-is read and summarised on its own (features/windows.py), and the windows' summaries are merged into the
-rank's (counts, sums and percentiles exactly; what differs at the windows' edges is listed in
-features/windows.py). Memory is then that of one window, whatever the trace's size.
+equal it), or when a one-pass read outgrows `ZOOMER_WINDOW_MEMORY_MB`, a rank file is cut into windows of
+consecutive profiler steps on disk by passes whose memory does not grow with the file
+(surgery/partition.py: every event in exactly one window, a kernel in its launch's), each window is read
+and summarised on its own (features/windows.py), and the windows' summaries are merged into the rank's
+(the features to 1e-9 relative; what can differ is listed in features/windows.py). Memory is then that
+of one window, whatever the trace's size.
 
 Only `analyze`'s path (summarised ranks) is windowed; a file the cut cannot take (a merged trace of
 several ranks, correlation ids out of launch order) is read in one pass as before.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import pickle
 import shutil
 import struct
 import tempfile
@@ -86,13 +88,15 @@ def read_windowed(path: Path, json_size: int, *, rank_hint: int | None = None, p
         except (NotPartitionable, InputError):
             return None  # the one-pass reader reads it, or says in one line why it cannot
         count = len(part.files)
-        parts = []
+        spilled: list[tuple[Path, float]] = []  # each window's summary on disk until the merge (about 1 MB each)
         first = last = None
         rows = 0
         for k, f in enumerate(part.files):
-            [(trace, info)] = stream_ranks(f, rank_hint=rank_hint, progress=progress, **kw)
+            [(trace, info)] = stream_ranks(f, rank_hint=rank_hint, progress=progress, hash_file=False, **kw)
             rebase_times([trace])
-            parts.append((summarise_window(trace, k, count), float(trace.ts_base)))
+            with (tmp / f"summary_{k}.pickle").open("wb") as fh:
+                pickle.dump(summarise_window(trace, k, count), fh, protocol=pickle.HIGHEST_PROTOCOL)
+            spilled.append((tmp / f"summary_{k}.pickle", float(trace.ts_base)))
             stub = RankStub.of(trace, None, digest=False)
             first = first or (stub, info)
             last = stub
@@ -100,7 +104,12 @@ def read_windowed(path: Path, json_size: int, *, rank_hint: int | None = None, p
             del trace
             f.unlink()  # the disk a window took is free before the next one is read
         assert first is not None and last is not None
+        parts = []
+        for where, ts_base in spilled:
+            with where.open("rb") as fh:
+                parts.append((pickle.load(fh), ts_base))  # written by this process a moment ago
         summary, base = merge_windows(parts)
+        del parts
         stub0, info0 = first
         meta = dict(stub0.metadata)
         streamed = dict(meta.get("streamed") or {})
