@@ -40,22 +40,30 @@ _STREAM_ON = ("1", "true", "yes", "on")
 _STREAM_OFF = ("0", "false", "no", "off")
 
 
-def threshold() -> int:
-    """ZOOMER_STREAM_THRESHOLD (bytes; 0 streams everything), default 512 MiB. InputError (exit 2, one
-    line) for any other value (a word, a negative number, 1e9): such a value used to be ignored without
-    a word, the default applying (or, negative, every trace streamed), as guard.check_setting refuses a
-    ZOOMER_MEMORY_LIMIT_MB that is not a number of MB."""
-    raw = os.environ.get(THRESHOLD_ENV, "").strip()
+def _setting(env: str, default: float, parse, unit: str, zero: str, default_text: str) -> float:
+    """A number from the environment variable `env` (`default` when unset or empty), 0 or more, read by
+    `parse` (int or float); anything else (a word, a negative number, inf, 1e9 for a whole number) is an
+    InputError (exit 2, one line) naming the variable and what it accepts: such values used to be ignored
+    without a word, the default applying."""
+    raw = os.environ.get(env, "").strip()
     if not raw:
-        return DEFAULT_THRESHOLD
+        return default
     try:
-        value = int(raw)
+        value = parse(raw)
     except ValueError:
         value = -1
-    if value < 0:
-        raise InputError(None, f"{THRESHOLD_ENV}={raw!r}: not a number of bytes (a whole number, 0 or more; "
-                               f"0 streams every trace; default {DEFAULT_THRESHOLD}, 512 MiB)")
+    if not (0 <= value < float("inf")):
+        raise InputError(None, f"{env}={raw!r}: not a number of {unit} ({'a whole number, ' if parse is int else ''}0 or more; 0: {zero}; "
+                               f"default {default_text})")
     return value
+
+
+def threshold() -> int:
+    """ZOOMER_STREAM_THRESHOLD (bytes; 0 streams everything), default 512 MiB. InputError (exit 2, one
+    line) for any other value (a word, a negative number, 1e9), as guard.check_setting refuses a
+    ZOOMER_MEMORY_LIMIT_MB that is not a number of MB."""
+    return int(_setting(THRESHOLD_ENV, DEFAULT_THRESHOLD, int, "bytes", "stream every trace",
+                        f"{DEFAULT_THRESHOLD}, 512 MiB"))
 
 
 def forced_choice() -> bool | None:
@@ -76,44 +84,24 @@ def forced_choice() -> bool | None:
 
 WINDOW_ENV = "ZOOMER_WINDOW_BYTES"
 DEFAULT_WINDOW_BYTES = 6 << 30  # the in-memory loader's limit (ZOOMER_MAX_TRACE_BYTES' default)
-
-
-def window_bytes() -> int:
-    """ZOOMER_WINDOW_BYTES: a rank file whose JSON is larger is analysed in windows of at most about half
-    of it; 0 turns windowing off. InputError (exit 2, one line) for a value that is not a whole number of
-    bytes, 0 or more."""
-    raw = os.environ.get(WINDOW_ENV, "").strip()
-    if not raw:
-        return DEFAULT_WINDOW_BYTES
-    try:
-        value = int(raw)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise InputError(None, f"{WINDOW_ENV}={raw!r}: not a number of bytes (a whole number, 0 or more; 0: never "
-                               f"cut a trace into windows; default {DEFAULT_WINDOW_BYTES}, 6 GiB)")
-    return value
-
-
 WINDOW_MEMORY_ENV = "ZOOMER_WINDOW_MEMORY_MB"
 DEFAULT_WINDOW_MEMORY_MB = 768  # under the 1 GB the issue allows, the feature pass on top of a read that stopped just below it
 
 
+def window_bytes() -> int:
+    """ZOOMER_WINDOW_BYTES: a rank file whose JSON is larger is analysed in windows of at most about half
+    of it (stream/windowed.py); 0 turns windowing off. InputError (exit 2, one line) for a value that is not
+    a whole number of bytes, 0 or more."""
+    return int(_setting(WINDOW_ENV, DEFAULT_WINDOW_BYTES, int, "bytes",
+                        "never cut a trace into windows", f"{DEFAULT_WINDOW_BYTES}, 6 GiB"))
+
+
 def window_memory_mb() -> float | None:
     """ZOOMER_WINDOW_MEMORY_MB: the resident memory (MB) past which a rank's one-pass read stops and the rank
-    is read in windows instead; 0: never. Default 768. InputError (exit 2, one line) for a value that is not
-    a number of MB."""
-    raw = os.environ.get(WINDOW_MEMORY_ENV, "").strip()
-    if not raw:
-        return float(DEFAULT_WINDOW_MEMORY_MB)
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not (0 <= value < float("inf")):
-        raise InputError(None, f"{WINDOW_MEMORY_ENV}={raw!r}: not a number of MB (0 or more; 0: never switch to "
-                               f"windows; default {DEFAULT_WINDOW_MEMORY_MB})")
-    return value or None
+    is read in windows instead; 0 (None): never. Default 768. InputError (exit 2, one line) for a value that
+    is not a number of MB."""
+    return _setting(WINDOW_MEMORY_ENV, float(DEFAULT_WINDOW_MEMORY_MB), float, "MB", "never switch to windows",
+                    str(DEFAULT_WINDOW_MEMORY_MB)) or None
 
 
 def check_stream_settings() -> None:
