@@ -160,3 +160,13 @@ def test_windowed_memory_does_not_grow_with_the_trace(tmp_path):
     windowed_growth = peaks["0.45", "100000000"] - peaks["0.15", "100000000"]
     assert one_pass_growth >= 15, peaks
     assert windowed_growth <= one_pass_growth / 3, peaks
+
+
+def test_a_named_pipe_is_refused_without_waiting_for_it(tmp_path):
+    """The size test opens nothing that is not a regular file: a named pipe used to block `analyze` there."""
+    fifo = tmp_path / "p.json"
+    os.mkfifo(fifo)
+    proc = subprocess.run([sys.executable, "-m", "zoomer_ar.cli", "analyze", str(fifo), "--stream", "--out",
+                           str(tmp_path / "o")], env={**os.environ, "ZOOMER_WINDOW_BYTES": "1000"},
+                          capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert proc.returncode == 2 and "not a regular file" in proc.stderr, proc.stderr

@@ -41,6 +41,8 @@ def wanted(path: Path) -> int:
     if limit <= 0:
         return 0
     try:
+        if not path.is_file():  # a named pipe would block the open: the reader refuses it in one line
+            return 0
         size = path.stat().st_size
         with path.open("rb") as fh:
             head = fh.read(4)
