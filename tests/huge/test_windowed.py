@@ -170,3 +170,40 @@ def test_a_named_pipe_is_refused_without_waiting_for_it(tmp_path):
                            str(tmp_path / "o")], env={**os.environ, "ZOOMER_WINDOW_BYTES": "1000"},
                           capture_output=True, text=True, cwd=REPO, timeout=60)
     assert proc.returncode == 2 and "not a regular file" in proc.stderr, proc.stderr
+
+
+_STOPPED = """
+import sys, tempfile
+from pathlib import Path
+tempfile.tempdir = sys.argv[2]
+import zoomer_ar.stream.load as L
+real = L.stream_ranks
+
+def slow(*a, **k):  # the first window read, then a pause for the SIGTERM
+    out = real(*a, **k)
+    print("reading", flush=True)
+    import time; time.sleep(60)
+    return out
+
+L.stream_ranks = slow
+from zoomer_ar.stream.windowed import read_windowed
+read_windowed(Path(sys.argv[1]), 0)
+"""
+
+
+def test_sigterm_while_reading_windows_removes_them(shared_traces, tmp_path):
+    """A worker the pool stops (SIGTERM) while it reads a rank's windows leaves no window files behind."""
+    import signal
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    proc = subprocess.Popen([sys.executable, "-c", _STOPPED, str(NS), str(scratch)], stdout=subprocess.PIPE,
+                            text=True, cwd=REPO, env={**os.environ, "ZOOMER_WINDOW_BYTES": "4000000"})
+    try:
+        assert proc.stdout.readline().strip() == "reading"
+        assert any(scratch.iterdir()), "no windows were written"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 143
+    finally:
+        proc.kill()
+    assert list(scratch.iterdir()) == []

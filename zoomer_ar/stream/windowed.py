@@ -29,6 +29,7 @@ from ..load.job import rank_of_file, rebase_times
 from ..load.reader import GZIP_MAGIC, ZSTD_MAGIC, Progress
 from ..load.stub import RankStub
 from ..models import RankInfo
+from ..sigterm import sigterm_unwinds
 
 def wanted(path: Path) -> int:
     """The JSON bytes of `path` when its size alone says it is to be analysed in windows, else 0. Only what
@@ -76,13 +77,21 @@ def _scratch(path: Path, json_size: int) -> tuple[Path, str]:
 def read_windowed(path: Path, json_size: int, *, rank_hint: int | None = None, progress: Progress | None = None,
                   digest: bool = True, **kw) -> list[tuple[RankStub, RankInfo]] | None:
     """The rank of `path` as a summarised RankStub, analysed in windows; None when the file cannot be cut
-    (read it in one pass). `kw`: stream_ranks' settings for each window (memory limit, reader choice)."""
+    (read it in one pass). `kw`: stream_ranks' settings for each window (memory limit, reader choice).
+    SIGTERM unwinds it (sigterm.py: in a worker the pool stops, the default action would leave the windows,
+    the trace's size on disk, in TMPDIR)."""
+    with sigterm_unwinds():
+        tmp, compression = _scratch(path, json_size)
+        return _read_windows(path, tmp, compression, rank_hint, progress, digest, kw)
+
+
+def _read_windows(path: Path, tmp: Path, compression: str, rank_hint: int | None, progress: Progress | None,
+                  digest: bool, kw: dict) -> list[tuple[RankStub, RankInfo]] | None:
     from ..features.windows import merge_windows, summarise_window
     from ..surgery.partition import NotPartitionable, partition_trace
     from . import window_bytes
     from .load import stream_ranks
 
-    tmp, compression = _scratch(path, json_size)
     try:
         try:
             part = partition_trace(path, tmp / "w", target_bytes=max(1, window_bytes() // 2),
