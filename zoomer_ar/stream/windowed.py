@@ -30,6 +30,7 @@ from ..load.reader import GZIP_MAGIC, ZSTD_MAGIC, Progress
 from ..load.stub import RankStub
 from ..models import RankInfo
 from ..sigterm import sigterm_unwinds
+from .source import StreamError
 
 def wanted(path: Path) -> int:
     """The JSON bytes of `path` when its size alone says it is to be analysed in windows, else 0. Only what
@@ -103,7 +104,10 @@ def _read_windows(path: Path, tmp: Path, compression: str, rank_hint: int | None
         first = last = None
         rows = 0
         for k, f in enumerate(part.files):
-            [(trace, info)] = stream_ranks(f, rank_hint=rank_hint, progress=progress, hash_file=False, **kw)
+            try:
+                [(trace, info)] = stream_ranks(f, rank_hint=rank_hint, progress=progress, hash_file=False, **kw)
+            except StreamError:  # a window the streaming reader leaves to the in-memory one: the file in one pass
+                return None
             rebase_times([trace])
             with (tmp / f"summary_{k}.pickle").open("wb") as fh:
                 pickle.dump(summarise_window(trace, k, count), fh, protocol=pickle.HIGHEST_PROTOCOL)
@@ -130,10 +134,10 @@ def _read_windows(path: Path, tmp: Path, compression: str, rank_hint: int | None
         rank, rank_source = rank_of_file(meta.get("distributedInfo") or {}, path, rank_hint)
         w0 = stub0.window[0] + stub0.ts_base - base if stub0.window else None
         w1 = last.window[1] + last.ts_base - base if last.window else None
+        summary = summary.renumbered(rank)  # the windows' evidence named the rank their file names gave
         stub = RankStub(rank=rank, path=str(path), metadata=meta, time_unit_note=stub0.time_unit_note, ts_base=base,
                         rows=rows, window=(w0, w1) if w0 is not None and w1 is not None else None,
                         digest=_digest(part.sha256, count) if digest else None, summary=summary)
-        summary.features.rank = rank
         info = info0.model_copy(update={"path": str(path), "rank": rank, "rank_source": rank_source,
                                         "sha256": part.sha256, "size_bytes": path.stat().st_size,
                                         "n_events": part.events_in})
