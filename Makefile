@@ -8,7 +8,7 @@ STAMP := $(VENV)/.zoomer-setup-stamp
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py zoomer_ar/load/_fastjson.c zoomer_ar/surgery/_partscan.c
+$(STAMP): pyproject.toml setup.py zoomer_ar/load/_fastjson.c zoomer_ar/load/_jsonlex.h zoomer_ar/surgery/_partscan.c
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	# torch: the local CPU wheel, pinned so no resolver ever pulls a CUDA build.

@@ -3,7 +3,7 @@
 `rules/`, `fixers/`, `reports/` and `models/` live at the top of the repository (one file per
 anti-pattern, one codemod per fix, ...). A wheel carries them as `zoomer_ar/_bundled/<name>`,
 which `zoomer_ar.paths` uses when the package is installed rather than run from a checkout.
-It also declares the optional compiled event reader. Everything else is in pyproject.toml.
+It also declares the optional compiled event reader and partition scanner. Everything else is in pyproject.toml.
 """
 
 from setuptools import Extension, find_packages, setup
@@ -25,11 +25,16 @@ for name, patterns in BUNDLED.items():
     if patterns:
         package_data[pkg] = patterns
 
+# The JSON lexer both compiled extensions include (strings, numbers, skipping values): listed in
+# their `depends` so that a change to it rebuilds both, and so that an sdist carries it.
+JSON_LEX = "zoomer_ar/load/_jsonlex.h"
+
 # The compiled event reader is an accelerator: without a C compiler the install goes on and the
 # loader uses msgspec (zoomer_ar/load/fastcols.py).
 FAST_JSON = Extension(
     "zoomer_ar.load._fastjson",
     sources=["zoomer_ar/load/_fastjson.c"],
+    depends=[JSON_LEX],
     extra_compile_args=["-O2"],
     optional=True,
 )
@@ -39,6 +44,7 @@ FAST_JSON = Extension(
 PART_SCAN = Extension(
     "zoomer_ar.surgery._partscan",
     sources=["zoomer_ar/surgery/_partscan.c"],
+    depends=[JSON_LEX],
     extra_compile_args=["-O2"],
     optional=True,
 )

@@ -88,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         import gen_trace
 
         trace = args.dir / f"tiled_{args.size_gb:g}gb.json"
-        gen_trace.generate(trace, args.size_gb, quiet=True)
+        source = gen_trace.SHARED_TRACES / gen_trace.DEFAULT_SOURCE  # as bench_huge: synthetic without the corpus
+        gen_trace.generate(trace, args.size_gb, source=source, synthetic=not source.is_file(), quiet=True)
     print(f"trace: {trace} ({trace.stat().st_size / 1e9:.2f} GB as stored), {args.windows} windows, "
           f"{os.cpu_count()} CPUs")
     paths = ["fast"] if args.no_original else ["fast", "original"]

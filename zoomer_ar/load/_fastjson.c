@@ -21,144 +21,9 @@
 #define _GNU_SOURCE
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <stdint.h>
-#include <string.h>
-#include <math.h>
-#include <errno.h>
-#include <locale.h>
-#include <stdlib.h>
-#ifdef __SSE2__
-#include <emmintrin.h>
-#endif
+#include "_jsonlex.h"
 
 /* ------------------------------------------------------------------------------------------ */
-/* growable buffers */
-
-typedef struct {
-    char *data;
-    size_t len;  /* bytes */
-    size_t cap;
-} Buf;
-
-static int buf_reserve(Buf *b, size_t extra) {
-    if (b->len + extra <= b->cap) return 0;
-    size_t cap = b->cap ? b->cap : 4096;
-    while (cap < b->len + extra) cap *= 2;
-    char *d = (char *)PyMem_RawRealloc(b->data, cap);
-    if (!d) return -1;  /* feed() raises MemoryError */
-    b->data = d;
-    b->cap = cap;
-    return 0;
-}
-
-static int buf_put(Buf *b, const void *p, size_t n) {
-    if (n == 0) return 0;
-    if (buf_reserve(b, n) < 0) return -1;
-    memcpy(b->data + b->len, p, n);
-    b->len += n;
-    return 0;
-}
-
-static void buf_free(Buf *b) {
-    PyMem_RawFree(b->data);
-    b->data = NULL;
-    b->len = b->cap = 0;
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* intern table: raw JSON token bytes -> int32 code (the code is set by the caller) */
-
-typedef struct {
-    uint64_t hash;
-    uint32_t off;   /* into arena */
-    uint32_t len;
-    int32_t code;
-    int32_t used;
-} Slot;
-
-typedef struct {
-    Slot *slots;
-    size_t mask;    /* capacity - 1 */
-    size_t count;
-    Buf arena;
-} Intern;
-
-static uint64_t hash_bytes(const char *p, size_t n) {
-    /* FNV-1a over 8-byte words, then a final mix */
-    uint64_t h = 1469598103934665603ULL ^ (uint64_t)n;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t w;
-        memcpy(&w, p + i, 8);
-        h = (h ^ w) * 1099511628211ULL;
-        h ^= h >> 29;
-    }
-    for (; i < n; i++) h = (h ^ (unsigned char)p[i]) * 1099511628211ULL;
-    h ^= h >> 32;
-    h *= 0xd6e8feb86659fd93ULL;
-    h ^= h >> 32;
-    return h;
-}
-
-static int intern_init(Intern *t) {
-    t->mask = 255;
-    t->count = 0;
-    t->slots = (Slot *)PyMem_RawCalloc(t->mask + 1, sizeof(Slot));
-    memset(&t->arena, 0, sizeof(Buf));
-    if (!t->slots) return -1;
-    return 0;
-}
-
-static void intern_free(Intern *t) {
-    PyMem_RawFree(t->slots);
-    t->slots = NULL;
-    buf_free(&t->arena);
-}
-
-/* slot for (p, n): found (used) or the empty one where it goes */
-static Slot *intern_find(Intern *t, const char *p, size_t n, uint64_t h) {
-    size_t i = (size_t)h & t->mask;
-    for (;;) {
-        Slot *s = &t->slots[i];
-        if (!s->used) return s;
-        if (s->hash == h && s->len == n && (n == 0 || memcmp(t->arena.data + s->off, p, n) == 0)) return s;
-        i = (i + 1) & t->mask;
-    }
-}
-
-static int intern_grow(Intern *t) {
-    size_t ncap = (t->mask + 1) * 2;
-    Slot *ns = (Slot *)PyMem_RawCalloc(ncap, sizeof(Slot));
-    if (!ns) return -1;
-    for (size_t i = 0; i <= t->mask; i++) {
-        Slot *s = &t->slots[i];
-        if (!s->used) continue;
-        size_t j = (size_t)s->hash & (ncap - 1);
-        while (ns[j].used) j = (j + 1) & (ncap - 1);
-        ns[j] = *s;
-    }
-    PyMem_RawFree(t->slots);
-    t->slots = ns;
-    t->mask = ncap - 1;
-    return 0;
-}
-
-static int intern_add(Intern *t, Slot *s, const char *p, size_t n, uint64_t h, int32_t code) {
-    if (t->arena.len + n > 0xFFFFFFFFu) return -1;
-    s->off = (uint32_t)t->arena.len;
-    if (buf_put(&t->arena, p, n) < 0) return -1;
-    s->hash = h;
-    s->len = (uint32_t)n;
-    s->code = code;
-    s->used = 1;
-    t->count++;
-    if (t->count * 2 > t->mask + 1) return intern_grow(t);
-    return 0;
-}
-
-/* ------------------------------------------------------------------------------------------ */
-
-enum { OK = 0, MORE = 1, BAD = 2, ERR = 3 };  /* MORE: ran off the buffer; BAD: unsupported; ERR: Python error */
 
 enum {
     SP_INPUT_DIMS, SP_INPUT_TYPE, SP_CALL_STACK, SP_COLLECTIVE, SP_IN_NELEMS, SP_PYTHON_ID, SP_META_NAME, N_SPARSE
@@ -196,373 +61,6 @@ typedef struct {
  * GIL back only to register a value it has not seen before. */
 #define GIL(P) do { if ((P)->ts) { PyEval_RestoreThread((P)->ts); (P)->ts = NULL; } } while (0)
 #define NOGIL(P) do { (P)->ts = PyEval_SaveThread(); } while (0)
-
-typedef struct {
-    const char *p;
-    const char *end;
-    int final;
-} Cur;
-
-static inline void skip_ws(Cur *c) {
-    while (c->p < c->end) {
-        char ch = *c->p;
-        if (ch == ' ' || ch == '\n' || ch == '\r' || ch == '\t') c->p++;
-        else break;
-    }
-}
-
-/* UTF-8 validation (as strict as CPython's decoder: no overlongs, surrogates or > U+10FFFF) */
-static int utf8_ok(const unsigned char *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        unsigned char c = s[i];
-        if (c < 0x80) { i++; continue; }
-        if (c >= 0xC2 && c <= 0xDF) {
-            if (i + 1 >= n || (s[i + 1] & 0xC0) != 0x80) return 0;
-            i += 2;
-        } else if (c >= 0xE0 && c <= 0xEF) {
-            if (i + 2 >= n) return 0;
-            unsigned char c1 = s[i + 1], c2 = s[i + 2];
-            if ((c1 & 0xC0) != 0x80 || (c2 & 0xC0) != 0x80) return 0;
-            if (c == 0xE0 && c1 < 0xA0) return 0;
-            if (c == 0xED && c1 >= 0xA0) return 0;
-            i += 3;
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            if (i + 3 >= n) return 0;
-            unsigned char c1 = s[i + 1], c2 = s[i + 2], c3 = s[i + 3];
-            if ((c1 & 0xC0) != 0x80 || (c2 & 0xC0) != 0x80 || (c3 & 0xC0) != 0x80) return 0;
-            if (c == 0xF0 && c1 < 0x90) return 0;
-            if (c == 0xF4 && c1 >= 0x90) return 0;
-            i += 4;
-        } else return 0;
-    }
-    return 1;
-}
-
-static inline int is_hex(char ch) {
-    return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f') || (ch >= 'A' && ch <= 'F');
-}
-
-/* String token at c->p (which is `"`). On OK: *s, *n = contents (without quotes), *esc = has
- * escapes, c->p after the closing quote. Validates escapes, control characters and UTF-8. */
-static int scan_string(Cur *c, const char **s, size_t *n, int *esc) {
-    const char *p = c->p + 1;
-    const char *end = c->end;
-    int has_esc = 0, high = 0;
-    for (;;) {
-        const char *q = p;
-        /* fast run over plain characters: 16 at a time where SSE2 is there */
-#ifdef __SSE2__
-        {
-            const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\');
-            const __m128i ctl = _mm_set1_epi8(0x1F);
-            while (q + 16 <= end) {
-                __m128i v = _mm_loadu_si128((const __m128i *)q);
-                int hi = _mm_movemask_epi8(v);
-                /* bytes < 0x20 (unsigned): min(v, 0x1F) == v, only for bytes without the high bit */
-                __m128i stop = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, bslash)),
-                                            _mm_cmpeq_epi8(_mm_min_epu8(v, ctl), v));
-                int m = _mm_movemask_epi8(stop);
-                if (m) {
-                    int k = __builtin_ctz(m);
-                    high |= hi & ((1 << k) - 1);
-                    q += k;
-                    goto found;
-                }
-                high |= hi;
-                q += 16;
-            }
-        }
-#endif
-        while (q < end) {
-            unsigned char ch = (unsigned char)*q;
-            if (ch == '"' || ch == '\\' || ch < 0x20) break;
-            high |= ch & 0x80;
-            q++;
-        }
-#ifdef __SSE2__
-    found:
-#endif
-        if (q >= end) return MORE;
-        unsigned char ch = (unsigned char)*q;
-        if (ch == '"') { p = q; break; }
-        if (ch < 0x20) return BAD;
-        /* backslash */
-        has_esc = 1;
-        if (q + 1 >= end) return MORE;
-        char e = q[1];
-        if (e == 'u') {
-            if (q + 6 > end) return MORE;
-            for (int k = 2; k < 6; k++) if (!is_hex(q[k])) return BAD;
-            p = q + 6;
-        } else if (e == '"' || e == '\\' || e == '/' || e == 'b' || e == 'f' || e == 'n' || e == 'r' || e == 't') {
-            p = q + 2;
-        } else return BAD;
-    }
-    *s = c->p + 1;
-    *n = (size_t)(p - (c->p + 1));
-    *esc = has_esc;
-    if (high && !utf8_ok((const unsigned char *)*s, *n)) return BAD;
-    c->p = p + 1;
-    return OK;
-}
-
-/* Number token. On OK: *is_int, *iv (when is_int and in int64), *big (int outside int64),
- * *dv (the value as a double, correctly rounded). A number that touches the end of the buffer
- * is MORE unless final. */
-/* correctly rounded decimal -> double, independent of the process locale and of the GIL */
-static locale_t C_LOCALE;
-
-static int c_strtod(const char *tmp, size_t n, double *out) {
-    char *endp = NULL;
-    errno = 0;
-    double d = strtod_l(tmp, &endp, C_LOCALE);
-    if (endp != tmp + n) return 0;
-    *out = d;
-    return 1;
-}
-
-static const double POW10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
-                                1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
-
-/* eight ASCII digits at once (the SWAR trick of simdjson and fast_float; little-endian loads) */
-static inline int eight_digits(const char *p, uint64_t *out) {
-    uint64_t v;
-    memcpy(&v, p, 8);
-    if ((((v & 0xF0F0F0F0F0F0F0F0ULL) | (((v + 0x0606060606060606ULL) & 0xF0F0F0F0F0F0F0F0ULL) >> 4)) !=
-         0x3333333333333333ULL))
-        return 0;
-    v -= 0x3030303030303030ULL;
-    v = (v * 10) + (v >> 8);
-    v = (((v & 0x000000FF000000FFULL) * 0x000F424000000064ULL) +
-         (((v >> 16) & 0x000000FF000000FFULL) * 0x0000271000000001ULL)) >> 32;
-    *out = v;
-    return 1;
-}
-
-#if defined(__x86_64__) || defined(__i386__)
-static const long double POW10L[28] = {1e0L, 1e1L, 1e2L, 1e3L, 1e4L, 1e5L, 1e6L, 1e7L, 1e8L, 1e9L, 1e10L, 1e11L, 1e12L,
-                                       1e13L, 1e14L, 1e15L, 1e16L, 1e17L, 1e18L, 1e19L, 1e20L, 1e21L, 1e22L, 1e23L,
-                                       1e24L, 1e25L, 1e26L, 1e27L};
-#endif
-
-static int scan_number(Cur *c, int *is_int, int64_t *iv, int *big, double *dv) {
-    const char *p = c->p, *end = c->end, *start = c->p;
-    int neg = 0;
-    if (p < end && *p == '-') { neg = 1; p++; }
-    if (p >= end) return c->final ? BAD : MORE;
-    uint64_t m = 0;
-    int digits = 0, mdigits = 0, overflow = 0;
-    if (*p == '0') {
-        p++;
-        digits = 1;
-    } else if (*p >= '1' && *p <= '9') {
-        const char *d0 = p;
-        uint64_t eight;
-        while (end - p >= 8 && p - d0 <= 11 && eight_digits(p, &eight)) { m = m * 100000000ULL + eight; p += 8; }
-        while (p < end && *p >= '0' && *p <= '9' && p - d0 < 19) { m = m * 10 + (uint64_t)(*p - '0'); p++; }
-        mdigits = digits = (int)(p - d0);
-        while (p < end && *p >= '0' && *p <= '9') {  /* a 20th digit and more: rare */
-            if (m > (UINT64_MAX - 9) / 10) overflow = 1;
-            else { m = m * 10 + (uint64_t)(*p - '0'); mdigits++; }
-            digits++;
-            p++;
-        }
-    } else return BAD;
-    int frac = 0, exp10 = 0, has_exp = 0;
-    int frac_digits = 0;
-    uint64_t fm = m;
-    int fm_ok = !overflow && mdigits <= 19;
-    int sig = (m != 0) ? mdigits : 0;
-    if (p < end && *p == '.') {
-        frac = 1;
-        p++;
-        const char *f0 = p;
-        uint64_t eight;
-        while (fm_ok && fm != 0 && sig <= 11 && end - p >= 8 && eight_digits(p, &eight)) {
-            fm = fm * 100000000ULL + eight;
-            sig += 8;
-            frac_digits += 8;
-            p += 8;
-        }
-        while (p < end && *p >= '0' && *p <= '9') {
-            if (fm_ok) {
-                if (fm == 0 && *p == '0') { frac_digits++; }
-                else if (sig < 19) { fm = fm * 10 + (uint64_t)(*p - '0'); sig++; frac_digits++; }
-                else fm_ok = 0;
-            }
-            p++;
-        }
-        if (p == f0) return (p >= end && !c->final) ? MORE : BAD;
-    }
-    if (p < end && (*p == 'e' || *p == 'E')) {
-        has_exp = 1;
-        p++;
-        int eneg = 0;
-        if (p < end && (*p == '+' || *p == '-')) { eneg = *p == '-'; p++; }
-        const char *e0 = p;
-        int ev = 0;
-        while (p < end && *p >= '0' && *p <= '9') {
-            if (ev < 100000) ev = ev * 10 + (*p - '0');
-            p++;
-        }
-        if (p == e0) return (p >= end && !c->final) ? MORE : BAD;
-        exp10 = eneg ? -ev : ev;
-    }
-    if (p >= end && !c->final) return MORE;
-    (void)digits;
-    c->p = p;
-    if (!frac && !has_exp) {
-        *is_int = 1;
-        if (overflow || (!neg && m > (uint64_t)INT64_MAX) || (neg && m > (uint64_t)INT64_MAX + 1)) {
-            *big = 1;
-            *iv = 0;
-            *dv = 0;
-            return OK;
-        }
-        *big = 0;
-        *iv = neg ? (int64_t)(0 - m) : (int64_t)m;
-        *dv = (double)*iv;
-        return OK;
-    }
-    *is_int = 0;
-    *big = 0;
-    /* Clinger's fast path: exact mantissa and power of ten, one rounding */
-    if (fm_ok && fm < (1ULL << 53)) {
-        int e = exp10 - frac_digits;
-        double d = (double)fm;
-        if (e >= 0 && e <= 22) { d = d * POW10[e]; *dv = neg ? -d : d; return OK; }
-        if (e < 0 && e >= -22) { d = d / POW10[-e]; *dv = neg ? -d : d; return OK; }
-    }
-#if defined(__x86_64__) || defined(__i386__)
-    /* Up to 19 significant digits and a power of ten exact in x87's 64-bit mantissa: one rounding
-     * to 64 bits, then one to 53; the two give the correctly rounded double unless the first
-     * lands exactly on a midpoint between two doubles (then strtod decides). */
-    if (fm_ok) {
-        int e = exp10 - frac_digits;
-        if (e >= -27 && e <= 27) {
-            long double p10 = POW10L[e < 0 ? -e : e];
-            long double q = e < 0 ? (long double)fm / p10 : (long double)fm * p10;
-            uint64_t mant;  /* x87 extended: the 64-bit significand (explicit leading 1) comes first */
-            memcpy(&mant, &q, 8);
-            if (fm == 0 || (mant & 0x7FF) != 0x400) {
-                double d = (double)q;
-                *dv = neg ? -d : d;
-                return OK;
-            }
-        }
-    }
-#endif
-    size_t n = (size_t)(p - start);
-    char small[64];
-    char *tmp = n < sizeof(small) ? small : (char *)malloc(n + 1);
-    if (!tmp) return ERR;
-    memcpy(tmp, start, n);
-    tmp[n] = 0;
-    double d;
-    int bad = !c_strtod(tmp, n, &d);
-    if (tmp != small) free(tmp);
-    if (bad || isinf(d)) return BAD;  /* msgspec and Python differ on out-of-range floats: not our subset */
-    *dv = d;
-    return OK;
-}
-
-static int skip_value(Cur *c, int depth);
-
-/* A number whose value is not needed (arguments nobody reads): the grammar only. */
-static int skip_number(Cur *c) {
-    const char *p = c->p, *end = c->end;
-    if (p < end && *p == '-') p++;
-    if (p >= end) return c->final ? BAD : MORE;
-    if (*p == '0') p++;
-    else if (*p >= '1' && *p <= '9') { while (p < end && *p >= '0' && *p <= '9') p++; }
-    else return BAD;
-    if (p < end && *p == '.') {
-        const char *f0 = ++p;
-        while (p < end && *p >= '0' && *p <= '9') p++;
-        if (p == f0) return (p >= end && !c->final) ? MORE : BAD;
-    }
-    if (p < end && (*p == 'e' || *p == 'E')) {
-        p++;
-        if (p < end && (*p == '+' || *p == '-')) p++;
-        const char *e0 = p;
-        while (p < end && *p >= '0' && *p <= '9') p++;
-        if (p == e0) return (p >= end && !c->final) ? MORE : BAD;
-    }
-    if (p >= end && !c->final) return MORE;
-    c->p = p;
-    return OK;
-}
-
-static int skip_literal(Cur *c, const char *lit, size_t n) {
-    size_t avail = (size_t)(c->end - c->p);
-    if (avail < n) {
-        if (memcmp(c->p, lit, avail) != 0) return BAD;
-        return c->final ? BAD : MORE;
-    }
-    if (memcmp(c->p, lit, n) != 0) return BAD;
-    c->p += n;
-    return OK;
-}
-
-static int skip_value(Cur *c, int depth) {
-    if (depth > 200) return BAD;
-    skip_ws(c);
-    if (c->p >= c->end) return MORE;
-    char ch = *c->p;
-    int r;
-    if (ch == '"') {
-        const char *s; size_t n; int esc;
-        return scan_string(c, &s, &n, &esc);
-    }
-    if (ch == '{' || ch == '[') {
-        char close = ch == '{' ? '}' : ']';
-        c->p++;
-        skip_ws(c);
-        if (c->p >= c->end) return MORE;
-        if (*c->p == close) { c->p++; return OK; }
-        for (;;) {
-            if (close == '}') {
-                skip_ws(c);
-                if (c->p >= c->end) return MORE;
-                if (*c->p != '"') return BAD;
-                const char *s; size_t n; int esc;
-                if ((r = scan_string(c, &s, &n, &esc)) != OK) return r;
-                skip_ws(c);
-                if (c->p >= c->end) return MORE;
-                if (*c->p != ':') return BAD;
-                c->p++;
-            }
-            if ((r = skip_value(c, depth + 1)) != OK) return r;
-            skip_ws(c);
-            if (c->p >= c->end) return MORE;
-            if (*c->p == ',') { c->p++; continue; }
-            if (*c->p == close) { c->p++; return OK; }
-            return BAD;
-        }
-    }
-    if (ch == 't') return skip_literal(c, "true", 4);
-    if (ch == 'f') return skip_literal(c, "false", 5);
-    if (ch == 'n') return skip_literal(c, "null", 4);
-    if (ch == '-' || (ch >= '0' && ch <= '9')) return skip_number(c);
-    return BAD;
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* values of a known type */
-
-/* Whitespace up to the next value: MORE when the buffer ends first. */
-static inline int next_value(Cur *c) {
-    skip_ws(c);
-    return c->p < c->end ? OK : MORE;
-}
-
-/* A number token at c->p (anything else: BAD, msgspec's type error). */
-static int number_token(Cur *c, int *is_int, int64_t *iv, int *big, double *dv) {
-    char ch = *c->p;
-    if (!(ch == '-' || (ch >= '0' && ch <= '9'))) return BAD;
-    return scan_number(c, is_int, iv, big, dv);
-}
 
 static int code_of_new_string(Parser *P, int k, const char *s, size_t n, int esc, int32_t *code);
 
@@ -799,11 +297,6 @@ static int skip_scalar(Cur *c) {
     return skip_value(c, 0);
 }
 
-static inline int key_is(const char *s, size_t n, const char *lit) {
-    size_t m = strlen(lit);
-    return n == m && memcmp(s, lit, m) == 0;
-}
-
 typedef struct {
     double ts, dur, nbytes, mem_bytes, total;
     int64_t corr, stream, device, device_id, ext, ext21;
@@ -845,43 +338,6 @@ static int arg_key(const char *s, size_t n) {
     return -1;
 }
 
-/* An object's `{`; *empty when `}` follows at once (consumed). */
-static int open_object(Cur *c, int *empty) {
-    skip_ws(c);
-    if (c->p >= c->end) return MORE;
-    if (*c->p != '{') return BAD;
-    c->p++;
-    skip_ws(c);
-    if (c->p >= c->end) return MORE;
-    *empty = *c->p == '}';
-    if (*empty) c->p++;
-    return OK;
-}
-
-/* A member's key (without escapes: the keys read here have none) and its `:`. */
-static int read_key(Cur *c, const char **ks, size_t *kn) {
-    skip_ws(c);
-    if (c->p >= c->end) return MORE;
-    if (*c->p != '"') return BAD;
-    int kesc, r;
-    if ((r = scan_string(c, ks, kn, &kesc)) != OK) return r;
-    if (kesc) return BAD;
-    skip_ws(c);
-    if (c->p >= c->end) return MORE;
-    if (*c->p != ':') return BAD;
-    c->p++;
-    return OK;
-}
-
-/* After a member: `,` (*more = 1) or the object's `}` (*more = 0). */
-static int after_member(Cur *c, int *more) {
-    skip_ws(c);
-    if (c->p >= c->end) return MORE;
-    if (*c->p == ',') { c->p++; *more = 1; return OK; }
-    if (*c->p == '}') { c->p++; *more = 0; return OK; }
-    return BAD;
-}
-
 static int parse_args(Parser *P, Cur *c, Event *ev) {
     uint32_t seen = 0;
     int r, empty, more = 1;
@@ -890,10 +346,7 @@ static int parse_args(Parser *P, Cur *c, Event *ev) {
         const char *ks; size_t kn;
         if ((r = read_key(c, &ks, &kn)) != OK) return r;
         int k = arg_key(ks, kn);
-        if (k >= 0) {
-            if (seen & (1u << k)) return BAD;  /* duplicate key */
-            seen |= 1u << k;
-        }
+        if (!first_key(&seen, k)) return BAD;
         switch (k) {
         case A_CORR: r = read_int_arg(c, &ev->corr); break;
         case A_STREAM: r = read_int_arg(c, &ev->stream); break;
@@ -914,8 +367,7 @@ static int parse_args(Parser *P, Cur *c, Event *ev) {
         case A_OUT: case A_GROUP: case A_PYPARENT: r = skip_scalar(c); break;
         default: r = skip_value(c, 0); break;
         }
-        if (r != OK) return r;
-        if ((r = after_member(c, &more)) != OK) return r;
+        if ((r = member_end(c, r, &more)) != OK) return r;
     }
     return OK;
 }
@@ -935,8 +387,6 @@ static uint8_t ph_code_of(const char *s, size_t n) {
     return 0;
 }
 
-enum { K_PH, K_NAME, K_CAT, K_TS, K_DUR, K_PID, K_TID, K_ARGS };
-
 static int parse_event(Parser *P, Cur *c, Event *ev) {
     uint32_t seen = 0;
     int r, empty, more = 1;
@@ -944,27 +394,8 @@ static int parse_event(Parser *P, Cur *c, Event *ev) {
     while (more) {
         const char *ks; size_t kn;
         if ((r = read_key(c, &ks, &kn)) != OK) return r;
-        int k = -1;
-        switch (kn) {
-        case 2:
-            if (ks[0] == 'p' && ks[1] == 'h') k = K_PH;
-            else if (ks[0] == 't' && ks[1] == 's') k = K_TS;
-            break;
-        case 3:
-            if (key_is(ks, kn, "cat")) k = K_CAT;
-            else if (key_is(ks, kn, "dur")) k = K_DUR;
-            else if (key_is(ks, kn, "pid")) k = K_PID;
-            else if (key_is(ks, kn, "tid")) k = K_TID;
-            break;
-        case 4:
-            if (key_is(ks, kn, "name")) k = K_NAME;
-            else if (key_is(ks, kn, "args")) k = K_ARGS;
-            break;
-        }
-        if (k >= 0) {
-            if (seen & (1u << k)) return BAD;
-            seen |= 1u << k;
-        }
+        int k = event_key(ks, kn, 0);
+        if (!first_key(&seen, k)) return BAD;
         switch (k) {
         case K_PH: {
             skip_ws(c);
@@ -985,8 +416,7 @@ static int parse_event(Parser *P, Cur *c, Event *ev) {
         case K_ARGS: r = parse_args(P, c, ev); break;
         default: r = skip_value(c, 0); break;
         }
-        if (r != OK) return r;
-        if ((r = after_member(c, &more)) != OK) return r;
+        if ((r = member_end(c, r, &more)) != OK) return r;
     }
     return OK;
 }
@@ -1006,19 +436,8 @@ static int default_codes(Parser *P, Event *ev, uint32_t need) {
     return OK;
 }
 
-static int grow_cols(Parser *P) {
-    size_t cap = P->cap_ev ? P->cap_ev * 2 : 16384;
-    for (int i = 0; i < N_COLS; i++) {
-        char *d = (char *)PyMem_RawRealloc(P->cols[i], cap * COL_SIZE[i]);
-        if (!d) return ERR;
-        P->cols[i] = d;
-    }
-    P->cap_ev = cap;
-    return OK;
-}
-
 static int append_event(Parser *P, Event *ev) {
-    if (P->n_pend == P->cap_ev && grow_cols(P) != OK) return ERR;
+    if (P->n_pend == P->cap_ev && grow_columns(P->cols, COL_SIZE, N_COLS, &P->cap_ev, 16384) != OK) return ERR;
     size_t i = P->n_pend;
     ((double *)P->cols[C_TS])[i] = ev->ts;
     ((double *)P->cols[C_DUR])[i] = ev->dur;
@@ -1045,8 +464,6 @@ static int append_event(Parser *P, Event *ev) {
 }
 
 /* ------------------------------------------------------------------------------------------ */
-
-static PyObject *Unsupported;
 
 static int Parser_init(Parser *P, PyObject *args, PyObject *kw) {
     PyObject *idx[4], *decode;
@@ -1124,23 +541,7 @@ static PyObject *Parser_feed(Parser *P, PyObject *args) {
     int r = OK;
     NOGIL(P);
     for (;;) {
-        skip_ws(&c);
-        if (c.p >= c.end) { done = c.p; r = MORE; break; }
-        char ch = *c.p;
-        if (ch == ']' && P->state != 2) {
-            c.p++;
-            done = c.p;
-            P->ended = 1;
-            break;
-        }
-        if (P->state == 1) {
-            if (ch != ',') { r = BAD; break; }
-            c.p++;
-            P->state = 2;
-            done = c.p;
-            continue;
-        }
-        if (ch != '{') { r = BAD; break; }
+        if ((r = array_next(&c, &P->state, &P->ended, &done)) != AT_EVENT) break;
         Event ev;
         ev.ts = ev.dur = 0.0;
         ev.nbytes = ev.mem_bytes = ev.total = NAN;
@@ -1167,14 +568,7 @@ static PyObject *Parser_feed(Parser *P, PyObject *args) {
     P->busy = 0;
     Py_ssize_t pos = (Py_ssize_t)(done - base);
     PyBuffer_Release(&view);
-    if (r == ERR) {
-        if (!PyErr_Occurred()) PyErr_NoMemory();
-        return NULL;
-    }
-    if (r == BAD || (r == MORE && final)) {
-        PyErr_Format(Unsupported, "event at byte %zd of the slice is not in the fast reader's subset", pos);
-        return NULL;
-    }
+    if (feed_failed(r, final, pos, "slice", "fast reader")) return NULL;
     return Py_BuildValue("nO", pos, P->ended ? Py_True : Py_False);
 }
 
@@ -1254,16 +648,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastjson",
                                     "Compiled reader of Kineto trace events (optional accelerator).", -1, NULL};
 
 PyMODINIT_FUNC PyInit__fastjson(void) {
-    C_LOCALE = newlocale(LC_ALL_MASK, "C", (locale_t)0);
-    if (!C_LOCALE) { PyErr_SetString(PyExc_OSError, "cannot create the C locale"); return NULL; }
-    if (PyType_Ready(&ParserType) < 0) return NULL;
-    PyObject *m = PyModule_Create(&module);
-    if (!m) return NULL;
-    Unsupported = PyErr_NewException("zoomer_ar.load._fastjson.Unsupported", PyExc_ValueError, NULL);
-    if (!Unsupported || PyModule_AddObject(m, "Unsupported", Unsupported) < 0) return NULL;
-    Py_INCREF(Unsupported);
-    Py_INCREF(&ParserType);
-    if (PyModule_AddObject(m, "EventParser", (PyObject *)&ParserType) < 0) return NULL;
-    PyModule_AddIntConstant(m, "FORMAT_VERSION", 1);
+    PyObject *m = lexer_module(&module, &ParserType, "EventParser", "zoomer_ar.load._fastjson.Unsupported");
+    if (m) PyModule_AddIntConstant(m, "FORMAT_VERSION", 1);
     return m;
 }

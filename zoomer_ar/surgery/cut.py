@@ -167,16 +167,10 @@ def launches(path: Path, wins: np.ndarray, plan: Plan | None = None, memo: dict 
                 found.append(np.stack([c, np.full(c.size, j, dtype=np.int64)], axis=1))
 
     def on_slice(b: Batch) -> None:
-        tl = b.tl
-        launch, _ = b.correlations(memo)
-        idx = np.flatnonzero(launch)
-        if not idx.size:
-            return
-        if b.fast:
-            corr = b.correlation_ids()[idx]
-        else:
-            corr = np.fromiter((b.events[i].args.correlation for i in idx.tolist()), dtype=np.int64, count=idx.size)
-        add(corr, tl.ts[idx], tl.end[idx], tl.x[idx], tl.dur[idx])
+        idx, corr = b.launch_ids(memo)
+        if idx.size:
+            tl = b.tl
+            add(corr, tl.ts[idx], tl.end[idx], tl.x[idx], tl.dur[idx])
 
     def skip(k: int) -> bool:
         return bool(plan.recorded[k]) or (not plan.slow[k] and not plan.any_launch_in(k, wins))  # type: ignore
@@ -315,11 +309,7 @@ def split_trace(src: Path, dst_dir: Path, *, steps_per_file: int = 1, max_files:
     guard.at_least_one(steps_per_file, "--steps-per-file")
     guard.at_least_one(max_files, "--max-files")
     guard.require_file(src)
-    guard.refuse_file_as_dir(dst_dir)
-    if guard.same_file(dst_dir, src.parent):
-        raise InputError(str(dst_dir), f"is the folder of the input {src.name}: the step files would be read "
-                                       "as extra ranks of it; write them to another folder")
-    guard.refuse_holding_traces(dst_dir, "step files")
+    guard.check_folder_output(dst_dir, src, "step files")
     guard.check_level(compression or "none", level, dst_dir)
     plan = Plan()
     sv = survey(src, plan)

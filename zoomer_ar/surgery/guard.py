@@ -91,6 +91,16 @@ def refuse_holding_traces(out: Path, what: str) -> None:
                                    "all; give a new or empty folder, or remove them")
 
 
+def check_folder_output(out: Path, src: Path, what: str) -> None:
+    """`out` may take the files (`what`, e.g. "window files") cut from the trace `src`: not a file,
+    not src's own folder (they would be read as extra ranks of it), holding no traces."""
+    refuse_file_as_dir(out)
+    if same_file(out, src.parent):
+        raise InputError(str(out), f"is the folder of the input {src.name}: the {what} would be read as extra "
+                                   "ranks of it; write them to another folder")
+    refuse_holding_traces(out, what)
+
+
 def check_file_output(out: Path, inputs: Iterable[Path]) -> None:
     """All checks for a command that writes one file from the given input files."""
     refuse_dir_as_file(out)

@@ -135,46 +135,60 @@ class Ranges:
         return idx, self.window[i[idx]]
 
 
+class LaunchSpans:
+    """The lowest and highest correlation id of each window's launches (a launch goes by its start,
+    as every non-device event does), gathered a batch at a time; `ranges()` makes them Ranges.
+    Shared by launch_ranges and partition_fast's summary pass."""
+
+    def __init__(self, bounds: np.ndarray) -> None:
+        self.bounds = bounds
+        k = bounds.size + 1
+        self.lo = np.full(k, _INT64_MAX, dtype=np.int64)
+        self.hi = np.full(k, -1, dtype=np.int64)
+
+    def add(self, corr: np.ndarray, ts: np.ndarray) -> None:
+        """Launches with these ids, starting at these times."""
+        if corr.size:
+            w = np.searchsorted(self.bounds, ts, "right")
+            np.minimum.at(self.lo, w, corr)
+            np.maximum.at(self.hi, w, corr)
+
+    def widen(self, w: int, c0: int, c1: int) -> None:
+        """Launches of window w with ids c0..c1."""
+        self.lo[w] = min(int(self.lo[w]), c0)
+        self.hi[w] = max(int(self.hi[w]), c1)
+
+    def ranges(self, src: Path) -> Ranges:
+        """The windows' ranges; NotPartitionable where two windows' ranges overlap or run backwards
+        (ids not in launch order)."""
+        has = np.flatnonzero(self.hi >= 0)
+        starts, ends = self.lo[has], self.hi[has]
+        bad = np.flatnonzero(ends[:-1] >= starts[1:])
+        if bad.size:
+            j = int(bad[0])
+            raise NotPartitionable(
+                f"{src}: correlation ids are not in launch order (the launches of window {int(has[j])} hold ids "
+                f"{int(starts[j])}..{int(ends[j])}, those of window {int(has[j + 1])} {int(starts[j + 1])}.."
+                f"{int(ends[j + 1])}): a device event's window cannot be told from its id")
+        return Ranges(np.ascontiguousarray(starts), np.ascontiguousarray(ends), has.astype(np.int64))
+
+
 def launch_ranges(src: Path, bounds: np.ndarray, plan: Plan, memo: dict) -> Ranges:
     """A pass over the launches (runtime calls with a correlation id): the lowest and highest id of
     each window's launches (a launch goes by its start, as every non-device event does). The
     launches the survey kept (plan.records) are not read again. NotPartitionable where two windows'
     ranges overlap or run backwards (ids not in launch order)."""
-    k = bounds.size + 1
-    lo = np.full(k, _INT64_MAX, dtype=np.int64)
-    hi = np.full(k, -1, dtype=np.int64)
-
-    def add(corr: np.ndarray, ts: np.ndarray) -> None:
-        if corr.size:
-            w = np.searchsorted(bounds, ts, "right")
-            np.minimum.at(lo, w, corr)
-            np.maximum.at(hi, w, corr)
+    spans = LaunchSpans(bounds)
 
     def on_slice(b: Batch) -> None:
-        launch, _ = b.correlations(memo)
-        idx = np.flatnonzero(launch)
-        if not idx.size:
-            return
-        if b.fast:
-            corr = b.correlation_ids()[idx]
-        else:
-            corr = np.fromiter((b.events[i].args.correlation for i in idx.tolist()), dtype=np.int64, count=idx.size)
-        add(corr, b.tl.ts[idx])
+        idx, corr = b.launch_ids(memo)
+        spans.add(corr, b.tl.ts[idx])
 
     for corr, ts, _end, _x in plan.records:
-        add(corr, ts)
+        spans.add(corr, ts)
     if not all(plan.recorded):
         read_slices(src, on_slice, replay=plan, skip=lambda j: bool(plan.recorded[j]), memo=memo)
-    has = np.flatnonzero(hi >= 0)
-    starts, ends = lo[has], hi[has]
-    bad = np.flatnonzero(ends[:-1] >= starts[1:])
-    if bad.size:
-        j = int(bad[0])
-        raise NotPartitionable(
-            f"{src}: correlation ids are not in launch order (the launches of window {int(has[j])} hold ids "
-            f"{int(starts[j])}..{int(ends[j])}, those of window {int(has[j + 1])} {int(starts[j + 1])}.."
-            f"{int(ends[j + 1])}): a device event's window cannot be told from its id")
-    return Ranges(np.ascontiguousarray(starts), np.ascontiguousarray(ends), has.astype(np.int64))
+    return spans.ranges(src)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -273,11 +287,7 @@ def _check_args(src: Path, dst_dir: Path, windows: int | None, target_bytes: int
     if compression not in (None, "none", "gzip", "zstd"):
         raise InputError(None, f"compression {compression!r}: use gzip, zstd or none")
     guard.require_file(src)
-    guard.refuse_file_as_dir(dst_dir)
-    if guard.same_file(dst_dir, src.parent):
-        raise InputError(str(dst_dir), f"is the folder of the input {src.name}: the window files would be read "
-                                       "as extra ranks of it; write them to another folder")
-    guard.refuse_holding_traces(dst_dir, "window files")
+    guard.check_folder_output(dst_dir, src, "window files")
     guard.check_level(compression or "none", None, dst_dir)
 
 
@@ -371,23 +381,30 @@ def _copy(src: Path, dst_dir: Path, part: Partition, bounds: np.ndarray, ranges:
                                            compression=compression or "none", writes=writes))
             res = read_slices(src, on_slice, on_head=on_head, replay=plan)
             _refuse_merged(src, res.top)  # distributedInfo may follow the events
-            for j, w in enumerate(writers):  # an empty window is no trace (`analyze` refuses it): dropped below
-                if part.counts[j]:
-                    w.close(TraceWriter.tail_of(res))
-                else:
-                    w.abort()
+            _close_windows(writers, part.counts, TraceWriter.tail_of(res))
         except BaseException as exc:
             abort_outputs(writes, exc, writers)
             raise
-    part.files = [w.path for w in writers]
-    _drop_empty(part, base, suffix)
+    _drop_empty(part, writers, base, suffix)
     return res
 
 
-def _drop_empty(part: Partition, base: str, suffix: str) -> None:
-    """Leave out the windows that hold no event of their own (a cut in time through an idle stretch):
-    each joins the window before it (the first kept one reaches back to -inf), which holds exactly
-    the events it held, and the files are numbered again in order."""
+def _close_windows(writers: list[TraceWriter], counts: list[int], tail: bytes) -> None:
+    """End each window's file with the trace's tail; an empty window is no trace (`analyze` refuses
+    it): its file is dropped, and _drop_empty numbers the others again."""
+    for j, w in enumerate(writers):
+        if counts[j]:
+            w.close(tail)
+        else:
+            w.abort()
+
+
+def _drop_empty(part: Partition, writers: list[TraceWriter], base: str, suffix: str) -> None:
+    """part.files: the windows' files. Leave out the windows that hold no event of their own (a cut
+    in time through an idle stretch): each joins the window before it (the first kept one reaches
+    back to -inf), which holds exactly the events it held, and the files are numbered again in
+    order."""
+    part.files = [w.path for w in writers]
     kept = [j for j, n in enumerate(part.counts) if n]
     if len(kept) == len(part.counts):
         return

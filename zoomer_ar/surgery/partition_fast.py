@@ -50,7 +50,8 @@ from ..stream.source import ChunkReader, StreamError, compression_of
 from .copying import abort_outputs, output_folder
 from .cut import _STEP_RE, Survey
 from .io import TraceWriter, write_queue
-from .partition import (NotPartitionable, Partition, Ranges, _cuts, _drop_empty, _refuse_merged)
+from .partition import (LaunchSpans, NotPartitionable, Partition, Ranges, _close_windows, _cuts, _drop_empty,
+                        _refuse_merged)
 from .slices import LAUNCH_RECORDS_BYTES
 
 try:  # built by setup.py where a C compiler is available
@@ -67,7 +68,6 @@ _F_PID, _F_TID, _F_NAME, _F_ID = 1, 2, 4, 8
 _STEP_CATS = ("user_annotation", "gpu_user_annotation", "Operator", "cpu_op", "")
 _DEVICE_WORDS = ("kernel", "memcpy", "memset")
 _LAUNCH_WORDS = ("runtime", "driver")
-_INT64_MAX = np.iinfo(np.int64).max
 
 
 class Fallback(Exception):
@@ -452,39 +452,20 @@ class _Named(msgspec.Struct, gc=False):
 def _ranges(src: Path, scanner, cats: _Cats, bounds: np.ndarray, chunks: _LaunchChunks) -> Ranges:
     """partition.launch_ranges from the survey's summary: the chunks whose launches all fall in one
     window count at once; the launches of those that straddle a cut are read again."""
-    k = bounds.size + 1
-    lo = np.full(k, _INT64_MAX, dtype=np.int64)
-    hi = np.full(k, -1, dtype=np.int64)
-
-    def add(corr: np.ndarray, ts: np.ndarray) -> None:
-        if corr.size:
-            w = np.searchsorted(bounds, ts, "right")
-            np.minimum.at(lo, w, corr)
-            np.maximum.at(hi, w, corr)
-
+    spans = LaunchSpans(bounds)
     again: list[int] = []
     for j, (t0, t1, c0, c1, _a, _b) in enumerate(chunks.summary):
         w0, w1 = np.searchsorted(bounds, [t0, t1], "right").tolist()
         if w0 == w1:
-            lo[w0] = min(int(lo[w0]), c0)
-            hi[w0] = max(int(hi[w0]), c1)
+            spans.widen(w0, c0, c1)
         elif j in chunks.exact:
             ts, corr = chunks.exact[j]
-            add(corr, ts)
+            spans.add(corr, ts)
         else:
             again.append(j)
     for corr, ts in _read_again(src, scanner, cats, [chunks.summary[j] for j in again]):
-        add(corr, ts)
-    has = np.flatnonzero(hi >= 0)
-    starts, ends = lo[has], hi[has]
-    bad = np.flatnonzero(ends[:-1] >= starts[1:])
-    if bad.size:
-        j = int(bad[0])
-        raise NotPartitionable(
-            f"{src}: correlation ids are not in launch order (the launches of window {int(has[j])} hold ids "
-            f"{int(starts[j])}..{int(ends[j])}, those of window {int(has[j + 1])} {int(starts[j + 1])}.."
-            f"{int(ends[j + 1])}): a device event's window cannot be told from its id")
-    return Ranges(np.ascontiguousarray(starts), np.ascontiguousarray(ends), has.astype(np.int64))
+        spans.add(corr, ts)
+    return spans.ranges(src)
 
 
 def _read_again(src: Path, scanner, cats: _Cats, wanted: list[tuple]) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -687,13 +668,8 @@ def _copy(src: Path, dst_dir: Path, part: Partition, bounds: np.ndarray, ranges:
                                                    sum(batches.ints[4 :: _Batches._W])):
                 raise Fallback("the copy pass read other events than the survey")  # pragma: no cover
             part.counts = counts.tolist()
-            for j, w in enumerate(writers):  # an empty window is no trace (`analyze` refuses it): dropped below
-                if part.counts[j]:
-                    w.close(TraceWriter.tail_of(res))
-                else:
-                    w.abort()
+            _close_windows(writers, part.counts, TraceWriter.tail_of(res))
         except BaseException as exc:
             abort_outputs(writes, exc, writers)
             raise
-    part.files = [w.path for w in writers]
-    _drop_empty(part, base, suffix)
+    _drop_empty(part, writers, base, suffix)

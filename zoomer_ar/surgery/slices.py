@@ -336,6 +336,19 @@ class Batch:
             self._corr = fast_correlations(self, memo) if self.fast else slow_correlations(self.events, self.tl, memo)
         return self._corr
 
+    def launch_ids(self, memo: dict) -> tuple[np.ndarray, np.ndarray]:
+        """(index, correlation id) of the launches among the events (runtime calls with a
+        correlation id, cut._correlations): what the launch passes (cut.launches,
+        partition.launch_ranges) read of a slice."""
+        launch, _ = self.correlations(memo)
+        idx = np.flatnonzero(launch)
+        if not idx.size:
+            return idx, np.empty(0, dtype=np.int64)
+        if self.fast:
+            return idx, self.correlation_ids()[idx]
+        corr = np.fromiter((self.events[i].args.correlation for i in idx.tolist()), dtype=np.int64, count=idx.size)
+        return idx, corr
+
     def selected(self, keep: np.ndarray) -> list:
         """The raws of the events `keep` marks, in order."""
         if keep.all():
