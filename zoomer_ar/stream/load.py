@@ -10,6 +10,7 @@ explains the problem.
 from __future__ import annotations
 
 import gc
+import math
 import os
 from collections.abc import Callable
 
@@ -22,7 +23,7 @@ from ..load.columns import RankTrace
 from ..load.merged import merged_ranks, rank_distributed_info, split_merged
 from ..load.job import (TOO_DEEP, Job, _accelerator, _schema, assemble_job, load_trace, missing_reason, no_traces_reason,
                         rank_files, rank_of_file, rebase_times)
-from ..load.reader import Progress, TraceTooBig
+from ..load.reader import Progress, TraceTooBig, scoped_progress
 from ..load.repair import StreamRepair
 from ..load.stub import RankStub
 from ..models import RankInfo, SkippedFile
@@ -244,14 +245,24 @@ def _read(path: Path, kw: dict, progress: Progress | None) -> list[tuple[RankTra
         if got is not None:
             return got
         if not size:
+            seen = [0, 0]  # (bytes, of the file's) read by the one pass: where it outgrew the memory
+            inner = progress if progress is not None else scoped_progress(path)
+
+            def tracked(done: int, total: int) -> None:
+                seen[:] = done, total
+                if inner is not None:
+                    inner(done, total)
+
             try:
-                pairs = load_rank(path, progress=progress, switch_mb=switch_mb(), **kw)
+                pairs = load_rank(path, progress=tracked, switch_mb=switch_mb(), **kw)
             except WindowsNeeded:  # the one pass outgrew the memory a window needs: start again in windows
                 pairs = None  # (outside the except block: its traceback holds the pass's rows)
             if pairs is None:
                 gc.collect()
                 trim_heap()
-                got = read_windowed(path, 0, progress=progress, digest=summarise == "digest", **kw)
+                # windows of half what the pass read before it outgrew the memory
+                windows = max(2, math.ceil(2 * seen[1] / seen[0])) if seen[0] > 0 else None
+                got = read_windowed(path, 0, windows=windows, progress=progress, digest=summarise == "digest", **kw)
                 if got is not None:
                     return got
                 pairs = load_rank(path, progress=progress, **kw)

@@ -75,19 +75,21 @@ def _scratch(path: Path, json_size: int) -> tuple[Path, str]:
     return tmp, ("none" if free > 2 * json_size else "gzip")
 
 
-def read_windowed(path: Path, json_size: int, *, rank_hint: int | None = None, progress: Progress | None = None,
-                  digest: bool = True, **kw) -> list[tuple[RankStub, RankInfo]] | None:
-    """The rank of `path` as a summarised RankStub, analysed in windows; None when the file cannot be cut
-    (read it in one pass). `kw`: stream_ranks' settings for each window (memory limit, reader choice).
+def read_windowed(path: Path, json_size: int, *, windows: int | None = None, rank_hint: int | None = None,
+                  progress: Progress | None = None, digest: bool = True,
+                  **kw) -> list[tuple[RankStub, RankInfo]] | None:
+    """The rank of `path` as a summarised RankStub, analysed in windows (`windows` of them, else windows of
+    about half of ZOOMER_WINDOW_BYTES); None when the file cannot be cut (read it in one pass). `kw`:
+    stream_ranks' settings for each window (memory limit, reader choice).
     SIGTERM unwinds it (sigterm.py: in a worker the pool stops, the default action would leave the windows,
     the trace's size on disk, in TMPDIR)."""
     with sigterm_unwinds():
         tmp, compression = _scratch(path, json_size)
-        return _read_windows(path, tmp, compression, rank_hint, progress, digest, kw)
+        return _read_windows(path, tmp, compression, windows, rank_hint, progress, digest, kw)
 
 
-def _read_windows(path: Path, tmp: Path, compression: str, rank_hint: int | None, progress: Progress | None,
-                  digest: bool, kw: dict) -> list[tuple[RankStub, RankInfo]] | None:
+def _read_windows(path: Path, tmp: Path, compression: str, windows: int | None, rank_hint: int | None,
+                  progress: Progress | None, digest: bool, kw: dict) -> list[tuple[RankStub, RankInfo]] | None:
     from ..features.windows import merge_windows, summarise_window
     from ..surgery.partition import NotPartitionable, partition_trace
     from . import window_bytes
@@ -95,8 +97,8 @@ def _read_windows(path: Path, tmp: Path, compression: str, rank_hint: int | None
 
     try:
         try:
-            part = partition_trace(path, tmp / "w", target_bytes=max(1, window_bytes() // 2),
-                                   compression=compression)
+            part = partition_trace(path, tmp / "w", windows=windows,
+                                   target_bytes=None if windows else max(1, window_bytes() // 2), compression=compression)
         except (NotPartitionable, InputError):
             return None  # the one-pass reader reads it, or says in one line why it cannot
         count = len(part.files)
