@@ -75,10 +75,13 @@ def test_one_pass_that_outgrows_its_memory_switches_to_windows(shared_traces, mo
     monkeypatch.setenv("ZOOMER_WINDOW_BYTES", "0")
     ref = analyze_path(NS, stream=True)
     # the file's size does not call for windows (its JSON is about 15 MB), its one pass's memory does
-    monkeypatch.setenv("ZOOMER_WINDOW_BYTES", "20000000")
+    monkeypatch.setenv("ZOOMER_WINDOW_BYTES", "40000000")  # windows of half of it would be one, the whole file
     monkeypatch.setenv("ZOOMER_WINDOW_MEMORY_MB", "1")
     got = analyze_path(NS, stream=True)
-    assert _windows_note(got) is not None, got.notes
+    note = _windows_note(got)
+    assert note is not None, got.notes
+    # windows of half what the pass had read (not of half ZOOMER_WINDOW_BYTES: one window, the whole file)
+    assert int(note.split(" read in ")[1].split()[0]) >= 2, note
     assert_equal_analyses(ref, got, NS.name)
     assert list(scratch.iterdir()) == []
 
