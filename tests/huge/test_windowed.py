@@ -211,3 +211,14 @@ def test_sigterm_while_reading_windows_removes_them(shared_traces, tmp_path):
     finally:
         proc.kill()
     assert list(scratch.iterdir()) == []
+
+
+def test_memory_the_process_held_before_does_not_switch_to_windows(shared_traces, monkeypatch):
+    """The switch counts what the read adds: a process already holding more than ZOOMER_WINDOW_MEMORY_MB (a
+    service worker, a test run) reads a small trace in one pass (it used to read it in windows)."""
+    monkeypatch.setenv("ZOOMER_WINDOW_BYTES", "40000000")
+    monkeypatch.setenv("ZOOMER_WINDOW_MEMORY_MB", "60")
+    held = bytearray(100 << 20)
+    held[::4096] = b"x" * len(held[::4096])  # resident, not only reserved
+    assert _windows_note(analyze_path(NS, stream=True)) is None
+    del held

@@ -85,7 +85,7 @@ def forced_choice() -> bool | None:
 WINDOW_ENV = "ZOOMER_WINDOW_BYTES"
 DEFAULT_WINDOW_BYTES = 6 << 30  # the in-memory loader's limit (ZOOMER_MAX_TRACE_BYTES' default)
 WINDOW_MEMORY_ENV = "ZOOMER_WINDOW_MEMORY_MB"
-DEFAULT_WINDOW_MEMORY_MB = 768  # under the 1 GB the issue allows, the feature pass on top of a read that stopped just below it
+DEFAULT_WINDOW_MEMORY_MB = 768  # added by the read: with a fresh process's ~100 MB, under the 1 GB the issue allows
 
 
 def window_bytes() -> int:
@@ -97,8 +97,8 @@ def window_bytes() -> int:
 
 
 def window_memory_mb() -> float | None:
-    """ZOOMER_WINDOW_MEMORY_MB: the resident memory (MB) past which a rank's one-pass read stops and the rank
-    is read in windows instead; 0 (None): never. Default 768. InputError (exit 2, one line) for a value that
+    """ZOOMER_WINDOW_MEMORY_MB: the resident memory (MB) a rank's one-pass read may add to its process, past
+    which it stops and the rank is read in windows instead; 0 (None): never. Default 768. InputError (exit 2, one line) for a value that
     is not a number of MB."""
     return _setting(WINDOW_MEMORY_ENV, float(DEFAULT_WINDOW_MEMORY_MB), float, "MB", "never switch to windows",
                     str(DEFAULT_WINDOW_MEMORY_MB)) or None

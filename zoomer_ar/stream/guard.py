@@ -85,10 +85,14 @@ class WindowsNeeded(Exception):
 
 class MemoryGuard:
     """Wraps the builder's consumer: after each chunk, the process's resident memory against the
-    budget (an InputError past it) and, where given, against `switch_mb` (WindowsNeeded past it)."""
+    budget (an InputError past it) and, where given, against `switch_mb` MB more than it held when the read
+    began (WindowsNeeded past it: what the read itself added, so that a long-lived process holding other
+    memory - the service's worker, a test run - does not switch small traces to windows)."""
 
     def __init__(self, path: Path, limit_mb: float | None, switch_mb: float | None = None) -> None:
-        self.path, self.limit_mb, self.switch_mb = path, limit_mb, switch_mb
+        self.path, self.limit_mb = path, limit_mb
+        start = rss_mb() if switch_mb is not None else None
+        self.switch_mb = start + switch_mb if start is not None and switch_mb is not None else None
 
     def check(self, events: int) -> None:
         if self.limit_mb is None and self.switch_mb is None:

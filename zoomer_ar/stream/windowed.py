@@ -3,7 +3,7 @@
 The streaming reader keeps the rows the features use, about 100 MB per GB of a GPU-dense trace's JSON:
 its memory grows with the trace. Above `ZOOMER_WINDOW_BYTES` of JSON (default 6 GiB, the in-memory
 loader's own limit: every trace that loader can read still gets the one-pass analysis, whose results
-equal it), or when a one-pass read outgrows `ZOOMER_WINDOW_MEMORY_MB`, a rank file is cut into windows of
+equal it), or when a one-pass read adds more than `ZOOMER_WINDOW_MEMORY_MB` of memory, a rank file is cut into windows of
 consecutive profiler steps on disk by passes whose memory does not grow with the file
 (surgery/partition.py: every event in exactly one window, a kernel in its launch's), each window is read
 and summarised on its own (features/windows.py), and the windows' summaries are merged into the rank's
@@ -59,7 +59,7 @@ def wanted(path: Path) -> int:
 
 
 def switch_mb() -> float | None:
-    """The resident memory past which a one-pass read gives way to windows (ZOOMER_WINDOW_MEMORY_MB); None
+    """The memory a one-pass read may add before it gives way to windows (ZOOMER_WINDOW_MEMORY_MB); None
     where windowing is off (ZOOMER_WINDOW_BYTES=0 or ZOOMER_WINDOW_MEMORY_MB=0)."""
     from . import window_bytes, window_memory_mb
 
