@@ -15,7 +15,7 @@ DDP_BARE = {"DDP", "DistributedDataParallel", "nn.parallel.DistributedDataParall
 
 
 class DdpBucketView(Fixer):
-    pattern = "exposed-communication"
+    pattern = "extra-copy"
     name = "ddp-bucket-view"
     opt_in = True
     summary = "DistributedDataParallel without gradient_as_bucket_view: let gradients alias the all-reduce buckets"
@@ -26,16 +26,18 @@ sized from the trace's all-reduce evidence) to `DistributedDataParallel(...)` / 
 calls that do not set it. An explicit `gradient_as_bucket_view=False` is reported, not changed;
 so is a call passing ten or more arguments by position (`gradient_as_bucket_view` may be one of them).
 **Opt-in**: reported by default, rewritten only when selected explicitly
-(`--select ddp-bucket-view` or `--select exposed-communication`).
+(`--select ddp-bucket-view` or `--select extra-copy`).
 
 ## Why is this bad?
 By default DDP copies every gradient into its flat communication buckets before each
 all-reduce and back afterwards: extra device copies on the critical path and a second copy of
-all gradients in memory. With bucket views the gradients *are* the buckets. This saves those
-copies and the memory; it does not by itself make the all-reduce overlap the backward pass any
-more. For overlap (`exposed-communication` in the trace: NCCL kernels not hidden behind compute),
-smaller buckets start communicating earlier: `bucket_cap_mb` below the default 25 (the option
-sets a value you choose; a larger one delays the first all-reduce).
+all gradients in memory. In a GPU trace the copies into the buckets are `Memcpy DtoD` events during
+backward: the time `extra-copy` measures, which is why the fixer is filed under it. With bucket views
+the gradients *are* the buckets. This saves those copies and the memory; it does not by itself make
+the all-reduce overlap the backward pass any more. For overlap (`exposed-communication` in the
+trace: NCCL kernels not hidden behind compute), smaller buckets start communicating earlier:
+`bucket_cap_mb` below the default 25 (the option sets a value you choose; a larger one delays the
+first all-reduce).
 
 ## Caveats
 Gradients become views into the buckets: code that calls `p.grad.detach_()` or replaces
@@ -61,7 +63,7 @@ model = DDP(model, device_ids=[local_rank], gradient_as_bucket_view=True)
 
     VALID = [
         "from torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(model, gradient_as_bucket_view=True)\n",
-        "model = DDP(model, device_ids=[rank])  # zoomer: ignore[exposed-communication]\n",
+        "model = DDP(model, device_ids=[rank])  # zoomer: ignore[extra-copy]\n",
         "from mylib import DDP\nmodel = DDP(model)\n",
     ]
     INVALID = [

@@ -43,8 +43,8 @@ def test_analyze_imports_only_what_it_uses(tmp_path):
 
 def test_rules_list_imports_no_other_command():
     mods = _modules_after(["rules", "list"])
-    assert "zoomer_ar.detect.cli" in mods
-    assert not {m for m in set(COMMANDS.values()) - {"zoomer_ar.detect.cli"} if m in mods}
+    assert "zoomer_ar.rules_cli" in mods
+    assert not {m for m in set(COMMANDS.values()) - {"zoomer_ar.rules_cli"} if m in mods}
 
 
 def test_help_and_version_still_list_everything(capsys):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from zoomer_ar.analyze import analyze_path
-from zoomer_ar.detect.cli import explain_text
+from zoomer_ar.detect.pages import explain_text
 from zoomer_ar.detect.rules import get_rule
 
 GPU = Path(__file__).resolve().parents[1] / "examples" / "gpu"

@@ -13,6 +13,7 @@ import click
 
 from .analyze import analyze_path
 from .errors import InputError
+from .fix.catalogue import FACT_UNLOCKS  # opt-in fixers a job's recorded facts select
 from .load.job import job_name_of, missing_reason, recorded_job
 from .load.reader import reading_progress
 from .progress import bar_factory
@@ -21,11 +22,6 @@ from .render.report import findings_json
 from .same_input import is_same_input
 from .store.options import apply_store_options, job_name, record_options, refuse_record_only  # --record and cost attribution (zoomer_ar/store)
 
-#: opt-in fixers that the job's recorded facts (the capture helper's job.json) make safe to apply:
-#: name -> (section, key that must be true, whether the trace must be host-only). cpu-autocast
-#: speeds up CPU matmuls: a job that ran on an accelerator gains nothing from it, whatever the
-#: host CPU supports.
-FACT_UNLOCKS = {"cpu-autocast": ("cpu", "native_bf16", True)}
 
 
 def unlocked_by_facts(job_facts: dict, has_accelerator: bool = False) -> set[str]:

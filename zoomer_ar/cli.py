@@ -22,7 +22,7 @@ from .errors import ZoomerError
 # the trainer. tests/test_cli_lazy.py checks this table against the modules' own `commands`.
 COMMANDS = {
     "analyze": "zoomer_ar.analyze_cli",
-    "rules": "zoomer_ar.detect.cli",
+    "rules": "zoomer_ar.rules_cli",
     "fix": "zoomer_ar.fix.cli",
     "corpus": "zoomer_ar.learn.cli", "train": "zoomer_ar.learn.cli", "evaluate": "zoomer_ar.learn.cli",
     "models": "zoomer_ar.learn.cli", "label": "zoomer_ar.learn.cli",

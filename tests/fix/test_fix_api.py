@@ -142,7 +142,7 @@ def test_every_fixer_pattern_is_known_and_lookup_works():
     assert {f.pattern for f in reg.fixers} <= set(PATTERN_IDS)
     assert reg.by_name("dataloader-workers").pattern == "dataloader-bound"
     assert {f.name for f in reg.by_pattern("sync-point")} == {"loop-item-sync", "loop-synchronize"}
-    assert {f.name for f in reg.by_pattern("extra-copy")} == {"factory-on-device", "redundant-copy-chain"}
+    assert {f.name for f in reg.by_pattern("extra-copy")} == {"ddp-bucket-view", "factory-on-device", "redundant-copy-chain"}
     assert api.fixers_for("fp32-matmul") == ["cpu-autocast", "matmul-precision"]
     assert {f.name for f in reg.fixers if f.opt_in} == {"torch-compile", "ddp-bucket-view", "cpu-autocast"}
     assert api.fixers_for("misaligned-gemm") == ["align-gemm-dims"]

@@ -156,12 +156,12 @@ def test_opt_in_fixers_report_then_fix_when_selected(tmp_path, capsys):
     src = "import torch\nfrom torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(model, device_ids=[0])\n"
     (root / "a.py").write_text(src)
     rc, out, _ = run(capsys, str(root))
-    assert "exposed-communication" in out and "opt-in" in out and "fixable" not in out
+    assert "extra-copy" in out and "ddp-bucket-view" in out and "opt-in" in out and "fixable" not in out
     rc, out, _ = run(capsys, str(root), "--apply")
     assert (root / "a.py").read_text() == src
     rc, out, _ = run(capsys, str(root), "--apply", "--select", "all")
     assert (root / "a.py").read_text() == src
-    rc, out, _ = run(capsys, str(root), "--apply", "--select", "exposed-communication", "-o", "ddp-bucket-view.bucket_cap_mb=50")
+    rc, out, _ = run(capsys, str(root), "--apply", "--select", "extra-copy", "-o", "ddp-bucket-view.bucket_cap_mb=50")
     assert (root / "a.py").read_text().endswith("DDP(model, device_ids=[0], gradient_as_bucket_view=True, bucket_cap_mb=50)\n")
 
 

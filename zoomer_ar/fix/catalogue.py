@@ -20,6 +20,13 @@ from .. import paths
 from ..models import PATTERN_IDS
 
 
+#: opt-in fixers that the job's recorded facts (the capture helper's job.json) make safe to apply, so that
+#: `zoomer-ar analyze` puts them in patch.diff: name -> (section, key that must be true, whether the trace must be
+#: host-only). cpu-autocast speeds up CPU matmuls: a job that ran on an accelerator gains nothing from it,
+#: whatever the host CPU supports.
+FACT_UNLOCKS = {"cpu-autocast": ("cpu", "native_bf16", True)}
+
+
 @dataclass(frozen=True)
 class Entry:
     name: str

@@ -1,31 +1,21 @@
-"""`zoomer-ar rules list|explain`: the rule catalogue, printed like ruff's rule pages."""
+"""The rule catalogue's pages, printed like ruff's rule pages: `rules list`'s lines and `rules explain`'s page
+(the commands: zoomer_ar/rules_cli.py, which also says which fixers a rule's fix runs and which are opt-in: the
+fix stage comes after this one)."""
 
 from __future__ import annotations
 
 import difflib
 import json
 import re
+from collections.abc import Mapping, Sequence
 
-import click
-
-from ..errors import InputError
-from .rules import get_rule, load_rules
+from .rules import Rule, get_rule
 
 
-@click.group()
-def rules() -> None:
-    """The anti-pattern catalogue (rules/)."""
-
-
-@rules.command("list")
-def list_rules() -> None:
-    """One line per rule: id, category, title and, for a rule with an automatic fix, [fix: IDS]
-    (`zoomer-ar fix DIR --select IDS` runs its fixers; `rules explain ID` says more)."""
-    rs = load_rules()
-    width = max(len(r.id) for r in rs)
-    for r in rs:
-        fixers = f"  [fix: {', '.join(r.fix.fixers)}]" if r.fix.fixers else ""
-        click.echo(f"{r.id:<{width}}  {r.category:<15} {r.title}{fixers}")
+def list_line(r: Rule, width: int) -> str:
+    """`rules list`'s line: id, category, title and, for a rule with an automatic fix, [fix: IDS]."""
+    fixers = f"  [fix: {', '.join(r.fix.fixers)}]" if r.fix.fixers else ""
+    return f"{r.id:<{width}}  {r.category:<15} {r.title}{fixers}"
 
 
 SEVERITY_ORDER = ("info", "low", "medium", "high", "critical")
@@ -79,7 +69,33 @@ def _worded_apart(r, field: str) -> list[str]:
     return lines
 
 
-def explain_text(rule_id: str) -> str:
+def _fix_lines(r: Rule, fixers: Sequence[tuple[str, bool]] | None, unlocks: Mapping[str, str]) -> list[str]:
+    """The automatic-fix paragraph: the command, the fixers it runs (`fixers`: (name, opt-in) of each, as the
+    fix stage's catalogue has them; None where it was not read) and what an opt-in fixer asks for (`unlocks`:
+    the recorded job facts that put an opt-in fixer in analyze's patch.diff, in words)."""
+    command = f"`zoomer-ar fix DIR --select {','.join(r.fix.fixers)} --diff`"
+    if not fixers:
+        return [f"Automatic fix: {command}", ""]
+    opt = [n for n, opt_in in fixers if opt_in]
+    lines = [f"Automatic fix: {command} runs {_words([f'`{n}`' for n, _ in fixers])}.", ""]
+    if opt:
+        it = "it" if len(opt) == 1 else "them"
+        lines += [f"Opt-in: {_words([f'`{n}`' for n in opt])} {'changes' if len(opt) == 1 else 'change'} more than "
+                  f"the anti-pattern (the caveats: docs/fixers.md). `zoomer-ar fix` without `--select` and `zoomer-ar "
+                  f"analyze`'s patch.diff only report {it}; the command above applies {it}, as does `zoomer-ar analyze "
+                  f"--fix-select {','.join(opt)}`.", ""]
+        lines += [f"Except: analyze's patch.diff takes `{n}` unasked where {unlocks[n]}.\n" for n in opt if n in unlocks]
+    return lines
+
+
+def _words(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def explain_text(rule_id: str, fixers: Sequence[tuple[str, bool]] | None = None,
+                 unlocks: Mapping[str, str] | None = None) -> str:
+    """The rule's page; `fixers`: (name, opt-in) of the fixers its fix runs, where the caller has read them;
+    `unlocks`: when analyze applies an opt-in one unasked (see _fix_lines)."""
     r = get_rule(rule_id)
     lines = [f"# {r.id}: {r.title}", ""]
     for block, words in HARDWARE_WORDING:
@@ -91,7 +107,7 @@ def explain_text(rule_id: str) -> str:
         lines += ["## Example", "", r.example.strip(), ""]
     lines += ["## How to fix it", "", r.recommendation.strip(), ""] + _worded_apart(r, "recommendation")
     if r.fix.fixers:
-        lines += [f"Automatic fix: `zoomer-ar fix DIR --select {','.join(r.fix.fixers)} --diff`", ""]
+        lines += _fix_lines(r, fixers, unlocks or {})
     if r.fix.relaunch:
         lines += ["Relaunch settings (`zoomer-ar relaunch` applies them to the recorded command):", ""]
         lines += _relaunch_lines(r.fix.relaunch) + [""]
@@ -127,18 +143,3 @@ def suggest(rule_id: str, known: list[str]) -> str | None:
         return normal
     close = difflib.get_close_matches(normal, known, n=1, cutoff=0.6)
     return close[0] if close else None
-
-
-@rules.command("explain")
-@click.argument("rule_id")
-def explain(rule_id: str) -> None:
-    """What a rule detects, why it costs time, an example, the fix (exit 2 for an unknown id)."""
-    known = [r.id for r in load_rules()]
-    if rule_id not in known:  # a wrong id is bad input (exit 2), not a broken catalogue (RuleError, exit 1)
-        hint = suggest(rule_id, known)
-        did_you_mean = f"did you mean {hint}? " if hint else ""
-        raise InputError(None, f"no rule with id {rule_id!r} ({did_you_mean}see `zoomer-ar rules list`)")
-    click.echo(explain_text(rule_id), nl=False)
-
-
-commands = [rules]
