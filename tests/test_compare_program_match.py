@@ -85,16 +85,6 @@ def test_the_text_output_of_a_real_pair_has_no_warning():
     assert WARNING not in out and "warning" not in out
 
 
-def test_a_findings_document_side_is_not_judged(tmp_path):
-    """A saved findings.json keeps no operator or kernel names: nothing is said either way."""
-    from zoomer_ar.cli import main
-
-    saved = tmp_path / "before"
-    assert main(["analyze", str(REPO / "examples/traces/conv_bias_before_bn"), "--out", str(saved), "--no-progress"]) == 0
-    result = json.loads(_run(saved / "findings.json", REPO / "examples/traces/sync_point", "--format", "json"))
-    assert result["program_warning"] is None
-
-
 def test_kernel_family_drops_arguments_and_architecture():
     assert kernel_family("void at::native::vectorized_elementwise_kernel<4, float>(int, float*)") == \
         "at::native::vectorized_elementwise_kernel"
@@ -157,3 +147,31 @@ def _program_of(frames: list[str], ops: frozenset[str], compiled: bool):
         path = Path(d) / "t.json.gz"
         path.write_bytes(gzip.compress(json.dumps({"traceEvents": events}).encode()))
         return program_names(load_job(path).ranks)
+
+
+def test_saved_findings_are_judged_as_their_traces(shared_traces, tmp_path):
+    """findings.json keeps the names (`program`, schema 1.1): comparing two saved analyses, or a saved one with a
+    trace, warns exactly as comparing the traces does; one of schema 1.0 (no `program`) says nothing."""
+    from zoomer_ar.cli import main
+
+    def saved(trace: Path, name: str) -> Path:
+        out = tmp_path / name
+        assert main(["analyze", str(trace), "--out", str(out), "--no-progress"]) == 0
+        return out / "findings.json"
+
+    mtia = shared_traces / "hta/mtia_trace_single_rank/mtia_rank_0.json.gz"
+    copy, copy_clean = REPO / "examples/traces/extra_copy", REPO / "examples/traces/extra_copy_clean"
+    a, b, c = saved(mtia, "mtia"), saved(copy, "copy"), saved(copy_clean, "copy_clean")
+    doc = json.loads(b.read_text())
+    assert doc["schema_version"] == "1.1" and doc["program"]["operators"] == sorted(doc["program"]["operators"])
+    assert doc["program"]["modules"] and not doc["program"]["compiled"]
+    by_traces = json.loads(_run(mtia, copy, "--format", "json"))["program_warning"]
+    assert by_traces and by_traces.startswith(WARNING) and "CPU operators" in by_traces
+    assert json.loads(_run(a, b, "--format", "json"))["program_warning"] == by_traces
+    assert json.loads(_run(a, copy, "--format", "json"))["program_warning"] == by_traces
+    assert json.loads(_run(b, c, "--format", "json"))["program_warning"] is None  # a scenario and its clean twin
+    old = tmp_path / "old.json"  # as an earlier zoomer-ar wrote it
+    doc.pop("program")
+    doc["schema_version"] = "1.0"
+    old.write_text(json.dumps(doc))
+    assert json.loads(_run(a, old, "--format", "json"))["program_warning"] is None

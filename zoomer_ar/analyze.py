@@ -14,6 +14,7 @@ from .load import Job, load_job
 from .load.folder import EARLIER_RUN
 from .load.reader import Progress
 from .models import SEVERITY_ORDER, Analysis, Finding
+from .program_match import program_names, signature
 
 
 IMPLAUSIBLE_WALL_MS = 7 * 86_400_000.0  # a profiler session lasts seconds to hours, not a week
@@ -113,6 +114,7 @@ def analyze_job(job: Job, rules: list[Rule] | None = None) -> Analysis:
 
     findings, model_version, model_notes = run_model(jf, run_rules(jf, rules), rules=rules)
     analysis = build_analysis(job, jf, findings)
+    analysis.program = signature(program_names(job.ranks))  # what compare checks a later run against (None: streamed)
     analysis.model_version = model_version  # findings.json records which model voted (None: the rules alone)
     analysis.notes.extend(model_notes)  # e.g. "The current model v0003 could not be loaded (...)"
     return analysis

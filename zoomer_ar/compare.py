@@ -16,7 +16,7 @@ from .detect.startup import startup_summary
 from .errors import InputError
 from .load.job import missing_reason
 from .models import Analysis
-from .program_match import ProgramNames, mismatch_note, program_names
+from .program_match import ProgramNames, from_signature, mismatch_note
 from .render.filters import fmt_ms, fmt_num
 
 
@@ -83,16 +83,9 @@ def _load(path: Path) -> Analysis:
 
 def _analyse_trace(path: Path) -> tuple[Analysis, ProgramNames | None]:
     """A trace's (or rank folder's) analysis, as analyze_path makes it, with the names that identify its
-    program (None for a job read in a streaming pass: its events are not kept)."""
-    from .analyze import analyze_job
-    from .load import load_job
-    from .stream import should_stream
-
-    if should_stream(path):
-        return analyze_path(path), None
-    job = load_job(path)
-    names = program_names(job.ranks)
-    return analyze_job(job), names
+    program (its `program`; None for a job read in a streaming pass: its events are not kept)."""
+    analysis = analyze_path(path)
+    return analysis, from_signature(analysis.program)
 
 
 def _load_both(before: Path, after: Path) -> tuple[tuple[Analysis, Analysis], tuple[ProgramNames | None, ProgramNames | None]]:
@@ -104,14 +97,18 @@ def _load_both(before: Path, after: Path) -> tuple[tuple[Analysis, Analysis], tu
             raise InputError(str(path), missing_reason(path))
     docs = {path: _findings_doc(path) for path in (before, after)}
     loaded: dict[Path, tuple[Analysis, ProgramNames | None]] = {
-        path: (_load_findings(doc), None) for path, doc in docs.items() if doc is not None}
+        path: (a, from_signature(a.program)) for path, a in
+        ((path, _load_findings(doc)) for path, doc in docs.items() if doc is not None)}
     (b, nb), (a, na) = (loaded[p] if p in loaded else _analyse_trace(p) for p in (before, after))
     return (b, a), (nb, na)
 
 
-def compare(before: Analysis, after: Analysis, programs: tuple[ProgramNames | None, ProgramNames | None] = (None, None)) -> dict:
-    """The comparison; ``programs`` (the traces' names, :func:`program_match.program_names`) adds the
-    warning that the two sides do not look like runs of one program."""
+def compare(before: Analysis, after: Analysis,
+            programs: tuple[ProgramNames | None, ProgramNames | None] | None = None) -> dict:
+    """The comparison; ``programs`` (the runs' names, :func:`program_match.program_names`; by default the
+    analyses' own `program`) adds the warning that the two sides do not look like runs of one program."""
+    if programs is None:
+        programs = (from_signature(before.program), from_signature(after.program))
     fb, fa = before.features, after.features
     b_step, a_step = fb.get("step_ms"), fa.get("step_ms")  # None: a findings.json that does not record it
     pb = {f.pattern: f for f in before.findings}

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-ANALYSIS_SCHEMA_VERSION = "1.0"
+ANALYSIS_SCHEMA_VERSION = "1.1"  # 1.1: `program` (the names that identify the profiled program)
 
 PATTERN_IDS: tuple[str, ...] = (
     "idle-gpu",
@@ -139,6 +139,16 @@ class TimelineBin(BaseModel):
     busy_pct: float
 
 
+class ProgramSignature(BaseModel):
+    """The names that identify the profiled program, all ranks together (program_match.py): `compare` warns when
+    two runs share too few of them, a saved findings.json as well as a trace."""
+
+    modules: list[str] = Field(default_factory=list)  # nn.Module classes (with_modules frames), wrappers left out
+    kernel_families: list[str] = Field(default_factory=list)  # GPU kernels up to their template arguments
+    operators: list[str] = Field(default_factory=list)  # CPU operators (aten::mm, ...)
+    compiled: bool = False  # torch.compile regions, triton kernels or CUDA-graph replays seen
+
+
 class Analysis(BaseModel):
     """The output of `analyze`: written as findings.json."""
 
@@ -152,3 +162,5 @@ class Analysis(BaseModel):
     timeline: list[TimelineBin] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
     model_version: str | None = None  # the model version that voted on the findings; None: the rules alone
+    # None: a job read in a streaming pass (its events are not kept) or a findings.json of schema 1.0
+    program: ProgramSignature | None = None

@@ -32,7 +32,8 @@ and the GPU fp32_matmul pair, whose twin runs other GEMM kernels, 89% of its ker
 of the rest are small programs much alike, such as param/linear_kineto and the scenario MLPs, or a
 compiled side), and 346 of the 946 pairs of different scenario programs (a CNN and an MLP: the
 scenarios that train the same MLP with another loop are not told apart). Traces too small to judge (a handful of operators) say nothing, as does a side read
-in a streaming pass (its events are not kept) or a saved findings.json (it keeps no names).
+in a streaming pass (its events are not kept). A findings.json keeps these names (its `program`, schema 1.1),
+so a saved analysis is judged as its trace would be; one written before 1.1 keeps none and says nothing.
 """
 
 from __future__ import annotations
@@ -44,8 +45,9 @@ import numpy as np
 
 from .features import names as N
 from .load.columns import RankTrace
+from .models import ProgramSignature
 
-__all__ = ["ProgramNames", "mismatch_note", "program_names"]
+__all__ = ["ProgramNames", "from_signature", "mismatch_note", "program_names", "signature"]
 
 MIN_MODULE_SHARE = 0.5
 MIN_KERNEL_SHARE = 0.4
@@ -114,6 +116,22 @@ def program_names(ranks: list) -> ProgramNames | None:
     raw_kernels = set().union(*(_names_of(t, N.KERNEL_CATS) for t in traces))
     compiled = any(_COMPILED.search(n) for n in ops | raw_kernels)
     return ProgramNames(frozenset(modules), frozenset(kernels), frozenset(ops), compiled)
+
+
+def signature(names: ProgramNames | None) -> ProgramSignature | None:
+    """The names as findings.json keeps them (`program`: sorted lists), so that a saved analysis can be judged
+    as its trace would be."""
+    if names is None:
+        return None
+    return ProgramSignature(modules=sorted(names.modules), kernel_families=sorted(names.kernels),
+                            operators=sorted(names.ops), compiled=names.compiled)
+
+
+def from_signature(sig: ProgramSignature | None) -> ProgramNames | None:
+    """signature's inverse: a findings.json's `program` as the names mismatch_note compares (None: not kept)."""
+    if sig is None:
+        return None
+    return ProgramNames(frozenset(sig.modules), frozenset(sig.kernel_families), frozenset(sig.operators), sig.compiled)
 
 
 def _share(a: frozenset[str], b: frozenset[str]) -> float:
