@@ -175,3 +175,23 @@ def test_saved_findings_are_judged_as_their_traces(shared_traces, tmp_path):
     doc["schema_version"] = "1.0"
     old.write_text(json.dumps(doc))
     assert json.loads(_run(a, old, "--format", "json"))["program_warning"] is None
+
+
+@pytest.mark.parametrize("trace", ["kineto/resnet50_num_workers_0", "param/dlrm_8ranks", "hta/trace_diff/control",
+                                   "hta/mtia_trace_single_rank"])
+def test_a_streamed_run_keeps_the_names_the_in_memory_one_has(shared_traces, trace):
+    """The streaming pass keeps a subset of the rows, but records the names of every row it reads (stream/compact.py):
+    a streamed analysis's `program` equals the in-memory one's, so compare judges a large run too."""
+    from zoomer_ar.analyze import analyze_path
+
+    whole = analyze_path(shared_traces / trace, stream=False)
+    streamed = analyze_path(shared_traces / trace, stream=True)
+    assert any("streaming pass" in n for n in streamed.notes)
+    assert whole.program is not None and (whole.program.operators or whole.program.kernel_families)
+    assert streamed.program == whole.program
+
+
+def test_two_streamed_programs_are_said_to_be_two(shared_traces, monkeypatch):
+    monkeypatch.setenv("ZOOMER_STREAM_THRESHOLD", "0")  # every trace read in a streaming pass
+    text = _run(shared_traces / "hta/trace_diff/control", shared_traces / "kineto/resnet50_num_workers_4").splitlines()
+    assert text[0].startswith(f"warning     {WARNING}: they share ") and "GPU kernel families" in text[0]

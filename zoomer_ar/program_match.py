@@ -31,9 +31,11 @@ and the GPU fp32_matmul pair, whose twin runs other GEMM kernels, 89% of its ker
 1,499 of the 2,146 pairs of unrelated traces large enough to judge are called two programs (most
 of the rest are small programs much alike, such as param/linear_kineto and the scenario MLPs, or a
 compiled side), and 346 of the 946 pairs of different scenario programs (a CNN and an MLP: the
-scenarios that train the same MLP with another loop are not told apart). Traces too small to judge (a handful of operators) say nothing, as does a side read
-in a streaming pass (its events are not kept). A findings.json keeps these names (its `program`, schema 1.1),
-so a saved analysis is judged as its trace would be; one written before 1.1 keeps none and says nothing.
+scenarios that train the same MLP with another loop are not told apart). Traces too small to judge (a handful of operators) say nothing. A trace read in a streaming pass keeps a
+subset of its rows, but the pass records the names of every row it reads (stream/compact.py: the same
+names as the in-memory loader's, tested on the corpus), windows included. A findings.json keeps these
+names (its `program`, schema 1.1), so a saved analysis is judged as its trace would be; one written
+before 1.1 keeps none and says nothing.
 """
 
 from __future__ import annotations
@@ -90,6 +92,21 @@ def kernel_family(name: str) -> str:
     return _ARCH_PREFIX.sub("", re.split(r"[<(]", name, maxsplit=1)[0]).strip()
 
 
+#: the kinds of row whose names identify a program, by category (bits: a streaming pass records them per name)
+OP, KERNEL, PYTHON = 1, 2, 4
+RAW_KINDS = {"op": OP, "kernel": KERNEL, "python": PYTHON}
+
+
+def category_kind(cat: str) -> int:
+    """The kind (OP, KERNEL, PYTHON, or 0) of the rows of category `cat`."""
+    return OP if cat in N.CPU_OP_CATS else KERNEL if cat in N.KERNEL_CATS else PYTHON if cat == "python_function" else 0
+
+
+def is_module_frame(name: str) -> bool:
+    """A with_modules frame (``nn.Module: Linear_0``): the only python_function names kept."""
+    return _MODULE_FRAME.match(name) is not None
+
+
 def _names_of(trace: RankTrace, cats: tuple[str, ...]) -> set[str]:
     codes = trace.cat_code(*cats)
     if not codes or not len(trace):
@@ -98,22 +115,42 @@ def _names_of(trace: RankTrace, cats: tuple[str, ...]) -> set[str]:
     return {trace.names[int(c)] for c in present if 0 <= int(c) < len(trace.names)}
 
 
+def raw_names(trace: RankTrace) -> dict[str, frozenset[str]] | None:
+    """A rank's names by kind ("op", "kernel", "python": module frames only), as read: from the streaming pass
+    that kept a subset of the rows (`trace.seen_names`, stream/compact.py), else from the rows themselves; None
+    for a streamed trace that did not record them."""
+    if trace.seen_names is not None:
+        return trace.seen_names
+    if (trace.metadata or {}).get("streamed"):
+        return None
+    return {"op": frozenset(_names_of(trace, N.CPU_OP_CATS)), "kernel": frozenset(_names_of(trace, N.KERNEL_CATS)),
+            "python": frozenset(f for f in _names_of(trace, ("python_function",)) if is_module_frame(f))}
+
+
+def union_names(parts: list[dict[str, frozenset[str]] | None]) -> dict[str, frozenset[str]] | None:
+    """The names of a rank read in parts (the windows of stream/windowed.py); None where a part's are unknown."""
+    if not parts or any(p is None for p in parts):
+        return None
+    return {k: frozenset().union(*(p.get(k, frozenset()) for p in parts)) for k in RAW_KINDS}
+
+
 def program_names(ranks: list) -> ProgramNames | None:
-    """The program's names from a job's loaded ranks; None when no rank kept its events (a streamed job)."""
-    traces = [r for r in ranks if isinstance(r, RankTrace)]
-    if not traces:
+    """The program's names from a job's ranks (loaded traces, or the RankStubs of a streaming pass with the
+    names it recorded); None where a rank's are unknown."""
+    raws = [raw_names(r) if isinstance(r, RankTrace) else getattr(r, "seen_names", None) for r in ranks]
+    if not raws or any(r is None for r in raws):
         return None
     modules: set[str] = set()
-    kernels: set[str] = set()
+    raw_kernels: set[str] = set()
     ops: set[str] = set()
-    for t in traces:
-        for frame in _names_of(t, ("python_function",)):
+    for raw in raws:
+        for frame in raw.get("python", ()):
             m = _MODULE_FRAME.match(frame)
             if m and m.group(1) not in WRAPPER_MODULES:
                 modules.add(m.group(1))
-        kernels |= {kernel_family(k) for k in _names_of(t, N.KERNEL_CATS)}
-        ops |= _names_of(t, N.CPU_OP_CATS)
-    raw_kernels = set().union(*(_names_of(t, N.KERNEL_CATS) for t in traces))
+        raw_kernels |= raw.get("kernel", frozenset())
+        ops |= raw.get("op", frozenset())
+    kernels = {kernel_family(k) for k in raw_kernels}
     compiled = any(_COMPILED.search(n) for n in ops | raw_kernels)
     return ProgramNames(frozenset(modules), frozenset(kernels), frozenset(ops), compiled)
 

@@ -60,6 +60,9 @@ class RankTrace:
     time_unit_note: str = ""
     # microseconds subtracted from `ts` (load.job.rebase_times): absolute time = ts + ts_base
     ts_base: float = 0.0
+    # where the rows are a streaming pass's subset (stream/compact.py): the names of every row it read, by kind
+    # ("op", "kernel", "python"), for program_match.py; None: the rows are all the trace's
+    seen_names: dict[str, frozenset[str]] | None = None
 
     def __len__(self) -> int:
         return int(self.ts.shape[0])

@@ -34,6 +34,8 @@ class RankStub:
     # job of one file, which are never compared (a merged trace's ranks claim distinct ranks)
     digest: str | None
     summary: Any  # features.extract.RankSummary (the load stage does not import the features')
+    # the names that identify the program (program_match.raw_names), set by the streaming path; None: unknown
+    seen_names: dict[str, frozenset[str]] | None = None
 
     def __len__(self) -> int:
         return self.rows

@@ -52,6 +52,7 @@ from .classify import (
     N_COPY_, N_LIGHT, N_OPT, N_RT, cat_flags, name_flags,
 )
 from .event_slices import ColumnSlice, EventSlice, decode_slice
+from ..program_match import KERNEL, OP, PYTHON, RAW_KINDS, category_kind, is_module_frame
 from .heap import trim_heap
 from .nscount import NsCounter
 from ..load.narrow import as_constant, concat_parts, narrow, narrow_column
@@ -101,6 +102,10 @@ class CompactBuilder:
         self._k_cf = np.zeros(0, dtype=np.uint8)
         self._k_nf = np.zeros(0, dtype=np.uint8)
         self._cf_tab = np.zeros(0, dtype=np.uint8)  # the compiled reader's path: flags by code
+        # the names that identify the program (program_match.py), of every row read, kept or not: kinds by
+        # category code, and the kinds each name code was seen with
+        self._pk_tab = np.zeros(0, dtype=np.uint8)
+        self._pk_seen = np.zeros(0, dtype=np.uint8)
         self._nf_tab = np.zeros(0, dtype=np.uint8)
         self._cat_flag_cache: dict[str, int] = {}
         self._name_flag_cache: dict[str, int] = {}
@@ -236,8 +241,35 @@ class CompactBuilder:
                 setattr(self, attr, np.concatenate([tab, np.asarray([flag_of(v) for v in new], dtype=np.uint8)]))
         return self._cf_tab, self._nf_tab
 
+    def _note_program_names(self, cc: np.ndarray, nc: np.ndarray) -> None:
+        """Record the kinds (program_match.category_kind) each name of a slice's rows was seen with."""
+        if self._pk_tab.size < len(self.cat_index):
+            new = list(islice(reversed(self.cat_index), len(self.cat_index) - self._pk_tab.size))[::-1]
+            self._pk_tab = np.concatenate([self._pk_tab, np.asarray([category_kind(c) for c in new], dtype=np.uint8)])
+        kinds = self._pk_tab[cc]
+        rows = np.flatnonzero(kinds)
+        if not rows.size:
+            return
+        if self._pk_seen.size < len(self.name_index):
+            self._pk_seen = np.concatenate([self._pk_seen, np.zeros(len(self.name_index) - self._pk_seen.size, np.uint8)])
+        kinds, names = kinds[rows], nc[rows]
+        for bit in (OP, KERNEL, PYTHON):
+            of = names[(kinds & bit) != 0]
+            if of.size:
+                self._pk_seen[np.unique(of)] |= bit
+
+    def seen_names(self) -> dict[str, frozenset[str]]:
+        """The names of the rows read, by kind, as program_match.raw_names gives them."""
+        names = list(self.name_index)
+        out = {}
+        for kind, bit in RAW_KINDS.items():
+            got = [names[i] for i in np.flatnonzero(self._pk_seen & bit).tolist()]
+            out[kind] = frozenset(n for n in got if is_module_frame(n)) if bit == PYTHON else frozenset(got)
+        return out
+
     def _add(self, S: EventSlice | ColumnSlice) -> None:
         self.slice_no += 1
+        self._note_program_names(S.cc, S.nc)
         sn = self.slice_no
         ph, cf, nf, ts, dur, ords = S.ph, S.cf, S.nf, S.ts, S.dur, S.ords
         x = ph == PH_COMPLETE
@@ -606,6 +638,7 @@ class CompactBuilder:
                 d.update((pos[j], v) for j, v in getattr(extra, f).items() if j in pos)
         trace.thread_names = dict(self.thread_names)
         trace.process_names = dict(self.process_names)
+        trace.seen_names = self.seen_names()
         trim_heap()
         return trace
 

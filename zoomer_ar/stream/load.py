@@ -27,6 +27,7 @@ from ..load.reader import Progress, TraceTooBig, scoped_progress
 from ..load.repair import StreamRepair
 from ..load.stub import RankStub
 from ..models import RankInfo, SkippedFile
+from ..program_match import raw_names
 from .compact import CompactBuilder
 from .heap import fix_mmap_threshold, trim_heap
 from .parts import constant_columns
@@ -230,7 +231,9 @@ def summarised(pairs: list[tuple[RankTrace, RankInfo]], digest: bool = True) -> 
             rebase_times([t])
             summary = summarise_rank(t)
             summary.features.detach()  # kept while the other ranks are read (in this process or the main one)
-            out.append((RankStub.of(t, summary, digest=digest), i))
+            stub = RankStub.of(t, summary, digest=digest)
+            stub.seen_names = raw_names(t)  # what compare checks another run against (program_match.py)
+            out.append((stub, i))
     return out
 
 

@@ -29,6 +29,7 @@ from ..load.job import rank_of_file, rebase_times
 from ..load.reader import GZIP_MAGIC, ZSTD_MAGIC, Progress
 from ..load.stub import RankStub
 from ..models import RankInfo
+from ..program_match import raw_names, union_names
 from ..sigterm import sigterm_unwinds
 from .source import StreamError
 
@@ -105,6 +106,7 @@ def _read_windows(path: Path, tmp: Path, compression: str, windows: int | None, 
         spilled: list[tuple[Path, float]] = []  # each window's summary on disk until the merge (about 1 MB each)
         first = last = None
         rows = 0
+        names: list = []  # each window's names that identify the program (program_match.raw_names)
         for k, f in enumerate(part.files):
             try:
                 [(trace, info)] = stream_ranks(f, rank_hint=rank_hint, progress=progress, hash_file=False, **kw)
@@ -114,6 +116,7 @@ def _read_windows(path: Path, tmp: Path, compression: str, windows: int | None, 
             with (tmp / f"summary_{k}.pickle").open("wb") as fh:
                 pickle.dump(summarise_window(trace, k, count), fh, protocol=pickle.HIGHEST_PROTOCOL)
             spilled.append((tmp / f"summary_{k}.pickle", float(trace.ts_base)))
+            names.append(raw_names(trace))
             stub = RankStub.of(trace, None, digest=False)
             first = first or (stub, info)
             last = stub
@@ -139,7 +142,8 @@ def _read_windows(path: Path, tmp: Path, compression: str, windows: int | None, 
         summary = summary.renumbered(rank)  # the windows' evidence named the rank their file names gave
         stub = RankStub(rank=rank, path=str(path), metadata=meta, time_unit_note=stub0.time_unit_note, ts_base=base,
                         rows=rows, window=(w0, w1) if w0 is not None and w1 is not None else None,
-                        digest=_digest(part.sha256, count) if digest else None, summary=summary)
+                        digest=_digest(part.sha256, count) if digest else None, summary=summary,
+                        seen_names=union_names(names))
         info = info0.model_copy(update={"path": str(path), "rank": rank, "rank_source": rank_source,
                                         "sha256": part.sha256, "size_bytes": path.stat().st_size,
                                         "n_events": part.events_in})
