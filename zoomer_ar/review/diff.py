@@ -280,7 +280,7 @@ def _no_merge_base(repo, base: str, head: str) -> str:
 
 
 def collect(repo_dir: str | Path, base: str, head: str | None, *, paths: Iterable[str] = ()) -> DiffResult:
-    """Changed ``*.py`` files between the merge base of ``base`` and ``head`` and ``head``.
+    """Changed ``*.py`` files and notebooks (``*.ipynb``) between the merge base of ``base`` and ``head`` and ``head``.
 
     ``paths`` (relative to the repository root) limits the review to those files (pre-commit
     passes the staged file names). One ``git diff`` run through GitPython, parsed here (GitPython's
@@ -312,7 +312,7 @@ def collect(repo_dir: str | Path, base: str, head: str | None, *, paths: Iterabl
     except git.GitCommandError as exc:
         err = str(exc.stderr or exc).strip()
         raise InputError(None, f"git diff failed: {err.splitlines()[-1] if err else exc}") from None
-    files = [f for f in parse_git_diff(data) if f.path.endswith(".py")]
+    files = [f for f in parse_git_diff(data) if f.path.endswith(".py") or f.path.lower().endswith(".ipynb")]
     if head_c is None:
         for f in files:
             f.blob = None  # the working tree: read from disk

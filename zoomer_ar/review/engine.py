@@ -11,6 +11,9 @@ alone and together with the file's other suggestions (see :class:`_Suggestions`)
 Line numbers are Python's (``\\n``, ``\\r\\n`` or a lone ``\\r`` ends a line); git's differ only in a
 file with lone ``\\r`` line endings, whose diff is translated (:meth:`FileDiff.in_python_lines`)
 and whose comment lines are translated back (GitHub comments on git's lines).
+
+Notebooks (``*.ipynb``) are reviewed by :mod:`.notebook`: their changed code cells, findings at the
+JSON line of the flagged code, fixes as edits of the JSON text.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from . import catalogue, prefilter
 from .config import ReviewConfig, load_text
 from .diff import DiffResult, FileDiff, collect
 from .models import FileNote, ReviewFinding, ReviewResult
+from .notebook import MAX_NOTEBOOK_BYTES, NotebookError, is_notebook, review_notebook
 from .suggest import MAX_SUGGESTION_LINES, Rewrite, rewrite, split_lines
 
 PARALLEL_MIN_FILES = 8
@@ -540,6 +544,7 @@ def _review(diff: DiffResult, t0: float, *, select, ignore, config, trace, db, d
         rules=sorted({f.pattern for f in selection.fixers}),
     )
     work: list[_Job] = []
+    notebook_work: list[tuple[FileDiff, bytes]] = []
     sources: dict[str, tuple[FileDiff, str, LineMap | None, bool]] = {}
     excluded = 0
     for fd in diff.files:
@@ -556,11 +561,16 @@ def _review(diff: DiffResult, t0: float, *, select, ignore, config, trace, db, d
         except (OSError, KeyError) as exc:
             result.errors.append(FileNote(path=fd.path, message=f"cannot read: {exc}"))
             continue
-        if len(raw) > fix_engine.MAX_FILE_BYTES:
+        notebook = is_notebook(fd.path)
+        if len(raw) > (MAX_NOTEBOOK_BYTES if notebook else fix_engine.MAX_FILE_BYTES):
             result.skipped.append(FileNote(path=fd.path, message=f"too large to review ({len(raw):,} bytes)"))
             continue
         if b"\0" in raw:
             result.skipped.append(FileNote(path=fd.path, message="binary file"))
+            continue
+        if notebook:  # JSON: reviewed cell by cell below, in this process
+            result.files_reviewed += 1
+            notebook_work.append((fd, raw))
             continue
         try:
             text, _enc = fix_engine.decode(raw)
@@ -586,6 +596,11 @@ def _review(diff: DiffResult, t0: float, *, select, ignore, config, trace, db, d
         fd, text, git_lines, utf8 = sources[path]
         findings.extend(to_findings(fd, text, [StaticMatch.model_validate(d) for d in dumped], cfg.severity,
                                     selection=selection, git_lines=git_lines, suggestions=utf8))
+    for fd, raw in notebook_work:
+        found, notes = _review_notebook(diff, fd, raw, selection, cfg.severity)
+        result.files_parsed += 1
+        findings.extend(found)
+        result.errors.extend(notes)
     findings.sort(key=lambda f: (f.path, f.line, f.column, f.rule_id, f.fixer))
     result.findings = findings
     result.errors.sort(key=lambda n: n.path)
@@ -596,6 +611,29 @@ def _review(diff: DiffResult, t0: float, *, select, ignore, config, trace, db, d
         result.notes.extend(attach(result.findings, trace=trace, db=db, week=db_week, overrides=cfg.severity))
     result.seconds = time.perf_counter() - t0
     return result
+
+
+def _review_notebook(diff: DiffResult, fd: FileDiff, raw: bytes, selection: fix_engine.Selection,
+                     overrides: Mapping[str, str]) -> tuple[list[ReviewFinding], list[FileNote]]:
+    """A changed notebook's findings and notes (:mod:`.notebook`); one that cannot be read as a
+    notebook, or that a fixer fails on, is one note naming the reason."""
+    encoding = "utf-8-sig" if raw.startswith(b"\xef\xbb\xbf") else "utf-8"
+    try:
+        text = raw.decode(encoding)
+        old_raw = diff.read_old(fd) if fd.old_blob is not None else None
+    except UnicodeDecodeError as exc:
+        return [], [FileNote(path=fd.path, message=f"cannot decode: not UTF-8 JSON ({exc.reason} at byte {exc.start})")]
+    except (OSError, KeyError, ValueError):
+        old_raw = None
+    old_text = old_raw.decode("utf-8-sig", errors="replace") if old_raw is not None else None
+    try:
+        return review_notebook(fd, text, old_text, selection, overrides)
+    except NotebookError as exc:
+        return [], [FileNote(path=fd.path, message=str(exc))]
+    except fix_engine.FixerCrash as exc:
+        return [], [FileNote(path=fd.path, message=str(exc))]
+    except RecursionError:
+        return [], [FileNote(path=fd.path, message="cannot analyse: too deeply nested")]
 
 
 def fail_count(result: ReviewResult, threshold: str | None) -> int:

@@ -27,6 +27,10 @@ class ReviewFinding(BaseModel):
     end_line: int
     end_column: int
     statement_line: int
+    #: a notebook's finding: the cell (1-based, markdown cells counted) and the line in it; ``line``
+    #: and ``column`` are then those of the .ipynb file's JSON text, where GitHub and SARIF point
+    cell: int | None = None
+    cell_line: int | None = None
     snippet: str = ""  # the flagged code's first line
     fixable: bool = False
     opt_in: bool = False
@@ -63,7 +67,7 @@ class ReviewResult(BaseModel):
     head: str | None
     head_sha: str | None  # None: the working tree
     merge_base_sha: str
-    files_changed: int = 0  # changed Python files in the diff
+    files_changed: int = 0  # changed Python files and notebooks in the diff
     files_reviewed: int = 0  # of those, read and checked (after exclusions and prefiltering)
     files_parsed: int = 0  # parsed by the fixers (the rest could not hold a finding)
     findings: list[ReviewFinding] = Field(default_factory=list)

@@ -92,6 +92,9 @@ def _result(f: ReviewFinding, index: int, edits: list[dict[str, Any]]) -> dict[s
             "evidence": [e.model_dump() for e in f.evidence],
         },
     }
+    if f.cell is not None:  # a notebook: the region is the .ipynb's JSON line; this names the cell
+        res["properties"]["cell"] = f.cell
+        res["properties"]["cellLine"] = f.cell_line
     if edits:
         res["fixes"] = [{
             "description": {"text": f"{f.fixer}: apply the rewrite"},
