@@ -335,6 +335,24 @@ def test_escaped_characters_keep_their_escaping_and_columns(tmp_path):
     assert fixed.replace("foreach=True", "foreach=False") == text
 
 
+def test_cell_magics(tmp_path):
+    """A %%bash cell is not Python (not reviewed); a %%timeit cell is reviewed below its first line,
+    which stays as it is."""
+    bash = "%%bash\nfor i in 1 2; do torch.optim.SGD(p, foreach=False); done\n"
+    timed = "%%timeit\nopt = torch.optim.SGD(p, foreach=False)\n"
+    repo = GitRepo(tmp_path / "r")
+    repo.write(NB, dumps([code(IMPORTS)]))
+    repo.commit("base")
+    repo.branch("feature")
+    text = dumps([code(IMPORTS), code(bash), code(timed)])
+    repo.write(NB, text)
+    repo.commit("magics")
+    result = review(repo.path, "main", "feature")
+    assert [(f.rule_id, f.cell, f.cell_line) for f in result.findings] == [("single-tensor-optimizer", 3, 2)]
+    assert result.errors == []
+    assert sources(apply_suggestions(text, result.findings))[3] == "%%timeit\nopt = torch.optim.SGD(p, foreach=True)\n"
+
+
 def test_a_file_that_is_not_a_notebook_is_one_note(tmp_path):
     repo = GitRepo(tmp_path / "r")
     repo.write("README.md", "x\n")
@@ -343,12 +361,14 @@ def test_a_file_that_is_not_a_notebook_is_one_note(tmp_path):
     repo.write("bad.ipynb", "{not json\n")
     repo.write("v3.ipynb", json.dumps({"worksheets": [], "nbformat": 3}) + "\n")
     repo.write("r.ipynb", json.dumps({"cells": [code("x <- 1\n")], "metadata": {"kernelspec": {"language": "R"}}}) + "\n")
+    repo.write("latin1.ipynb", dumps([code("x = 'caf\u00e9'\n")]).encode("latin-1"))
     repo.commit("notebooks")
     result = review(repo.path, "main", "feature")
     assert result.findings == []
     msgs = {e.path: e.message for e in result.errors}
     assert msgs["bad.ipynb"].startswith("not a notebook: invalid JSON")
     assert "nbformat 3" in msgs["v3.ipynb"] and "kernel language r" in msgs["r.ipynb"]
+    assert msgs["latin1.ipynb"].startswith("cannot decode: not UTF-8 JSON")
 
 
 def test_magic_inside_a_rewrite_is_reported_without_a_fix(tmp_path):

@@ -114,7 +114,10 @@ class _Positions:
         """Every JSON line that holds a character of this cell line."""
         a = self.offset(cell_line, 1)
         b = self.line_starts[cell_line] if cell_line < len(self.line_starts) else self.n_chars
-        return {self.at(a)[0], self.at(max(a, b - 1))[0]}
+        first, last = self.at(a)[0], self.at(max(a, b - 1))[0]
+        if last - first <= 1:
+            return {first, last}
+        return {self.at(o)[0] for o in range(a, b)}  # a line written over several strings
 
 
 # --------------------------------------------------------------------------------------------
@@ -152,7 +155,7 @@ def _cell_diff(fd: FileDiff, pm: _Positions, cell: notebooks.Cell, old: str | No
     touched = {k for k in range(1, n + 1) if any(j in fd.added for j in pm.json_lines_of(k))}
     gaps: set[int] = set()
     first_json = pm.at(0)[0]
-    open_line = pm_line(pm, cell.source.start)  # the line of the source's "[" (or its one string)
+    open_line = _json_line_at(pm, cell.source.start)  # the line of the source's "[" (or its one string)
     last_json = json_of[n] if n else first_json
     for gap in fd.deletions:
         if open_line <= gap < first_json:
@@ -184,7 +187,7 @@ def _cell_diff(fd: FileDiff, pm: _Positions, cell: notebooks.Cell, old: str | No
     return FileDiff(path=fd.path, status=fd.status, added=added, deletions=deletions, hunks=hunks)
 
 
-def pm_line(pm: _Positions, absolute: int) -> int:
+def _json_line_at(pm: _Positions, absolute: int) -> int:
     """The JSON line of an absolute offset of the text."""
     return bisect_right(pm.newlines, absolute - 1) + 1
 
