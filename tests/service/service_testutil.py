@@ -2,7 +2,8 @@
 
 - `Server`: `zoomer-ar serve` as a subprocess on 127.0.0.1, on a free port the server picks itself
   (`--port 0 --port-file`), with its own SQLite store (or a given URL) and data folder;
-- `WorkerProc`: a `zoomer-ar worker` subprocess (optionally slowed by the worker's test hook);
+- `WorkerProc`: a `zoomer-ar worker` subprocess (optionally slowed by the worker's test hooks; more options and
+  environment variables);
 - uploads, polling, archive builders (benign and hostile), a small training-script source archive;
 - `pg_url()`: a fresh PostgreSQL database from ZOOMER_TEST_PG_URL (required under CI, else skipped).
 """
@@ -76,6 +77,8 @@ def unique_trace(path: Path) -> bytes:
 def env_for_subprocess(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env.pop("ZOOMER_SERVICE_TEST_DELAY_S", None)
+    env.pop("ZOOMER_SERVICE_TEST_ANALYSIS_DELAY_S", None)
+    env.pop("ZOOMER_SERVICE_JOB_TIMEOUT_S", None)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     env["PYTHONUNBUFFERED"] = "1"
     if extra:
@@ -97,13 +100,15 @@ def _tail(path: Path, n: int = 60) -> str:
 
 class WorkerProc:
     def __init__(self, root: Path, db: str, data: Path, *, lease: float = 30.0, delay: float | None = None,
-                 name: str | None = None, poll: float = 0.2):
+                 name: str | None = None, poll: float = 0.2, args: tuple[str, ...] = (),
+                 env: dict[str, str] | None = None):
         self.name = name or f"worker-{uuid.uuid4().hex[:6]}"
         self.log = root / f"{self.name}.log"
-        extra = {"ZOOMER_SERVICE_TEST_DELAY_S": str(delay)} if delay else None
+        extra = {"ZOOMER_SERVICE_TEST_DELAY_S": str(delay)} if delay else {}
+        extra.update(env or {})
         self.proc = subprocess.Popen(
             [PY, "-m", "zoomer_ar.cli", "worker", "--db", db, "--data", str(data), "--lease", str(lease),
-             "--poll", str(poll), "--log-level", "info"],
+             "--poll", str(poll), "--log-level", "info", *args],
             stdout=open(self.log, "wb"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env=env_for_subprocess(extra), cwd=REPO,
         )

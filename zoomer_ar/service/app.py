@@ -61,13 +61,16 @@ class JobStatus(BaseModel):
     kind: Literal["analyze", "review"]
     name: str
     team: str
-    state: Literal["queued", "running", "done", "failed"]
+    state: Literal["queued", "running", "done", "failed", "cancelled"]
     attempts: int = Field(description="How many times a worker claimed the job.")
     worker: str | None = Field(None, description="The worker that holds or held the job.")
     queued_at: float = Field(description="Epoch seconds (database clock).")
     started_at: float | None = None
     finished_at: float | None = None
     error: str | None = None
+    cancel_requested_at: float | None = Field(
+        None, description="When the team asked to cancel the job (epoch seconds, database clock): a running job "
+                          "with this set is being stopped by its worker and ends `cancelled`.")
     result: dict[str, Any] | None = Field(None, description="Summary of a finished job.")
     artifacts: list[str] = Field(default_factory=list, description="Files of a finished job.")
     links: dict[str, str] = Field(default_factory=dict)
@@ -75,6 +78,38 @@ class JobStatus(BaseModel):
 
 class JobList(BaseModel):
     jobs: list[JobStatus]
+    next: str | None = Field(None, description="The cursor of the next page (pass it as `before`); null on the last "
+                                               "page.")
+    next_url: str | None = Field(None, description="The next page's URL (same `state` and `limit`); null on the last "
+                                                   "page.")
+
+
+JobState = Literal["queued", "running", "done", "failed", "cancelled"]
+
+
+def encode_cursor(queued_at: float, job_id: str) -> str:
+    """The opaque paging cursor of GET /v1/jobs: the (queued_at, id) key of a page's last job, base64url. `repr`
+    of a float reads back as the same float, so the key compares exactly with the stored one."""
+    import base64
+
+    return base64.urlsafe_b64encode(f"{queued_at!r} {job_id}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[float, str]:
+    """The key of `encode_cursor`; ValueError for anything else."""
+    import base64
+    import binascii
+    import re
+
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("ascii")
+        at, job_id = raw.split(" ")
+        when = float(at)
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise ValueError("not a cursor of this API (use the `next` of the previous page)") from None
+    if not math.isfinite(when) or not re.fullmatch(JOB_ID, job_id):
+        raise ValueError("not a cursor of this API (use the `next` of the previous page)")
+    return when, job_id
 
 
 class VerdictIn(BaseModel):
@@ -417,7 +452,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return JobStatus(
             id=job.id, kind=job.kind, name=job.name, team=_team_name(eng, job.team_id), state=job.state,
             attempts=job.attempts, worker=job.lease_owner, queued_at=job.queued_at, started_at=job.started_at,
-            finished_at=job.finished_at, error=job.error, result=job.result, artifacts=names, links=links,
+            finished_at=job.finished_at, error=job.error, cancel_requested_at=job.cancel_requested_at,
+            result=job.result, artifacts=names, links=links,
         )
 
     @app.get("/v1/health", response_model=Health, tags=["service"])
@@ -526,15 +562,33 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return JSONResponse(JobAccepted(id=job_id, status_url=f"/v1/jobs/{job_id}").model_dump(), status_code=202,
                             headers={"Location": f"/v1/jobs/{job_id}"})
 
-    @app.get("/v1/jobs", response_model=JobList, tags=["jobs"], responses=_err(401))
+    @app.get("/v1/jobs", response_model=JobList, tags=["jobs"], responses=_err(401, 422))
     def list_jobs(request: Request, who: Who,
-                  state: Annotated[Literal["queued", "running", "done", "failed"] | None, Query()] = None,
-                  limit: Annotated[int, Query(ge=1, le=500)] = 50) -> JobList:
-        """Your team's jobs, newest first."""
+                  state: Annotated[JobState | None, Query()] = None,
+                  limit: Annotated[int, Query(ge=1, le=500)] = 50,
+                  before: Annotated[str | None, Query(max_length=200, description=(
+                      "A page's `next` cursor: the jobs after that page (older). Keyset paging on (queued_at, id): "
+                      "jobs queued while a client walks the pages never shift them (no job twice, none skipped)."))]
+                  = None) -> JobList:
+        """Your team's jobs, newest first, `limit` a page; `next` (the cursor for `before`) and `next_url` lead to
+        the next page, null on the last."""
+        try:
+            key = decode_cursor(before) if before is not None else None
+        except ValueError as exc:
+            raise RequestValidationError([{"type": "value_error", "loc": ("query", "before"), "msg": str(exc),
+                                           "input": before}]) from None
         eng = engine(request)
-        jobs = Q.list_jobs(eng, who.team_id, limit=limit, state=state)
+        jobs = Q.list_jobs(eng, who.team_id, limit=limit + 1, state=state, before=key)
+        more, jobs = len(jobs) > limit, jobs[:limit]
         names = Q.artifact_names_many(eng, [j.id for j in jobs if j.state == Q.DONE])
-        return JobList(jobs=[status(j, eng, names.get(j.id, [])) for j in jobs])
+        cursor = encode_cursor(jobs[-1].queued_at, jobs[-1].id) if more else None
+        url = None
+        if cursor is not None:
+            from urllib.parse import urlencode
+
+            url = "/v1/jobs?" + urlencode({k: v for k, v in (("state", state), ("limit", limit), ("before", cursor))
+                                           if v is not None})
+        return JobList(jobs=[status(j, eng, names.get(j.id, [])) for j in jobs], next=cursor, next_url=url)
 
     @app.get("/v1/jobs/{job_id}", response_model=JobStatus, tags=["jobs"], responses=_err(401, 404))
     def get_job(request: Request, who: Who, job_id: JobId) -> JobStatus:
@@ -545,13 +599,36 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             raise HTTPException(404, f"job {job_id} not found")
         return status(job, eng)
 
+    @app.post("/v1/jobs/{job_id}/cancel", response_model=JobStatus, tags=["jobs"],
+              responses={202: {"model": JobStatus, "description": "The job is running: its worker stops it (within "
+                                                                   "its --poll seconds) and it ends `cancelled`"},
+                         **_err(401, 404, 409, e409="The job is done or failed: there is nothing to cancel")})
+    def cancel_job(request: Request, who: Who, job_id: JobId) -> JSONResponse:
+        """Cancel a queued or running job of your team. A queued job is cancelled at once (200, state `cancelled`:
+        no worker claims it any more) and its uploads removed. A running job is stopped by its worker (202, state
+        still `running` with `cancel_requested_at`; it ends `cancelled` within a second or so, with its analysis
+        stopped, nothing of its results kept, the run it recorded undone and its uploads removed). A cancelled
+        job answers 200 as it is. A cancelled job can be deleted (DELETE)."""
+        eng = engine(request)
+        try:
+            job = Q.request_cancel(eng, job_id, who.team_id)
+        except Q.NotCancellable as exc:
+            raise HTTPException(409, str(exc)) from None
+        if job is None:
+            raise HTTPException(404, f"job {job_id} not found")
+        if job.state == Q.CANCELLED:  # no worker holds it (any more): its uploads go now
+            shutil.rmtree(settings.jobs_dir / job_id, ignore_errors=True)
+        return JSONResponse(status(job, eng).model_dump(), status_code=202 if job.state == Q.RUNNING else 200)
+
     @app.delete("/v1/jobs/{job_id}", status_code=204, tags=["jobs"], response_class=Response,
                 responses={204: {"description": "Deleted"}, **_err(
-                    401, 404, 409, e409="The job is queued or running (or its recorded run is held by a running "
-                                        "job): try again when it has finished")})
+                    401, 404, 409, e409="The job is queued or running (cancel it first: POST "
+                                        "/v1/jobs/{job_id}/cancel), or its recorded run is held by a running job "
+                                        "(try again when that has finished)")})
     def delete_job(request: Request, who: Who, job_id: JobId) -> Response:
-        """Delete a done or failed job of your team: its row, its results and its uploads on disk. The run it
-        recorded stays in the store (digest, history). A queued or running job is never deleted (409)."""
+        """Delete a done, failed or cancelled job of your team: its row, its results and its uploads on disk. The run
+        it recorded stays in the store (digest, history). A queued or running job is never deleted (409): cancel
+        it first."""
         try:
             job = Q.delete_job(engine(request), job_id, who.team_id)
         except Q.NotDeletable as exc:
@@ -690,10 +767,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
         if delivery:  # GitHub redelivers a delivery with its X-GitHub-Delivery: one review (one post on the PR)
             seen = await run_in_threadpool(Q.get_job, eng, job_id, team_id)
-            if seen is not None and seen.state != Q.FAILED:
+            if seen is not None and seen.state not in (Q.FAILED, Q.CANCELLED):
                 return duplicate()
             if seen is not None:
-                job_id = Q.new_job_id()  # redelivering a delivery whose review failed runs it again
+                job_id = Q.new_job_id()  # redelivering a delivery whose review failed (or was cancelled) runs it again
         name = f"{details['repository']}#{details['pr']}" if details.get("pr") else details["repository"]
         try:
             await run_in_threadpool(Q.insert_job, eng, job_id=job_id, team_id=team_id, kind="review", name=name,

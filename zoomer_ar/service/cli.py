@@ -23,6 +23,10 @@ DATA_OPTION = click.option("--data", "data_dir", type=click.Path(path_type=Path,
 GITHUB_API_OPTION = click.option("--github-api-url", default=None, metavar="URL",
                                  help="The GitHub API that webhook reviews are posted to, with GITHUB_TOKEN "
                                       "(default: $GITHUB_API_URL, else https://api.github.com).")
+JOB_TIMEOUT_OPTION = click.option(
+    "--job-timeout", "job_timeout_s", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+    help="Longest a job may run (from its claim): past it, its worker stops it and fails it \"timed out after N s\" "
+         "(default: $ZOOMER_SERVICE_JOB_TIMEOUT_S, else 3600; 0: no limit).")
 LEASE_OPTION = click.option("--lease", "lease_s", type=click.FloatRange(min=1.0), default=None,
                             help="Seconds a claimed job stays leased without a heartbeat (default: 30).")
 
@@ -82,7 +86,8 @@ def _write_port_file(path: Path, port: int) -> None:
 
 def _spawn_worker(settings, log_level: str) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "zoomer_ar.cli", "worker", "--data", str(settings.data_dir),
-           "--lease", str(settings.lease_s), "--github-api-url", settings.github_api_url,
+           "--lease", str(settings.lease_s), "--job-timeout", repr(settings.job_timeout_s),
+           "--github-api-url", settings.github_api_url,
            "--parent-pid", str(os.getpid()), "--log-level", log_level]
     if settings.db:
         cmd += ["--db", settings.db]
@@ -117,6 +122,7 @@ def _spawn_worker(settings, log_level: str) -> subprocess.Popen:
               help="Days a failed job's uploads are kept for inspection before they are removed "
                    "(default 7; 0: kept for ever).")
 @LEASE_OPTION
+@JOB_TIMEOUT_OPTION
 @click.option("--max-attempts", type=click.IntRange(min=1), default=None,
               help="Claims per job before a job whose workers keep dying fails (default 3).")
 @click.option("--embedded-workers", type=click.IntRange(min=0), default=None,
@@ -130,7 +136,7 @@ def _spawn_worker(settings, log_level: str) -> subprocess.Popen:
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True)
 def serve(host, port, port_file, db, data_dir, max_upload_mb, read_timeout_s, min_body_rate, max_archive_mb,
           max_archive_entries, max_archive_ratio, max_team_jobs, max_team_mb, max_connections, failed_retention_days,
-          lease_s, max_attempts, embedded_workers, webhook_secret, webhook_repos, webhook_team, webhook_post,
+          lease_s, job_timeout_s, max_attempts, embedded_workers, webhook_secret, webhook_repos, webhook_team, webhook_post,
           github_api_url, log_level) -> None:
     """Run the HTTP API (FastAPI on uvicorn): uploads, job status and results, verdicts, digest, GitHub webhook."""
     _require("fastapi", "uvicorn", "python_multipart")
@@ -152,7 +158,7 @@ def serve(host, port, port_file, db, data_dir, max_upload_mb, read_timeout_s, mi
         max_team_bytes=int(max_team_mb * MB) if max_team_mb is not None else None,
         max_connections=max_connections,
         failed_retention_s=failed_retention_days * 86_400.0 if failed_retention_days is not None else None,
-        lease_s=lease_s,
+        lease_s=lease_s, job_timeout_s=job_timeout_s,
         max_attempts=max_attempts, webhook_secret=webhook_secret,
         webhook_repos=repos, webhook_team=webhook_team, webhook_post=webhook_post, github_api_url=github_api_url,
     )
@@ -242,18 +248,22 @@ def _stop_workers(children: list[subprocess.Popen], *, hurry, wait_s: float = 30
 @DB_OPTION
 @DATA_OPTION
 @LEASE_OPTION
-@click.option("--poll", "poll_s", type=click.FloatRange(min=0.05), default=None, help="Seconds between polls of an empty queue (default 1).")
+@JOB_TIMEOUT_OPTION
+@click.option("--poll", "poll_s", type=click.FloatRange(min=0.05), default=None,
+              help="Seconds between polls of an empty queue, and of a running job's cancel flag (default 1).")
 @click.option("--max-jobs", type=click.IntRange(min=1), default=None, help="Exit after this many jobs.")
 @click.option("--exit-when-idle", is_flag=True, help="Exit when the queue is empty.")
 @click.option("--parent-pid", type=int, default=None, hidden=True, help="Exit when this process is no longer the parent.")
 @GITHUB_API_OPTION
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True)
-def worker(db, data_dir, lease_s, poll_s, max_jobs, exit_when_idle, parent_pid, github_api_url, log_level) -> None:
+def worker(db, data_dir, lease_s, job_timeout_s, poll_s, max_jobs, exit_when_idle, parent_pid, github_api_url,
+           log_level) -> None:
     """Run queued service jobs (analyses, reviews) from the store; run as many as you like with PostgreSQL."""
     from .worker import Worker
 
     _logging(log_level)
-    settings = _settings(db=db, data_dir=data_dir, lease_s=lease_s, poll_s=poll_s, github_api_url=github_api_url)
+    settings = _settings(db=db, data_dir=data_dir, lease_s=lease_s, job_timeout_s=job_timeout_s, poll_s=poll_s,
+                         github_api_url=github_api_url)
     w = Worker(settings)
     n = w.run(max_jobs=max_jobs, exit_when_idle=exit_when_idle, parent_pid=parent_pid)
     click.echo(f"zoomer-ar worker {w.id}: {n} job{'s' if n != 1 else ''} run", err=True)

@@ -16,11 +16,18 @@
 | days a failed job's uploads are kept (0: for ever) | `--failed-retention-days` | `ZOOMER_SERVICE_FAILED_RETENTION_DAYS` | 7 |
 | lease | `--lease` | `ZOOMER_SERVICE_LEASE_S` | 30 s (heartbeat every third of it) |
 | claims per job | `--max-attempts` | `ZOOMER_SERVICE_MAX_ATTEMPTS` | 3 |
+| time limit per job (a worker stops it and fails it "timed out after N s"; 0: none) | `--job-timeout` | `ZOOMER_SERVICE_JOB_TIMEOUT_S` | 3600 s |
 | webhook secret | `--webhook-secret` | `ZOOMER_WEBHOOK_SECRET` | none (webhook refuses everything) |
 | webhook repositories | `--webhook-repo owner/name=PATH` | `ZOOMER_WEBHOOK_REPOS` (comma-separated) | none |
 | webhook team | `--webhook-team` | `ZOOMER_WEBHOOK_TEAM` | `github` |
 | post reviews to GitHub | `--webhook-post` | `ZOOMER_WEBHOOK_POST=1` (+ `GITHUB_TOKEN`) | off |
 | GitHub API (where reviews are posted, with GITHUB_TOKEN) | `--github-api-url` | `GITHUB_API_URL` | `https://api.github.com` |
+
+The time limit per job is generous on purpose: it is there to stop a job that hangs (a stuck `git fetch`, a
+store or network filesystem that stopped answering), never a legitimate analysis. The largest trace the
+loader takes (6 GiB decompressed, ZOOMER_MAX_TRACE_BYTES) reads at about 200 MB/s per core
+(docs/huge-traces.md): about half a minute, so an hour leaves a margin of 100x; a deployment that wants hung
+jobs stopped sooner sets it lower.
 
 The GitHub API is the server's setting, never the webhook payload's (`repository.url`): a delivery
 must not choose the host that receives the token.
@@ -100,6 +107,7 @@ class Settings:
     failed_retention_s: float = 7 * 86_400.0  # 0: failed jobs' uploads are kept for ever
     lease_s: float = 30.0
     max_attempts: int = 3
+    job_timeout_s: float = 3600.0  # 0: no limit
     poll_s: float = 1.0
     webhook_secret: str | None = None
     webhook_repos: dict[str, Path] = field(default_factory=dict)
@@ -136,6 +144,7 @@ class Settings:
             failed_retention_s=_env_float("ZOOMER_SERVICE_FAILED_RETENTION_DAYS", 7.0) * 86_400.0,
             lease_s=_env_float("ZOOMER_SERVICE_LEASE_S", 30.0),
             max_attempts=int(_env_float("ZOOMER_SERVICE_MAX_ATTEMPTS", 3)),
+            job_timeout_s=_env_float("ZOOMER_SERVICE_JOB_TIMEOUT_S", 3600.0),
             webhook_secret=e.get("ZOOMER_WEBHOOK_SECRET") or None,
             webhook_repos=parse_repos(e.get("ZOOMER_WEBHOOK_REPOS")),
             webhook_team=e.get("ZOOMER_WEBHOOK_TEAM") or "github",
@@ -166,6 +175,9 @@ class Settings:
         if s.max_connections < 0:
             raise ValueError(f"connection cap (--max-connections / ZOOMER_SERVICE_MAX_CONNECTIONS) {s.max_connections}: "
                              "expected 0 (no cap) or more")
+        if not (math.isfinite(s.job_timeout_s) and s.job_timeout_s >= 0):
+            raise ValueError(f"time limit per job (--job-timeout / ZOOMER_SERVICE_JOB_TIMEOUT_S) {s.job_timeout_s!r}: "
+                             "expected seconds, 0 (no limit) or more")
         if not (math.isfinite(s.failed_retention_s) and s.failed_retention_s >= 0):
             raise ValueError("failed jobs' retention (--failed-retention-days / ZOOMER_SERVICE_FAILED_RETENTION_DAYS) "
                              f"{s.failed_retention_s / 86_400.0!r}: expected days, 0 (for ever) or more")

@@ -9,6 +9,8 @@ SWEEP_EVERY_S seconds, and logs one line for each folder it removes:
   clock; 0: kept for ever). The job's row (its error) stays.
 - **a finished job's inputs** left behind (its worker was killed after it completed the job, before it
   removed them): a done job never reads them again.
+- **a cancelled job's uploads** left behind (the API removes them when it cancels a queued job, the worker
+  when it has stopped a running one; a worker killed in between, or a job its next claim cancelled, leaves them).
 
 Queued and running jobs' folders are never touched. Names that are not job ids (32 hex digits) are left alone.
 """
@@ -62,6 +64,8 @@ def _why(folder: Path, row: tuple[str, float | None] | None, db_now: float, keep
     state, finished = row
     if state == Q.DONE:
         return "the inputs of a done job, left behind"
+    if state == Q.CANCELLED:
+        return "the uploads of a cancelled job, left behind"
     if state == Q.FAILED and keep.failed_s > 0 and finished is not None and db_now - finished >= keep.failed_s:
         return (f"the uploads of a job that failed {(db_now - finished) / DAY:.1f} days ago "
                 f"(kept {keep.failed_s / DAY:g} days: --failed-retention-days)")

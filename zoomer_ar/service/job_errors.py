@@ -3,7 +3,8 @@
 A worker on a full disk fails at one of three steps: recording the run in the store (StoreFullError),
 writing the reports into its scratch folder (OutputError, or an OSError making the folder), or storing the
 results with the job (the store refusing the transaction). Each said as it is, the job failed, and its
-recording undone (queue.fail): nothing half-written is kept or served.
+recording undone (queue.fail): nothing half-written is kept or served. A job that runs past the time limit
+per job is stopped and failed with `timed_out_error`, in the same style.
 """
 
 from __future__ import annotations
@@ -40,4 +41,10 @@ def disk_full_error(exc: BaseException, engine: Engine) -> str | None:
     return None
 
 
-__all__ = ["disk_full_error"]
+def timed_out_error(limit_s: float) -> str:
+    """The job's one-line error when it ran past the workers' time limit per job (`--job-timeout`) and was stopped."""
+    return (f"timed out after {limit_s:g} s: the server's limit per job (--job-timeout, ZOOMER_SERVICE_JOB_TIMEOUT_S); "
+            "its analysis was stopped and nothing of its results was kept")
+
+
+__all__ = ["disk_full_error", "timed_out_error"]

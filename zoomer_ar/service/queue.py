@@ -13,6 +13,14 @@
   'running'`). A worker that lost its lease (it stalled past expiry and another worker took the
   job) has its results dropped, so a job is finished exactly once; `done` and `failed` jobs are
   never claimed again.
+- **Cancel**: `request_cancel` is one conditional UPDATE per state: a queued job moves to `cancelled` in the
+  statement that finds it queued (`WHERE state = 'queued'`), so a worker claiming it at the same moment either
+  took it first (the job is running: the cancel is then a request on the running job) or never sees it (the
+  claim's own `WHERE state = 'queued'` no longer matches); a running job gets `cancel_requested_at`, which
+  its worker reads while the job runs: it stops the job's analysis process and moves the job to `cancelled`
+  (`finish_cancelled`). From the request on, the job's lease holder can no longer record, complete or fail
+  it (`_mine_uncancelled`); a job whose worker died meanwhile is cancelled by the next claim that finds it.
+  Done, failed and cancelled jobs are not changed (NotCancellable for the first two).
 - **Recorded runs of failed jobs are undone**: an analysis job records its run in the store before
   it renders its reports (the reports show the recorded cost). The recording transaction also
   sets the job's `analysis_id` (`mark_recorded`, under the lease), so while a job is running its
@@ -40,8 +48,10 @@ from sqlalchemy.orm import Session
 from ..store.db import read_session, with_retry, write_session
 from ..store.service_tables import ServiceArtifact, ServiceJob, ServiceTeam
 
-QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
-STATES = (QUEUED, RUNNING, DONE, FAILED)
+QUEUED, RUNNING, DONE, FAILED, CANCELLED = "queued", "running", "done", "failed", "cancelled"
+STATES = (QUEUED, RUNNING, DONE, FAILED, CANCELLED)
+CANCELLED_QUEUED = "cancelled before it ran"
+CANCELLED_RUNNING = "cancelled while it ran: its analysis was stopped and nothing of its results was kept"
 
 
 @dataclass(frozen=True)
@@ -165,6 +175,13 @@ def claim(engine: Engine, worker: str, lease_s: float, *, kinds: tuple[str, ...]
                 job = s.execute(q).scalar_one_or_none()
                 if job is None:
                     return None
+                if job.cancel_requested_at is not None:  # its worker died, or gave it back, before it could stop it
+                    job.state, job.finished_at, job.lease_token, job.lease_expires_at = CANCELLED, now, None, None
+                    job.error = CANCELLED_RUNNING if job.started_at is not None else CANCELLED_QUEUED
+                    s.flush()
+                    _undo_recording(s, job.id)
+                    s.expire(job)
+                    continue
                 if job.attempts >= job.max_attempts:
                     job.state, job.finished_at, job.lease_token, job.lease_expires_at = FAILED, now, None, None
                     job.error = (f"abandoned: claimed {job.attempts} time{'s' if job.attempts != 1 else ''} and "
@@ -190,10 +207,15 @@ def _mine(c: Claim):
     return and_(ServiceJob.id == c.job_id, ServiceJob.lease_token == c.lease_token, ServiceJob.state == RUNNING)
 
 
+def _mine_uncancelled(c: Claim):
+    """The lease holder's writes of a job's outcome: none once the team asked to cancel it (the job ends cancelled)."""
+    return and_(_mine(c), ServiceJob.cancel_requested_at.is_(None))
+
+
 def mark_recorded(session: Session, c: Claim, analysis_id: int) -> None:
     """In the store's recording transaction: note the run this job created (LeaseLost, rolling the recording
     back, if the worker no longer holds the job)."""
-    res = session.execute(update(ServiceJob).where(_mine(c)).values(analysis_id=analysis_id))
+    res = session.execute(update(ServiceJob).where(_mine_uncancelled(c)).values(analysis_id=analysis_id))
     if res.rowcount != 1:
         raise LeaseLost(c.job_id)
 
@@ -211,7 +233,7 @@ def link_recorded(engine: Engine, c: Claim, analysis_id: int, content_hash: str)
             held = s.execute(select(Analysis.id).where(Analysis.id == analysis_id).with_for_update()).first()
             if held is None:
                 return False
-            res = s.execute(update(ServiceJob).where(_mine(c)).values(content_hash=content_hash))
+            res = s.execute(update(ServiceJob).where(_mine_uncancelled(c)).values(content_hash=content_hash))
             if res.rowcount != 1:
                 raise LeaseLost(c.job_id)
             return True
@@ -275,7 +297,7 @@ def complete(engine: Engine, c: Claim, *, result: dict[str, Any], artifacts: dic
     def tx() -> bool:
         with write_session(engine) as s:
             now = db_now(s)
-            res = s.execute(update(ServiceJob).where(_mine(c)).values(
+            res = s.execute(update(ServiceJob).where(_mine_uncancelled(c)).values(
                 state=DONE, finished_at=now, result=result, error=None, lease_token=None, lease_expires_at=None,
                 content_hash=content_hash, analysis_id=analysis_id,
             ))
@@ -296,11 +318,12 @@ def complete(engine: Engine, c: Claim, *, result: dict[str, Any], artifacts: dic
 
 def fail(engine: Engine, c: Claim, error: str, *, result: dict[str, Any] | None = None) -> bool:
     """Move the job to failed with `error`, undoing the run it recorded (see the module docstring), in one
-    transaction; False (nothing changed) if the lease was lost."""
+    transaction; False (nothing changed) if the lease was lost, or the team asked to cancel the job meanwhile
+    (it ends cancelled: finish_cancelled)."""
     def tx() -> bool:
         with write_session(engine) as s:
             now = db_now(s)
-            res = s.execute(update(ServiceJob).where(_mine(c)).values(
+            res = s.execute(update(ServiceJob).where(_mine_uncancelled(c)).values(
                 state=FAILED, finished_at=now, error=error[:4000], result=result, lease_token=None,
                 lease_expires_at=None,
             ))
@@ -325,6 +348,75 @@ def release(engine: Engine, c: Claim) -> bool:
     return with_retry(tx)
 
 
+# --- cancellation --------------------------------------------------------------------------------------
+
+
+class NotCancellable(Exception):
+    """The job has finished (done or failed): there is nothing to cancel (HTTP 409); the message says why."""
+
+
+def request_cancel(engine: Engine, job_id: str, team_id: int) -> ServiceJob | None:
+    """Cancel a job of `team_id` (see the module docstring): a queued job is `cancelled` at once; a running one
+    gets `cancel_requested_at` (its worker stops it); a cancelled one is left as it is. Returns the job as it is
+    now, None when there is no such job (or it is another team's); NotCancellable for a done or failed job.
+
+    Each step is one conditional UPDATE, so a job that moves meanwhile (claimed, finished, given back to the
+    queue by a stopping worker) is caught by the next step; three rounds cover any sequence of those moves."""
+    J = ServiceJob
+    mine = and_(J.id == job_id, J.team_id == team_id)
+
+    def tx() -> ServiceJob | None:
+        with write_session(engine) as s:
+            now = db_now(s)
+            for _ in range(3):
+                if s.execute(update(J).where(mine, J.state == QUEUED).values(
+                        state=CANCELLED, cancel_requested_at=func.coalesce(J.cancel_requested_at, now),
+                        finished_at=now, error=CANCELLED_QUEUED, lease_token=None, lease_expires_at=None,
+                )).rowcount == 1:
+                    break
+                if s.execute(update(J).where(mine, J.state == RUNNING).values(
+                        cancel_requested_at=func.coalesce(J.cancel_requested_at, now))).rowcount == 1:
+                    break
+                state = s.execute(select(J.state).where(mine)).scalar_one_or_none()
+                if state is None:
+                    return None
+                if state in (DONE, FAILED):
+                    raise NotCancellable(f"job {job_id} is {state}: only a queued or running job can be cancelled")
+                if state == CANCELLED:
+                    break
+            job = s.execute(select(J).where(mine)).scalar_one_or_none()
+            if job is not None:
+                s.expunge(job)
+            return job
+
+    return with_retry(tx)
+
+
+def cancel_requested(engine: Engine, c: Claim) -> bool | None:
+    """Whether the team asked to cancel the job `c` runs; None when the worker no longer holds it."""
+    with read_session(engine) as s:
+        row = s.execute(select(ServiceJob.cancel_requested_at).where(_mine(c))).first()
+    return None if row is None else row[0] is not None
+
+
+def finish_cancelled(engine: Engine, c: Claim) -> bool:
+    """Move the job `c` runs to cancelled, once its worker has stopped it, undoing the run it recorded (as `fail`
+    does), in one transaction; False (nothing changed) if the lease was lost."""
+    def tx() -> bool:
+        with write_session(engine) as s:
+            now = db_now(s)
+            res = s.execute(update(ServiceJob).where(_mine(c)).values(
+                state=CANCELLED, finished_at=now, error=CANCELLED_RUNNING, result=None, lease_token=None,
+                lease_expires_at=None, cancel_requested_at=func.coalesce(ServiceJob.cancel_requested_at, now),
+            ))
+            if res.rowcount != 1:
+                return False
+            _undo_recording(s, c.job_id)
+            return True
+
+    return with_retry(tx)
+
+
 # --- deletion and housekeeping --------------------------------------------------------------------------
 
 
@@ -333,8 +425,9 @@ class NotDeletable(Exception):
 
 
 def delete_job(engine: Engine, job_id: str, team_id: int) -> ServiceJob | None:
-    """Delete a done or failed job of `team_id`, with its artifacts, in one transaction; None when there is no such
-    job (or it is another team's). NotDeletable for a queued or running job (a worker may hold it), and for a done
+    """Delete a done, failed or cancelled job of `team_id`, with its artifacts, in one transaction; None when there
+    is no such job (or it is another team's). NotDeletable for a queued or running job (a worker may hold it:
+    cancel it first, `request_cancel`), and for a done
     job whose recorded run is still held by a running job (its recorder: were that job to fail, nothing would keep
     the run that this job reported). The run a job recorded stays in the store (digest, history)."""
     def tx() -> ServiceJob | None:
@@ -344,7 +437,8 @@ def delete_job(engine: Engine, job_id: str, team_id: int) -> ServiceJob | None:
             if job is None:
                 return None
             if job.state in ACTIVE:
-                raise NotDeletable(f"job {job_id} is {job.state}: a job is deleted once it is done or failed")
+                raise NotDeletable(f"job {job_id} is {job.state}: a job is deleted once it is done, failed or cancelled "
+                                   f"(cancel it first: POST /v1/jobs/{job_id}/cancel)")
             if job.analysis_id is not None:
                 holder = s.execute(select(ServiceJob.id).where(ServiceJob.analysis_id == job.analysis_id,
                                                                ServiceJob.state == RUNNING).limit(1)).first()
@@ -383,11 +477,20 @@ def get_job(engine: Engine, job_id: str, team_id: int | None) -> ServiceJob | No
         return s.execute(q).scalar_one_or_none()
 
 
-def list_jobs(engine: Engine, team_id: int, *, limit: int = 50, state: str | None = None) -> list[ServiceJob]:
+def list_jobs(engine: Engine, team_id: int, *, limit: int = 50, state: str | None = None,
+              before: tuple[float, str] | None = None) -> list[ServiceJob]:
+    """The team's jobs, newest first: ordered by (queued_at, id) descending, `limit` of them, only those before
+    the key `before` (the (queued_at, id) of the last job of the previous page) when given. Keyset paging: a job
+    queued meanwhile sorts before the first page and never shifts the later ones, so walking the pages sees
+    every job that existed when the walk began exactly once (less those deleted meanwhile)."""
+    J = ServiceJob
     with read_session(engine) as s:
-        q = select(ServiceJob).where(ServiceJob.team_id == team_id).order_by(ServiceJob.queued_at.desc()).limit(limit)
+        q = select(J).where(J.team_id == team_id).order_by(J.queued_at.desc(), J.id.desc()).limit(limit)
         if state:
-            q = q.where(ServiceJob.state == state)
+            q = q.where(J.state == state)
+        if before is not None:
+            at, job_id = before
+            q = q.where(or_(J.queued_at < at, and_(J.queued_at == at, J.id < job_id)))
         return list(s.execute(q).scalars())
 
 

@@ -1,8 +1,25 @@
 """`zoomer-ar worker`: claims queued jobs from the store and runs them outside the request path.
 
 One job at a time per worker process: claim (queue.claim), start a heartbeat thread that extends
-the lease every lease/3 seconds, run the job, then write its artifacts and the `done` state in one
-transaction (queue.complete). Job kinds:
+the lease every lease/3 seconds, run the job in a child process (forked: the job's *analysis process*),
+which writes its artifacts and the `done` state in one transaction (queue.complete). The worker
+watches that process meanwhile and stops it (SIGKILL to its process group: the analysis and anything it
+started, a `git fetch`) when
+
+- the team asked to cancel the job (`POST /v1/jobs/{id}/cancel`; the worker reads the job's row every
+  `--poll` seconds): the job ends `cancelled` (queue.finish_cancelled, its recorded run undone) and its
+  uploads are removed;
+- the job has run `--job-timeout` seconds (`ZOOMER_SERVICE_JOB_TIMEOUT_S`, default 3600; counted from the
+  claim): the job fails with "timed out after N s" (job_errors.timed_out_error), its uploads kept as a
+  failed job's are;
+- its lease was lost (another worker took the job over): the result would be dropped anyway.
+
+Either way the job's scratch folder (`<data>/tmp/<job>-...`, also the analysis process's TMPDIR) is
+removed, so a stopped job leaves no files behind. An analysis process that dies by itself (killed by
+the kernel's OOM killer, a crash) is a worker that died for that job: the job's lease runs out and it is
+claimed again (`attempts`), then abandoned. The analysis process dies with its worker (PR_SET_PDEATHSIG,
+else a watch on its parent), and ignores SIGINT: a Ctrl-C reaches the worker, which lets the job finish.
+Job kinds:
 
 - `analyze`: the uploaded trace or rank folder through the same pipeline as `zoomer-ar analyze`
   (sources mapped with the uploaded source archive, recorded in the store under the job's team,
@@ -21,13 +38,19 @@ again and failed as "abandoned", which would send the operator after a dying wor
 A worker killed mid-job leaves a lease that expires; another worker claims the job again.
 SIGTERM/SIGINT: the worker finishes its current job, then exits.
 
-Test hook: `ZOOMER_SERVICE_TEST_DELAY_S=<seconds>` makes a worker wait that long (heartbeating)
-after claiming a job, before running it; the test suite uses it to kill a worker mid-job.
+Test hooks: `ZOOMER_SERVICE_TEST_DELAY_S=<seconds>` makes a worker wait that long (heartbeating, and
+watching for a cancel and the time limit) after claiming a job, before it starts the job's analysis
+process; the test suite uses it to kill a worker mid-job. `ZOOMER_SERVICE_TEST_ANALYSIS_DELAY_S=<seconds>`
+makes the analysis process write a file into its scratch folder and wait that long before it analyses:
+a job that stands for a long analysis, to cancel or time out.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import multiprocessing
+import multiprocessing.connection
 import os
 import shutil
 import signal
@@ -38,6 +61,7 @@ import threading
 import time
 import traceback
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +73,7 @@ from ..store.db import disk_full_reason
 from . import queue as Q
 from .client_paths import ClientPaths
 from .config import Settings
-from .job_errors import disk_full_error
+from .job_errors import disk_full_error, timed_out_error
 from .names import store_job_name
 
 log = logging.getLogger("zoomer_ar.service.worker")
@@ -66,6 +90,8 @@ MEDIA = {
     "review.sarif": "application/sarif+json",
 }
 TEST_DELAY_ENV = "ZOOMER_SERVICE_TEST_DELAY_S"
+ANALYSIS_DELAY_ENV = "ZOOMER_SERVICE_TEST_ANALYSIS_DELAY_S"
+WAKE_S = 0.1  # how often the worker looks at its job's analysis process, its time limit and its lease
 
 
 class _Heartbeat(threading.Thread):
@@ -74,12 +100,17 @@ class _Heartbeat(threading.Thread):
         self.engine, self.claim, self.lease_s = engine, claim, lease_s
         self.stop = threading.Event()
         self.lost = threading.Event()
+        # held around each beat and by the worker while it forks the job's analysis process: the child never
+        # starts with a beat's database call (a SQLite or driver lock) half done in a thread it does not have
+        self.fork_lock = threading.Lock()
 
     def run(self) -> None:
         interval = max(0.2, self.lease_s / 3.0)
         while not self.stop.wait(interval):
             try:
-                if not Q.heartbeat(self.engine, self.claim, self.lease_s):
+                with self.fork_lock:
+                    held = Q.heartbeat(self.engine, self.claim, self.lease_s)
+                if not held:
                     log.warning("job %s: lease lost (another worker took it over)", self.claim.job_id)
                     self.lost.set()
                     return
@@ -96,13 +127,65 @@ def store_problem(engine: Engine, exc: Exception) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
-def _delay_for_tests(hb: _Heartbeat) -> None:
-    raw = os.environ.get(TEST_DELAY_ENV)
-    if not raw:
+def _die_with_parent(parent_pid: int) -> None:
+    """In the analysis process: die when the worker does (SIGKILL from the kernel: PR_SET_PDEATHSIG on Linux; else a
+    thread that watches the parent), so that a killed worker leaves no job running on alone."""
+    try:
+        import ctypes
+
+        if ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0) == 0:  # 1: PR_SET_PDEATHSIG
+            if os.getppid() != parent_pid:  # the worker died before the setting took
+                os._exit(1)
+            return
+    except (OSError, AttributeError):
+        pass
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+@dataclass
+class _Watch:
+    """What the worker watches while a job runs: its time limit (monotonic clock; None: none) and when it next
+    reads the job's cancel flag."""
+
+    deadline: float | None
+    next_poll: float = 0.0
+
+
+def _received(receive) -> tuple[str, str | None] | None:  # noqa: ANN001 - a multiprocessing Connection
+    """The analysis process's report, when it sent one (None: it ended without)."""
+    try:
+        if receive.poll():
+            got = receive.recv()
+            return (str(got[0]), got[1]) if isinstance(got, tuple) and len(got) == 2 else None
+    except (EOFError, OSError):
+        pass
+    return None
+
+
+def _analysis_delay_for_tests(scratch: Path) -> None:
+    """The test hook ZOOMER_SERVICE_TEST_ANALYSIS_DELAY_S (module docstring)."""
+    raw = os.environ.get(ANALYSIS_DELAY_ENV)
+    if raw:
+        (scratch / "analysis-delay").write_text(f"{os.getpid()}\n")
+        time.sleep(float(raw))
+
+
+def _kill_group(proc: multiprocessing.process.BaseProcess) -> None:
+    """SIGKILL the analysis process and its process group (what it started: git), and reap it."""
+    if proc.pid is None:
         return
-    deadline = time.monotonic() + float(raw)
-    while time.monotonic() < deadline and not hb.lost.is_set():
-        time.sleep(0.05)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):  # not (yet) a group of its own
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+    proc.join(timeout=30)
 
 
 def _read_artifacts(folder: Path, written: dict[str, Path]) -> dict[str, tuple[str, bytes]]:
@@ -110,8 +193,11 @@ def _read_artifacts(folder: Path, written: dict[str, Path]) -> dict[str, tuple[s
             for name, p in written.items() if Path(p).is_file()}
 
 
-def run_analyze(claim: Q.Claim, settings: Settings, engine: Engine) -> tuple[dict, dict, str | None, int | None]:
-    """The analysis pipeline on an uploaded job: (summary, artifacts, content hash, store analysis id)."""
+def run_analyze(claim: Q.Claim, settings: Settings, engine: Engine,
+                out_dir: Path | None = None) -> tuple[dict, dict, str | None, int | None]:
+    """The analysis pipeline on an uploaded job: (summary, artifacts, content hash, store analysis id). The reports
+    are written into `out_dir` (the job's scratch folder, which its worker removes), else into a temporary folder
+    under `<data>/tmp`."""
     from ..analyze import analyze_path
     from ..analyze_cli import write_fix_outputs
     from ..render import write_outputs
@@ -164,13 +250,19 @@ def run_analyze(claim: Q.Claim, settings: Settings, engine: Engine) -> tuple[dic
         cost = cost_attribution(analysis.features, analysis.findings, gpus=p.get("gpus"), gpu_hours=p.get("gpu_hours"),
                                 gpu_hour_cost=p.get("gpu_hour_cost"))
     analysis.features["cost_attribution"] = shown.features["cost_attribution"] = cost
-    tmp_root = settings.data_dir / "tmp"
-    tmp_root.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=tmp_root, prefix=f"{claim.job_id}-") as tmp:
-        out = Path(tmp)
-        written = dict(write_outputs(shown, out))
-        written.update(write_fix_outputs(analysis, out, source, trace))
-        artifacts = _read_artifacts(out, written)
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        written = dict(write_outputs(shown, out_dir))
+        written.update(write_fix_outputs(analysis, out_dir, source, trace))
+        artifacts = _read_artifacts(out_dir, written)
+    else:
+        tmp_root = settings.data_dir / "tmp"
+        tmp_root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=tmp_root, prefix=f"{claim.job_id}-") as tmp:
+            out = Path(tmp)
+            written = dict(write_outputs(shown, out))
+            written.update(write_fix_outputs(analysis, out, source, trace))
+            artifacts = _read_artifacts(out, written)
     summary = {
         "job": analysis.job.name,
         "store_job": store_job if analysis_id is not None else None,
@@ -270,7 +362,10 @@ class Worker:
         self.stop = threading.Event()
         self.done = 0
         self.unmarked: dict[str, tuple[Q.Claim, str]] = {}  # job id -> (claim, error): failures the store refused
+        self._inherited_pool = None
         self._sweep_tmp()
+        # imported once here, not in each job's analysis process: it is forked with them loaded
+        from .. import analyze, analyze_cli, render  # noqa: F401
 
     def _sweep_tmp(self, older_than_s: float = 86_400.0) -> None:
         """Scratch folders left by workers killed mid-job (a day old: no live job is that slow to write reports)."""
@@ -286,17 +381,143 @@ class Worker:
                 pass
 
     def process(self, c: Q.Claim) -> str:
-        """Run one claimed job; returns its final state ('done', 'failed' or 'lost')."""
+        """Run one claimed job; returns its final state: 'done', 'failed', 'cancelled', 'lost' (another worker
+        holds it now), 'unmarked' (failed; marked so once the store takes writes) or 'died' (its analysis process
+        died by itself: the job's lease runs out and it is claimed again)."""
         log.info("job %s (%s %s): claimed by %s, attempt %d", c.job_id, c.kind, c.name, self.id, c.attempt)
         hb = _Heartbeat(self.engine, c, self.settings.lease_s)
         hb.start()
         t0 = time.perf_counter()
+        limit = self.settings.job_timeout_s
+        watch = _Watch(deadline=time.monotonic() + limit if limit > 0 else None)
+        scratch: Path | None = None
         try:
-            _delay_for_tests(hb)
-            if hb.lost.is_set():
-                return "lost"
+            outcome, msg = self._delay_for_tests(c, hb, watch), None
+            if outcome is None:
+                try:
+                    tmp_root = self.settings.data_dir / "tmp"
+                    tmp_root.mkdir(parents=True, exist_ok=True)
+                    scratch = Path(tempfile.mkdtemp(dir=tmp_root, prefix=f"{c.job_id}-"))
+                except OSError as exc:  # a full disk: said as such (job_errors), like the reports' own writes
+                    outcome, msg = self._fail(c, exc), None
+                else:
+                    outcome, msg = self._run_child(c, hb, watch, scratch)
+            state = self._conclude(c, outcome, msg)
+        finally:
+            hb.stop.set()
+            hb.join(timeout=5)
+            if scratch is not None:
+                shutil.rmtree(scratch, ignore_errors=True)
+        took = time.perf_counter() - t0
+        if state == "unmarked":
+            log.info("job %s: failed in %.2f s; marked failed once the store takes writes again", c.job_id, took)
+            self.done += 1
+            return state
+        if state in ("done", "cancelled") and c.input_dir:  # the uploads are no longer needed (failed jobs keep them)
+            folder = Path(c.input_dir)
+            shutil.rmtree(folder.parent if folder.parent.name == c.job_id else folder, ignore_errors=True)
+        said = {"lost": "lease lost, result dropped",
+                "died": "its analysis process died; claimed again once its lease has expired"}.get(state, state)
+        log.info("job %s: %s in %.2f s", c.job_id, said, took)
+        self.done += 1
+        return state
+
+    def _stop_reason(self, c: Q.Claim, hb: _Heartbeat, watch: _Watch) -> str | None:
+        """Why the job must stop now: 'lost', 'timeout', 'cancel'; None: it goes on. The cancel flag is read every
+        `poll_s` seconds (a read of one row); a store that does not answer now is asked again next time."""
+        if hb.lost.is_set():
+            return "lost"
+        now = time.monotonic()
+        if watch.deadline is not None and now >= watch.deadline:
+            return "timeout"
+        if now >= watch.next_poll:
+            watch.next_poll = now + self.settings.poll_s
+            try:
+                if Q.cancel_requested(self.engine, c):
+                    return "cancel"
+            except Exception as exc:  # noqa: BLE001 - the heartbeat reports a store gone for good
+                log.debug("job %s: cannot read its cancel flag now: %s", c.job_id, store_problem(self.engine, exc))
+        return None
+
+    def _delay_for_tests(self, c: Q.Claim, hb: _Heartbeat, watch: _Watch) -> str | None:
+        """The test hook ZOOMER_SERVICE_TEST_DELAY_S (module docstring): the claimed job waits, watched as it is
+        while it runs; returns why it stopped waiting early, if it did."""
+        raw = os.environ.get(TEST_DELAY_ENV)
+        if not raw:
+            return None
+        until = time.monotonic() + float(raw)
+        while time.monotonic() < until:
+            why = self._stop_reason(c, hb, watch)
+            if why is not None:
+                return why
+            time.sleep(0.05)
+        return None
+
+    def _run_child(self, c: Q.Claim, hb: _Heartbeat, watch: _Watch, scratch: Path) -> tuple[str, str | None]:
+        """Run the job in its analysis process and watch it; returns (outcome, message): the child's own outcome
+        ('done', 'failed', 'lost', or 'unmarked' with the failure to mark), else why it was stopped ('cancel',
+        'timeout', 'lost') or 'died' with how."""
+        ctx = multiprocessing.get_context("fork")
+        receive, send = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=self._child_main, args=(c, scratch, send, os.getpid()),
+                           name=f"zoomer-job-{c.job_id[:8]}", daemon=False)
+        with hb.fork_lock:
+            proc.start()
+        send.close()
+        with contextlib.suppress(OSError):  # the child does it too; whichever is first (it may have exited)
+            os.setpgid(proc.pid, proc.pid)
+        try:
+            while True:
+                ready = multiprocessing.connection.wait([receive, proc.sentinel], timeout=WAKE_S)
+                if ready:
+                    got = _received(receive)
+                    proc.join(timeout=30)
+                    if got is not None:
+                        return got
+                    how = f"signal {-proc.exitcode}" if (proc.exitcode or 0) < 0 else f"exit status {proc.exitcode}"
+                    log.warning("job %s: its analysis process died (%s) before it reported", c.job_id, how)
+                    return "died", how
+                why = self._stop_reason(c, hb, watch)
+                if why is not None:
+                    _kill_group(proc)
+                    got = _received(receive)  # it may have finished just before it was killed
+                    if got is not None:
+                        return got
+                    log.info("job %s: analysis process stopped (%s)", c.job_id,
+                             {"cancel": "cancelled", "timeout": "time limit"}.get(why, "lease lost"))
+                    return why, None
+        finally:
+            if proc.is_alive():  # an exception here (KeyboardInterrupt...): the job does not run on alone
+                _kill_group(proc)
+            receive.close()
+
+    def _child_main(self, c: Q.Claim, scratch: Path, send, parent_pid: int) -> None:  # noqa: ANN001 - a Connection
+        """The job's analysis process: a process group of its own (stopped as one), SIGINT ignored (a terminal's
+        Ctrl-C stops the worker, which lets the job finish), dies with its worker, fresh database connections (the
+        worker's are its own), temporary files in the scratch folder its worker removes."""
+        with contextlib.suppress(OSError):
+            os.setpgid(0, 0)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        _die_with_parent(parent_pid)
+        # the worker's pooled connections are the worker's: this process opens its own, and keeps the inherited ones
+        # referenced until it ends (os._exit), since closing one here would close it for the worker too (a SQLite
+        # file's locks and WAL, a PostgreSQL session's socket)
+        self._inherited_pool = self.engine.pool
+        self.engine.dispose(close=False)
+        tempfile.tempdir = str(scratch)
+        os.environ["TMPDIR"] = str(scratch)
+        send.send(self._run_here(c, scratch))
+        send.close()
+
+    def _run_here(self, c: Q.Claim, scratch: Path) -> tuple[str, str | None]:
+        """Run the job in this process (the analysis process) and store its outcome: ('done' | 'failed' | 'lost', None)
+        or ('unmarked', the failure the store refused)."""
+        t0 = time.perf_counter()
+        try:
+            _analysis_delay_for_tests(scratch)
             if c.kind == "analyze":
-                summary, artifacts, chash, analysis_id = run_analyze(c, self.settings, self.engine)
+                summary, artifacts, chash, analysis_id = run_analyze(c, self.settings, self.engine, scratch / "out")
             elif c.kind == "review":
                 (summary, artifacts), chash, analysis_id = run_review(c, self.settings), None, None
             else:
@@ -305,26 +526,44 @@ class Worker:
             summary["worker"] = self.id
             ok = Q.complete(self.engine, c, result=summary, artifacts=artifacts, content_hash=chash,
                             analysis_id=analysis_id)
-            state = "done" if ok else "lost"
-        except Q.LeaseLost:  # another worker holds the job now (its recording, if any, was rolled back)
-            state = "lost"
-        except Exception as exc:  # noqa: BLE001 - the job fails with the reason; the worker goes on
+            return ("done" if ok else "lost"), None
+        except Q.LeaseLost:  # another worker holds the job now, or it is being cancelled (its recording rolled back)
+            return "lost", None
+        except Exception as exc:  # noqa: BLE001 - the job fails with the reason
             state = self._fail(c, exc)
-        finally:
-            hb.stop.set()
-            hb.join(timeout=5)
-        if state == "unmarked":
-            log.info("job %s: failed in %.2f s; marked failed once the store takes writes again", c.job_id,
-                     time.perf_counter() - t0)
-            self.done += 1
-            return state
-        if state == "done" and c.input_dir:  # the uploads are no longer needed (failed jobs keep them)
-            folder = Path(c.input_dir)
-            shutil.rmtree(folder.parent if folder.parent.name == c.job_id else folder, ignore_errors=True)
-        log.info("job %s: %s in %.2f s", c.job_id, state if state != "lost" else "lease lost, result dropped",
-                 time.perf_counter() - t0)
-        self.done += 1
-        return state
+            return state, self.unmarked.get(c.job_id, (c, None))[1] if state == "unmarked" else None
+
+    def _conclude(self, c: Q.Claim, outcome: str, msg: str | None) -> str:
+        """The job's final state from its outcome: a stopped job is marked cancelled or failed here; a job the
+        analysis process could not finish ('lost': its lease, or a cancel that came first) is cancelled when
+        that was asked for."""
+        if outcome == "unmarked":
+            if msg is not None:  # the analysis process's failure (one of this process's is in `unmarked` already)
+                self.unmarked[c.job_id] = (c, msg)
+            return "unmarked"
+        if outcome == "timeout":
+            log.warning("job %s: stopped at its time limit of %g s", c.job_id, self.settings.job_timeout_s)
+            state = self._mark_failed(c, timed_out_error(self.settings.job_timeout_s))
+            if state != "lost":
+                return state
+        if outcome in ("done", "failed"):
+            return outcome
+        if outcome == "died" and not self._cancel_asked(c):
+            return "died"
+        if outcome == "lost" and not self._cancel_asked(c):
+            return "lost"
+        try:
+            return "cancelled" if Q.finish_cancelled(self.engine, c) else "lost"
+        except Exception as exc:  # noqa: BLE001 - the job's next claim cancels it (queue.claim); housekeeping its files
+            log.warning("job %s: cannot be marked cancelled now (%s); the next claim of it does that", c.job_id,
+                        store_problem(self.engine, exc))
+            return "lost"
+
+    def _cancel_asked(self, c: Q.Claim) -> bool:
+        try:
+            return bool(Q.cancel_requested(self.engine, c))
+        except Exception:  # noqa: BLE001 - unknown: the job's lease decides (a cancel is then done by the next claim)
+            return False
 
     def _fail(self, c: Q.Claim, exc: Exception) -> str:
         """Fail the job with the reason of `exc` in one line: 'failed'; 'lost' when the lease was lost; 'unmarked'
@@ -339,6 +578,10 @@ class Worker:
         else:
             log.error("job %s: internal error\n%s", c.job_id, "".join(traceback.format_exception(exc)))
             msg = f"internal error: {type(exc).__name__}: {exc}"
+        return self._mark_failed(c, msg)
+
+    def _mark_failed(self, c: Q.Claim, msg: str) -> str:
+        """Mark the job failed with `msg` (see `_fail`)."""
         try:
             ok = Q.fail(self.engine, c, msg, result={"worker": self.id})
         except DBAPIError as fail_exc:
@@ -358,6 +601,10 @@ class Worker:
                 log.warning("job %s: still cannot be marked failed (%s)", job_id, store_problem(self.engine, exc))
                 return
             del self.unmarked[job_id]
+            if not ok and self._cancel_asked(c):  # asked meanwhile: it ends cancelled, not failed
+                ok = Q.finish_cancelled(self.engine, c)
+                log.info("job %s: %s", job_id, "cancelled" if ok else "claimed again by another worker meanwhile")
+                continue
             if ok:
                 log.info("job %s: marked failed: %s", job_id, msg)
             else:

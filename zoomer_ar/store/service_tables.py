@@ -4,14 +4,16 @@
   team's jobs. The team name is also what recorded analyses carry in `jobs.team`.
 - `service_tokens`: API tokens, stored as the sha256 of the token (the token itself is shown once,
   when created); `prefix` (the first characters) identifies a token in listings.
-- `service_jobs`: the queue. `state` is queued -> running -> done | failed. A running job holds a
+- `service_jobs`: the queue. `state` is queued -> running -> done | failed, or cancelled (from queued at
+  once; from running once its worker has stopped it, `cancel_requested_at` set meanwhile). A running job holds a
   lease (`lease_owner`, `lease_token`, `lease_expires_at`) that its worker's heartbeat extends;
   a job whose lease expired is claimed again (up to `max_attempts` claims). Times are seconds
   since the epoch on the database server's clock (one clock for every worker).
 - `service_artifacts`: a finished job's files (findings.json, report.html, patch.diff, ...), written
   in the same transaction that moves the job to `done`.
 
-Registered on `orm.Base` (orm.py imports this module), created by migration 0002_service.
+Registered on `orm.Base` (orm.py imports this module), created by migration 0002_service;
+`cancel_requested_at` and the state `cancelled` by 0004_service_cancel.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ class ServiceJob(Base):
     team_id: Mapped[int] = mapped_column(ForeignKey("service_teams.id", ondelete="CASCADE"))
     kind: Mapped[str] = mapped_column(String(20), comment="analyze | review")
     name: Mapped[str] = mapped_column(String(200))
-    state: Mapped[str] = mapped_column(String(16), comment="queued | running | done | failed")
+    state: Mapped[str] = mapped_column(String(16), comment="queued | running | done | failed | cancelled")
     params: Mapped[dict] = mapped_column(Json, default=dict)
     input_dir: Mapped[str | None] = mapped_column(Text)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
@@ -71,6 +73,8 @@ class ServiceJob(Base):
     result: Mapped[dict | None] = mapped_column(Json)
     content_hash: Mapped[str | None] = mapped_column(String(64))
     analysis_id: Mapped[int | None] = mapped_column(ForeignKey("analyses.id", ondelete="SET NULL"))
+    cancel_requested_at: Mapped[float | None] = mapped_column(
+        Float, comment="epoch seconds; the team asked to cancel the job")
 
 
 class ServiceArtifact(Base):
