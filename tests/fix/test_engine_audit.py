@@ -120,16 +120,23 @@ def test_notebook_diff_applies_and_apply_keeps_the_json(tmp_path: Path, capsys):
     before, after = json.loads(original), json.loads(patched)
     for b, a in zip(before["cells"], after["cells"]):
         assert {k: v for k, v in a.items() if k != "source"} == {k: v for k, v in b.items() if k != "source"}
-    assert [c["source"] for c in after["cells"]][:3] == [c["source"] for c in before["cells"]][:2] + [[
+    # the worker count computed when the notebook runs: `import os` among the imports (after the magic), the
+    # constant after them, in the cell that holds them
+    assert [c["source"] for c in after["cells"]][:3] == [c["source"] for c in before["cells"]][:1] + [[
+        "%matplotlib inline\n", "import os\n", "import torch\n", "!pip list\n", "from torch.utils.data import DataLoader\n",
+        "\n", "DATALOADER_WORKERS = max(0, min(\n", "    8,\n",
+        "    (len(os.sched_getaffinity(0)) if hasattr(os, \"sched_getaffinity\") else os.cpu_count() or 1)\n",
+        "    // int(os.environ.get(\"LOCAL_WORLD_SIZE\") or 1) - 1,\n", "))"], [
         "opt = torch.optim.Adam(params, foreach=True)\n",
-        "loader = DataLoader(ds, batch_size=32, num_workers=4, pin_memory=True, persistent_workers=True, prefetch_factor=2)"]]
+        "loader = DataLoader(ds, batch_size=32, num_workers=DATALOADER_WORKERS, pin_memory=True, "
+        "persistent_workers=DATALOADER_WORKERS > 0)"]]
     assert after["cells"][3]["source"] == ["for step, b in enumerate(loader):\n", "    %time out = model(b)\n",
                                            "    opt.zero_grad(set_to_none=True)"]
     assert after["cells"][4:6] == before["cells"][4:6]  # the unparsable cell and the %%bash cell
     assert after["cells"][6]["source"] == ["%%time\n", "opt.zero_grad(set_to_none=True)\n"]
     # only the changed lines differ: same indentation, key order, escaping, trailing newline
     changed = [l for l in diff.splitlines() if l.startswith(("+", "-")) and not l.startswith(("+++", "---"))]
-    assert len(changed) == 9 and all(l[1:].startswith("    \"") for l in changed)
+    assert len(changed) == 18 and all(l[1:].startswith("    \"") for l in changed)
     assert patched.endswith("}\n")
     capsys.readouterr()
     assert main(["fix", str(nb), "--diff"]) == 0
@@ -155,6 +162,8 @@ def test_notebook_layouts_are_kept(tmp_path: Path, layout):
         src = a["source"] if isinstance(a["source"], str) else "".join(a["source"])
         if k in (2, 3, 6):
             assert "foreach=True" in src or "set_to_none=True" in src
+        if k == 1:
+            assert "import os\n" in src and "DATALOADER_WORKERS = " in src
         assert type(a["source"]) is type(b["source"])
         b["source"] = a["source"]
     assert after == before
@@ -164,7 +173,7 @@ def test_notebook_layouts_are_kept(tmp_path: Path, layout):
     if layout.get("ensure_ascii"):
         assert "\\u00e9" in text and "\u00e9" not in text
     # the bytes before the first changed cell are untouched
-    first = original.index("foreach=False")
+    first = original.index("%matplotlib")
     assert text[:first] == original[:first]
     assert engine.run(nb, fix=True).changed == []
 

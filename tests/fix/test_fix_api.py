@@ -53,7 +53,7 @@ def test_static_findings_and_fix_source():
     only = api.static_findings(SCRIPT, "train.py", select="single-tensor-optimizer")
     assert [m.pattern for m in only] == ["single-tensor-optimizer"]
     fixed = api.fix_source(SCRIPT)
-    assert "foreach=True" in fixed and "set_to_none=True" in fixed and "num_workers=4" in fixed
+    assert "foreach=True" in fixed and "set_to_none=True" in fixed and "num_workers=DATALOADER_WORKERS" in fixed
     assert "x.to(device, non_blocking=True)" in fixed
     assert api.fix_source(fixed) == fixed
     assert api.fix_source(SCRIPT, select=["zero-grad-not-none"]).count("\n") == SCRIPT.count("\n")
@@ -122,7 +122,7 @@ def test_an_expression_edit_keeps_the_blocks_indentation(indent):
     fixed = api.fix_source(src, select=["dataloader-workers"])
     assert fixed != src
     assert apply_text_edits(src, m.edits) == fixed
-    assert f"\n{i2}    dataset, batch_size=32,  # big\n" in m.edits[0].text
+    assert any(f"\n{i2}    dataset, batch_size=32,  # big\n" in e.text for e in m.edits)
 
 
 @pytest.mark.parametrize("pattern", PATTERN_IDS)

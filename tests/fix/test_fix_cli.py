@@ -109,7 +109,7 @@ def test_diff_and_apply(proj, capsys):
     rc, out, err = run(capsys, str(proj), "--apply")
     assert rc == 0 and out.startswith("fixed ")
     text = (proj / "train.py").read_text()
-    assert "foreach=True" in text and "num_workers=4" in text and "empty_cache" not in text
+    assert "foreach=True" in text and "num_workers=DATALOADER_WORKERS" in text and "empty_cache" not in text
     rc, out, err = run(capsys, str(proj), "--apply")
     assert rc == 0 and out == "" and "0 files rewritten" in err
 

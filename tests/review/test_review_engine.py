@@ -29,10 +29,12 @@ def test_must_hold_three_findings_on_added_lines_with_suggestions(tmp_path):
     # the DataLoader without workers in evaluate() (unchanged lines) is not reported
     assert line_of(BASE_TRAIN, "DataLoader(dataset, batch_size=64)") not in [f.line for f in result.findings]
     by_rule = {f.rule_id: f for f in result.findings}
-    assert by_rule["dataloader-bound"].suggestion == (
-        "    loader = DataLoader(dataset, batch_size=32, shuffle=True, num_workers=4, pin_memory=True, "
-        "persistent_workers=True, prefetch_factor=2)"
-    )
+    # the DataLoader's fix also adds `import os` and DATALOADER_WORKERS after the imports, outside the hunk:
+    # no suggestion, the fix as a diff
+    loader = by_rule["dataloader-bound"]
+    assert loader.suggestion is None and "+DATALOADER_WORKERS = max(0, min(" in loader.fix_diff
+    assert ("+    loader = DataLoader(dataset, batch_size=32, shuffle=True, num_workers=DATALOADER_WORKERS, pin_memory=True, "
+            "persistent_workers=DATALOADER_WORKERS > 0)") in loader.fix_diff
     assert by_rule["single-tensor-optimizer"].suggestion == "    opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=True)"
     assert by_rule["sync-point"].suggestion == "        if step % 100 == 0:\n            print(step, loss.item())"
     for f in result.findings:

@@ -24,8 +24,14 @@ def _applied(text: str, comment: dict) -> str:
     return "".join(lines[:start - 1]) + m.group(2) + "".join(lines[comment["line"]:])
 
 
-LOADER_BASE = '''import torch
+# the file defines DATALOADER_WORKERS already (as one the dataloader-workers fixer changed before): the
+# fix is then the call's edit alone, which a suggestion can carry
+LOADER_BASE = '''import os
+
+import torch
 from torch.utils.data import DataLoader
+
+DATALOADER_WORKERS = max(0, min(8, (os.cpu_count() or 1) - 1))
 
 
 def main(dataset, model):

@@ -128,7 +128,7 @@ def test_real_trace_with_a_training_script(stack, tmp_path):
     _extract(src, tree)
     _apply(patch.content, tree)
     fixed = (tree / "train.py").read_text()
-    assert "num_workers=0" not in fixed and "num_workers=4" in fixed
+    assert "num_workers=0" not in fixed and "num_workers=DATALOADER_WORKERS" in fixed
     compile(fixed, "train.py", "exec")
 
 

@@ -14,6 +14,7 @@ import click
 from ..errors import InputError
 from .spec import RelaunchSpec, load_spec
 from .trace_folder import FoundCapture, captures_on_command_line, is_dir, is_file
+from .workers import fit_overrides, usable_cpus
 
 
 def _git_apply_check(patch: Path, workdir: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -135,6 +136,15 @@ def _refusals(spec: RelaunchSpec, spec_path: Path, workdir: Path, patch: Path | 
     return out
 
 
+def fit_to_machine(spec: RelaunchSpec, cpus: int | None = None) -> tuple[RelaunchSpec, str | None]:
+    """The spec with its DataLoader worker counts fitted to this machine (``cpus``: its usable CPUs, by
+    default this process's), and a line saying what changed (workers.fit_overrides)."""
+    c = spec.command
+    processes = c.nproc_per_node if c.launcher == "torchrun" and c.nproc_per_node else 1
+    overrides, line = fit_overrides(dict(spec.config_overrides), cpus if cpus is not None else usable_cpus(), processes)
+    return (spec.model_copy(update={"config_overrides": overrides}) if line else spec), line
+
+
 def _patch_state(patch: Path, workdir: Path) -> str | None:
     """The dry run's word on the patch: already applied in ``workdir``, or not applying there (None: it applies)."""
     if _git_apply_check(patch, workdir).returncode == 0:
@@ -157,7 +167,9 @@ def relaunch(spec_path: Path, dry_run: bool, cwd: Path | None) -> None:
     recorded job ran), else in the current folder. The dry run prints the steps: `cd FOLDER`
     (on stderr, when that folder is not the current one), then `git apply PATCH` and the command
     on stdout."""
-    spec = load_spec(spec_path)
+    spec, fitted = fit_to_machine(load_spec(spec_path))
+    if fitted:
+        click.echo(f"note: {fitted}", err=True)
     workdir = cwd or (_from_spec_folder(spec.cwd, spec_path) if spec.cwd else Path.cwd())
     recorded_missing = cwd is None and spec.cwd is not None and not is_dir(workdir)
     patch = None

@@ -13,8 +13,10 @@ A setting is put on the command line only in a form the program takes (argparse:
 options, replacing a recorded occurrence; Hydra: a key of its config read statically, renamed to
 the config's own key or added with ``+key`` when the program reads it by name); settings that
 raise DataLoader workers are left out when the program's loaders are over iterable-style datasets
-(as the dataloader-workers fixer judges them). ``expected_gain`` counts only the findings whose fix
-the relaunch carries: a patch hunk for the pattern, or its main setting actually set.
+(as the dataloader-workers fixer judges them). A worker count is the most: `zoomer-ar relaunch`
+lowers it to the machine it runs on (workers.py), and a note says what the gain assumes.
+``expected_gain`` counts only the findings whose fix the relaunch carries: a patch hunk for the
+pattern, or its main setting actually set.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from .layout import Layout, node_layout
 from .loaders import is_worker_key, refused_loaders
 from .program import HYDRA_ARG, ProgramCli, find_script, scan_program, style_from_args
 from .trace_folder import retarget
+from .workers import count_note
 
 RELAUNCH_SCHEMA_VERSION = "1.2"
 _MAJOR = RELAUNCH_SCHEMA_VERSION.split(".")[0]
@@ -559,7 +562,7 @@ def spec_from_analysis(analysis: Analysis, *, argv: list[str] | None = None, pat
                       nproc_per_node=nproc, nnodes=nnodes)
         left_note = _left_note(fit, origin, patch, patched) if fit.left else None
         out_note = None if folder_notes else _out_note(args)
-        notes += folder_notes + guard_notes + fit.notes + [n for n in (left_note, out_note) if n]
+        notes += folder_notes + guard_notes + fit.notes + [n for n in (left_note, out_note, count_note(overrides)) if n]
         if cwd:
             notes.append(f"Runs in {cwd}, the folder the recorded job ran in (job.json's cwd): `zoomer-ar relaunch` "
                          "applies the patch and starts the command there; --cwd runs it elsewhere.")
@@ -568,6 +571,7 @@ def spec_from_analysis(analysis: Analysis, *, argv: list[str] | None = None, pat
         cwd = None
         cmd = Command(launcher=launcher, script=TEMPLATE_SCRIPT, nproc_per_node=nproc, nnodes=nnodes)
         notes.insert(0, unreplayable or TEMPLATE_NOTE)
+        notes += [n for n in (count_note(overrides),) if n]
     notes += layout_notes
     counted = [f for f in acted_on if _carries(f, patched if patch else set(), set_keys)]
     uncounted = sorted({f.pattern for f in acted_on} - {f.pattern for f in counted})
