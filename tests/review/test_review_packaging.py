@@ -31,7 +31,7 @@ def _zoomer() -> list[str]:
 def test_pre_commit_hook_entry(tmp_path):
     hooks = yaml.safe_load((REPO_ROOT / ".pre-commit-hooks.yaml").read_text())
     hook = next(h for h in hooks if h["id"] == "zoomer-ar-review")
-    assert hook["language"] == "python" and hook["types"] == ["python"] and hook["pass_filenames"] is True
+    assert hook["language"] == "python" and hook["types_or"] == ["python", "jupyter"] and "types" not in hook and hook["pass_filenames"] is True
     entry = shlex.split(hook["entry"])
     assert entry[:2] == ["zoomer-ar", "review"]
     repo = GitRepo(tmp_path / "r")

@@ -119,7 +119,7 @@ def _members(text: str, i: int):
         i = _skip(text, _expect(text, i, ","))
 
 
-def _elements(text: str, i: int) -> list[tuple[int, int]]:
+def array_elements(text: str, i: int) -> list[tuple[int, int]]:
     """(start, end) of each element of the array at ``i``."""
     out: list[tuple[int, int]] = []
     i = _skip(text, _expect(text, i, "["))
@@ -140,7 +140,7 @@ def _source_layout(text: str, start: int) -> _Source:
         return _Source(start, end, None)
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise NotebookError("not a notebook: a cell's source is neither a string nor a list of strings")
-    spans = _elements(text, start)
+    spans = array_elements(text, start)
     items = [(json.loads(text[a:b]), text[a:b]) for a, b in spans]
     src = _Source(start, end, items)
     if spans:
@@ -169,7 +169,7 @@ def read_cells(text: str) -> list[Cell]:
             if key != "cells":
                 continue
             cells = []  # a repeated key: the last one counts, as for json.loads
-            for index, (a, _b) in enumerate(_elements(text, start)):
+            for index, (a, _b) in enumerate(array_elements(text, start)):
                 cell = doc["cells"][index] if index < len(doc["cells"]) else None
                 if not isinstance(cell, dict) or cell.get("cell_type") != "code":
                     continue
@@ -300,13 +300,13 @@ def _move(m: StaticMatch, path: str, cell: Cell, first_line: int) -> StaticMatch
 TIMING_CELL_MAGICS = frozenset({"time", "timeit", "prun"})
 
 
-def _marker(nonce: str, cell: Cell) -> str:
+def cell_marker(nonce: str, cell: Cell) -> str:
     first = _CELL_MAGIC.match(split_lines(cell.text)[0]) if cell.text.strip() else None
     timed = f" {TIMED_MARK}" if first is not None and first.group(1) in TIMING_CELL_MAGICS else ""
     return f"{CELL_MARKER}{nonce} {cell.number}{timed}"
 
 
-def _joined(cells: list[Cell], nonce: str) -> tuple[str, list[int]]:
+def joined_cells(cells: list[Cell], nonce: str) -> tuple[str, list[int]]:
     """The cells as one module, each after a marker comment; the first line of each cell."""
     parts: list[str] = []
     starts: list[int] = []
@@ -315,7 +315,7 @@ def _joined(cells: list[Cell], nonce: str) -> tuple[str, list[int]]:
         text = cell.masked or ""
         if not text.endswith(("\n", "\r")):
             text += "\n"
-        parts.append(_marker(nonce, cell) + "\n")
+        parts.append(cell_marker(nonce, cell) + "\n")
         starts.append(line + 1)
         parts.append(text)
         line += 1 + len(split_lines(text))
@@ -325,7 +325,7 @@ def _joined(cells: list[Cell], nonce: str) -> tuple[str, list[int]]:
 def _split(fixed: str, cells: list[Cell], nonce: str) -> list[str] | None:
     """The fixed module cut back into the cells' texts; None when the markers moved."""
     pieces: list[list[str]] = [[]]
-    expected = [_marker(nonce, c) for c in cells]
+    expected = [cell_marker(nonce, c) for c in cells]
     found = 0
     for line in split_lines(fixed):
         if line.rstrip("\r\n") == (expected[found] if found < len(expected) else None):
@@ -342,7 +342,7 @@ def _split(fixed: str, cells: list[Cell], nonce: str) -> list[str] | None:
     for k, cell in enumerate(cells):
         text = ("".join(pieces[k + 1]) if k else prefix + "".join(pieces[1]))
         if not (cell.masked or "").endswith(("\n", "\r")) and text.endswith("\n"):
-            text = text[:-1]  # the newline _joined added
+            text = text[:-1]  # the newline joined_cells added
         out.append(text)
     return out
 
@@ -366,7 +366,7 @@ def _fix_each(cells: list[Cell], path: str, detect: Detect, fix: Fix | None, err
     texts: dict[int, str] = {}
     for cell in cells:
         try:
-            head = _marker(nonce, cell) + "\n"
+            head = cell_marker(nonce, cell) + "\n"
             source = head + (cell.masked or "")
             found = detect(source, path)
             findings.extend(_move(m, path, cell, 2) for m in found)
@@ -401,7 +401,7 @@ def process(text: str, path: str, detect: Detect, fix: Fix | None) -> Result:
     findings: list[StaticMatch] = []
     texts: dict[int, str] = {}
     if good:
-        joined, starts = _joined(good, nonce)
+        joined, starts = joined_cells(good, nonce)
         try:
             found = detect(joined, path)
         except SourceParseError:  # cells valid alone but not together (a late __future__ import)

@@ -80,7 +80,7 @@ class _Positions:
 
     def __init__(self, text: str, newlines: list[int], cell: notebooks.Cell):
         src = cell.source
-        spans = notebooks._elements(text, src.start) if src.items is not None else [(src.start, src.end)]
+        spans = notebooks.array_elements(text, src.start) if src.items is not None else [(src.start, src.end)]
         self.newlines = newlines
         self.pos: list[int] = []  # absolute offset of each character of cell.text, then one past it
         for a, b in spans:
@@ -214,7 +214,7 @@ def _to_cell(m: StaticMatch, first_line: int, edits: bool = True) -> StaticMatch
 
 def _alone(cell: notebooks.Cell, path: str, selection: fix_engine.Selection, nonce: str) -> list[StaticMatch]:
     """The cell's matches with the cell read alone (after its marker, as the fix stage reads it)."""
-    head = notebooks._marker(nonce, cell) + "\n"
+    head = notebooks.cell_marker(nonce, cell) + "\n"
     try:
         return [_to_cell(m, 2) for m in fix_engine.detect_source(head + (cell.masked or ""), path, selection)]
     except SourceParseError:
@@ -225,7 +225,7 @@ def _detect(cells: list[notebooks.Cell], path: str, selection: fix_engine.Select
     """Matches by cell index, in each cell's (masked) lines: the cells read together (one
     namespace), as the fix stage reads them. A match whose fix reaches another cell (an import
     added to the first cell) takes the fix the cell alone gets, as the fix stage then does, or none."""
-    joined, starts = notebooks._joined(cells, nonce)
+    joined, starts = notebooks.joined_cells(cells, nonce)
     try:
         found = fix_engine.detect_source(joined, path, selection)
     except SourceParseError:  # cells that parse alone but not together (a late __future__ import)
