@@ -38,7 +38,7 @@ from .config import ReviewConfig, load_text
 from .diff import DiffResult, FileDiff, collect
 from .models import FileNote, ReviewFinding, ReviewResult
 from .notebook import MAX_NOTEBOOK_BYTES, NotebookError, is_notebook, review_notebook
-from .suggest import MAX_SUGGESTION_LINES, Rewrite, rewrite, split_lines
+from .suggest import MAX_SUGGESTION_LINES, Rewrite, apply_rewrites, rewrite, split_lines
 
 PARALLEL_MIN_FILES = 8
 _BLOCK_STARTS = ("for ", "for(", "while ", "while(", "async for ", "with ", "async with ")
@@ -268,18 +268,6 @@ class _Candidate:
     rw: Rewrite
 
 
-def _apply_rewrites(lines: Sequence[str], rws: Iterable[Rewrite]) -> str:
-    """The file with each rewrite's lines replaced (rewrites sorted, not overlapping)."""
-    out: list[str] = []
-    cursor = 0
-    for rw in sorted(rws, key=lambda r: r.first):
-        out.extend(lines[cursor:rw.first - 1])
-        out.append(rw.new)
-        cursor = rw.last
-    out.extend(lines[cursor:])
-    return "".join(out)
-
-
 def _overlap(a: Rewrite, b: Rewrite) -> bool:
     return a.first <= b.last and b.first <= a.last
 
@@ -347,7 +335,7 @@ class _Suggestions:
     def parses(self, rws: Sequence[Rewrite]) -> bool:
         if self._check is None:
             self._check = _parse_check(self.source)
-        return self._check(_apply_rewrites(self.lines, rws))
+        return self._check(apply_rewrites(self.lines, rws))
 
     def usable(self, rw: Rewrite | None) -> bool:
         if not self.blocks or rw is None or rw.last - rw.first >= MAX_SUGGESTION_LINES or not self.fd.in_one_hunk(rw.first, rw.last):

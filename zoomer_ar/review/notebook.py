@@ -41,7 +41,7 @@ from ..fix.lines import split_lines
 from . import prefilter
 from .diff import FileDiff
 from .models import FileNote, ReviewFinding
-from .suggest import MAX_SUGGESTION_LINES, Rewrite, rewrite
+from .suggest import MAX_SUGGESTION_LINES, Rewrite, apply_rewrites, rewrite
 
 __all__ = ["MAX_NOTEBOOK_BYTES", "NotebookError", "is_notebook", "review_notebook"]
 
@@ -266,17 +266,6 @@ def _parses(code: str) -> bool:
     return True
 
 
-def _apply(lines: Sequence[str], rws: Sequence[Rewrite]) -> str:
-    out: list[str] = []
-    cursor = 0
-    for rw in sorted(rws, key=lambda r: r.first):
-        out.extend(lines[cursor:rw.first - 1])
-        out.append(rw.new)
-        cursor = rw.last
-    out.extend(lines[cursor:])
-    return "".join(out)
-
-
 def _masked_lines(cell: notebooks.Cell) -> set[int]:
     names = set(cell.magics)
     return {k for k, line in enumerate(split_lines(cell.masked or ""), 1) if line.strip() in names}
@@ -351,14 +340,14 @@ class _Notebook:
         return None
 
     def applied(self, rws: Sequence[Rewrite]) -> str:
-        return _apply(self.lines, rws)
+        return apply_rewrites(self.lines, rws)
 
     def cell_texts(self, fixes: Sequence[_Fix]) -> dict[int, str] | None:
         """Each fixed cell's new text with all of ``fixes`` applied (None: does not parse, or a
         masked line would not come back)."""
         out: dict[int, str] = {}
         for cell in {f.cell.index: f.cell for f in fixes}.values():
-            masked = _apply(split_lines(cell.masked or ""), [f.rw for f in fixes if f.cell is cell])
+            masked = apply_rewrites(split_lines(cell.masked or ""), [f.rw for f in fixes if f.cell is cell])
             if not _parses(masked):
                 return None
             new = notebooks.unmask(cell, masked)

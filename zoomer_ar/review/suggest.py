@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from ..fix.base import TextEdit
 from ..fix.lines import split_lines
@@ -105,3 +105,15 @@ def fence(body: str, lang: str = "suggestion") -> str:
     longest = max((len(m) for m in re.findall(r"`+", body)), default=0)
     ticks = "`" * max(3, longest + 1)
     return f"{ticks}{lang}\n{body}\n{ticks}" if body else f"{ticks}{lang}\n{ticks}"
+
+
+def apply_rewrites(lines: Sequence[str], rws: Iterable[Rewrite]) -> str:
+    """The text with each rewrite's lines replaced (rewrites sorted, not overlapping)."""
+    out: list[str] = []
+    cursor = 0
+    for rw in sorted(rws, key=lambda r: r.first):
+        out.extend(lines[cursor:rw.first - 1])
+        out.append(rw.new)
+        cursor = rw.last
+    out.extend(lines[cursor:])
+    return "".join(out)
