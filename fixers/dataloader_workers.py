@@ -155,7 +155,9 @@ Workers are separate processes: the dataset must be picklable, and workers start
 as it is imported is reported, not changed (see above). The computed count
 assumes the CPUs are the job's: on a machine other jobs keep busy, workers take turns with them
 and with training, and the loader can end up slower than loading in the training process. Size it
-from the trace and the free cores there (option `num_workers`).
+from the trace and the free cores there (option `num_workers`). The constant lies outside the
+changed lines of a pull request, so `zoomer-ar review` shows this fix as a diff, not a one-click
+suggestion, unless the file defines `DATALOADER_WORKERS` already.
 Calls with `*args`/`**kwargs` or with `num_workers` passed positionally are reported, not changed.
 A dataset whose kind is not visible in the file is assumed map-style unless the file or its
 name hints otherwise: check the datasets other modules define.
