@@ -121,7 +121,7 @@ def test_changed_cells_reviewed_with_json_locations_and_cell_names(tmp_path):
     result = review(repo.path, "main", "feature")
     assert [(f.rule_id, f.cell, f.cell_line) for f in result.findings] == EXPECTED
     # the DataLoader of cell 3 (same cell as a changed line) and the .item() loop of the untouched cell 4: not reported
-    assert result.files_changed == 1 and result.files_reviewed == 1
+    assert result.files_changed == 1 and result.notebooks_changed == 1 and result.files_reviewed == 1
     lines = text.splitlines()
     for f in result.findings:
         assert f.path == NB and f.message.startswith(f"cell {f.cell}, line {f.cell_line}: ")
@@ -258,7 +258,20 @@ def test_cli_text_format(tmp_path, capsys):
     rc = main(["review", "--repo", str(repo.path), "--base", "main", "--head", "feature", "--format", "text"])
     out, err = capsys.readouterr()
     assert rc == 0 and "Traceback" not in out + err
-    assert out.count(f"{NB}:") == len(EXPECTED) + 1 and "4 findings on changed lines" in out
+    assert out.count(f"{NB}:") == len(EXPECTED) + 1
+    assert out.splitlines()[-1].startswith("4 findings on changed lines in 1 changed notebook;")
+
+
+def test_summary_counts_python_files_and_notebooks_apart():
+    from zoomer_ar.review.models import ReviewResult
+    from zoomer_ar.review.render import _changed_files
+
+    def said(py: int, books: int) -> str:
+        return _changed_files(ReviewResult(repo="r", base="b", base_sha="x", head=None, head_sha=None,
+                                           merge_base_sha="x", files_changed=py + books, notebooks_changed=books))
+
+    assert said(1, 0) == "1 changed Python file" and said(0, 0) == "0 changed Python files"
+    assert said(0, 1) == "1 changed notebook" and said(2, 3) == "2 changed Python files and 3 notebooks"
 
 
 def test_unchanged_code_in_a_changed_notebook_is_not_reviewed(tmp_path):

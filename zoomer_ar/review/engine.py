@@ -527,7 +527,8 @@ def _review(diff: DiffResult, t0: float, *, select, ignore, config, trace, db, d
     selection = _selection(tuple(sel_ids), tuple(ign_ids), options_key)
     result = ReviewResult(
         repo=str(diff.root), base=diff.base, base_sha=diff.base_sha, head=diff.head, head_sha=diff.head_sha,
-        merge_base_sha=diff.merge_base_sha, files_changed=len(diff.files), config_source=cfg.source,
+        merge_base_sha=diff.merge_base_sha, files_changed=len(diff.files),
+        notebooks_changed=sum(is_notebook(fd.path) for fd in diff.files), config_source=cfg.source,
         config_fail_on=cfg.fail_on, config_max_inline=cfg.max_inline_comments,
         rules=sorted({f.pattern for f in selection.fixers}),
     )

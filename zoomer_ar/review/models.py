@@ -68,6 +68,7 @@ class ReviewResult(BaseModel):
     head_sha: str | None  # None: the working tree
     merge_base_sha: str
     files_changed: int = 0  # changed Python files and notebooks in the diff
+    notebooks_changed: int = 0  # of those, notebooks (.ipynb)
     files_reviewed: int = 0  # of those, read and checked (after exclusions and prefiltering)
     files_parsed: int = 0  # parsed by the fixers (the rest could not hold a finding)
     findings: list[ReviewFinding] = Field(default_factory=list)

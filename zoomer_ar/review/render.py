@@ -122,9 +122,19 @@ def render_text(result: ReviewResult) -> str:
     for s in result.skipped:
         out.append(f"{quoted_path(s.path)}: skipped: {readable(s.message)}")
     n = len(result.findings)
-    out.append(f"{n} finding{'s' if n != 1 else ''} on changed lines in {result.files_changed} changed Python file{'s' if result.files_changed != 1 else ''}"
+    out.append(f"{n} finding{'s' if n != 1 else ''} on changed lines in {_changed_files(result)}"
                + (f"; {len(result.errors)} could not be analysed" if result.errors else ""))
     return "\n".join(out) + "\n"
+
+
+def _changed_files(result: ReviewResult) -> str:
+    """"1 changed Python file", "2 changed Python files and 1 notebook", "1 changed notebook"."""
+    books = result.notebooks_changed
+    py = result.files_changed - books
+    parts = ([f"{py} changed Python file{'s' if py != 1 else ''}"] if py or not books else []) + \
+            ([f"{books} notebook{'s' if books != 1 else ''}" if py else f"{books} changed notebook{'s' if books != 1 else ''}"]
+             if books else [])
+    return " and ".join(parts)
 
 
 def inline_comment(f: ReviewFinding) -> dict[str, Any]:
