@@ -155,7 +155,8 @@ def test_cancel_a_running_job_then_the_time_limit(server):
         asked = time.monotonic()
         assert r.status_code == 202, r.text
         assert r.json()["state"] == "running" and r.json()["cancel_requested_at"] is not None
-        assert c.post(f"/v1/jobs/{job}/cancel").status_code == 202  # asked again: the same answer
+        again = c.post(f"/v1/jobs/{job}/cancel")  # asked again: still running (202), or the worker has stopped it
+        assert (again.status_code, again.json()["state"]) in ((202, "running"), (200, "cancelled")), again.text
         got = wait_job(c, job, states=("cancelled",), timeout=20, server=srv)
         took = time.monotonic() - asked
         assert took < 5, took  # the worker reads the flag every --poll (0.2 s)
