@@ -20,6 +20,7 @@ import tarfile
 import time
 import uuid
 import zipfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -352,3 +353,27 @@ def db_url(request, tmp_path):
             yield url
         finally:
             drop()
+
+
+@contextmanager
+def server_on(kind: str, root: Path, **kw):
+    """A Server on a fresh store of `kind` ("sqlite", or "postgresql": a database of its own, dropped after)."""
+    drop = db = None
+    if kind == "postgresql":
+        db, drop = create_pg_database(pg_server_url())
+    s = Server(root, db=db, **kw)
+    try:
+        yield s
+    finally:
+        s.stop()
+        if drop is not None:
+            drop()
+
+
+def alive(pid: int) -> bool:
+    """Whether process `pid` exists (a zombie counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

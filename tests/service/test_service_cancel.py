@@ -14,7 +14,6 @@ ZOOMER_TEST_PG_URL is set: required under CI).
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from pathlib import Path
@@ -24,9 +23,9 @@ from service_testutil import (
     EXAMPLE_DL,
     SHARED_TRACES,
     Server,
-    create_pg_database,
+    alive,
     db_url,  # noqa: F401 - fixture
-    pg_server_url,
+    server_on,
     shared_trace,
     trace_file,
     unique_trace,
@@ -46,29 +45,13 @@ BIG_TRACE = SHARED_TRACES / "hta" / "df_index_resolver" / "df_index_resolver.jso
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def server(request, tmp_path):
-    drop = db = None
-    if request.param == "postgresql":
-        db, drop = create_pg_database(pg_server_url())
-    s = Server(tmp_path / "srv", db=db, embedded_workers=0)
-    try:
+    with server_on(request.param, tmp_path / "srv", embedded_workers=0) as s:
         yield s
-    finally:
-        s.stop()
-        if drop is not None:
-            drop()
 
 
 def _scratch(srv: Server, job_id: str) -> list[Path]:
     tmp = srv.data / "tmp"
     return sorted(tmp.glob(f"{job_id}-*")) if tmp.is_dir() else []
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def _analyses(db: str) -> int:
@@ -149,7 +132,7 @@ def test_cancel_a_running_job_then_the_time_limit(server):
             time.sleep(0.05)
         (folder,) = _scratch(srv, job)
         child = int((folder / "analysis-delay").read_text())
-        assert child != w.pid and _alive(child)
+        assert child != w.pid and alive(child)
 
         r = c.post(f"/v1/jobs/{job}/cancel")
         asked = time.monotonic()
@@ -161,7 +144,7 @@ def test_cancel_a_running_job_then_the_time_limit(server):
         took = time.monotonic() - asked
         assert took < 5, took  # the worker reads the flag every --poll (0.2 s)
         assert got["error"] == Q.CANCELLED_RUNNING and got["attempts"] == 1 and got["result"] is None, got
-        assert not _alive(child), "the analysis process was stopped"
+        assert not alive(child), "the analysis process was stopped"
         assert _scratch(srv, job) == [] and not (srv.data / "jobs" / job).exists()  # nothing left on disk
         assert c.post(f"/v1/jobs/{job}/cancel").status_code == 200
         assert c.get(f"/v1/jobs/{job}/report.html").status_code == 409

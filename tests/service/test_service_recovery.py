@@ -16,24 +16,15 @@ from zoomer_ar.store.db import open_store, read_session
 from zoomer_ar.store.orm import Analysis
 from zoomer_ar.store.service_tables import ServiceArtifact
 
-from service_testutil import EXAMPLE_DL, Server, create_pg_database, pg_server_url, trace_file, unique_trace, upload, wait_job
+from service_testutil import EXAMPLE_DL, server_on, trace_file, unique_trace, upload, wait_job
 
 LEASE = 2.0
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def server(request, tmp_path):
-    drop = None
-    db = None
-    if request.param == "postgresql":
-        db, drop = create_pg_database(pg_server_url())
-    s = Server(tmp_path / "srv", db=db, embedded_workers=0, args=("--lease", str(LEASE)))
-    try:
+    with server_on(request.param, tmp_path / "srv", embedded_workers=0, args=("--lease", str(LEASE))) as s:
         yield s
-    finally:
-        s.stop()
-        if drop is not None:
-            drop()
 
 
 def test_killed_worker_job_is_recovered_by_another(server):

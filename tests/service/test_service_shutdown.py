@@ -10,7 +10,6 @@ signal lands while the job runs.
 
 from __future__ import annotations
 
-import os
 import signal
 import sqlite3
 import sys
@@ -19,21 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from service_testutil import EXAMPLE_DL, Server, trace_file, unique_trace, upload, wait_job, zoomer
+from service_testutil import EXAMPLE_DL, Server, alive, trace_file, unique_trace, upload, wait_job, zoomer
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
 
 def _children(pid: int) -> list[int]:
     return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
@@ -51,7 +42,7 @@ def test_a_stopped_server_waits_for_its_workers_job_then_exits(tmp_path, sig):
         assert len(workers) == 1, workers
         srv.proc.send_signal(sig)
         assert srv.proc.wait(timeout=120) == -sig, srv.logs()
-        assert not any(_alive(w) for w in workers), "a worker outlived its server"
+        assert not any(alive(w) for w in workers), "a worker outlived its server"
         store = sqlite3.connect(srv.root / "store.db")
         try:
             assert store.execute("SELECT state FROM service_jobs WHERE id = ?", (job_id,)).fetchone() == ("done",)
