@@ -31,14 +31,14 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from ..errors import InputError
 from ..fix import engine as fix_engine
-from ..fix.base import SourceParseError, StaticMatch, parse_source
+from ..fix.base import SourceParseError, StaticMatch
 from ..fix.lines import LineMap, has_lone_cr
 from . import catalogue, prefilter
 from .config import ReviewConfig, load_text
 from .diff import DiffResult, FileDiff, collect
 from .models import FileNote, ReviewFinding, ReviewResult
 from .notebook import MAX_NOTEBOOK_BYTES, NotebookError, is_notebook, review_notebook
-from .suggest import MAX_SUGGESTION_LINES, Rewrite, apply_rewrites, rewrite, split_lines
+from .suggest import MAX_SUGGESTION_LINES, Rewrite, apply_rewrites, parse_check, rewrite, split_lines
 
 PARALLEL_MIN_FILES = 8
 _BLOCK_STARTS = ("for ", "for(", "while ", "while(", "async for ", "with ", "async with ")
@@ -334,7 +334,7 @@ class _Suggestions:
 
     def parses(self, rws: Sequence[Rewrite]) -> bool:
         if self._check is None:
-            self._check = _parse_check(self.source)
+            self._check = parse_check(self.source)
         return self._check(apply_rewrites(self.lines, rws))
 
     def usable(self, rw: Rewrite | None) -> bool:
@@ -426,22 +426,6 @@ class _Suggestions:
             if alone[c.index] and self._disjoint(rws) and self.parses(rws):
                 keep.append((c.index, c.rw))
         return keep
-
-
-def _parse_check(source: str):
-    """How to tell that a rewritten file still parses: Python's compiler when it accepts the
-    original, else libcst (syntax newer than this Python)."""
-    if prefilter.compiles(source):
-        return prefilter.compiles
-
-    def cst_ok(code: str) -> bool:
-        try:
-            parse_source(code, None)
-        except Exception:
-            return False
-        return True
-
-    return cst_ok
 
 
 # --------------------------------------------------------------------------------------------

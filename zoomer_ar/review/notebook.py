@@ -36,12 +36,12 @@ from typing import Any, Mapping, Sequence
 
 from ..fix import engine as fix_engine
 from ..fix import notebooks
-from ..fix.base import SourceParseError, StaticMatch, TextEdit, parse_source
+from ..fix.base import SourceParseError, StaticMatch, TextEdit
 from ..fix.lines import split_lines
 from . import prefilter
 from .diff import FileDiff
 from .models import FileNote, ReviewFinding
-from .suggest import MAX_SUGGESTION_LINES, Rewrite, apply_rewrites, rewrite
+from .suggest import MAX_SUGGESTION_LINES, Rewrite, apply_rewrites, cst_parses, rewrite
 
 __all__ = ["MAX_NOTEBOOK_BYTES", "NotebookError", "is_notebook", "review_notebook"]
 
@@ -256,16 +256,6 @@ def _detect(cells: list[notebooks.Cell], path: str, selection: fix_engine.Select
 # --------------------------------------------------------------------------------------------
 
 
-def _parses(code: str) -> bool:
-    if prefilter.compiles(code):
-        return True
-    try:
-        parse_source(code, None)
-    except Exception:
-        return False
-    return True
-
-
 def _masked_lines(cell: notebooks.Cell) -> set[int]:
     names = set(cell.magics)
     return {k for k, line in enumerate(split_lines(cell.masked or ""), 1) if line.strip() in names}
@@ -348,7 +338,7 @@ class _Notebook:
         out: dict[int, str] = {}
         for cell in {f.cell.index: f.cell for f in fixes}.values():
             masked = apply_rewrites(split_lines(cell.masked or ""), [f.rw for f in fixes if f.cell is cell])
-            if not _parses(masked):
+            if not (prefilter.compiles(masked) or cst_parses(masked)):
                 return None
             new = notebooks.unmask(cell, masked)
             if new is None:

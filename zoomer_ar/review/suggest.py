@@ -13,8 +13,9 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from ..fix.base import TextEdit
+from ..fix.base import TextEdit, parse_source
 from ..fix.lines import split_lines
+from .prefilter import compiles
 
 __all__ = ["MAX_SUGGESTION_LINES", "Rewrite", "fence", "rewrite", "split_lines"]
 
@@ -117,3 +118,18 @@ def apply_rewrites(lines: Sequence[str], rws: Iterable[Rewrite]) -> str:
         cursor = rw.last
     out.extend(lines[cursor:])
     return "".join(out)
+
+
+def cst_parses(code: str) -> bool:
+    """Whether libcst parses `code` (syntax newer than this Python's compiler included)."""
+    try:
+        parse_source(code, None)
+    except Exception:
+        return False
+    return True
+
+
+def parse_check(source: str):
+    """How to tell that a rewrite of `source` still parses: Python's compiler when it accepts the
+    original, else libcst."""
+    return compiles if compiles(source) else cst_parses

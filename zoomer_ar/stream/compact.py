@@ -52,7 +52,7 @@ from .classify import (
     N_COPY_, N_LIGHT, N_OPT, N_RT, cat_flags, name_flags,
 )
 from .event_slices import ColumnSlice, EventSlice, decode_slice
-from ..program_match import KERNEL, OP, PYTHON, RAW_KINDS, category_kind, is_module_frame
+from ..program_match import PYTHON, RAW_KINDS, category_kind, is_module_frame
 from .heap import trim_heap
 from .nscount import NsCounter
 from ..load.narrow import as_constant, concat_parts, narrow, narrow_column
@@ -77,6 +77,10 @@ class NeedAnotherPass(Exception):
         super().__init__(why)
         self.hints = hints
 
+
+
+def _no_kind(_name: str) -> int:
+    return 0
 
 
 class CompactBuilder:
@@ -233,30 +237,30 @@ class CompactBuilder:
 
     def _flag_tables(self) -> tuple[np.ndarray, np.ndarray]:
         """Flags per category code and per name code, extended to every code registered so far."""
-        for attr, index, flag_of in (("_cf_tab", self.cat_index, self._cat_flag_of),
-                                     ("_nf_tab", self.name_index, self._name_flag_of)):
-            tab = getattr(self, attr)
-            if tab.size < len(index):
-                new = list(islice(reversed(index), len(index) - tab.size))[::-1]
-                setattr(self, attr, np.concatenate([tab, np.asarray([flag_of(v) for v in new], dtype=np.uint8)]))
-        return self._cf_tab, self._nf_tab
+        return self._extended("_cf_tab", self.cat_index, self._cat_flag_of), \
+            self._extended("_nf_tab", self.name_index, self._name_flag_of)
+
+    def _extended(self, attr: str, index: dict, flag_of) -> np.ndarray:
+        """The uint8 table `attr` (a value per code of `index`), extended with flag_of of the codes registered since."""
+        tab = getattr(self, attr)
+        if tab.size < len(index):
+            new = list(islice(reversed(index), len(index) - tab.size))[::-1]
+            tab = np.concatenate([tab, np.asarray([flag_of(v) for v in new], dtype=np.uint8)])
+            setattr(self, attr, tab)
+        return tab
 
     def _note_program_names(self, cc: np.ndarray, nc: np.ndarray) -> None:
         """Record the kinds (program_match.category_kind) each name of a slice's rows was seen with."""
-        if self._pk_tab.size < len(self.cat_index):
-            new = list(islice(reversed(self.cat_index), len(self.cat_index) - self._pk_tab.size))[::-1]
-            self._pk_tab = np.concatenate([self._pk_tab, np.asarray([category_kind(c) for c in new], dtype=np.uint8)])
-        kinds = self._pk_tab[cc]
+        kinds = self._extended("_pk_tab", self.cat_index, category_kind)[cc]
         rows = np.flatnonzero(kinds)
         if not rows.size:
             return
-        if self._pk_seen.size < len(self.name_index):
-            self._pk_seen = np.concatenate([self._pk_seen, np.zeros(len(self.name_index) - self._pk_seen.size, np.uint8)])
+        seen = self._extended("_pk_seen", self.name_index, _no_kind)
         kinds, names = kinds[rows], nc[rows]
-        for bit in (OP, KERNEL, PYTHON):
+        for bit in RAW_KINDS.values():
             of = names[(kinds & bit) != 0]
             if of.size:
-                self._pk_seen[np.unique(of)] |= bit
+                seen[np.unique(of)] |= bit
 
     def seen_names(self) -> dict[str, frozenset[str]]:
         """The names of the rows read, by kind, as program_match.raw_names gives them."""
